@@ -1,0 +1,1 @@
+"""Deployable services: the shuffler and the server (analyzer)."""

@@ -1,0 +1,1 @@
+"""The ``segshuffle`` command line (SPEC section 8)."""

@@ -1,0 +1,86 @@
+"""Entry point of the ``segshuffle`` command.
+
+Each subcommand lives in its own module exposing ``register(subparsers)``, which
+adds its parser and sets ``handler`` to a function ``(args) -> int``.  Modules
+are imported only when needed, so ``segshuffle optimize`` does not pay for the
+web stack.
+
+Errors: a :class:`ValueError` (bad input) or :class:`CommandError` raised by a
+handler is printed as one line ``segshuffle: error: ...`` and the command exits
+with status 2, the same status argparse uses for malformed flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+SUBCOMMANDS = {
+    "optimize": "segshuffle.cli.optimize",
+    "audit": "segshuffle.cli.audit",
+    "demo": "segshuffle.cli.demo",
+    "reproduce": "segshuffle.cli.reproduce",
+    "serve": "segshuffle.cli.serve",
+}
+
+EXIT_USAGE = 2
+
+
+class CommandError(Exception):
+    """A failure the user can act on; printed as one line, exit status 2."""
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse prints the whole usage on errors; we print one clear line."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
+    """The full parser; with ``selected``, only that subcommand's module is imported."""
+    parser = _OneLineParser(
+        prog="segshuffle",
+        description="Segmented private data aggregation in the multi-message shuffle model.",
+    )
+    from segshuffle import __version__
+
+    parser.add_argument("--version", action="version", version=f"segshuffle {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND",
+                                       parser_class=_OneLineParser)
+    subparsers.required = True
+    for name, module_name in SUBCOMMANDS.items():
+        if selected is not None and name != selected:
+            subparsers.add_parser(name, help=f"see 'segshuffle {name} --help'")
+            continue
+        module = importlib.import_module(module_name)
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    selected = next((a for a in arguments if not a.startswith("-")), None)
+    if selected not in SUBCOMMANDS:
+        selected = None
+    try:
+        parser = build_parser(selected)
+    except ModuleNotFoundError as exc:  # a subcommand whose optional parts are missing
+        sys.stderr.write(f"segshuffle: error: {exc}\n")
+        return EXIT_USAGE
+    args = parser.parse_args(arguments)
+    try:
+        return int(args.handler(args) or 0)
+    except (ValueError, CommandError) as exc:
+        sys.stderr.write(f"segshuffle: error: {exc}\n")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        sys.stderr.write("segshuffle: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

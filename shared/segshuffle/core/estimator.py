@@ -1,0 +1,105 @@
+"""Round 2 decoding: unbiased item frequencies and their standard errors (SPEC section 2).
+
+With C_j the number of decoded messages equal to item j, n2 round-2 participants
+of whom n2_k chose level k, blanket rate m (gamma = m / ceil(m)) and Poisson
+rates lambda_k, the paper's estimator (Algorithm 2, line 21) is
+
+    W^_j = (C_j - n2 m / d) / sum_k n2_k lambda_k,
+
+unbiased for the share w_j of users holding item j.  Its variance follows from
+
+    Var[C_j] = sum_k n2_k w_j lambda_k (1 - w_j lambda_k) + n2 ceil(m) (gamma/d)(1 - gamma/d),
+
+evaluated at the plug-in w_j = clip(W^_j, 0, 1) (the first term uses the same
+w_j for every level, which is exact when items are independent of levels).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .randomizers import blanket_probability, blanket_slots
+
+
+@dataclass(frozen=True)
+class FrequencyEstimate:
+    """Per-item estimates W^_j with their standard errors."""
+
+    values: np.ndarray
+    standard_errors: np.ndarray
+
+
+def signal_weight(level_counts: Sequence[float], lambdas: Sequence[float]) -> float:
+    """sum_k n_k lambda_k: the expected number of item messages per unit of frequency."""
+    return math.fsum(float(n) * float(lam) for n, lam in zip(level_counts, lambdas, strict=True))
+
+
+def estimate_frequencies(
+    counts: Sequence[float] | np.ndarray,
+    level_counts: Sequence[float],
+    lambdas: Sequence[float],
+    m: float,
+) -> FrequencyEstimate:
+    """Unbiased W^ and standard errors from decoded item counts.
+
+    ``counts`` has one entry per item of the domain (d = len(counts));
+    ``level_counts`` are the n2_k of the round-2 participants.
+    """
+    c = np.asarray(counts, dtype=float)
+    d = c.size
+    if d < 1:
+        raise ValueError("counts must cover at least one item")
+    n2 = math.fsum(float(n) for n in level_counts)
+    weight = signal_weight(level_counts, lambdas)
+    if weight <= 0.0:
+        raise ValueError("no signal: every participating level has lambda = 0")
+    values = (c - n2 * m / d) / weight
+    w = np.clip(values, 0.0, 1.0)
+    item_variance = np.zeros(d)
+    for n_k, lam in zip(level_counts, lambdas, strict=True):
+        item_variance += float(n_k) * w * lam * (1.0 - w * lam)
+    per_slot = blanket_probability(m) / d
+    blanket_variance = n2 * blanket_slots(m) * per_slot * (1.0 - per_slot)
+    errors = np.sqrt(item_variance + blanket_variance) / weight
+    return FrequencyEstimate(values=values, standard_errors=errors)
+
+
+def project_to_simplex(values: Sequence[float] | np.ndarray, total: float) -> np.ndarray:
+    """Euclidean projection onto {w >= 0, sum w = total}: an optional post-processed estimate.
+
+    Every user holds exactly s items, so the true frequencies are non-negative
+    and sum to s.  Projecting the unbiased estimate onto that set never increases
+    the squared error to the truth (projection onto a convex set containing it),
+    at the price of bias.  Uses the sort-based algorithm: find the threshold tau
+    with sum max(v - tau, 0) = total.
+    """
+    v = np.asarray(values, dtype=float)
+    if total < 0:
+        raise ValueError(f"total must be >= 0, got {total}")
+    if v.size == 0:
+        return v.copy()
+    ordered = np.sort(v)[::-1]
+    cumulative = np.cumsum(ordered) - total
+    ranks = np.arange(1, v.size + 1)
+    feasible = ordered - cumulative / ranks > 0
+    rho = int(np.nonzero(feasible)[0][-1]) if feasible.any() else v.size - 1
+    tau = cumulative[rho] / (rho + 1)
+    return np.maximum(v - tau, 0.0)
+
+
+def mse_bound(n: float, m: float, set_size: int, level_counts: Sequence[float],
+              lambdas: Sequence[float]) -> float:
+    """The paper's MSE bound (Section "Optimize Protocol Parameters"):
+
+        sum_j E[(W^_j - w_j)^2] <= (n m + s sum_k n_k lambda_k) / (sum_k n_k lambda_k)^2.
+
+    Infinite when no level sends any signal.
+    """
+    weight = signal_weight(level_counts, lambdas)
+    if weight <= 0.0:
+        return math.inf
+    return (n * m + set_size * weight) / weight**2

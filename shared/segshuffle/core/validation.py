@@ -1,0 +1,119 @@
+"""Argument checks shared by the library and the command line.
+
+Every check raises :class:`ValueError` with a message that names the offending
+argument, so the CLI can print it unchanged as its one error line.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+
+def require_finite(name: str, value: float) -> float:
+    """Return ``value`` as a float, or raise if it is not a finite real number."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return number
+
+
+def require_probability_open(name: str, value: float) -> float:
+    """A number strictly between 0 and 1 (a DP failure probability delta)."""
+    number = require_finite(name, value)
+    if not 0.0 < number < 1.0:
+        raise ValueError(f"{name} must be in (0, 1), got {value!r}")
+    return number
+
+
+def require_unit_interval(name: str, value: float) -> float:
+    """A number in the closed interval [0, 1]."""
+    number = require_finite(name, value)
+    if not 0.0 <= number <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+    return number
+
+
+def require_tolerance(name: str, value: float) -> float:
+    """A dropout tolerance: a number in [0, 1)."""
+    number = require_finite(name, value)
+    if not 0.0 <= number < 1.0:
+        raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+    return number
+
+
+def require_positive(name: str, value: float) -> float:
+    number = require_finite(name, value)
+    if number <= 0.0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    return number
+
+
+def require_non_negative(name: str, value: float) -> float:
+    number = require_finite(name, value)
+    if number < 0.0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return number
+
+
+def require_int(name: str, value: object, minimum: int) -> int:
+    """An integer (bools and non-integral floats are refused) of at least ``minimum``."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+        value = int(value)
+    try:
+        number = int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+    if number < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+    return number
+
+
+def require_levels(levels: Sequence[float]) -> list[float]:
+    """Privacy levels E_1 < ... < E_K, each a positive finite epsilon."""
+    values = [require_positive("every privacy level", e) for e in levels]
+    if not values:
+        raise ValueError("levels must list at least one privacy level")
+    for previous, current in zip(values, values[1:], strict=False):
+        if current <= previous:
+            raise ValueError(
+                f"levels must be strictly increasing, got {previous!r} before {current!r}"
+            )
+    return values
+
+
+def require_shares(shares: Sequence[float], count: int) -> list[float]:
+    """Level shares: ``count`` non-negative numbers summing to 1 (to within 1e-6)."""
+    values = [require_non_negative("every share", f) for f in shares]
+    if len(values) != count:
+        raise ValueError(f"shares must have one entry per level ({count}), got {len(values)}")
+    total = math.fsum(values)
+    if abs(total - 1.0) > 1e-6:
+        raise ValueError(f"shares must sum to 1, got {total:.6g}")
+    return values
+
+
+def require_level_counts(counts: Sequence[float], count: int) -> list[float]:
+    """Per-level user counts (possibly fractional estimates), non-negative, one per level."""
+    values = [require_non_negative("every level count", c) for c in counts]
+    if len(values) != count:
+        raise ValueError(
+            f"level counts must have one entry per level ({count}), got {len(values)}"
+        )
+    return values
+
+
+def require_domain(domain_size: object, set_size: object) -> tuple[int, int]:
+    """Domain size d >= 2 and set size 1 <= s <= d."""
+    d = require_int("domain size", domain_size, 2)
+    s = require_int("set size", set_size, 1)
+    if s > d:
+        raise ValueError(f"set size ({s}) must not exceed the domain size ({d})")
+    return d, s
