@@ -1,0 +1,1 @@
+"""The server (analyzer) service: campaigns, keys, aggregation, optimization, decoding."""

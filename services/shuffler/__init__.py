@@ -1,0 +1,1 @@
+"""The shuffler service: enrollment, anonymous submissions, uniform permutation, release."""

@@ -1,0 +1,1 @@
+"""Client SDK: sync and async clients of the shuffler and server, and a population simulator."""

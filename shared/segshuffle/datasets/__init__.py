@@ -1,0 +1,1 @@
+"""Datasets: MSNBC, synthetic set-valued data, and transaction files."""
