@@ -1,0 +1,98 @@
+"""Shuffler settings, from ``SEGSHUFFLE_SHUFFLER_<FIELD>`` environment variables or arguments.
+
+Each field of :class:`Settings` is read from the variable named after it in upper case:
+
+- ``DATABASE``: the SQLite file (default ``shuffler.sqlite3``).
+- ``SERVER_URL``: base URL of the server (analyzer), default ``http://127.0.0.1:8080``.
+- ``SERVER_TOKEN``: the shuffler's credential presented to the server (required).
+- ``OPERATOR_TOKEN``: bearer token of the operator, who triggers releases (required).
+- ``ENROLLMENT_SECRET``: if set, enrollment requires it (default unset: open enrollment).
+- ``MIN_USERS``: the shuffler's own floor on participants per release, applied on top of
+  the campaign's ``min_users`` (default 10).
+- ``AUTO_RELEASE``: release automatically once a round has this many participants and the
+  campaign's threshold is met (default 0: only on the operator's request).
+- ``CHUNK_SIZE``: ciphertexts per forwarded chunk (default 5000).
+- ``MAX_BODY_BYTES``: largest accepted request body (default 1 MiB).
+- ``SYNCHRONOUS``: SQLite ``synchronous``; ``NORMAL`` survives process crashes, ``FULL``
+  also power loss (default ``NORMAL``).
+- ``HOST`` / ``PORT``: listen address (default ``127.0.0.1:8081``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+PREFIX = "SEGSHUFFLE_SHUFFLER_"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the shuffler needs to run; see the module docstring for the variables."""
+
+    database: str = "shuffler.sqlite3"
+    server_url: str = "http://127.0.0.1:8080"
+    server_token: str = ""
+    operator_token: str = ""
+    enrollment_secret: str | None = None
+    min_users: int = 10
+    auto_release: int = 0
+    chunk_size: int = 5000
+    max_body_bytes: int = 1 << 20
+    synchronous: str = "NORMAL"
+    host: str = "127.0.0.1"
+    port: int = 8081
+    campaign_cache_seconds: float = 1.0
+    forward_timeout: float = 120.0
+
+    def __post_init__(self) -> None:
+        if not self.server_token:
+            raise ValueError(f"{PREFIX}SERVER_TOKEN (the shuffler's credential) is required")
+        if not self.operator_token:
+            raise ValueError(f"{PREFIX}OPERATOR_TOKEN is required")
+        if not self.server_url.startswith(("http://", "https://")):
+            raise ValueError(f"server URL must start with http:// or https://, got "
+                             f"{self.server_url!r}")
+        for name, minimum in (("min_users", 1), ("auto_release", 0), ("chunk_size", 1),
+                              ("max_body_bytes", 1024), ("port", 0)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+                raise ValueError(f"{name.replace('_', ' ')} must be an integer >= {minimum}, "
+                                 f"got {value!r}")
+        if self.synchronous.upper() not in {"NORMAL", "FULL", "EXTRA"}:
+            raise ValueError(f"synchronous must be NORMAL, FULL or EXTRA, got "
+                             f"{self.synchronous!r}")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Settings from the environment; keyword ``overrides`` that are not ``None`` win."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for field in fields(cls):
+            raw = env.get(PREFIX + field.name.upper())
+            if raw is None or raw == "":
+                continue
+            default = field.default
+            if isinstance(default, bool):
+                values[field.name] = raw.lower() in {"1", "true", "yes"}
+            elif isinstance(default, int):
+                try:
+                    values[field.name] = int(raw)
+                except ValueError:
+                    raise ValueError(f"{PREFIX}{field.name.upper()} must be an integer, "
+                                     f"got {raw!r}") from None
+            elif isinstance(default, float):
+                try:
+                    values[field.name] = float(raw)
+                except ValueError:
+                    raise ValueError(f"{PREFIX}{field.name.upper()} must be a number, "
+                                     f"got {raw!r}") from None
+            else:
+                values[field.name] = raw
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def with_changes(self, **changes: Any) -> Settings:
+        return replace(self, **changes)
