@@ -1,0 +1,273 @@
+"""Hockey-stick divergence of the variation-ratio count pair, evaluated per total count.
+
+The variation-ratio reduction (paper Theorem "Variation-ratio reduction", and its
+random-number-blanket and Poisson-randomizer extensions) bounds the privacy of a
+shuffled protocol by the divergence between two distributions on pairs of counts.
+In the form used here, a *count pair* is described by
+
+- ``n_slots`` = N: the number of blanket trials that may land on the victim's two
+  candidate items j0 and j1,
+- ``r``: the probability that one trial lands on j0 (the same for j1), so the
+  blanket counts (B0, B1) are multinomial(N; r, r),
+- ``own`` and ``other``: the probabilities that the victim's message lands on its
+  own item and on the other one (the rest, 1 - own - other, lands elsewhere).
+
+With (D0, D1) the victim's contribution,
+
+    P = (B0 + D0, B1 + D1),   Q = (B0 + D1, B1 + D0),
+
+and the guarantee is delta(eps) = D_{e^eps}(P || Q) = sum_{a,b} max(0, P(a,b) - e^eps Q(a,b)).
+
+Two instances matter:
+
+- the Poisson randomizer with a random-number blanket (SPEC section 3; paper Lemma
+  "Poisson reduction" with p = +inf, beta = lambda, q = d lambda and Theorem
+  "random-number blanket"): ``own = lambda``, ``other = 0``, N = n ceil(m) - 1,
+  r = gamma / d;
+- a general eps0-LDP randomizer with the (p, beta, q) variation-ratio parameters:
+  ``own = p alpha``, ``other = alpha`` with alpha = beta / (p - 1), N = n - 1,
+  r = p alpha / q (the variation-ratio paper's Theorem 4.2 / Proposition I.1).
+
+**Per-total evaluation.** Conditioning on t = a + b, write w0(t) for the
+Binomial(N, 2r) pmf at t and w1(t) for the same at t - 1.  Given t, the blanket
+part of a is Binomial(t, 1/2), and dividing P(a, t - a) by w0(t) C(t, a) / 2^t gives
+
+    P ~ K0 + c (own a + other b),    Q ~ K0 + c (other a + own b),
+    K0 = 1 - own - other,            1 / c = rho (N - t + 1),  rho = r / (1 - 2r),
+
+because w1(t) / w0(t) * 2 / t = 1 / (rho (N - t + 1)).  P/Q increases with a, so
+P > e^eps Q exactly for a >= a*(t), the smallest integer above
+
+    x(t) = [K0 (e^eps - 1) rho (N - t + 1) + t (e^eps own - other)]
+           / ((own - other) (1 + e^eps)).
+
+With S_c(k) = Pr[Binomial(c, 1/2) >= k] the per-t masses of the set a >= a* are
+
+    P_t = K0 w0(t) S_t(a*) + own w1(t) S_{t-1}(a* - 1) + other w1(t) S_{t-1}(a*)
+    Q_t = K0 w0(t) S_t(a*) + other w1(t) S_{t-1}(a* - 1) + own w1(t) S_{t-1}(a*)
+
+and delta(eps) = sum_t (P_t - e^eps Q_t).  For own = lambda, other = 0 this is the
+formula of SPEC section 3 (there u = c lambda / (1 - lambda)).  By the symmetry
+of the pair, D_{e^eps}(Q || P) is the same number.
+
+**Truncation.** Only totals in a window around the mean 2rN are summed.  Each
+omitted per-t term is at most K0 w0(t) + (own + other) w1(t), so the omitted
+binomial mass, weighted that way, is added to the result: the returned value is
+an upper bound on the exact divergence (up to floating-point rounding of the
+terms, which is relative to the mass involved, ~1e-13).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from scipy import optimize, special, stats
+
+#: Largest item-level epsilon any search considers.  e^eps has lost the
+#: precision the divergence needs well before eps ~ 36 (SPEC section 3).
+EPSILON_CAP = 30.0
+
+#: Standard deviations on each side of the mean that the summation window spans
+#: (plus a skew margin); the binomial mass outside is below 1e-27 and is added.
+_WINDOW_SIGMAS = 11.0
+
+
+@dataclass(frozen=True)
+class CountPair:
+    """The count pair (P, Q) of the variation-ratio reduction (see the module docstring)."""
+
+    n_slots: int
+    r: float
+    own: float
+    other: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.n_slots < 0:
+            raise ValueError(f"n_slots must be >= 0, got {self.n_slots}")
+        if not 0.0 <= self.r <= 0.5:
+            raise ValueError(f"r must be in [0, 1/2], got {self.r}")
+        if not (0.0 <= self.other <= self.own and self.own + self.other <= 1.0 + 1e-15):
+            raise ValueError(
+                f"need 0 <= other <= own and own + other <= 1, got own={self.own}, "
+                f"other={self.other}"
+            )
+
+
+def poisson_pair(lam: float, n_slots: int, r: float) -> CountPair:
+    """The p = +inf pair of the Poisson randomizer with rate ``lam`` (SPEC section 3)."""
+    if not 0.0 <= lam <= 1.0:
+        raise ValueError(f"lambda must be in [0, 1], got {lam}")
+    return CountPair(n_slots=int(n_slots), r=float(r), own=float(lam), other=0.0)
+
+
+def variation_ratio_pair(p: float, beta: float, q: float, n_users: int) -> CountPair:
+    """The pair P^{q,n}_{p,beta}, Q^{q,n}_{p,beta} of the variation-ratio reduction.
+
+    Parameters follow the paper's Theorem "Variation-ratio reduction": p > 1
+    (``math.inf`` allowed), beta in [0, (p - 1)/(p + 1)], q >= 1, n users.  Then
+    alpha = beta / (p - 1), the victim's message is on its own item with
+    probability p alpha = beta p / (p - 1) and on the other with alpha, and each
+    of the n - 1 other users lands on either item with probability
+    r = beta p / ((p - 1) q).  For p = +inf: own = beta, other = 0, r = beta / q.
+    """
+    if not p > 1.0:
+        raise ValueError(f"p must be > 1, got {p}")
+    if q < 1.0:
+        raise ValueError(f"q must be >= 1, got {q}")
+    if n_users < 1:
+        raise ValueError(f"n_users must be >= 1, got {n_users}")
+    if math.isinf(p):
+        if not 0.0 <= beta <= 1.0:
+            raise ValueError(f"beta must be in [0, 1] for p = inf, got {beta}")
+        own, other = float(beta), 0.0
+    else:
+        if not 0.0 <= beta <= (p - 1.0) / (p + 1.0) + 1e-15:
+            raise ValueError(f"beta must be in [0, (p-1)/(p+1)], got {beta}")
+        other = beta / (p - 1.0)
+        own = p * other
+    r = own / q
+    if 2.0 * r > 1.0 + 1e-15:
+        raise ValueError(f"2 beta p / ((p-1) q) must be <= 1, got {2.0 * r}")
+    return CountPair(n_slots=int(n_users) - 1, r=min(r, 0.5), own=own, other=other)
+
+
+@dataclass(frozen=True)
+class _Window:
+    """Totals t = lo..hi and the binomial weights w0(t), w1(t) over them."""
+
+    t: np.ndarray
+    w0: np.ndarray
+    w1: np.ndarray
+    omitted0: float  # w0 mass outside the window
+    omitted1: float  # w1 mass outside the window
+    rho_slack: np.ndarray  # rho (N - t + 1)
+
+
+@lru_cache(maxsize=256)
+def _window(n_slots: int, r: float) -> _Window:
+    """Summation window and weights for Binomial(n_slots, 2r); cached per (N, r).
+
+    Totals range over 0..N+1 (the victim may add one).  The window spans the
+    mean +- 11 standard deviations plus a skew margin, clipped to the support;
+    the mass outside is computed exactly and reported so callers can add it.
+    """
+    trials = n_slots
+    prob = 2.0 * r
+    if trials == 0 or prob == 0.0:
+        # No blanket mass can land on j0 or j1: the totals are 0 and 1.
+        t = np.arange(0, 2, dtype=np.int64)
+        w0 = np.array([1.0, 0.0])
+        w1 = np.array([0.0, 1.0])
+        omitted0 = omitted1 = 0.0
+    else:
+        mean = trials * prob
+        sigma = math.sqrt(trials * prob * (1.0 - prob))
+        margin = _WINDOW_SIGMAS * sigma + _WINDOW_SIGMAS**2 + 2.0
+        lo = max(0, math.floor(mean - margin))
+        hi = min(trials + 1, math.ceil(mean + margin) + 1)
+        t = np.arange(lo, hi + 1, dtype=np.int64)
+        distribution = stats.binom(trials, prob)
+        pmf = distribution.pmf(np.arange(lo - 1, hi + 1))
+        w0 = pmf[1:]
+        w1 = pmf[:-1]
+        # Mass outside the window: w0 at t < lo or t > hi, w1 at t - 1 < lo - 1 or t - 1 > hi - 1.
+        omitted0 = float(distribution.cdf(lo - 1) + distribution.sf(hi))
+        omitted1 = float(distribution.cdf(lo - 2) + distribution.sf(hi - 1))
+    rho = r / (1.0 - prob) if prob < 1.0 else math.inf
+    remaining = (trials - t + 1).astype(float)
+    with np.errstate(invalid="ignore"):
+        slack = np.where(remaining == 0.0, 0.0, rho * remaining)
+    return _Window(t, w0, w1, omitted0, omitted1, slack)
+
+
+def _binomial_half_tail(trials: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """S_c(k) = Pr[Binomial(c, 1/2) >= k], elementwise; 1 for k <= 0, 0 for k > c.
+
+    For 1 <= k <= c it is the regularized incomplete beta I_{1/2}(k, c - k + 1).
+    """
+    out = np.where(k <= 0, 1.0, 0.0)
+    inside = (k >= 1) & (k <= trials)
+    if inside.any():
+        kk = k[inside].astype(float)
+        cc = trials[inside].astype(float)
+        out[inside] = special.betainc(kk, cc - kk + 1.0, 0.5)
+    return out
+
+
+def delta_for(pair: CountPair, eps: float) -> float:
+    """delta(eps) = D_{e^eps}(P || Q) for the count pair, evaluated in O(window) time.
+
+    Returns an upper bound: the exact sum over the window plus the omitted mass.
+    ``eps`` must be >= 0 (for eps < 0 the divergence is not a privacy guarantee).
+    """
+    if eps < 0.0 or math.isnan(eps):
+        raise ValueError(f"eps must be >= 0, got {eps}")
+    own, other = pair.own, pair.other
+    if own <= other:  # identical distributions
+        return 0.0
+    window = _window(pair.n_slots, pair.r)
+    e = math.exp(eps)
+    k0 = max(0.0, 1.0 - own - other)
+    t = window.t
+    base = k0 * (e - 1.0) * window.rho_slack if k0 > 0.0 else 0.0
+    x = (base + t * (e * own - other)) / ((own - other) * (1.0 + e))
+    x = np.where(np.isfinite(x), x, t + 1.0)
+    a_star = np.clip(np.floor(x) + 1.0, 0.0, t + 1.0).astype(np.int64)
+    # S_{t-1}(a* - 1) and S_{t-1}(a*); then Pascal's rule gives S_t(a*) as their mean
+    # (a sum of non-negative terms, so no precision is lost).  At t = 0 the t - 1
+    # terms carry w1(0) = 0 and S_0(a*) = 0 because a* >= 1 there.
+    previous = np.maximum(t - 1, 0)
+    s_prev_lo = _binomial_half_tail(previous, a_star - 1)
+    s_prev_hi = _binomial_half_tail(previous, a_star)
+    s_t = np.where(t == 0, np.where(a_star <= 0, 1.0, 0.0), 0.5 * (s_prev_lo + s_prev_hi))
+    p_t = k0 * window.w0 * s_t + window.w1 * (own * s_prev_lo + other * s_prev_hi)
+    q_t = k0 * window.w0 * s_t + window.w1 * (other * s_prev_lo + own * s_prev_hi)
+    terms = np.maximum(p_t - e * q_t, 0.0)
+    omitted = k0 * window.omitted0 + (own + other) * window.omitted1
+    return float(np.sum(terms) + omitted)
+
+
+def epsilon_for(pair: CountPair, delta: float, *, rtol: float = 1e-9) -> float | None:
+    """The smallest eps in [0, EPSILON_CAP] with delta_for(pair, eps) <= delta.
+
+    ``None`` when even EPSILON_CAP does not reach ``delta`` (for own = 1 the pair
+    has an atom of infinite privacy loss, so small deltas are never reached).
+    The returned eps always satisfies the bound; it overshoots the exact
+    threshold by at most ``rtol`` relative.
+    """
+    if not 0.0 < delta < 1.0:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    if delta_for(pair, 0.0) <= delta:
+        return 0.0
+    if delta_for(pair, EPSILON_CAP) > delta:
+        return None
+    return _smallest_feasible(lambda eps: delta_for(pair, eps) - delta, 0.0, EPSILON_CAP, rtol)
+
+
+def _smallest_feasible(excess, lo: float, hi: float, rtol: float) -> float:
+    """Smallest x in (lo, hi] with excess(x) <= 0, given excess(lo) > 0 >= excess(hi).
+
+    Brent's method locates the crossing; the answer is then nudged upwards until
+    it is verified feasible, so the result is always on the safe side.
+    """
+    root = optimize.brentq(excess, lo, hi, xtol=1e-14, rtol=rtol / 4.0, maxiter=200)
+    step = max(abs(root) * rtol / 4.0, 1e-14)
+    x = min(root, hi)
+    while excess(x) > 0.0:
+        x = min(x + step, hi)
+        step *= 2.0
+    return x
+
+
+def _largest_feasible(excess, lo: float, hi: float, rtol: float) -> float:
+    """Largest x in [lo, hi) with excess(x) <= 0, given excess(lo) <= 0 < excess(hi)."""
+    root = optimize.brentq(excess, lo, hi, xtol=1e-14, rtol=rtol / 4.0, maxiter=200)
+    step = max(abs(root) * rtol / 4.0, 1e-14)
+    x = max(root, lo)
+    while excess(x) > 0.0:
+        x = max(x - step, lo)
+        step *= 2.0
+    return x

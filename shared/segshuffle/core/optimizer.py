@@ -1,0 +1,276 @@
+"""Choosing the blanket rate m and the Poisson rates lambda_k (SPEC section 4).
+
+The paper's MSE bound (Section "Optimize Protocol Parameters") is
+
+    MSE(m, lambda) <= (n m + s sum_k n_k lambda_k) / (sum_k n_k lambda_k)^2.
+
+For a fixed m the levels decouple: lambda_k(m) is the largest rate meeting level
+k's user-level guarantee (:func:`segshuffle.core.accounting.max_lambda`), and the
+bound falls as every lambda_k grows.  What remains is a one-dimensional search
+over m.  It is bracketed by the full-signal rates m_k
+(:func:`segshuffle.core.accounting.full_signal_blanket`): above max_k m_k every
+lambda_k = 1 and more blanket only adds noise; below min_k m_k no level sends its
+full signal.  The objective jumps where ceil(m) changes and has kinks at the m_k,
+so it is not assumed unimodal: a grid over every bucket ceil(m) = c is evaluated
+first, then the best cell is refined with a bounded scalar search.  A few points
+below min_k m_k are tried too, since nothing forbids the optimum from lying there.
+
+Dropouts (SPEC section 5): privacy is accounted with n_min = ceil((1 - tau) n)
+users, the utility with the n expected participants.
+
+Levels may number in the thousands (fully personalised budgets).  The search then
+evaluates lambda at up to :data:`ANCHOR_LEVELS` anchor levels and interpolates
+between them; the final lambdas are exact for every level, each found by a root
+search bracketed by its neighbouring anchors.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy import optimize as scipy_optimize
+
+from . import validation
+from .accounting import (
+    LAMBDA_XTOL,
+    blanket_geometry,
+    full_signal_blanket,
+    item_delta_target,
+    user_epsilon,
+)
+from .estimator import mse_bound
+from .hockey_stick import _largest_feasible, delta_for, poisson_pair
+
+#: Number of levels whose lambda is computed exactly during the m search when K is large.
+ANCHOR_LEVELS = 24
+
+#: Lambda precision during the m search (the final lambdas use LAMBDA_XTOL).
+SEARCH_XTOL = 1e-4
+
+#: Levels for which the lower-bound epsilons are reported by default.
+LOWER_BOUND_LEVELS = 64
+
+
+@dataclass(frozen=True)
+class OptimizationResult:
+    """Published parameters and the accounting behind them.
+
+    ``epsilons`` are the achieved user-level guarantees (upper bounds, at most the
+    requested levels), ``epsilons_lower`` the paper's lower bounds (``None`` entries:
+    not computed or above the cap), ``level_blankets`` the full-signal rates m_k.
+    """
+
+    m: float
+    lambdas: tuple[float, ...]
+    mse_bound: float
+    epsilons: tuple[float | None, ...]
+    epsilons_lower: tuple[float | None, ...]
+    delta: float
+    users: float
+    accounting_users: int
+    levels: tuple[float, ...]
+    level_counts: tuple[float, ...]
+    domain_size: int
+    set_size: int
+    dropout_tolerance: float
+    level_blankets: tuple[float, ...] | None
+    blanket_fixed: bool
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-ready dictionary (tuples become lists)."""
+        data = asdict(self)
+        return {key: list(value) if isinstance(value, tuple) else value
+                for key, value in data.items()}
+
+
+def accounting_users(users: float, dropout_tolerance: float) -> int:
+    """n_min = ceil((1 - tau) n): the users whose blanket is guaranteed (SPEC section 5)."""
+    return max(1, math.ceil((1.0 - dropout_tolerance) * users - 1e-9))
+
+
+class _LambdaSolver:
+    """lambda_k(m) for every level, with the per-(N, r) caches of the accountant shared."""
+
+    def __init__(self, levels: Sequence[float], set_size: int, delta: float, users: int,
+                 domain_size: int) -> None:
+        self.levels = list(levels)
+        self.set_size = set_size
+        self.delta = delta
+        self.users = users
+        self.domain_size = domain_size
+
+    def _excess(self, level: float, n_slots: int, r: float):
+        eps_item = level / self.set_size
+        target = item_delta_target(level, self.set_size, self.delta)
+        return lambda lam: delta_for(poisson_pair(lam, n_slots, r), eps_item) - target
+
+    def solve(self, level: float, m: float, xtol: float,
+              bracket: tuple[float, float] = (0.0, 1.0)) -> float:
+        """Largest feasible lambda; ``bracket`` is a hint, verified before use."""
+        n_slots, r = blanket_geometry(self.users, m, self.domain_size)
+        excess = self._excess(level, n_slots, r)
+        lo, hi = bracket
+        if hi >= 1.0 or excess(hi) <= 0.0:
+            if excess(1.0) <= 0.0:
+                return 1.0
+            hi = 1.0
+        if lo > 0.0 and excess(lo) > 0.0:
+            lo = 0.0
+        return _largest_feasible(excess, lo, hi, rtol=xtol)
+
+    def all_exact(self, m: float, xtol: float) -> list[float]:
+        """Exact lambdas for every level, bracketed by anchor solutions when K is large."""
+        count = len(self.levels)
+        if count <= ANCHOR_LEVELS:
+            return [self.solve(level, m, xtol) for level in self.levels]
+        anchors = _anchor_indices(count)
+        values: dict[int, float] = {i: self.solve(self.levels[i], m, xtol) for i in anchors}
+        for left, right in zip(anchors, anchors[1:], strict=False):
+            for i in range(left + 1, right):
+                values[i] = self.solve(self.levels[i], m, xtol, (values[left], values[right]))
+        return [values[i] for i in range(count)]
+
+    def approximate(self, m: float) -> list[float]:
+        """Lambdas for the m search: exact at the anchors, interpolated in between."""
+        count = len(self.levels)
+        if count <= ANCHOR_LEVELS:
+            return [self.solve(level, m, SEARCH_XTOL) for level in self.levels]
+        anchors = _anchor_indices(count)
+        anchor_levels = [self.levels[i] for i in anchors]
+        anchor_lambdas = [self.solve(level, m, SEARCH_XTOL) for level in anchor_levels]
+        return list(np.interp(self.levels, anchor_levels, anchor_lambdas))
+
+
+def _anchor_indices(count: int) -> list[int]:
+    return sorted({round(i * (count - 1) / (ANCHOR_LEVELS - 1)) for i in range(ANCHOR_LEVELS)})
+
+
+def _candidate_blankets(low: float, high: float) -> list[float]:
+    """Grid over (0, high]: every bucket between low and high, plus a few points below low."""
+    candidates = {high, low}
+    candidates.update(low * f for f in (0.3, 0.5, 0.7, 0.85))
+    first, last = max(1, math.ceil(low)), max(1, math.ceil(high))
+    if last - first <= 16:
+        for bucket in range(first, last + 1):
+            candidates.update(bucket - 1 + j / 5 for j in range(1, 6))
+    else:
+        candidates.update(np.geomspace(max(low, 1e-3), high, 48).tolist())
+        candidates.update(float(c) for c in range(first, min(last, first + 8) + 1))
+    return sorted(m for m in candidates if 0.0 < m <= high)
+
+
+def optimize(
+    level_counts: Sequence[float],
+    levels: Sequence[float],
+    domain_size: int,
+    set_size: int,
+    delta: float,
+    *,
+    dropout_tolerance: float = 0.0,
+    blanket: float | None = None,
+    lower_bounds: bool | None = None,
+) -> OptimizationResult:
+    """Choose m (unless ``blanket`` fixes it) and lambda_k for every level.
+
+    ``level_counts`` are n_k (exact, or the debiased estimates n^_k; fractional
+    values are fine), ``levels`` the increasing E_k.  ``lower_bounds`` defaults to
+    computing the paper's lower-bound epsilons when there are at most
+    :data:`LOWER_BOUND_LEVELS` levels.
+    """
+    levels = validation.require_levels(levels)
+    counts = validation.require_level_counts(level_counts, len(levels))
+    d, s = validation.require_domain(domain_size, set_size)
+    delta = validation.require_probability_open("delta", delta)
+    tau = validation.require_tolerance("dropout tolerance", dropout_tolerance)
+    users = math.fsum(counts)
+    if users < 2:
+        raise ValueError(f"need at least 2 users, got {users:g}")
+    n_min = accounting_users(users, tau)
+    solver = _LambdaSolver(levels, s, delta, n_min, d)
+
+    level_blankets: tuple[float, ...] | None = None
+    if blanket is not None:
+        m = validation.require_non_negative("blanket rate m", blanket)
+    else:
+        if len(levels) <= ANCHOR_LEVELS:
+            level_blankets = tuple(full_signal_blanket(e, s, delta, n_min, d) for e in levels)
+            low, high = min(level_blankets), max(level_blankets)
+        else:
+            high = full_signal_blanket(levels[0], s, delta, n_min, d)
+            low = full_signal_blanket(levels[-1], s, delta, n_min, d)
+        m = _search_blanket(solver, users, s, counts, low, high, level_blankets or ())
+
+    lambdas = solver.all_exact(m, LAMBDA_XTOL)
+    if lower_bounds is None:
+        lower_bounds = len(levels) <= LOWER_BOUND_LEVELS
+    epsilons = tuple(
+        _achieved_epsilon(level, lam, s, delta, n_min, m, d) for level, lam in zip(
+            levels, lambdas, strict=True)
+    )
+    epsilons_lower = tuple(
+        user_epsilon(lam, s, delta, n_min, m, d, lower=True, hint=upper)
+        if lower_bounds else None
+        for lam, upper in zip(lambdas, epsilons, strict=True)
+    )
+    return OptimizationResult(
+        m=m,
+        lambdas=tuple(lambdas),
+        mse_bound=mse_bound(users, m, s, counts, lambdas),
+        epsilons=epsilons,
+        epsilons_lower=epsilons_lower,
+        delta=delta,
+        users=users,
+        accounting_users=n_min,
+        levels=tuple(levels),
+        level_counts=tuple(counts),
+        domain_size=d,
+        set_size=s,
+        dropout_tolerance=tau,
+        level_blankets=level_blankets,
+        blanket_fixed=blanket is not None,
+    )
+
+
+def _search_blanket(solver: _LambdaSolver, users: float, s: int, counts: list[float],
+                    low: float, high: float, breakpoints: Sequence[float]) -> float:
+    """Grid over the buckets, then a bounded scalar refinement inside the best cell."""
+    if high == 0.0:
+        return 0.0
+
+    cache: dict[float, float] = {}
+
+    def objective(m: float) -> float:
+        if m not in cache:
+            cache[m] = mse_bound(users, m, s, counts, solver.approximate(m))
+        return cache[m]
+
+    grid = sorted(set(_candidate_blankets(low, high)) | {b for b in breakpoints if b > 0.0})
+    values = [objective(m) for m in grid]
+    best = int(np.argmin(values))
+    m_best = grid[best]
+    # Refine between the neighbouring grid points, staying inside one bucket.
+    bucket = math.ceil(m_best)
+    left = max(grid[best - 1] if best > 0 else 0.0, bucket - 1.0)
+    right = min(grid[best + 1] if best + 1 < len(grid) else high, float(bucket), high)
+    if right - left > 1e-9:
+        found = scipy_optimize.minimize_scalar(
+            objective, bounds=(math.nextafter(left, math.inf), right), method="bounded",
+            options={"xatol": max(1e-5 * m_best, 1e-9), "maxiter": 40},
+        )
+        if found.success and objective(float(found.x)) < objective(m_best):
+            m_best = float(found.x)
+    return m_best
+
+
+def _achieved_epsilon(level: float, lam: float, s: int, delta: float, users: int, m: float,
+                      d: int) -> float | None:
+    """User-level epsilon achieved by lambda_k: at most the level, by construction.
+
+    lambda_k was verified to meet the condition at exactly E = level, so the level
+    itself is a valid answer whenever the search's safe-side rounding lands above it.
+    """
+    found = user_epsilon(lam, s, delta, users, m, d, hint=level)
+    return level if found is None or found > level else found
