@@ -1,0 +1,529 @@
+"""Pydantic models of every HTTP body of the server and the shuffler (docs/architecture.md).
+
+Request bodies are validated strictly: unknown fields are refused, JSON types are
+not coerced (``"3"`` is not an integer), sizes are bounded, and ciphertexts must be
+base64url strings (no padding) of exactly :data:`CIPHERTEXT_B64_LENGTH` characters
+that decode to :data:`CIPHERTEXT_LENGTH` bytes.  Response bodies ignore unknown
+fields, so a client keeps working when a server adds a member.
+
+Hashes that bind messages to their context (SPEC section 7): ``config_hash`` is
+SHA-256 of the canonical JSON of the campaign's :class:`CampaignConfig`;
+``parameters_hash`` the same of the :class:`PublishedParameters`.  Canonical JSON is
+``json.dumps(obj, sort_keys=True, separators=(",", ":"))`` of the model's JSON-mode
+dump (:func:`canonical_json`, :func:`context_hash`).  Hashes travel as lowercase hex;
+the HPKE ``info`` uses the 32 raw bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import itertools
+import json
+import math
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
+
+# --- sizes -------------------------------------------------------------------------------
+
+KEM_ID_X25519 = 0x0020
+"""RFC 9180 KEM id of DHKEM(X25519, HKDF-SHA256)."""
+KDF_ID_HKDF_SHA256 = 0x0001
+AEAD_ID_AES_128_GCM = 0x0001
+
+ENC_LENGTH = 32
+"""Length of the HPKE encapsulated key (X25519 public key)."""
+TAG_LENGTH = 16
+CIPHERTEXT_LENGTH = ENC_LENGTH + 32 + TAG_LENGTH
+"""``enc || ct`` of one 32-byte plaintext: 80 bytes."""
+CIPHERTEXT_B64_LENGTH = math.ceil(CIPHERTEXT_LENGTH * 4 / 3)
+"""Characters of an unpadded base64url ciphertext: 107."""
+PUBLIC_KEY_B64_LENGTH = math.ceil(ENC_LENGTH * 4 / 3)
+
+MAX_DOMAIN_SIZE = 1 << 24
+"""Largest item domain (including padding ids) a campaign may declare."""
+MAX_ITEM_NAMES = 100_000
+MAX_ITEM_NAME_LENGTH = 200
+MAX_SET_SIZE = 1024
+MAX_LEVELS = 10_000
+MAX_LEVEL_EPSILON = 30.0
+"""Privacy levels above this are refused: accounting caps epsilon searches at 30."""
+MAX_MESSAGES_PER_SUBMISSION = 8192
+"""Data ciphertexts one round-2 submission may carry (s + ceil(m))."""
+MAX_CHUNK_CIPHERTEXTS = 20_000
+MAX_CHUNK_COUNT = 1_000_000
+MAX_USERS = 100_000_000
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+"""Campaign and batch ids: 1-64 ASCII letters, digits, '.', '_', '-' (no NUL: they go in info)."""
+HEX_SHA256_PATTERN = r"^[0-9a-f]{64}$"
+KEY_ID_PATTERN = r"^[0-9a-f]{16}$"
+
+
+def b64url_encode(data: bytes) -> str:
+    """Unpadded base64url (RFC 4648 section 5)."""
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def b64url_decode(text: str, length: int | None = None) -> bytes:
+    """Strict unpadded base64url: canonical encoding only, optional exact byte length."""
+    if not isinstance(text, str) or "=" in text:
+        raise ValueError("must be unpadded base64url")
+    try:
+        data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError):
+        raise ValueError("must be unpadded base64url") from None
+    if b64url_encode(data) != text:
+        raise ValueError("must be canonical unpadded base64url")
+    if length is not None and len(data) != length:
+        raise ValueError(f"must decode to {length} bytes, got {len(data)}")
+    return data
+
+
+def _check_ciphertext(text: str) -> str:
+    b64url_decode(text, CIPHERTEXT_LENGTH)
+    return text
+
+
+def _check_public_key(text: str) -> str:
+    b64url_decode(text, ENC_LENGTH)
+    return text
+
+
+Ciphertext = Annotated[
+    str,
+    StringConstraints(
+        min_length=CIPHERTEXT_B64_LENGTH,
+        max_length=CIPHERTEXT_B64_LENGTH,
+        pattern=r"^[A-Za-z0-9_-]+$",
+    ),
+    AfterValidator(_check_ciphertext),
+]
+"""One HPKE ciphertext ``enc || ct``: 80 bytes as 107 base64url characters."""
+
+PublicKeyB64 = Annotated[
+    str,
+    StringConstraints(
+        min_length=PUBLIC_KEY_B64_LENGTH, max_length=PUBLIC_KEY_B64_LENGTH,
+        pattern=r"^[A-Za-z0-9_-]+$",
+    ),
+    AfterValidator(_check_public_key),
+]
+Identifier = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
+KeyId = Annotated[str, StringConstraints(pattern=KEY_ID_PATTERN)]
+HexSha256 = Annotated[str, StringConstraints(pattern=HEX_SHA256_PATTERN)]
+ItemName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ITEM_NAME_LENGTH)]
+Probability = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+Round = Literal[1, 2]
+Stream = Literal["levels", "data"]
+Phase = Literal["round1", "round2", "done"]
+"""Campaign phases: collecting levels, parameters published (collecting data), decoded."""
+
+
+# --- canonical JSON and hashes ------------------------------------------------------------
+
+
+def canonical_json(obj: BaseModel | Any) -> bytes:
+    """``json.dumps(obj, sort_keys=True, separators=(",", ":"))`` as UTF-8.
+
+    A model is first dumped in JSON mode, so ints declared as floats appear as
+    floats and the result does not depend on how the values arrived.
+    """
+    if isinstance(obj, BaseModel):
+        obj = obj.model_dump(mode="json")
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
+def context_hash(obj: BaseModel | Any) -> bytes:
+    """SHA-256 of :func:`canonical_json` (32 raw bytes, as the HPKE ``info`` uses it)."""
+    return hashlib.sha256(canonical_json(obj)).digest()
+
+
+def context_hash_hex(obj: BaseModel | Any) -> str:
+    """:func:`context_hash` as lowercase hex (as the JSON bodies carry it)."""
+    return context_hash(obj).hex()
+
+
+# --- base classes -------------------------------------------------------------------------
+
+
+class RequestModel(BaseModel):
+    """A request body: strict types, unknown fields refused."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class ResponseModel(BaseModel):
+    """A response body: unknown fields ignored (forward compatible)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+# --- campaigns ----------------------------------------------------------------------------
+
+
+class InsecureParameters(RequestModel):
+    """Fixed round-2 parameters that bypass the optimizer (and privacy).
+
+    Only accepted by a server started with the insecure flag; meant for tests that
+    check count integrity end to end (e.g. lambda = 1 and m = 0).
+    """
+
+    m: float = Field(ge=0.0, le=1024.0, allow_inf_nan=False)
+    lambdas: list[Probability] = Field(min_length=1, max_length=MAX_LEVELS)
+
+
+def _check_levels(levels: list[float]) -> list[float]:
+    for previous, current in itertools.pairwise(levels):
+        if current <= previous:
+            raise ValueError("levels must be strictly increasing")
+    return levels
+
+
+Levels = Annotated[
+    list[Annotated[float, Field(gt=0.0, le=MAX_LEVEL_EPSILON, allow_inf_nan=False)]],
+    Field(min_length=1, max_length=MAX_LEVELS),
+    AfterValidator(_check_levels),
+]
+
+
+class CampaignCreate(RequestModel):
+    """``POST /v1/campaigns``: what the admin asks for.
+
+    Give ``items`` (names, d = len(items)) or ``domain_size`` (d), or both when they
+    agree.  ``delta`` defaults to 0.01/n with n known after round 1;
+    ``level_privacy`` is ``null`` for exact level counts or eps_p for K-ary
+    randomized response; ``padding`` appends s padding ids to the domain (SPEC
+    section 6).
+    """
+
+    id: Identifier
+    items: list[ItemName] | None = Field(default=None, min_length=2, max_length=MAX_ITEM_NAMES)
+    domain_size: int | None = Field(default=None, ge=2, le=MAX_DOMAIN_SIZE)
+    set_size: int = Field(ge=1, le=MAX_SET_SIZE)
+    levels: Levels
+    delta: float | None = Field(default=None, gt=0.0, lt=1.0, allow_inf_nan=False)
+    min_users: int = Field(ge=2, le=MAX_USERS)
+    dropout_tolerance: float = Field(default=0.1, ge=0.0, lt=1.0, allow_inf_nan=False)
+    level_privacy: float | None = Field(default=None, gt=0.0, le=MAX_LEVEL_EPSILON,
+                                        allow_inf_nan=False)
+    fixed_size: bool = True
+    padding: bool = True
+    insecure_parameters: InsecureParameters | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CampaignCreate:
+        if self.items is None and self.domain_size is None:
+            raise ValueError("give items or domain_size")
+        if self.items is not None:
+            if len(set(self.items)) != len(self.items):
+                raise ValueError("item names must be unique")
+            if self.domain_size is not None and self.domain_size != len(self.items):
+                raise ValueError("domain_size must equal the number of items")
+        d = self.domain_size if self.domain_size is not None else len(self.items or ())
+        if self.set_size > d:
+            raise ValueError("set_size must not exceed the domain size")
+        if d + (self.set_size if self.padding else 0) > MAX_DOMAIN_SIZE:
+            raise ValueError(f"the domain including padding must not exceed {MAX_DOMAIN_SIZE}")
+        if (self.insecure_parameters is not None
+                and len(self.insecure_parameters.lambdas) != len(self.levels)):
+            raise ValueError("insecure_parameters.lambdas needs one rate per level")
+        return self
+
+    def to_config(self) -> CampaignConfig:
+        """The normalized configuration (defaults filled, d explicit) that gets hashed."""
+        d = self.domain_size if self.domain_size is not None else len(self.items or ())
+        return CampaignConfig(
+            id=self.id,
+            items=list(self.items) if self.items is not None else None,
+            domain_size=d,
+            set_size=self.set_size,
+            levels=[float(e) for e in self.levels],
+            delta=self.delta,
+            min_users=self.min_users,
+            dropout_tolerance=float(self.dropout_tolerance),
+            level_privacy=self.level_privacy,
+            fixed_size=self.fixed_size,
+            padding=self.padding,
+            insecure_parameters=self.insecure_parameters,
+        )
+
+
+class CampaignConfig(ResponseModel):
+    """A campaign's normalized configuration; ``config_hash`` is SHA-256 of its canonical JSON.
+
+    ``domain_size`` is d, the number of real items; the privacy domain is
+    :attr:`privacy_domain_size` (d + s with padding).
+    """
+
+    id: str
+    items: list[str] | None
+    domain_size: int
+    set_size: int
+    levels: list[float]
+    delta: float | None
+    min_users: int
+    dropout_tolerance: float
+    level_privacy: float | None
+    fixed_size: bool
+    padding: bool
+    insecure_parameters: InsecureParameters | None = None
+
+    @property
+    def padding_items(self) -> int:
+        return self.set_size if self.padding else 0
+
+    @property
+    def privacy_domain_size(self) -> int:
+        """d + s with padding, d without: the domain the accounting and the decoder use."""
+        return self.domain_size + self.padding_items
+
+    def hash_hex(self) -> str:
+        return context_hash_hex(self)
+
+
+class PublishedParameters(ResponseModel):
+    """Round-2 parameters, published once after round 1 and immutable (SPEC section 2).
+
+    ``privacy_domain_size`` counts the padding ids; a user at level k sends
+    ``set_size + blanket_slots`` data ciphertexts when ``fixed_size`` (SPEC section 7).
+    ``users`` is the round-1 n, ``accounting_users`` n_min = ceil((1 - tau) n): the
+    shuffler must not release round 2 with fewer participants.
+    """
+
+    campaign_id: str
+    key_id: str
+    config_hash: str
+    levels: list[float]
+    m: float
+    blanket_slots: int
+    lambdas: list[float]
+    domain_size: int
+    privacy_domain_size: int
+    padding_items: int
+    set_size: int
+    messages_per_user: int
+    fixed_size: bool
+    level_privacy: float | None
+    delta: float
+    users: int
+    accounting_users: int
+    dropout_tolerance: float
+    epsilons: list[float | None]
+    epsilons_lower: list[float | None]
+    mse_bound: float | None
+    insecure: bool = False
+
+    def hash_hex(self) -> str:
+        return context_hash_hex(self)
+
+
+class HpkeConfig(ResponseModel):
+    """``GET /v1/campaigns/{cid}/hpke-config``: the campaign's pinned public key."""
+
+    key_id: KeyId
+    kem_id: int = KEM_ID_X25519
+    kdf_id: int = KDF_ID_HKDF_SHA256
+    aead_id: int = AEAD_ID_AES_128_GCM
+    public_key: PublicKeyB64
+
+
+class CampaignView(ResponseModel):
+    """``GET /v1/campaigns/{cid}``: the public view of a campaign."""
+
+    id: str
+    phase: Phase
+    config: CampaignConfig
+    config_hash: str
+    key_id: str
+    hpke_config: HpkeConfig
+    parameters: PublishedParameters | None = None
+    parameters_hash: str | None = None
+
+    def context_hash_for(self, round_: int) -> bytes:
+        """The 32-byte context hash messages of ``round_`` bind (docs/architecture.md)."""
+        if round_ == 1:
+            return bytes.fromhex(self.config_hash)
+        if round_ == 2:
+            if self.parameters_hash is None:
+                raise ValueError("round-2 parameters are not published yet")
+            return bytes.fromhex(self.parameters_hash)
+        raise ValueError(f"round must be 1 or 2, got {round_}")
+
+
+# --- batches (shuffler -> server) ---------------------------------------------------------
+
+
+class BatchChunk(RequestModel):
+    """``PUT .../rounds/{round}/batches/{batch_id}``: one chunk of one stream of a batch."""
+
+    chunk_index: int = Field(ge=0, lt=MAX_CHUNK_COUNT)
+    chunk_count: int = Field(ge=1, le=MAX_CHUNK_COUNT)
+    stream: Stream
+    ciphertexts: list[Ciphertext] = Field(max_length=MAX_CHUNK_CIPHERTEXTS)
+
+    @model_validator(mode="after")
+    def _index_in_range(self) -> BatchChunk:
+        if self.chunk_index >= self.chunk_count:
+            raise ValueError("chunk_index must be smaller than chunk_count")
+        return self
+
+
+class MessageFailure(ResponseModel):
+    """One message of a chunk that was dropped, with the problem type that says why."""
+
+    stream: Stream
+    chunk_index: int
+    index: int
+    type: str
+
+
+class ChunkReceipt(ResponseModel):
+    """Answer to a chunk: counts of what was kept and dropped, and the failures."""
+
+    campaign_id: str
+    round: int
+    batch_id: str
+    stream: Stream
+    chunk_index: int
+    chunk_count: int
+    received: int
+    accepted: int
+    nulls: int
+    replays: int
+    failures: list[MessageFailure]
+    duplicate: bool = False
+    """True when this exact chunk had already been stored (idempotent retry)."""
+
+
+class StreamSummary(ResponseModel):
+    """Totals of one stream of a completed batch."""
+
+    chunks: int
+    received: int
+    accepted: int
+    nulls: int
+    replays: int
+    decrypt_failures: int
+    invalid_messages: int
+    out_of_domain: int
+
+
+class BatchCompletion(ResponseModel):
+    """Answer to ``POST .../batches/{batch_id}/complete``: the round is finished."""
+
+    campaign_id: str
+    round: int
+    batch_id: str
+    phase: Phase
+    streams: dict[str, StreamSummary]
+    failures: list[MessageFailure]
+    parameters_hash: str | None = None
+
+
+# --- results --------------------------------------------------------------------------------
+
+
+class ItemEstimate(ResponseModel):
+    """W^_j (unbiased share of users holding item j), its standard error and the projection."""
+
+    id: int
+    name: str | None
+    estimate: float
+    standard_error: float
+    projected: float
+
+
+class LevelPrivacy(ResponseModel):
+    """Achieved user-level guarantee of one level (upper bound and lower-bound audit)."""
+
+    level: float
+    lam: float
+    epsilon_upper: float | None
+    epsilon_lower: float | None
+    users_round1: float
+    users_round2: float
+
+
+class PrivacyReport(ResponseModel):
+    delta: float
+    m: float
+    lambdas: list[float]
+    users: int
+    accounting_users: int
+    round2_users: int
+    levels: list[LevelPrivacy]
+    insecure: bool
+
+
+class Results(ResponseModel):
+    """``GET /v1/campaigns/{cid}/results`` (admin)."""
+
+    campaign_id: str
+    phase: Phase
+    items: list[ItemEstimate]
+    padding: list[ItemEstimate]
+    privacy: PrivacyReport
+    round2_messages: int
+    dropped_messages: int
+    parameters_hash: str
+
+
+# --- shuffler bodies ------------------------------------------------------------------------
+
+
+class EnrollmentRequest(RequestModel):
+    """``POST /v1/campaigns/{cid}/enrollments``: optional invitation code of the policy."""
+
+    invitation: Annotated[str, StringConstraints(min_length=1, max_length=512)] | None = None
+
+
+class EnrollmentResponse(ResponseModel):
+    campaign_id: str
+    token: str
+
+
+class Round1Submission(RequestModel):
+    """Round 1: one sealed level message."""
+
+    level: Ciphertext
+
+
+class Round2Submission(RequestModel):
+    """Round 2: one sealed level message (dropouts, SPEC section 5) and the data messages."""
+
+    level: Ciphertext
+    data: list[Ciphertext] = Field(min_length=1, max_length=MAX_MESSAGES_PER_SUBMISSION)
+
+
+class SubmissionReceipt(ResponseModel):
+    campaign_id: str
+    round: int
+    accepted: bool = True
+
+
+class RoundStatus(ResponseModel):
+    """``GET /v1/campaigns/{cid}/rounds/{round}`` on the shuffler."""
+
+    campaign_id: str
+    round: int
+    participants: int
+    required: int
+    released: bool
+
+
+class ReleaseResponse(ResponseModel):
+    campaign_id: str
+    round: int
+    batch_id: str
+    messages: int
+    chunks: int

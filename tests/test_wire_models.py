@@ -1,0 +1,130 @@
+"""HTTP body models: strict validation, canonical JSON and context hashes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+from pydantic import ValidationError
+from segshuffle.wire.models import (
+    CIPHERTEXT_B64_LENGTH,
+    CIPHERTEXT_LENGTH,
+    MAX_CHUNK_CIPHERTEXTS,
+    BatchChunk,
+    CampaignConfig,
+    CampaignCreate,
+    Round2Submission,
+    b64url_decode,
+    b64url_encode,
+    canonical_json,
+    context_hash,
+    context_hash_hex,
+)
+
+BASE = {"id": "c-1", "domain_size": 10, "set_size": 2, "levels": [1, 2.5], "min_users": 5}
+
+
+def ciphertext(fill: int = 7) -> str:
+    return b64url_encode(bytes([fill]) * CIPHERTEXT_LENGTH)
+
+
+def test_ciphertext_length_constant():
+    assert CIPHERTEXT_LENGTH == 80
+    assert len(ciphertext()) == CIPHERTEXT_B64_LENGTH == 107
+
+
+def test_defaults_and_normalisation():
+    config = CampaignCreate.model_validate(BASE).to_config()
+    assert config.delta is None
+    assert config.dropout_tolerance == 0.1
+    assert config.fixed_size and config.padding
+    assert config.level_privacy is None
+    assert config.levels == [1.0, 2.5]
+    assert config.privacy_domain_size == 12
+    names = CampaignCreate.model_validate(
+        {**{k: v for k, v in BASE.items() if k != "domain_size"}, "items": list("abcdef")}
+    ).to_config()
+    assert names.domain_size == 6
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"domain_size": "10"},  # no coercion
+        {"domain_size": 1},
+        {"set_size": 11},
+        {"set_size": 0},
+        {"levels": []},
+        {"levels": [2, 1]},
+        {"levels": [1, 1]},
+        {"levels": [0.0]},
+        {"levels": [31.0]},
+        {"delta": 0.0},
+        {"delta": 1.0},
+        {"dropout_tolerance": 1.0},
+        {"min_users": True},
+        {"min_users": 1},
+        {"id": "has space"},
+        {"id": "x" * 65},
+        {"id": "a\x00b"},
+        {"level_privacy": -1.0},
+        {"unknown": 1},
+        {"items": ["a", "a", "b"], "domain_size": None},
+        {"items": ["a", "b", "c"], "domain_size": 10},
+        {"domain_size": None},
+        {"insecure_parameters": {"m": 0.0, "lambdas": [1.0]}},  # one rate for two levels
+        {"insecure_parameters": {"m": 0.0, "lambdas": [1.0, 1.5]}},
+    ],
+)
+def test_campaign_create_rejects(change):
+    body = {**BASE, **change}
+    body = {k: v for k, v in body.items() if v is not None}
+    with pytest.raises(ValidationError):
+        CampaignCreate.model_validate(body)
+
+
+def test_canonical_json_and_hash_are_stable_across_a_json_round_trip():
+    config = CampaignCreate.model_validate(BASE).to_config()
+    text = canonical_json(config)
+    assert text == json.dumps(json.loads(text), sort_keys=True, separators=(",", ":")).encode()
+    again = CampaignConfig.model_validate_json(config.model_dump_json())
+    assert context_hash(again) == context_hash(config) == hashlib.sha256(text).digest()
+    assert context_hash_hex(config) == config.hash_hex()
+    assert len(context_hash(config)) == 32
+    other = CampaignCreate.model_validate({**BASE, "set_size": 3}).to_config()
+    assert context_hash(other) != context_hash(config)
+
+
+def test_base64url_is_strict():
+    assert b64url_decode(ciphertext(), CIPHERTEXT_LENGTH) == bytes([7]) * 80
+    for bad in ["AAA=", "A", "+/+/", ciphertext()[:-1] + "B"]:
+        with pytest.raises(ValueError):
+            b64url_decode(bad)
+    with pytest.raises(ValueError, match="80 bytes"):
+        b64url_decode(b64url_encode(bytes(79)), CIPHERTEXT_LENGTH)
+
+
+def test_batch_chunk_validation():
+    good = {"chunk_index": 0, "chunk_count": 2, "stream": "data", "ciphertexts": [ciphertext()]}
+    assert BatchChunk.model_validate(good).ciphertexts == [ciphertext()]
+    for change in [
+        {"chunk_index": 2},
+        {"chunk_index": -1},
+        {"chunk_count": 0},
+        {"stream": "other"},
+        {"ciphertexts": [ciphertext()[:-1]]},
+        {"ciphertexts": [ciphertext() + "A"]},
+        {"ciphertexts": ["!" * CIPHERTEXT_B64_LENGTH]},
+        {"ciphertexts": [ciphertext()] * (MAX_CHUNK_CIPHERTEXTS + 1)},
+        {"ciphertexts": "notalist"},
+    ]:
+        with pytest.raises(ValidationError):
+            BatchChunk.model_validate({**good, **change})
+
+
+def test_round2_submission_needs_data():
+    with pytest.raises(ValidationError):
+        Round2Submission.model_validate({"level": ciphertext(), "data": []})
+    assert len(Round2Submission.model_validate(
+        {"level": ciphertext(), "data": [ciphertext(1), ciphertext(2)]}).data) == 2
