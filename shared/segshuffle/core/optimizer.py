@@ -151,7 +151,7 @@ def _anchor_indices(count: int) -> list[int]:
 def _candidate_blankets(low: float, high: float) -> list[float]:
     """Grid over (0, high]: every bucket between low and high, plus a few points below low."""
     candidates = {high, low}
-    candidates.update(low * f for f in (0.3, 0.5, 0.7, 0.85))
+    candidates.update(low * f for f in (0.5, 0.8))
     first, last = max(1, math.ceil(low)), max(1, math.ceil(high))
     if last - first <= 16:
         for bucket in range(first, last + 1):
@@ -204,12 +204,9 @@ def optimize(
         m = _search_blanket(solver, users, s, counts, low, high, level_blankets or ())
 
     lambdas = solver.all_exact(m, LAMBDA_XTOL)
+    epsilons = _achieved_epsilons(levels, lambdas, s, delta, n_min, m, d)
     if lower_bounds is None:
         lower_bounds = len(levels) <= LOWER_BOUND_LEVELS
-    epsilons = tuple(
-        _achieved_epsilon(level, lam, s, delta, n_min, m, d) for level, lam in zip(
-            levels, lambdas, strict=True)
-    )
     epsilons_lower = tuple(
         user_epsilon(lam, s, delta, n_min, m, d, lower=True, hint=upper)
         if lower_bounds else None
@@ -258,19 +255,31 @@ def _search_blanket(solver: _LambdaSolver, users: float, s: int, counts: list[fl
     if right - left > 1e-9:
         found = scipy_optimize.minimize_scalar(
             objective, bounds=(math.nextafter(left, math.inf), right), method="bounded",
-            options={"xatol": max(1e-5 * m_best, 1e-9), "maxiter": 40},
+            options={"xatol": max(1e-3 * m_best, 1e-9), "maxiter": 25},
         )
         if found.success and objective(float(found.x)) < objective(m_best):
             m_best = float(found.x)
     return m_best
 
 
-def _achieved_epsilon(level: float, lam: float, s: int, delta: float, users: int, m: float,
-                      d: int) -> float | None:
-    """User-level epsilon achieved by lambda_k: at most the level, by construction.
+def _achieved_epsilons(levels: Sequence[float], lambdas: Sequence[float], s: int, delta: float,
+                       users: int, m: float, d: int) -> tuple[float, ...]:
+    """User-level epsilon achieved by each lambda_k: at most its level, by construction.
 
-    lambda_k was verified to meet the condition at exactly E = level, so the level
-    itself is a valid answer whenever the search's safe-side rounding lands above it.
+    A level with lambda_k < 1 sits on its constraint: lambda_k was verified to meet
+    condition (*) at exactly E = level and is within LAMBDA_XTOL of the largest rate
+    that does, so the level itself is the achieved guarantee (to ~1e-9).  Levels
+    with lambda_k = 1 are over-protected; they share one pair, whose smallest
+    feasible E is searched once (hinted by the smallest such level).
     """
-    found = user_epsilon(lam, s, delta, users, m, d, hint=level)
-    return level if found is None or found > level else found
+    full = [level for level, lam in zip(levels, lambdas, strict=True) if lam >= 1.0]
+    shared: float | None = None
+    if full:
+        shared = user_epsilon(1.0, s, delta, users, m, d, hint=min(full))
+    achieved = []
+    for level, lam in zip(levels, lambdas, strict=True):
+        if lam >= 1.0 and shared is not None:
+            achieved.append(min(shared, level))
+        else:
+            achieved.append(level)
+    return tuple(achieved)
