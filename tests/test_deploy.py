@@ -1,0 +1,286 @@
+"""Fast checks of the container deployment (deploy/): compose file, Dockerfile, scripts.
+
+Building the images and running ``docker compose up`` takes minutes, so it lives in the
+opt-in test ``tests/test_deploy_docker.py`` (``SEGSHUFFLE_DOCKER_TESTS=1``).  Here we
+check everything that can go stale without anybody noticing: that the compose file
+parses, sets only settings the services actually read, starts the services with the
+``serve`` subcommand, publishes on loopback only, keeps the databases on volumes and
+interpolates only variables that ``deploy/init-secrets.sh`` writes or that have
+defaults; that the Dockerfile installs the whole project; and that the scripts are
+valid bash and generate proper secrets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+yaml = pytest.importorskip("yaml")
+
+REPO = Path(__file__).resolve().parents[1]
+DEPLOY = REPO / "deploy"
+COMPOSE = DEPLOY / "compose.yaml"
+DOCKERFILE = DEPLOY / "Dockerfile"
+SCRIPTS = [DEPLOY / "build-images.sh", DEPLOY / "init-secrets.sh"]
+
+INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
+SECRET_NAMES = {"SEGSHUFFLE_ADMIN_TOKEN", "SEGSHUFFLE_SHUFFLER_TOKEN", "SEGSHUFFLE_OPERATOR_TOKEN"}
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    document = yaml.safe_load(COMPOSE.read_text())
+    assert isinstance(document, dict)
+    return document
+
+
+def _environment(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment", {})
+    if isinstance(env, list):  # the "KEY=value" list form
+        env = dict(item.split("=", 1) for item in env)
+    return {str(k): str(v) for k, v in env.items()}
+
+
+def _settings_fields(module_name: str) -> set[str]:
+    module = pytest.importorskip(module_name)
+    return {field.name for field in dataclasses.fields(module.Settings)}
+
+
+def _generated_env(tmp_path: Path) -> dict[str, str]:
+    target = tmp_path / "secrets.env"
+    subprocess.run([str(DEPLOY / "init-secrets.sh")], check=True, capture_output=True,
+                   env={**os.environ, "SEGSHUFFLE_ENV_FILE": str(target)})
+    values = {}
+    for line in target.read_text().splitlines():
+        if line and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            values[key] = value
+    return values
+
+
+# --- compose file ---------------------------------------------------------------------------
+
+
+def test_compose_defines_both_services_with_serve_commands(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert {"server", "shuffler"} <= set(services)
+    for name in ("server", "shuffler"):
+        assert services[name]["command"] == ["serve", name]
+        assert services[name]["image"].endswith("segshuffle:latest}")
+        assert services[name]["pull_policy"] == "never"
+
+
+def test_image_entrypoint_is_the_segshuffle_command() -> None:
+    entrypoint = [line for line in DOCKERFILE.read_text().splitlines()
+                  if line.startswith("ENTRYPOINT")]
+    assert entrypoint == ['ENTRYPOINT ["/usr/bin/tini", "--", "segshuffle"]']
+
+
+@pytest.mark.parametrize(("service", "module", "prefix"), [
+    ("shuffler", "segshuffle.services.shuffler.settings", "SEGSHUFFLE_SHUFFLER_"),
+    ("server", "segshuffle.services.server.settings", "SEGSHUFFLE_SERVER_"),
+])
+def test_compose_environment_names_settings_the_service_reads(
+        compose: dict[str, Any], service: str, module: str, prefix: str) -> None:
+    fields = _settings_fields(module)
+    env = _environment(compose["services"][service])
+    assert env, f"{service} has no environment"
+    for key in env:
+        assert key.startswith(prefix), f"{service} gets {key}, which it does not read"
+        field = key.removeprefix(prefix).lower()
+        assert field in fields, f"{key}: {module}.Settings has no field {field!r}"
+
+
+def test_services_listen_on_all_container_interfaces_at_the_published_port(
+        compose: dict[str, Any]) -> None:
+    for name in ("server", "shuffler"):
+        service = compose["services"][name]
+        env = _environment(service)
+        prefix = f"SEGSHUFFLE_{name.upper()}_"
+        assert env[prefix + "HOST"] == "0.0.0.0"
+        port = env[prefix + "PORT"]
+        (published,) = service["ports"]
+        parts = re.fullmatch(r"(?P<host>[^:]+):(?P<host_port>\$\{[^}]+\}|\d+):(?P<port>\d+)",
+                             published)
+        assert parts, f"{name}: unexpected port mapping {published!r}"
+        assert parts["port"] == port
+        assert parts["host"] == "127.0.0.1", f"{name} must be published on loopback only"
+        check = " ".join(service["healthcheck"]["test"])
+        assert f"http://127.0.0.1:{port}/readyz" in check
+
+
+def test_shuffler_reaches_server_by_service_name_and_waits_for_it(
+        compose: dict[str, Any]) -> None:
+    shuffler = compose["services"]["shuffler"]
+    server_port = _environment(compose["services"]["server"])["SEGSHUFFLE_SERVER_PORT"]
+    env = _environment(shuffler)
+    assert env["SEGSHUFFLE_SHUFFLER_SERVER_URL"] == f"http://server:{server_port}"
+    assert shuffler["depends_on"]["server"]["condition"] == "service_healthy"
+
+
+def test_databases_live_on_named_volumes(compose: dict[str, Any]) -> None:
+    named = set(compose["volumes"])
+    for name in ("server", "shuffler"):
+        service = compose["services"][name]
+        database = Path(_environment(service)[f"SEGSHUFFLE_{name.upper()}_DATABASE"])
+        mounts = [entry.split(":") for entry in service["volumes"]]
+        assert any(source in named and database.is_relative_to(target)
+                   for source, target, *_ in mounts), f"{name} database {database} not on a volume"
+        # The image creates the mount point owned by the service account, so that a fresh
+        # named volume starts out writable by it.
+        assert str(database.parent) in DOCKERFILE.read_text()
+
+
+def test_tokens_are_distinct_and_only_given_to_the_services_that_use_them(
+        compose: dict[str, Any]) -> None:
+    def secrets_of(name: str) -> dict[str, str]:
+        result = {}
+        for key, value in _environment(compose["services"][name]).items():
+            for match in INTERPOLATION.finditer(value):
+                if match.group(1) in SECRET_NAMES:
+                    result[key] = match.group(1)
+        return result
+
+    server, shuffler = secrets_of("server"), secrets_of("shuffler")
+    assert server == {"SEGSHUFFLE_SERVER_ADMIN_TOKEN": "SEGSHUFFLE_ADMIN_TOKEN",
+                      "SEGSHUFFLE_SERVER_SHUFFLER_TOKEN": "SEGSHUFFLE_SHUFFLER_TOKEN"}
+    assert shuffler == {"SEGSHUFFLE_SHUFFLER_SERVER_TOKEN": "SEGSHUFFLE_SHUFFLER_TOKEN",
+                        "SEGSHUFFLE_SHUFFLER_OPERATOR_TOKEN": "SEGSHUFFLE_OPERATOR_TOKEN"}
+
+
+def test_every_interpolated_variable_has_a_default_or_is_generated(tmp_path: Path) -> None:
+    generated = _generated_env(tmp_path)
+    for match in INTERPOLATION.finditer(COMPOSE.read_text()):
+        name, operator, argument = match.groups()
+        if operator in (":-", "-"):
+            continue
+        assert name in generated, f"${{{name}}} has no default and init-secrets.sh omits it"
+        if operator in (":?", "?"):
+            assert "init-secrets" in argument
+
+
+def test_docker_compose_accepts_the_file(tmp_path: Path) -> None:
+    binary = shutil.which("docker-compose")
+    command = [binary] if binary else None
+    if command is None and shutil.which("docker"):
+        probe = subprocess.run(["docker", "compose", "version"], capture_output=True)
+        command = ["docker", "compose"] if probe.returncode == 0 else None
+    if command is None:
+        pytest.skip("neither docker-compose nor the docker compose plugin is installed")
+    secrets = _generated_env(tmp_path)
+    bare = {k: v for k, v in os.environ.items() if k not in SECRET_NAMES}
+    result = subprocess.run([*command, "--env-file", str(tmp_path / "secrets.env"),
+                             "-f", str(COMPOSE), "config"],
+                            capture_output=True, text=True, env=bare)
+    assert result.returncode == 0, result.stderr
+    rendered = yaml.safe_load(result.stdout)["services"]
+    server, shuffler = _environment(rendered["server"]), _environment(rendered["shuffler"])
+    assert server["SEGSHUFFLE_SERVER_ADMIN_TOKEN"] == secrets["SEGSHUFFLE_ADMIN_TOKEN"]
+    assert (server["SEGSHUFFLE_SERVER_SHUFFLER_TOKEN"]
+            == shuffler["SEGSHUFFLE_SHUFFLER_SERVER_TOKEN"]
+            == secrets["SEGSHUFFLE_SHUFFLER_TOKEN"])
+    assert shuffler["SEGSHUFFLE_SHUFFLER_OPERATOR_TOKEN"] == secrets["SEGSHUFFLE_OPERATOR_TOKEN"]
+    # Without any tokens compose refuses to start and says what to run.
+    empty = tmp_path / "empty.env"
+    empty.write_text("")
+    result = subprocess.run([*command, "--env-file", str(empty), "-f", str(COMPOSE), "config"],
+                            capture_output=True, text=True, env=bare)
+    assert result.returncode != 0
+    assert "init-secrets" in result.stderr
+
+
+# --- the serve subcommand the containers run --------------------------------------------
+
+
+def test_serve_subcommand_offers_both_services() -> None:
+    from segshuffle.cli.main import SUBCOMMANDS
+
+    assert "serve" in SUBCOMMANDS
+    pytest.importorskip(SUBCOMMANDS["serve"])
+    for service in ("server", "shuffler"):
+        result = subprocess.run([str(REPO / ".venv/bin/segshuffle"), "serve", service, "--help"],
+                                capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+
+
+# --- Dockerfile -----------------------------------------------------------------------------
+
+
+def test_dockerfile_builds_from_the_imported_base_and_installs_the_project() -> None:
+    text = DOCKERFILE.read_text()
+    assert text.splitlines()[[line.startswith("FROM") for line in text.splitlines()].index(True)] \
+        == "FROM segshuffle-base:bookworm"
+    # Every source root of the package (pyproject's package-dir) is copied in.
+    import tomllib
+
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    package_dirs = pyproject["tool"]["setuptools"]["package-dir"].values()
+    roots = {value.split("/")[0] for value in package_dirs}
+    for root in roots | {"pyproject.toml", "README.md"}:
+        assert re.search(rf"^COPY .*\b{re.escape(root)}\b.* /src/", text, re.MULTILINE), root
+    assert re.search(r"pip install [^\n]*--no-index[^\n]* /src\b", text)
+    assert "python3 -m venv /opt/segshuffle" in text
+    assert re.search(r"^USER segshuffle$", text, re.MULTILINE), "must not run as root"
+
+
+def test_build_script_stages_what_the_dockerfile_copies() -> None:
+    script = (DEPLOY / "build-images.sh").read_text()
+    for line in DOCKERFILE.read_text().splitlines():
+        if line.startswith("COPY "):
+            for source in line.split()[1:-1]:
+                top = source.rstrip("/").split("/")[0]
+                assert re.search(rf"\b{re.escape(top)}\b", script), f"{top} is never staged"
+    assert "docker import" in script and "debootstrap" in script
+    assert "--network none" in script
+
+
+# --- scripts --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_scripts_are_executable_valid_bash(script: Path) -> None:
+    assert script.stat().st_mode & stat.S_IXUSR, f"{script.name} is not executable"
+    assert script.read_text().startswith("#!/usr/bin/env bash\n")
+    result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_init_secrets_writes_private_random_tokens_and_keeps_them(tmp_path: Path) -> None:
+    target = tmp_path / "secrets.env"
+    env = {**os.environ, "SEGSHUFFLE_ENV_FILE": str(target)}
+    first = _generated_env(tmp_path)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    tokens = [first[name] for name in sorted(SECRET_NAMES)]
+    assert len(set(tokens)) == 3
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{43}", token) for token in tokens)
+    assert first["COMPOSE_PROJECT_NAME"] == "segshuffle"
+    # A second run keeps the file; --force rotates every token.
+    subprocess.run([str(DEPLOY / "init-secrets.sh")], check=True, capture_output=True, env=env)
+    assert _read(target) == first
+    subprocess.run([str(DEPLOY / "init-secrets.sh"), "--force"], check=True,
+                   capture_output=True, env=env)
+    rotated = _read(target)
+    assert all(rotated[name] != first[name] for name in SECRET_NAMES)
+
+
+def _read(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines()
+                if line and not line.startswith("#"))
+
+
+def test_generated_secrets_are_ignored_by_git() -> None:
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    result = subprocess.run(["git", "-C", str(REPO), "check-ignore", "-q", "deploy/.env"])
+    assert result.returncode == 0, "deploy/.env must be ignored by git"
+    tracked = subprocess.run(["git", "-C", str(REPO), "ls-files", "deploy"],
+                             capture_output=True, text=True, check=True).stdout.split()
+    assert "deploy/.env" not in tracked
