@@ -126,17 +126,23 @@ def test_shuffler_reaches_server_by_service_name_and_waits_for_it(
     assert shuffler["depends_on"]["server"]["condition"] == "service_healthy"
 
 
-def test_databases_live_on_named_volumes(compose: dict[str, Any]) -> None:
+@pytest.mark.parametrize(("service", "variable", "is_file"), [
+    ("server", "SEGSHUFFLE_SERVER_DATABASE", True),
+    ("server", "SEGSHUFFLE_SERVER_KEY_DIR", False),
+    ("shuffler", "SEGSHUFFLE_SHUFFLER_DATABASE", True),
+])
+def test_state_lives_on_named_volumes(compose: dict[str, Any], service: str, variable: str,
+                                      is_file: bool) -> None:
     named = set(compose["volumes"])
-    for name in ("server", "shuffler"):
-        service = compose["services"][name]
-        database = Path(_environment(service)[f"SEGSHUFFLE_{name.upper()}_DATABASE"])
-        mounts = [entry.split(":") for entry in service["volumes"]]
-        assert any(source in named and database.is_relative_to(target)
-                   for source, target, *_ in mounts), f"{name} database {database} not on a volume"
-        # The image creates the mount point owned by the service account, so that a fresh
-        # named volume starts out writable by it.
-        assert str(database.parent) in DOCKERFILE.read_text()
+    definition = compose["services"][service]
+    path = Path(_environment(definition)[variable])
+    mounts = [entry.split(":") for entry in definition["volumes"]]
+    assert any(source in named and path.is_relative_to(target)
+               for source, target, *_ in mounts), f"{variable}={path} is not on a volume"
+    # The image creates the mount point owned by the service account, so that a fresh
+    # named volume starts out writable by it.
+    directory = path.parent if is_file else path
+    assert re.search(rf"{re.escape(str(directory))}(\s|$)", DOCKERFILE.read_text())
 
 
 def test_tokens_are_distinct_and_only_given_to_the_services_that_use_them(
