@@ -1,0 +1,100 @@
+"""The load test's plumbing (loadtest/harness.py): target checks, tokens, statistics."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+LOADTEST = Path(__file__).resolve().parents[1] / "loadtest"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"loadtest_{name}", LOADTEST / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+harness = _load("harness")
+
+
+@pytest.mark.parametrize("url", [
+    "http://127.0.0.1:8081", "http://127.0.0.1:8081/", "http://localhost:8080",
+    "http://[::1]:8080", "http://127.0.0.5:1",
+])
+def test_loopback_targets_are_accepted(url: str) -> None:
+    assert harness.check_target(url) == url.rstrip("/")
+
+
+@pytest.mark.parametrize("url", [
+    "http://10.1.2.3:8080", "http://192.168.0.1", "http://8.8.8.8:80", "http://[2001:db8::1]/",
+])
+def test_other_targets_are_refused(url: str) -> None:
+    with pytest.raises(harness.TargetError, match="not a loopback address"):
+        harness.check_target(url)
+
+
+def test_private_targets_need_the_explicit_flag() -> None:
+    assert harness.check_target("http://10.1.2.3:8080", allow_private=True)
+    assert harness.check_target("http://172.18.0.2:8080/", allow_private=True)
+    with pytest.raises(harness.TargetError, match="not a loopback or private address"):
+        harness.check_target("http://8.8.8.8", allow_private=True)
+
+
+@pytest.mark.parametrize("url", [
+    "ftp://127.0.0.1/", "127.0.0.1:8080", "http://user:pw@127.0.0.1/", "http://127.0.0.1/?a=1",
+    "http://127.0.0.1:99999/",
+])
+def test_malformed_targets_are_refused(url: str) -> None:
+    with pytest.raises(harness.TargetError):
+        harness.check_target(url)
+
+
+def test_tokens_come_from_flag_then_environment_then_env_file(tmp_path: Path) -> None:
+    env_file = tmp_path / "deploy.env"
+    env_file.write_text("# comment\nSEGSHUFFLE_ADMIN_TOKEN=from-file\n\n"
+                        "SEGSHUFFLE_OPERATOR_TOKEN='quoted'\n")
+    assert harness.resolve_token("admin", "flag", env_file, {}) == "flag"
+    assert harness.resolve_token("admin", None, env_file,
+                                 {"SEGSHUFFLE_SERVER_ADMIN_TOKEN": "env"}) == "env"
+    assert harness.resolve_token("admin", None, env_file, {}) == "from-file"
+    assert harness.resolve_token("operator", None, env_file, {}) == "quoted"
+    with pytest.raises(ValueError, match="--admin-token"):
+        harness.resolve_token("admin", None, tmp_path / "missing.env", {})
+
+
+def test_env_file_syntax_errors_name_the_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.env"
+    bad.write_text("A=1\nnot a pair\n")
+    with pytest.raises(ValueError, match=r"bad.env:2"):
+        harness.read_env_file(bad)
+
+
+def test_percentile_interpolates_order_statistics() -> None:
+    values = [5.0, 1.0, 3.0, 2.0, 4.0]
+    assert harness.percentile(values, 50) == 3.0
+    assert harness.percentile(values, 0) == 1.0
+    assert harness.percentile(values, 100) == 5.0
+    assert harness.percentile(values, 95) == pytest.approx(4.8)
+    assert harness.percentile(list(range(101)), 95) == pytest.approx(95.0)
+    assert math.isnan(harness.percentile([], 50))
+    with pytest.raises(ValueError):
+        harness.percentile(values, 101)
+
+
+def test_summary_takes_medians_over_repeats_and_skips_missing() -> None:
+    metrics = [harness.Metric("a", "A", "s"), harness.Metric("b", "B", "1/s", 0),
+               harness.Metric("c", "C", "s")]
+    runs = [{"a": 1.0, "b": 10.0}, {"a": 3.0, "b": 30.0}, {"a": 2.0, "b": math.nan}]
+    rows = harness.summarize(runs, metrics)
+    assert [row["key"] for row in rows] == ["a", "b"]
+    assert rows[0]["median"] == 2.0 and rows[0]["min"] == 1.0 and rows[0]["max"] == 3.0
+    assert rows[1]["median"] == 20.0 and rows[1]["repeats"] == 2
+    table = harness.format_table(rows)
+    assert "A" in table and "2.0" in table and "20" in table
