@@ -1,1 +1,26 @@
-"""The shuffler service: enrollment, anonymous submissions, uniform permutation, release."""
+"""The shuffler service: enrollment, anonymous submissions, uniform permutation, release.
+
+Modules, one job each:
+
+- :mod:`.settings`: :class:`Settings` from ``SEGSHUFFLE_SHUFFLER_*`` variables.
+- :mod:`.storage`: SQLite (WAL) storage without identities.
+- :mod:`.permutation`: the CSPRNG Fisher-Yates shuffle.
+- :mod:`.enrollment`: the pluggable :class:`EnrollmentPolicy` and its default.
+- :mod:`.upstream`: the HTTP link to the server.
+- :mod:`.release`: release thresholds, chunked forwarding with retries, resumption.
+- :mod:`.app`: the FastAPI application (:func:`create_app`).
+- :mod:`.main`: :func:`run` under uvicorn with the access log off.
+"""
+
+from .main import run
+from .settings import Settings
+
+__all__ = ["Settings", "create_app", "run"]
+
+
+def __getattr__(name: str) -> object:
+    if name == "create_app":  # imported lazily: it pulls in FastAPI
+        from .app import create_app
+
+        return create_app
+    raise AttributeError(name)

@@ -361,6 +361,11 @@ class Storage:
             ).fetchall()
         return {(str(stream), int(index)) for stream, index in rows}
 
+    def clear_acknowledgements(self, record: RoundRecord) -> None:
+        """Forget which chunks were acknowledged, so that all are sent again."""
+        with self._lock:
+            self._db.execute("DELETE FROM acknowledged WHERE batch_id = ?", (record.batch_id,))
+
     def finish_release(self, record: RoundRecord) -> RoundRecord:
         """The server acknowledged the whole batch: mark released, drop the ciphertexts."""
         with self._lock:

@@ -1,0 +1,198 @@
+"""Releasing a round: fix the permutation, forward it in chunks, complete, resume after a crash.
+
+A release has two steps (SPEC sections 1 and 5):
+
+1. :meth:`Releaser.start` closes the round in one database transaction, only if
+   it has at least the required number of distinct participants, and stores
+   every stream in the order of a fresh CSPRNG permutation
+   (:meth:`Storage.start_release`).  From then on the batch is fixed.
+2. :meth:`Releaser.forward` sends each stream to the server in chunks of
+   ``chunk_size`` ciphertexts (``PUT .../batches/{batch_id}`` with
+   ``chunk_index``/``chunk_count``; the server stores a chunk idempotently per
+   (batch, stream, index)), records every acknowledged chunk, then calls
+   ``complete``.  Any failure is retried with capped exponential backoff and
+   jitter until the server acknowledges; a restart resumes every batch still in
+   the ``releasing`` state, skipping acknowledged chunks.
+
+Required participants: round 1 needs ``max(min_users, floor)``; round 2 needs
+``max(n_min, min_users, floor)`` with ``n_min = ceil((1 - tau) n1)``, n1 the
+round-1 participant count (the server publishes the same n_min as
+``accounting_users``; the larger of the two is used).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import random
+
+from segshuffle.wire.models import BatchChunk, CampaignView, b64url_encode
+
+from .storage import RoundRecord, Storage
+from .upstream import ServerLink, UpstreamError
+
+log = logging.getLogger("segshuffle.shuffler")
+
+LEVELS = "levels"
+DATA = "data"
+
+
+def streams_of(round_number: int) -> tuple[str, ...]:
+    """Round 1 carries level messages; round 2 level messages and data messages."""
+    return (LEVELS,) if round_number == 1 else (LEVELS, DATA)
+
+
+def required_participants(view: CampaignView, round_number: int, floor: int,
+                          round1_participants: int | None) -> int:
+    """The release threshold of a round (see the module docstring)."""
+    required = max(view.config.min_users, floor)
+    if round_number == 2:
+        if round1_participants is not None:
+            n_min = math.ceil((1.0 - view.config.dropout_tolerance) * round1_participants)
+            required = max(required, n_min)
+        if view.parameters is not None:
+            required = max(required, view.parameters.accounting_users)
+    return required
+
+
+class Backoff:
+    """Capped exponential backoff with full jitter: delay_k uniform in [d_k / 2, d_k]."""
+
+    def __init__(self, initial: float = 0.1, maximum: float = 10.0) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self.attempt = 0
+        self._rng = random.Random()
+
+    def next_delay(self) -> float:
+        ceiling = min(self.maximum, self.initial * 2.0**self.attempt)
+        self.attempt += 1
+        return ceiling * (0.5 + 0.5 * self._rng.random())
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+class Releaser:
+    """Starts releases and forwards them to the server, one task per batch."""
+
+    def __init__(self, storage: Storage, link: ServerLink, *, chunk_size: int,
+                 backoff_initial: float = 0.1, backoff_max: float = 10.0) -> None:
+        self.storage = storage
+        self.link = link
+        self.chunk_size = chunk_size
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self._tasks: dict[tuple[str, int], asyncio.Task[RoundRecord]] = {}
+
+    # -- step 1 ------------------------------------------------------------------------
+    def start(self, campaign_id: str, round_number: int, required: int) -> RoundRecord:
+        """Close the round and fix its order (raises ``NotEnoughParticipantsError``)."""
+        record = self.storage.start_release(
+            campaign_id, round_number, minimum=required, chunk_size=self.chunk_size,
+            streams=streams_of(round_number),
+        )
+        log.info("round closed: campaign=%s round=%d participants=%d messages=%s",
+                 campaign_id, round_number, record.participants,
+                 ",".join(f"{k}:{v}" for k, v in sorted(record.stream_sizes.items())))
+        return record
+
+    # -- step 2 ------------------------------------------------------------------------
+    def schedule(self, record: RoundRecord) -> asyncio.Task[RoundRecord]:
+        """Forward ``record`` in the background (one task per batch, reused if running)."""
+        key = (record.campaign_id, record.round)
+        task = self._tasks.get(key)
+        if task is None or task.done():
+            task = asyncio.get_running_loop().create_task(
+                self.forward(record), name=f"forward {record.campaign_id}/{record.round}"
+            )
+            self._tasks[key] = task
+        return task
+
+    def resume_all(self) -> int:
+        """Schedule every batch left in the ``releasing`` state (after a restart)."""
+        pending = self.storage.releasing()
+        for record in pending:
+            log.info("resuming release: campaign=%s round=%d", record.campaign_id, record.round)
+            self.schedule(record)
+        return len(pending)
+
+    async def shutdown(self) -> None:
+        tasks = [t for t in self._tasks.values() if not t.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def forward(self, record: RoundRecord) -> RoundRecord:
+        """Deliver every chunk, then ``complete``; retries until the server acknowledges."""
+        backoff = Backoff(self.backoff_initial, self.backoff_max)
+        while True:
+            done = await asyncio.to_thread(self.storage.acknowledged, record)
+            for stream in streams_of(record.round):
+                count = record.chunk_count(stream)
+                for index in range(count):
+                    if (stream, index) in done:
+                        continue
+                    await self._send_chunk(record, stream, index, count, backoff)
+            outcome = await self._complete(record, backoff)
+            if outcome:
+                finished = await asyncio.to_thread(self.storage.finish_release, record)
+                log.info("round released: campaign=%s round=%d", record.campaign_id,
+                         record.round)
+                return finished
+            # the server lacks chunks (it answered incomplete-batch): send them all again
+            await asyncio.to_thread(self._forget_acknowledgements, record)
+
+    def _forget_acknowledgements(self, record: RoundRecord) -> None:
+        self.storage.clear_acknowledgements(record)
+
+    async def _send_chunk(self, record: RoundRecord, stream: str, index: int, count: int,
+                          backoff: Backoff) -> None:
+        ciphertexts = await asyncio.to_thread(self.storage.chunk, record, stream, index)
+        chunk = BatchChunk(
+            chunk_index=index, chunk_count=count, stream=stream,  # type: ignore[arg-type]
+            ciphertexts=[b64url_encode(c) for c in ciphertexts],
+        )
+        while True:
+            try:
+                await self.link.put_chunk(record.campaign_id, record.round, record.batch_id,
+                                          chunk)
+            except UpstreamError as exc:
+                await self._wait(record, f"chunk {stream}/{index}", exc, backoff)
+                continue
+            backoff.reset()
+            await asyncio.to_thread(self.storage.acknowledge, record, stream, index)
+            return
+
+    async def _complete(self, record: RoundRecord, backoff: Backoff) -> bool:
+        """True once the server has finished the round; False if it lacks chunks."""
+        while True:
+            try:
+                await self.link.complete(record.campaign_id, record.round, record.batch_id)
+                return True
+            except UpstreamError as exc:
+                if exc.problem == "incomplete-batch":
+                    log.warning("server lacks chunks: campaign=%s round=%d; resending",
+                                record.campaign_id, record.round)
+                    return False
+                if exc.problem == "wrong-phase" and await self._round_finished(record):
+                    return True  # completed earlier; its acknowledgement was lost in a crash
+                await self._wait(record, "complete", exc, backoff)
+
+    async def _round_finished(self, record: RoundRecord) -> bool:
+        try:
+            view = await self.link.campaign(record.campaign_id, fresh=True)
+        except UpstreamError:
+            return False
+        if view is None:
+            return False
+        return view.phase == "done" or (record.round == 1 and view.phase == "round2")
+
+    async def _wait(self, record: RoundRecord, what: str, exc: UpstreamError,
+                    backoff: Backoff) -> None:
+        delay = backoff.next_delay()
+        level = logging.INFO if exc.transient else logging.WARNING
+        log.log(level, "forwarding %s of campaign=%s round=%d failed (%s); retry in %.2fs",
+                what, record.campaign_id, record.round, exc, delay)
+        await asyncio.sleep(delay)
