@@ -1,0 +1,161 @@
+"""Turning panel results into CSV rows and per-panel summaries.
+
+CSV columns (one row per method and panel; ``ours`` one row per swept m plus the
+optimizer's m*, flagged ``optimal``):
+
+``figure, dataset, shares, method, n, s, domain_size, m, mse, mse_std, repeats,
+mse_bound, messages_per_user, optimal, detail``
+
+``m`` is empty for baselines; ``mse`` is the mean over repeats of
+sum_j (W^_j - w_j)^2 over the real items (padding items excluded), w the sampled
+users' own frequencies; ``mse_std`` the standard deviation over repeats;
+``mse_bound`` the paper's bound for ``ours`` and the analytic expectation for the
+balls-into-bins and subset-exponential baselines; ``detail`` the calibrated
+parameters.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .methods import BASELINES, OURS, PanelPlan
+from .runner import PanelResult, expected_messages_ours, summarize
+
+COLUMNS = ("figure", "dataset", "shares", "method", "n", "s", "domain_size", "m", "mse",
+           "mse_std", "repeats", "mse_bound", "messages_per_user", "optimal", "detail")
+
+
+def _fmt(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return f"{value:.6g}"
+
+
+def _baseline_facts(plan: PanelPlan, method: str) -> tuple[float | None, float, str]:
+    """(analytic expected MSE or None, messages per user, detail) of a baseline."""
+    s = plan.set_size
+    if method in ("subexp-local", "subexp-shuffle"):
+        mech = plan.local if method == "subexp-local" else plan.shuffled
+        return (mech.total_variance(plan.n), 1.0,
+                f"k={mech.subset_size} eps0={mech.epsilon:.4g}")
+    if method == "mm-shuffle":
+        c = plan.mm.config
+        sent = 1.0 if c.variant == "one-item" else float(s)
+        return plan.mm.expected_mse, sent + c.m, f"{c.variant} m={c.m:.4g}"
+    parts, messages = [], 0.0
+    for n_k, choice in zip(plan.counts, plan.sepmm, strict=True):
+        c = choice.config
+        sent = 1.0 if c.variant == "one-item" else float(s)
+        messages += n_k * (sent + c.m) / plan.n
+        parts.append(f"{c.variant} m={c.m:.4g}")
+    detail = "; ".join(parts)
+    if method == "weighted-sepmm-shuffle":
+        detail += "; weights=" + "/".join(f"{w:.3f}" for w in plan.sepmm_weights)
+    return None, messages, detail
+
+
+def panel_rows(result: PanelResult) -> list[dict[str, str]]:
+    plan, figure, panel = result.plan, result.figure, result.panel
+    repeats = len(result.errors[OURS])
+    common = {"figure": figure.name, "dataset": figure.dataset, "shares": figure.shares_name,
+              "n": str(panel.n), "s": str(panel.set_size),
+              "domain_size": str(plan.domain_size), "repeats": str(repeats)}
+    rows = []
+    for method in BASELINES:
+        mean, std = summarize([e[0] for e in result.errors[method]])
+        expected, messages, detail = _baseline_facts(plan, method)
+        rows.append({**common, "method": method, "m": "", "mse": _fmt(mean),
+                     "mse_std": _fmt(std), "mse_bound": _fmt(expected),
+                     "messages_per_user": _fmt(messages), "optimal": "", "detail": detail})
+    for index, point in enumerate(plan.ours):
+        mean, std = summarize([e[index] for e in result.errors[OURS]])
+        lambdas = "/".join(f"{lam:.4g}" for lam in point.lambdas)
+        rows.append({**common, "method": OURS, "m": _fmt(point.m), "mse": _fmt(mean),
+                     "mse_std": _fmt(std), "mse_bound": _fmt(point.mse_bound),
+                     "messages_per_user": _fmt(expected_messages_ours(plan, point.lambdas,
+                                                                      point.m)),
+                     "optimal": "true" if point.optimal else "false",
+                     "detail": f"lambdas={lambdas}"})
+    return rows
+
+
+def write_csv(path: Path, rows: Iterable[dict[str, str]]) -> None:
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow(row)
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+@dataclass(frozen=True)
+class PanelSummary:
+    """The headline numbers of one panel."""
+
+    figure: str
+    n: int
+    s: int
+    best_m: float  # the swept m with the lowest measured MSE
+    best_mse: float
+    optimizer_m: float
+    optimizer_mse: float
+    best_baseline: str
+    best_baseline_mse: float
+
+    @property
+    def reduction(self) -> float:
+        """1 - (best ours over the sweep) / (best baseline)."""
+        return 1.0 - self.best_mse / self.best_baseline_mse
+
+    @property
+    def optimizer_reduction(self) -> float:
+        return 1.0 - self.optimizer_mse / self.best_baseline_mse
+
+
+def summarize_rows(rows: list[dict[str, str]]) -> list[PanelSummary]:
+    """One summary per (figure, n, s), from CSV rows."""
+    keys = []
+    for row in rows:
+        key = (row["figure"], int(row["n"]), int(row["s"]))
+        if key not in keys:
+            keys.append(key)
+    summaries = []
+    for figure, n, s in keys:
+        mine = [r for r in rows if (r["figure"], int(r["n"]), int(r["s"])) == (figure, n, s)]
+        sweep = [r for r in mine if r["method"] == OURS and r["optimal"] != "true"]
+        chosen = [r for r in mine if r["method"] == OURS and r["optimal"] == "true"]
+        baselines = [r for r in mine if r["method"] in BASELINES]
+        best = min(sweep, key=lambda r: float(r["mse"]))
+        top = min(baselines, key=lambda r: float(r["mse"]))
+        summaries.append(PanelSummary(
+            figure=figure, n=n, s=s, best_m=float(best["m"]), best_mse=float(best["mse"]),
+            optimizer_m=float(chosen[0]["m"]) if chosen else math.nan,
+            optimizer_mse=float(chosen[0]["mse"]) if chosen else math.nan,
+            best_baseline=top["method"], best_baseline_mse=float(top["mse"]),
+        ))
+    return summaries
+
+
+def summary_markdown(summaries: list[PanelSummary]) -> str:
+    """A markdown table of the panel summaries."""
+    lines = [
+        "| figure | n | s | best swept m | ours MSE there | optimizer m* | ours MSE at m* "
+        "| best baseline | its MSE | reduction (sweep) | reduction (m*) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |",
+    ]
+    for p in summaries:
+        lines.append(
+            f"| {p.figure} | {p.n} | {p.s} | {p.best_m:.3g} | {p.best_mse:.3e} | "
+            f"{p.optimizer_m:.3g} | {p.optimizer_mse:.3e} | {p.best_baseline} | "
+            f"{p.best_baseline_mse:.3e} | {100 * p.reduction:.0f}% | "
+            f"{100 * p.optimizer_reduction:.0f}% |"
+        )
+    return "\n".join(lines) + "\n"
