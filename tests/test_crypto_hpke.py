@@ -6,6 +6,7 @@ import os
 import stat
 
 import pytest
+
 from segshuffle.crypto import (
     DecryptError,
     build_info,

@@ -7,6 +7,7 @@ import json
 
 import pytest
 from pydantic import ValidationError
+
 from segshuffle.wire.models import (
     CIPHERTEXT_B64_LENGTH,
     CIPHERTEXT_LENGTH,

@@ -6,6 +6,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from pydantic import BaseModel, ConfigDict
+
 from segshuffle.wire.problems import (
     PROBLEM_MEDIA_TYPE,
     PROBLEM_TYPES,

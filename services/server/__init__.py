@@ -1,1 +1,31 @@
-"""The server (analyzer) service: campaigns, keys, aggregation, optimization, decoding."""
+"""The server (analyzer) service: campaigns, keys, aggregation, optimization, decoding.
+
+Entry points::
+
+    from segshuffle.services.server import Settings, create_app, run
+
+    settings = Settings.from_env(port=8080)   # SEGSHUFFLE_SERVER_* variables, overrides win
+    app = create_app(settings)                # the FastAPI app (tests, embedding)
+    run(settings)                             # serve under uvicorn until interrupted
+
+or ``python -m segshuffle.services.server`` (settings from the environment only).
+
+Settings (:class:`~.settings.Settings`, variable ``SEGSHUFFLE_SERVER_<FIELD>``):
+``database`` (SQLite file), ``key_dir`` (private key files, default ``<database>.keys``),
+``admin_token`` and ``shuffler_token`` (required, >= 16 characters, distinct),
+``host``/``port`` (default 127.0.0.1:8080; port 0 picks a free port, logged as
+``server listening on port N``), ``allow_insecure_parameters`` (default false),
+``max_body_bytes``, ``decrypt_workers``, ``parallel_threshold``, ``synchronous``,
+``log_level``.
+
+Modules: :mod:`.settings`, :mod:`.storage` (SQLite repository), :mod:`.keys`
+(private key files), :mod:`.decrypt` (HPKE opening, process pool),
+:mod:`.aggregation` (round-1 parameters, round-2 decoding), :mod:`.service`
+(operations), :mod:`.app` (HTTP), :mod:`.runner` (uvicorn).
+"""
+
+from .app import create_app
+from .runner import run
+from .settings import Settings
+
+__all__ = ["Settings", "create_app", "run"]

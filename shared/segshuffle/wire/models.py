@@ -401,6 +401,11 @@ class ChunkReceipt(ResponseModel):
     nulls: int
     replays: int
     failures: list[MessageFailure]
+    failures_omitted: int = 0
+    """Failures beyond the listed ones (the list is capped); the counts stay exact."""
+    failure_counts: dict[str, int] = Field(default_factory=dict)
+    """Dropped messages per problem name (decrypt-failed, invalid-message, out-of-domain,
+    replay)."""
     duplicate: bool = False
     """True when this exact chunk had already been stored (idempotent retry)."""
 
@@ -427,6 +432,7 @@ class BatchCompletion(ResponseModel):
     phase: Phase
     streams: dict[str, StreamSummary]
     failures: list[MessageFailure]
+    failures_omitted: int = 0
     parameters_hash: str | None = None
 
 
@@ -438,9 +444,10 @@ class ItemEstimate(ResponseModel):
 
     id: int
     name: str | None
-    estimate: float
-    standard_error: float
-    projected: float
+    estimate: float | None
+    """None only when no level sends any signal (every lambda_k = 0)."""
+    standard_error: float | None
+    projected: float | None
 
 
 class LevelPrivacy(ResponseModel):

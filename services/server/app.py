@@ -1,0 +1,229 @@
+"""The server's HTTP API (docs/architecture.md, "Server"): :func:`create_app`.
+
+Every request is authenticated before its body is read, bodies are parsed by the
+strict models of :mod:`segshuffle.wire.models`, and every error is an RFC 9457
+problem (:mod:`segshuffle.wire.problems`).  The operations themselves live in
+:class:`~segshuffle.services.server.service.ServerService` and run in the thread
+pool, so decryption and optimization never block the event loop.
+
+Logging: one line per request with method, path, status and duration; never a
+client address, a header, a token or a ciphertext (uvicorn's access log is off).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Literal, TypeVar
+
+from fastapi import FastAPI, Request, Response
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel, ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from segshuffle import __version__
+from segshuffle.wire.models import (
+    ID_PATTERN,
+    BatchChunk,
+    BatchCompletion,
+    CampaignCreate,
+    CampaignView,
+    ChunkReceipt,
+    HpkeConfig,
+    Results,
+)
+from segshuffle.wire.problems import BodySizeLimit, Problem, install_problem_handlers
+
+from .decrypt import Decryptor
+from .keys import KeyStore
+from .service import ServerService
+from .settings import Settings
+from .storage import Repository
+
+log = logging.getLogger("segshuffle.server")
+ModelT = TypeVar("ModelT", bound=BaseModel)
+Role = Literal["admin", "shuffler"]
+_ID = re.compile(ID_PATTERN)
+_BODIES: dict[str, type[BaseModel]] = {}
+
+
+def _body(model: type[BaseModel]) -> dict[str, Any]:
+    """OpenAPI ``requestBody`` of a body parsed by hand (after authentication)."""
+    _BODIES[model.__name__] = model
+    return {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}}
+
+
+async def read_body(request: Request, model: type[ModelT]) -> ModelT:
+    """Parse the JSON body strictly into ``model``; problems for every way it can fail."""
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type != "application/json" and not media_type.endswith("+json"):
+        raise Problem("unsupported-media-type", "the request body must be application/json")
+    raw = await request.body()
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        errors = exc.errors(include_input=False, include_url=False)
+        if any(e["type"] == "json_invalid" for e in errors):
+            raise Problem("malformed-body", "the request body is not valid JSON") from None
+        listed = [{"loc": [str(p) for p in e["loc"]], "msg": e["msg"]} for e in errors[:20]]
+        first = listed[0]
+        where = ".".join(first["loc"]) or "body"
+        raise Problem("invalid-field", f"{where}: {first['msg']}",
+                      extra={"errors": listed}) from None
+
+
+def _bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization")
+    if header is None:
+        return None
+    scheme, _, token = header.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def authorize(settings: Settings, request: Request, role: Role) -> None:
+    """Require the bearer token of ``role``; the other role's token is ``forbidden``.
+
+    Both tokens are compared in constant time, whatever the outcome.
+    """
+    token = (_bearer(request) or "").encode()
+    is_admin = hmac.compare_digest(token, settings.admin_token.encode())
+    is_shuffler = hmac.compare_digest(token, settings.shuffler_token.encode())
+    if (role == "admin" and is_admin) or (role == "shuffler" and is_shuffler):
+        return
+    if is_admin or is_shuffler:
+        raise Problem("forbidden", f"this operation needs the {role} credential")
+    raise Problem("unauthorized", "missing or invalid bearer token",
+                  headers={"WWW-Authenticate": 'Bearer realm="segshuffle-server"'})
+
+
+def _campaign_id(value: str) -> str:
+    if not _ID.match(value):
+        raise Problem("unknown-campaign", "no such campaign (invalid campaign id)")
+    return value
+
+
+def _round(value: str) -> int:
+    if value not in ("1", "2"):
+        raise Problem("unknown-round", f"rounds are 1 and 2, not {value[:20]!r}")
+    return int(value)
+
+
+def _batch_id(value: str) -> str:
+    if not _ID.match(value):
+        raise Problem("invalid-field", "batch_id must be 1-64 characters [A-Za-z0-9._-]")
+    return value
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """The server application; state lives in ``settings.database`` and ``settings.key_dir``."""
+    repository = Repository(settings.database, synchronous=settings.synchronous)
+    keys = KeyStore(settings.key_directory)
+    decryptor = Decryptor(settings.decrypt_workers, settings.parallel_threshold)
+    service = ServerService(repository, keys, decryptor,
+                            allow_insecure_parameters=settings.allow_insecure_parameters)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            decryptor.close()
+            repository.close()
+
+    app = FastAPI(
+        title="segshuffle server (analyzer)",
+        version=__version__,
+        description="Campaigns, HPKE keys, batch intake, parameter optimization and decoding "
+                    "for segmented private aggregation in the shuffle model.",
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    app.state.settings = settings
+    install_problem_handlers(app)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+
+    @app.middleware("http")
+    async def log_requests(request: Request,
+                           call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        started = time.perf_counter()
+        response = await call_next(request)
+        log.info("%s %s %d %.1fms", request.method, request.url.path, response.status_code,
+                 (time.perf_counter() - started) * 1e3)
+        return response
+
+    @app.get("/livez", tags=["health"])
+    async def livez() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"])
+    async def readyz() -> dict[str, str]:
+        try:
+            ready = await run_in_threadpool(repository.ping) and keys.writable()
+        except Exception:  # the database is gone or locked: not ready
+            ready = False
+        if not ready:
+            raise Problem("unavailable", "storage is not available")
+        return {"status": "ready"}
+
+    @app.post("/v1/campaigns", status_code=201, response_model=CampaignView,
+              tags=["campaigns"], openapi_extra=_body(CampaignCreate))
+    async def create_campaign(request: Request, response: Response) -> CampaignView:
+        authorize(settings, request, "admin")
+        body = await read_body(request, CampaignCreate)
+        view = await run_in_threadpool(service.create_campaign, body)
+        response.headers["Location"] = f"/v1/campaigns/{view.id}"
+        return view
+
+    @app.get("/v1/campaigns/{campaign_id}", response_model=CampaignView, tags=["campaigns"])
+    async def get_campaign(campaign_id: str) -> CampaignView:
+        record = await run_in_threadpool(service.campaign, _campaign_id(campaign_id))
+        return service.view(record)
+
+    @app.get("/v1/campaigns/{campaign_id}/hpke-config", response_model=HpkeConfig,
+             tags=["campaigns"])
+    async def hpke_config(campaign_id: str) -> HpkeConfig:
+        record = await run_in_threadpool(service.campaign, _campaign_id(campaign_id))
+        return service.hpke_config(record)
+
+    @app.put("/v1/campaigns/{campaign_id}/rounds/{round_number}/batches/{batch_id}",
+             response_model=ChunkReceipt, tags=["batches"], openapi_extra=_body(BatchChunk))
+    async def put_chunk(request: Request, campaign_id: str, round_number: str,
+                        batch_id: str) -> ChunkReceipt:
+        authorize(settings, request, "shuffler")
+        cid, round_, bid = _campaign_id(campaign_id), _round(round_number), _batch_id(batch_id)
+        chunk = await read_body(request, BatchChunk)
+        return await run_in_threadpool(service.store_chunk, cid, round_, bid, chunk)
+
+    @app.post("/v1/campaigns/{campaign_id}/rounds/{round_number}/batches/{batch_id}/complete",
+              response_model=BatchCompletion, tags=["batches"])
+    async def complete(request: Request, campaign_id: str, round_number: str,
+                       batch_id: str) -> BatchCompletion:
+        authorize(settings, request, "shuffler")
+        cid, round_, bid = _campaign_id(campaign_id), _round(round_number), _batch_id(batch_id)
+        return await run_in_threadpool(service.complete, cid, round_, bid)
+
+    @app.get("/v1/campaigns/{campaign_id}/results", response_model=Results, tags=["results"])
+    async def results(request: Request, campaign_id: str) -> Results:
+        authorize(settings, request, "admin")
+        return await run_in_threadpool(service.results, _campaign_id(campaign_id))
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version,
+                                 description=app.description, routes=app.routes)
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            for name, model in _BODIES.items():
+                body_schema = model.model_json_schema(
+                    ref_template="#/components/schemas/{model}")
+                components.update(body_schema.pop("$defs", {}))
+                components[name] = body_schema
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app

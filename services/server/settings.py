@@ -1,0 +1,111 @@
+"""Server settings, from ``SEGSHUFFLE_SERVER_<FIELD>`` environment variables or arguments.
+
+Each field of :class:`Settings` is read from the variable named after it in upper case:
+
+- ``DATABASE``: the SQLite file (default ``server.sqlite3``).
+- ``KEY_DIR``: directory of the campaigns' private key files (default: the database
+  path with ``.keys`` appended).
+- ``ADMIN_TOKEN``: bearer token of the administrator (required, >= 16 characters).
+- ``SHUFFLER_TOKEN``: bearer token the shuffler presents when it delivers batches
+  (required, >= 16 characters, different from the admin token).
+- ``HOST`` / ``PORT``: listen address (default ``127.0.0.1:8080``).
+- ``ALLOW_INSECURE_PARAMETERS``: accept campaigns with fixed, unaccounted parameters
+  (e.g. lambda = 1, m = 0) for integrity tests (default false).
+- ``MAX_BODY_BYTES``: largest accepted request body (default 4 MiB).
+- ``DECRYPT_WORKERS``: processes that open large chunks (default 0: one per CPU;
+  1: no pool).
+- ``PARALLEL_THRESHOLD``: chunk size from which the pool is used (default 2000).
+- ``SYNCHRONOUS``: SQLite ``synchronous``; ``NORMAL`` survives process crashes,
+  ``FULL`` also power loss (default ``FULL``).
+- ``LOG_LEVEL``: ``debug``, ``info``, ``warning`` or ``error`` (default ``info``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+PREFIX = "SEGSHUFFLE_SERVER_"
+MIN_TOKEN_LENGTH = 16
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the server needs to run; see the module docstring for the variables."""
+
+    database: str = "server.sqlite3"
+    key_dir: str = ""
+    admin_token: str = ""
+    shuffler_token: str = ""
+    host: str = "127.0.0.1"
+    port: int = 8080
+    allow_insecure_parameters: bool = False
+    max_body_bytes: int = 4 << 20
+    decrypt_workers: int = 0
+    parallel_threshold: int = 2000
+    synchronous: str = "FULL"
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        for name in ("admin_token", "shuffler_token"):
+            token = getattr(self, name)
+            if len(token) < MIN_TOKEN_LENGTH:
+                raise ValueError(f"{PREFIX}{name.upper()} is required "
+                                 f"(at least {MIN_TOKEN_LENGTH} characters)")
+            if any(c.isspace() for c in token) or not token.isprintable():
+                raise ValueError(f"{PREFIX}{name.upper()} must be printable, without spaces")
+        if self.admin_token == self.shuffler_token:
+            raise ValueError("the admin and shuffler tokens must differ")
+        for name, minimum in (("port", 0), ("max_body_bytes", 1024), ("decrypt_workers", 0),
+                              ("parallel_threshold", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+                raise ValueError(f"{name.replace('_', ' ')} must be an integer >= {minimum}, "
+                                 f"got {value!r}")
+        if self.port > 65535:
+            raise ValueError(f"port must be <= 65535, got {self.port}")
+        if self.synchronous.upper() not in {"NORMAL", "FULL", "EXTRA"}:
+            raise ValueError(f"synchronous must be NORMAL, FULL or EXTRA, got "
+                             f"{self.synchronous!r}")
+        if self.log_level.lower() not in {"debug", "info", "warning", "error"}:
+            raise ValueError(f"log level must be debug, info, warning or error, got "
+                             f"{self.log_level!r}")
+        if not self.database:
+            raise ValueError("database path must not be empty")
+
+    @property
+    def key_directory(self) -> str:
+        """``key_dir``, or the database path with ``.keys`` appended."""
+        return self.key_dir or f"{self.database}.keys"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Settings from the environment; keyword ``overrides`` that are not ``None`` win."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for field in fields(cls):
+            variable = PREFIX + field.name.upper()
+            raw = env.get(variable)
+            if raw is None or raw == "":
+                continue
+            default = field.default
+            if isinstance(default, bool):
+                if raw.lower() not in _TRUE | _FALSE:
+                    raise ValueError(f"{variable} must be true or false, got {raw!r}")
+                values[field.name] = raw.lower() in _TRUE
+            elif isinstance(default, int):
+                try:
+                    values[field.name] = int(raw)
+                except ValueError:
+                    raise ValueError(f"{variable} must be an integer, got {raw!r}") from None
+            else:
+                values[field.name] = raw
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def with_changes(self, **changes: Any) -> Settings:
+        return replace(self, **changes)

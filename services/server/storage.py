@@ -1,0 +1,357 @@
+"""SQLite storage of the server (analyzer): campaigns, batches, chunks, counts, nonces.
+
+One database file in WAL mode, one connection guarded by a lock, and every state
+change is one ``BEGIN IMMEDIATE`` transaction, so a ``kill -9`` leaves either the
+state before or the state after it.  The HTTP layer never touches SQL.
+
+What is stored is only what decoding needs, never a ciphertext and never anything
+about a user:
+
+- ``campaigns``: the normalized configuration and its hash, the key id and public
+  key (the private key lives in its own 0600 file, :mod:`.keys`), the phase, the
+  published round-2 parameters and the decoded results (JSON).
+- ``batches``: the one batch id pinned per (campaign, round) and, once complete, the
+  stored completion answer (so a repeated ``complete`` is idempotent).
+- ``chunks``: one row per (campaign, round, stream, chunk index) with a digest of
+  its content and the receipt returned for it (idempotent retries, conflicts).
+- ``counts``: per (campaign, round, stream, value) the number of accepted messages.
+- ``nonces``: the nonces of accepted messages per (campaign, round): an exact replay
+  of a message carries the same nonce and is dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS campaigns (
+    id TEXT PRIMARY KEY,
+    config_json TEXT NOT NULL,
+    config_hash TEXT NOT NULL,
+    key_id TEXT NOT NULL,
+    public_key BLOB NOT NULL,
+    phase TEXT NOT NULL,
+    parameters_json TEXT,
+    parameters_hash TEXT,
+    round1_json TEXT,
+    results_json TEXT,
+    created_at REAL NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS batches (
+    campaign_id TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    batch_id TEXT NOT NULL,
+    completion_json TEXT,
+    PRIMARY KEY (campaign_id, round)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS chunks (
+    campaign_id TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    stream TEXT NOT NULL,
+    chunk_index INTEGER NOT NULL,
+    batch_id TEXT NOT NULL,
+    chunk_count INTEGER NOT NULL,
+    digest BLOB NOT NULL,
+    receipt_json TEXT NOT NULL,
+    PRIMARY KEY (campaign_id, round, stream, chunk_index)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS counts (
+    campaign_id TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    stream TEXT NOT NULL,
+    value INTEGER NOT NULL,
+    count INTEGER NOT NULL,
+    PRIMARY KEY (campaign_id, round, stream, value)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS nonces (
+    campaign_id TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    nonce BLOB NOT NULL,
+    PRIMARY KEY (campaign_id, round, nonce)
+) WITHOUT ROWID;
+"""
+
+SYNCHRONOUS_MODES = ("NORMAL", "FULL", "EXTRA")
+
+
+class ConflictError(Exception):
+    """The write conflicts with stored state (another batch, changed chunk, moved phase)."""
+
+
+@dataclass(frozen=True)
+class CampaignRecord:
+    """One row of ``campaigns`` with its JSON columns decoded."""
+
+    id: str
+    config: dict[str, Any]
+    config_hash: str
+    key_id: str
+    public_key: bytes
+    phase: str
+    parameters: dict[str, Any] | None
+    parameters_hash: str | None
+    round1: dict[str, Any] | None
+    results: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class ChunkRecord:
+    batch_id: str
+    chunk_count: int
+    digest: bytes
+    receipt: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class AcceptedMessage:
+    """A message that decrypted and decoded: its value (None for a null) and nonce."""
+
+    value: int | None
+    nonce: bytes
+
+
+def _loads(text: str | None) -> dict[str, Any] | None:
+    return None if text is None else json.loads(text)
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+class Repository:
+    """Thread-safe persistence of the server state (one connection, one lock)."""
+
+    def __init__(self, path: str | Path, *, synchronous: str = "NORMAL") -> None:
+        mode = synchronous.upper()
+        if mode not in SYNCHRONOUS_MODES:
+            raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, got {synchronous!r}")
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(f"PRAGMA synchronous={mode}")
+        self._db.execute("PRAGMA busy_timeout=10000")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def ping(self) -> bool:
+        with self._lock:
+            return self._db.execute("SELECT 1").fetchone() == (1,)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    # -- campaigns ---------------------------------------------------------------------------
+
+    def create_campaign(self, campaign_id: str, config: Mapping[str, Any], config_hash: str,
+                        key_id: str, public_key: bytes) -> CampaignRecord:
+        """Insert a new campaign in phase ``round1``; :class:`ConflictError` if the id exists."""
+        try:
+            with self._transaction() as db:
+                db.execute(
+                    "INSERT INTO campaigns (id, config_json, config_hash, key_id, public_key,"
+                    " phase, created_at) VALUES (?, ?, ?, ?, ?, 'round1', ?)",
+                    (campaign_id, _dumps(config), config_hash, key_id, public_key, time.time()),
+                )
+        except sqlite3.IntegrityError:
+            raise ConflictError(f"campaign {campaign_id!r} already exists") from None
+        record = self.campaign(campaign_id)
+        assert record is not None
+        return record
+
+    def campaign(self, campaign_id: str) -> CampaignRecord | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT id, config_json, config_hash, key_id, public_key, phase, parameters_json,"
+                " parameters_hash, round1_json, results_json FROM campaigns WHERE id = ?",
+                (campaign_id,),
+            ).fetchone()
+        if row is None:
+            return None
+        return CampaignRecord(
+            id=row[0], config=json.loads(row[1]), config_hash=row[2], key_id=row[3],
+            public_key=bytes(row[4]), phase=row[5], parameters=_loads(row[6]),
+            parameters_hash=row[7], round1=_loads(row[8]), results=_loads(row[9]),
+        )
+
+    def campaign_ids(self) -> list[str]:
+        with self._lock:
+            return [r[0] for r in self._db.execute("SELECT id FROM campaigns ORDER BY id")]
+
+    # -- batches and chunks ------------------------------------------------------------------
+
+    def batch(self, campaign_id: str, round_: int) -> tuple[str, dict[str, Any] | None] | None:
+        """The pinned batch id of a round and its stored completion (None until complete)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT batch_id, completion_json FROM batches WHERE campaign_id = ? AND round = ?",
+                (campaign_id, round_),
+            ).fetchone()
+        return None if row is None else (row[0], _loads(row[1]))
+
+    def chunk(self, campaign_id: str, round_: int, stream: str, chunk_index: int
+              ) -> ChunkRecord | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT batch_id, chunk_count, digest, receipt_json FROM chunks WHERE"
+                " campaign_id = ? AND round = ? AND stream = ? AND chunk_index = ?",
+                (campaign_id, round_, stream, chunk_index),
+            ).fetchone()
+        if row is None:
+            return None
+        return ChunkRecord(batch_id=row[0], chunk_count=row[1], digest=bytes(row[2]),
+                           receipt=json.loads(row[3]))
+
+    def stream_chunks(self, campaign_id: str, round_: int, stream: str
+                      ) -> list[tuple[int, int, dict[str, Any]]]:
+        """(chunk_index, chunk_count, receipt) of every stored chunk of a stream, by index."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT chunk_index, chunk_count, receipt_json FROM chunks WHERE"
+                " campaign_id = ? AND round = ? AND stream = ? ORDER BY chunk_index",
+                (campaign_id, round_, stream),
+            ).fetchall()
+        return [(r[0], r[1], json.loads(r[2])) for r in rows]
+
+    def store_chunk(
+        self,
+        campaign_id: str,
+        round_: int,
+        batch_id: str,
+        stream: str,
+        chunk_index: int,
+        chunk_count: int,
+        digest: bytes,
+        accepted: Iterable[tuple[int, AcceptedMessage]],
+        make_receipt: Any,
+    ) -> dict[str, Any]:
+        """Store one chunk atomically and return its receipt.
+
+        ``accepted`` lists (position in chunk, message) of the messages that passed
+        decryption and domain checks, in chunk order.  Inside one transaction: the
+        batch id is pinned (or checked), every nonce is inserted (a nonce already
+        seen in this round makes its message a replay, reported rather than
+        counted), the counts are added, and the chunk row with its receipt is
+        written.  ``make_receipt(replay_positions, null_count, accepted_count)``
+        builds the receipt.  Raises :class:`ConflictError` if the phase moved, the
+        round is pinned to another batch, or the chunk exists already.
+        """
+        with self._transaction() as db:
+            phase = db.execute("SELECT phase FROM campaigns WHERE id = ?",
+                               (campaign_id,)).fetchone()
+            if phase is None or phase[0] != f"round{round_}":
+                raise ConflictError("the campaign is no longer in this round")
+            pinned = db.execute(
+                "SELECT batch_id, completion_json FROM batches WHERE campaign_id = ?"
+                " AND round = ?", (campaign_id, round_)).fetchone()
+            if pinned is None:
+                db.execute("INSERT INTO batches (campaign_id, round, batch_id) VALUES (?, ?, ?)",
+                           (campaign_id, round_, batch_id))
+            elif pinned[0] != batch_id:
+                raise ConflictError(f"round {round_} is receiving batch {pinned[0]!r}")
+            elif pinned[1] is not None:
+                raise ConflictError("the batch is already complete")
+            if db.execute(
+                "SELECT 1 FROM chunks WHERE campaign_id = ? AND round = ? AND stream = ?"
+                " AND chunk_index = ?", (campaign_id, round_, stream, chunk_index)
+            ).fetchone():
+                raise ConflictError("the chunk is already stored")
+            replays: list[int] = []
+            counts: dict[int, int] = {}
+            nulls = 0
+            kept = 0
+            for position, message in accepted:
+                cursor = db.execute(
+                    "INSERT OR IGNORE INTO nonces (campaign_id, round, nonce) VALUES (?, ?, ?)",
+                    (campaign_id, round_, message.nonce))
+                if cursor.rowcount == 0:
+                    replays.append(position)
+                    continue
+                kept += 1
+                if message.value is None:
+                    nulls += 1
+                else:
+                    counts[message.value] = counts.get(message.value, 0) + 1
+            db.executemany(
+                "INSERT INTO counts (campaign_id, round, stream, value, count)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (campaign_id, round, stream, value)"
+                " DO UPDATE SET count = count + excluded.count",
+                [(campaign_id, round_, stream, v, c) for v, c in counts.items()],
+            )
+            receipt = make_receipt(replays, nulls, kept - nulls)
+            db.execute(
+                "INSERT INTO chunks (campaign_id, round, stream, chunk_index, batch_id,"
+                " chunk_count, digest, receipt_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (campaign_id, round_, stream, chunk_index, batch_id, chunk_count, digest,
+                 _dumps(receipt)),
+            )
+        return receipt
+
+    def counts(self, campaign_id: str, round_: int, stream: str) -> dict[int, int]:
+        """Accepted non-null messages per value of one stream of a round."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT value, count FROM counts WHERE campaign_id = ? AND round = ?"
+                " AND stream = ?", (campaign_id, round_, stream)).fetchall()
+        return {int(v): int(c) for v, c in rows}
+
+    # -- round completion --------------------------------------------------------------------
+
+    def finish_round1(self, campaign_id: str, batch_id: str, completion: Mapping[str, Any],
+                      parameters: Mapping[str, Any], parameters_hash: str,
+                      round1: Mapping[str, Any]) -> None:
+        """Publish the round-2 parameters and close round 1, atomically."""
+        with self._transaction() as db:
+            self._complete_batch(db, campaign_id, 1, batch_id, completion)
+            db.execute(
+                "UPDATE campaigns SET phase = 'round2', parameters_json = ?,"
+                " parameters_hash = ?, round1_json = ? WHERE id = ?",
+                (_dumps(parameters), parameters_hash, _dumps(round1), campaign_id),
+            )
+
+    def finish_round2(self, campaign_id: str, batch_id: str, completion: Mapping[str, Any],
+                      results: Mapping[str, Any]) -> None:
+        """Store the decoded results and close round 2, atomically."""
+        with self._transaction() as db:
+            self._complete_batch(db, campaign_id, 2, batch_id, completion)
+            db.execute("UPDATE campaigns SET phase = 'done', results_json = ? WHERE id = ?",
+                       (_dumps(results), campaign_id))
+            # The nonces only served replay detection inside the round.
+            db.execute("DELETE FROM nonces WHERE campaign_id = ?", (campaign_id,))
+
+    @staticmethod
+    def _complete_batch(db: sqlite3.Connection, campaign_id: str, round_: int, batch_id: str,
+                        completion: Mapping[str, Any]) -> None:
+        phase = db.execute("SELECT phase FROM campaigns WHERE id = ?", (campaign_id,)).fetchone()
+        if phase is None or phase[0] != f"round{round_}":
+            raise ConflictError("the campaign is no longer in this round")
+        cursor = db.execute(
+            "UPDATE batches SET completion_json = ? WHERE campaign_id = ? AND round = ?"
+            " AND batch_id = ? AND completion_json IS NULL",
+            (_dumps(completion), campaign_id, round_, batch_id),
+        )
+        if cursor.rowcount != 1:
+            raise ConflictError("the batch is not open")
+        if round_ == 1:
+            db.execute("DELETE FROM nonces WHERE campaign_id = ? AND round = 1", (campaign_id,))
