@@ -6,7 +6,10 @@ rates lambda_k, the paper's estimator (Algorithm 2, line 21) is
 
     W^_j = (C_j - n2 m / d) / sum_k n2_k lambda_k,
 
-unbiased for the share w_j of users holding item j.  Its variance follows from
+unbiased for the lambda-weighted share sum_i [j in x_i] lambda_{k_i} / sum_k n_k lambda_k,
+which is the share w_j of users holding item j when items are independent of the
+chosen levels (the paper's setting; exactly so on average over level choices).
+Its variance follows from
 
     Var[C_j] = sum_k n2_k w_j lambda_k (1 - w_j lambda_k) + n2 ceil(m) (gamma/d)(1 - gamma/d),
 

@@ -212,8 +212,11 @@ def delta_for(pair: CountPair, eps: float) -> float:
     e = math.exp(eps)
     k0 = max(0.0, 1.0 - own - other)
     t = window.t
-    base = k0 * (e - 1.0) * window.rho_slack if k0 > 0.0 else 0.0
-    x = (base + t * (e * own - other)) / ((own - other) * (1.0 + e))
+    with np.errstate(over="ignore", invalid="ignore"):
+        # A threshold beyond every a (rho = inf when 2r = 1, or overflow when own - other
+        # is subnormal) empties the set for that t.
+        base = k0 * (e - 1.0) * window.rho_slack if k0 > 0.0 else 0.0
+        x = (base + t * (e * own - other)) / ((own - other) * (1.0 + e))
     x = np.where(np.isfinite(x), x, t + 1.0)
     a_star = np.clip(np.floor(x) + 1.0, 0.0, t + 1.0).astype(np.int64)
     # S_{t-1}(a* - 1) and S_{t-1}(a*); then Pascal's rule gives S_t(a*) as their mean

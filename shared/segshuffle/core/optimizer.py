@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from itertools import pairwise
 
 import numpy as np
 from scipy import optimize as scipy_optimize
@@ -128,7 +129,7 @@ class _LambdaSolver:
             return [self.solve(level, m, xtol) for level in self.levels]
         anchors = _anchor_indices(count)
         values: dict[int, float] = {i: self.solve(self.levels[i], m, xtol) for i in anchors}
-        for left, right in zip(anchors, anchors[1:], strict=False):
+        for left, right in pairwise(anchors):
             for i in range(left + 1, right):
                 values[i] = self.solve(self.levels[i], m, xtol, (values[left], values[right]))
         return [values[i] for i in range(count)]

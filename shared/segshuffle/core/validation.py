@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from itertools import pairwise
 
 
 def require_finite(name: str, value: float) -> float:
@@ -81,7 +82,7 @@ def require_levels(levels: Sequence[float]) -> list[float]:
     values = [require_positive("every privacy level", e) for e in levels]
     if not values:
         raise ValueError("levels must list at least one privacy level")
-    for previous, current in zip(values, values[1:], strict=False):
+    for previous, current in pairwise(values):
         if current <= previous:
             raise ValueError(
                 f"levels must be strictly increasing, got {previous!r} before {current!r}"

@@ -1,0 +1,137 @@
+"""Benchmark of the accountant and the optimizer; prints figures, asserts nothing.
+
+Run: ``python benchmarks/bench_accounting.py [--repeats R] [--skip-2d-above N]``.
+
+1. One delta evaluation of the Poisson pair (lambda = 0.5, r = 1/128, eps = 0.1) at
+   N = 1e5 .. 1e8 slots: cold (window weights computed) and warm (cached), medians.
+2. The same evaluation by a plain 2-D sum over the same window of (a, b), and the ratio.
+3. A full optimize for n = 1e6, d = 128, s = 8, K = 3 levels (0.5, 1, 2; shares 25/50/25;
+   delta = 1e-8) in-process, and the whole ``segshuffle optimize`` process.
+4. The same population with K = 1000 levels evenly spaced in [0.5, 2].
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+from scipy.special import gammaln
+
+from segshuffle.core import hockey_stick
+from segshuffle.core.hockey_stick import delta_for, poisson_pair
+from segshuffle.core.optimizer import optimize
+
+LAM, R, EPS = 0.5, 1.0 / 128, 0.1
+
+
+def median_seconds(function, repeats: int) -> float:
+    samples = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        function()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)
+
+
+def two_d_delta(n_slots: int, r: float, lam: float, eps: float) -> float:
+    """max(0, P - e^eps Q) summed over a box of (a, b) covering the same window, chunked."""
+    window = hockey_stick._window(n_slots, r)
+    t_lo, t_hi = int(window.t[0]), int(window.t[-1])
+    # Each coordinate: Binomial(N, r); cover the same number of sigmas as the total window.
+    mean = n_slots * r
+    margin = hockey_stick._WINDOW_SIGMAS * math.sqrt(n_slots * r * (1 - r)) + 123
+    lo = max(0, math.floor(mean - margin))
+    hi = min(n_slots + 1, math.ceil(mean + margin) + 1)
+    b = np.arange(lo, hi + 1, dtype=float)[None, :]
+    e = math.exp(eps)
+    log_r, log_rest = math.log(r), math.log1p(-2 * r)
+
+    def log_multinomial(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        ok = (x >= 0) & (y >= 0) & (x + y <= n_slots)
+        xx, yy = np.where(ok, x, 0), np.where(ok, y, 0)
+        value = (gammaln(n_slots + 1) - gammaln(xx + 1) - gammaln(yy + 1)
+                 - gammaln(n_slots - xx - yy + 1) + (xx + yy) * log_r
+                 + (n_slots - xx - yy) * log_rest)
+        return np.where(ok, value, -np.inf)
+
+    total = 0.0
+    for start in range(lo, hi + 1, 512):
+        a = np.arange(start, min(start + 512, hi + 1), dtype=float)[:, None]
+        inside = ((a + b) >= t_lo) & ((a + b) <= t_hi)
+        m_ab = np.exp(log_multinomial(a, b))
+        p = (1 - lam) * m_ab + lam * np.exp(log_multinomial(a - 1, b))
+        q = (1 - lam) * m_ab + lam * np.exp(log_multinomial(a, b - 1))
+        total += float(np.where(inside, np.maximum(p - e * q, 0.0), 0.0).sum())
+    return total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--skip-2d-above", type=float, default=1e8,
+                        help="skip the 2-D sum for N above this (it is slow)")
+    args = parser.parse_args()
+
+    print("1-2. one delta evaluation (lambda 0.5, r 1/128, eps 0.1)")
+    print(f"{'N':>12} {'window':>8} {'cold ms':>9} {'warm ms':>9} {'2-D sum ms':>11} "
+          f"{'ratio':>8} {'rel diff':>9}")
+    for exponent in (5, 6, 7, 8):
+        n_slots = 10**exponent
+        pair = poisson_pair(LAM, n_slots, R)
+
+        def cold(pair=pair) -> float:
+            hockey_stick._window.cache_clear()
+            return delta_for(pair, EPS)
+
+        cold_s = median_seconds(cold, args.repeats)
+        warm_s = median_seconds(lambda pair=pair: delta_for(pair, EPS), args.repeats)
+        width = hockey_stick._window(n_slots, R).t.size
+        value = delta_for(pair, EPS)
+        if n_slots <= args.skip_2d_above:
+            started = time.perf_counter()
+            reference = two_d_delta(n_slots, R, LAM, EPS)
+            flat_s = time.perf_counter() - started
+            rel = abs(value - reference) / max(reference, 1e-300)
+            print(f"{n_slots:>12.0e} {width:>8} {cold_s * 1e3:>9.2f} {warm_s * 1e3:>9.2f} "
+                  f"{flat_s * 1e3:>11.0f} {flat_s / cold_s:>8.0f} {rel:>9.1e}", flush=True)
+        else:
+            print(f"{n_slots:>12.0e} {width:>8} {cold_s * 1e3:>9.2f} {warm_s * 1e3:>9.2f} "
+                  f"{'skipped':>11}", flush=True)
+
+    users = 1_000_000
+    counts = [users * 0.25, users * 0.5, users * 0.25]
+    print("\n3. optimize n = 1e6, d = 128, s = 8, K = 3, delta = 1e-8")
+    result = None
+
+    def run_k3() -> None:
+        nonlocal result
+        hockey_stick._window.cache_clear()
+        result = optimize(counts, [0.5, 1.0, 2.0], 128, 8, 1e-8)
+
+    k3 = median_seconds(run_k3, 3)
+    assert result is not None
+    print(f"   in-process median {k3:.2f} s: m = {result.m:.4f}, lambdas = "
+          f"{[round(x, 4) for x in result.lambdas]}, MSE bound = {result.mse_bound:.3e}")
+    command = [sys.executable, "-m", "segshuffle.cli.main", "optimize", "--users", "1000000",
+               "--domain-size", "128", "--set-size", "8", "--levels", "0.5,1,2", "--shares",
+               "0.25,0.5,0.25", "--delta", "1e-8", "--json"]
+    whole = median_seconds(lambda: subprocess.run(command, check=True, capture_output=True), 3)
+    print(f"   whole `segshuffle optimize` process median {whole:.2f} s")
+
+    print("\n4. optimize n = 1e6, d = 128, s = 8, K = 1000 levels in [0.5, 2]")
+    levels = list(np.linspace(0.5, 2.0, 1000))
+    hockey_stick._window.cache_clear()
+    started = time.perf_counter()
+    many = optimize([users / 1000] * 1000, levels, 128, 8, 1e-8)
+    print(f"   {time.perf_counter() - started:.1f} s: m = {many.m:.4f}, lambda range "
+          f"[{min(many.lambdas):.4f}, {max(many.lambdas):.4f}], MSE bound = "
+          f"{many.mse_bound:.3e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""Randomizers, level histogram, estimator and validation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from segshuffle.core import validation
+from segshuffle.core.estimator import estimate_frequencies, mse_bound, project_to_simplex
+from segshuffle.core.levels import (
+    debias_histogram,
+    level_histogram,
+    randomize_level,
+    randomize_levels,
+)
+from segshuffle.core.randomizers import (
+    blanket_items,
+    blanket_probability,
+    blanket_slots,
+    fit_set,
+    fixed_size_slots,
+    poisson_sample,
+)
+
+
+def test_fit_set_pads_with_distinct_reserved_items(rng) -> None:
+    fitted = fit_set([3, 3, 1], 4, 10, rng)
+    assert fitted.size == 4
+    assert {1, 3} <= set(fitted.tolist())
+    padding = [i for i in fitted.tolist() if i >= 10]
+    assert len(padding) == 2 and len(set(padding)) == 2 and all(i < 14 for i in padding)
+
+
+def test_fit_set_samples_large_sets_uniformly(rng) -> None:
+    hits = np.zeros(8)
+    for _ in range(4000):
+        hits[fit_set(range(8), 2, 8, rng)] += 1
+    assert np.allclose(hits / 4000, 0.25, atol=0.03)
+
+
+def test_fit_set_rejects_out_of_domain(rng) -> None:
+    with pytest.raises(ValueError, match="ids in"):
+        fit_set([12], 2, 10, rng)
+
+
+def test_poisson_and_blanket_rates(rng) -> None:
+    kept = sum(poisson_sample(np.arange(10), 0.3, rng).size for _ in range(2000))
+    assert abs(kept / 20000 - 0.3) < 0.02
+    assert blanket_slots(2.4) == 3 and blanket_probability(2.4) == pytest.approx(0.8)
+    assert blanket_slots(0.0) == 0 and blanket_probability(0.0) == 0.0
+    sent = sum(blanket_items(2.4, 5, rng).size for _ in range(2000))
+    assert abs(sent / 2000 - 2.4) < 0.1
+
+
+def test_fixed_size_slots_have_a_fixed_count(rng) -> None:
+    for lam in (0.0, 0.5, 1.0):
+        slots = fixed_size_slots(np.array([1, 2, 3]), lam, 1.5, 10, rng)
+        assert len(slots) == 3 + 2
+    assert fixed_size_slots(np.array([1, 2]), 1.0, 0.0, 10, rng) == [1, 2]
+
+
+def test_level_histogram_and_randomized_response(rng) -> None:
+    assert level_histogram([0, 2, 2], 3).tolist() == [1, 0, 2]
+    true = rng.choice(3, 60_000, p=[0.2, 0.5, 0.3])
+    noisy = randomize_levels(true, 3, 1.0, rng)
+    estimate = debias_histogram(level_histogram(noisy, 3), 1.0)
+    assert np.allclose(estimate / 60_000, [0.2, 0.5, 0.3], atol=0.02)
+    assert randomize_level(0, 1, 1.0, rng) == 0
+    values = {randomize_level(0, 3, 0.1, rng) for _ in range(200)}
+    assert values == {0, 1, 2}
+
+
+def test_estimator_is_exact_without_noise() -> None:
+    # lambda = 1, m = 0: counts are the holders, W^ = C / n.
+    estimate = estimate_frequencies([5, 0, 10], [10, 10], [1.0, 1.0], 0.0)
+    assert estimate.values.tolist() == [0.25, 0.0, 0.5]
+
+
+def test_estimator_removes_the_blanket_mean() -> None:
+    estimate = estimate_frequencies([30, 30], [100], [0.5], 0.4)
+    # (C - n m / d) / (n lambda) = (30 - 20) / 50.
+    assert estimate.values.tolist() == pytest.approx([0.2, 0.2])
+    assert np.all(estimate.standard_errors > 0)
+
+
+def test_projection_onto_the_simplex() -> None:
+    projected = project_to_simplex([0.9, -0.2, 0.5, 0.1], 1.0)
+    assert projected.sum() == pytest.approx(1.0)
+    assert np.all(projected >= 0)
+    assert project_to_simplex([0.5, 0.5], 1.0).tolist() == [0.5, 0.5]
+
+
+def test_mse_bound_formula() -> None:
+    assert mse_bound(100, 2.0, 3, [50, 50], [0.5, 1.0]) == pytest.approx(
+        (200 + 3 * 75) / 75**2)
+    assert math.isinf(mse_bound(100, 2.0, 3, [50, 50], [0.0, 0.0]))
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: validation.require_levels([]), "at least one"),
+        (lambda: validation.require_shares([0.5, 0.6], 2), "sum to 1"),
+        (lambda: validation.require_shares([1.0], 2), "one entry per level"),
+        (lambda: validation.require_int("users", 2.5, 2), "integer"),
+        (lambda: validation.require_int("users", True, 2), "integer"),
+        (lambda: validation.require_finite("x", float("nan")), "finite"),
+        (lambda: validation.require_domain(5, 6), "must not exceed"),
+    ],
+)
+def test_validation_messages(call, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        call()

@@ -1,0 +1,110 @@
+"""Simulated runs of the whole protocol: MSE bound and unbiasedness."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from segshuffle.core.simulate import item_holders, run_protocol, simulate_counts
+
+
+@pytest.fixture(scope="module")
+def population() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(5)
+    users, domain, set_size = 5000, 21, 4
+    # Skewed item popularity, distinct items per user.
+    weights = 1.0 / np.arange(1, domain + 1)
+    weights /= weights.sum()
+    items = np.array([rng.choice(domain, set_size, replace=False, p=weights)
+                      for _ in range(users)])
+    levels = rng.choice(3, users, p=[0.25, 0.5, 0.25])
+    return items, levels
+
+
+def test_empirical_mse_is_below_the_bound_and_estimates_are_unbiased(population) -> None:
+    """Over 240 runs, each with a fresh assignment of the same level counts to users.
+
+    W^_j is unbiased for the lambda-weighted share sum_i [j in x_i] lambda_{k_i} /
+    sum_k n_k lambda_k; averaged over level assignments independent of the items it is
+    the plain share w_j, the truth the experiments report.
+    """
+    items, levels = population
+    rng = np.random.default_rng(11)
+    first = run_protocol(items, levels, [0.5, 1.0, 2.0], 21, 2e-6, rng)
+    runs = 240
+    estimates = np.empty((runs, 21))
+    errors = np.empty(runs)
+    for index in range(runs):
+        result = run_protocol(items, rng.permutation(levels), [0.5, 1.0, 2.0], 21, 2e-6, rng,
+                              parameters=first.parameters)
+        estimates[index] = result.estimates.values
+        errors[index] = result.mse
+    assert errors.mean() <= first.parameters.mse_bound
+    spread = estimates.std(axis=0, ddof=1) / np.sqrt(runs)
+    assert np.all(np.abs(estimates.mean(axis=0) - first.truth) <= 3 * spread)
+
+
+def test_estimates_are_unbiased_for_the_weighted_share(population) -> None:
+    """With the level assignment fixed, the target is the lambda-weighted share."""
+    items, levels = population
+    rng = np.random.default_rng(13)
+    first = run_protocol(items, levels, [0.5, 1.0, 2.0], 21, 2e-6, rng)
+    lambdas = np.array(first.parameters.lambdas)
+    holders = item_holders(items, levels, 3, 21)
+    weighted = (lambdas @ holders) / float(lambdas @ np.bincount(levels, minlength=3))
+    runs = 240
+    estimates = np.array([
+        run_protocol(items, levels, [0.5, 1.0, 2.0], 21, 2e-6, rng,
+                     parameters=first.parameters).estimates.values
+        for _ in range(runs)
+    ])
+    spread = estimates.std(axis=0, ddof=1) / np.sqrt(runs)
+    assert np.all(np.abs(estimates.mean(axis=0) - weighted) <= 3 * spread)
+
+
+def _draw_population(rng: np.random.Generator, users: int, weights: np.ndarray,
+                     set_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Users drawn iid: s distinct items by the Gumbel top-k trick, levels by share."""
+    keys = np.log(weights) + rng.gumbel(size=(users, weights.size))
+    items = np.argpartition(-keys, set_size, axis=1)[:, :set_size]
+    return items, rng.choice(3, users, p=[0.25, 0.5, 0.25])
+
+
+def test_reported_standard_errors_match_the_spread() -> None:
+    """The standard error covers users drawn from a distribution (the paper's model):
+    with a fresh population each run, it matches the spread of the estimates."""
+    rng = np.random.default_rng(12)
+    weights = 1.0 / np.arange(1, 22)
+    weights /= weights.sum()
+    items, levels = _draw_population(rng, 5000, weights, 4)
+    first = run_protocol(items, levels, [0.5, 1.0, 2.0], 21, 2e-6, rng)
+    values = []
+    for _ in range(300):
+        items, levels = _draw_population(rng, 5000, weights, 4)
+        values.append(run_protocol(items, levels, [0.5, 1.0, 2.0], 21, 2e-6, rng,
+                                   parameters=first.parameters).estimates.values)
+    empirical = np.std(values, axis=0, ddof=1)
+    reported = first.estimates.standard_errors
+    assert np.allclose(empirical, reported, rtol=0.2)
+
+
+def test_counts_are_exact_without_noise() -> None:
+    rng = np.random.default_rng(0)
+    holders = np.array([[3, 0, 2], [1, 4, 0]])
+    counts = simulate_counts(holders, [1.0, 1.0], 0.0, rng, users=10)
+    assert counts.tolist() == [4, 4, 2]
+
+
+def test_blanket_adds_the_expected_number_of_messages() -> None:
+    rng = np.random.default_rng(1)
+    holders = np.zeros((1, 10), dtype=np.int64)
+    totals = [simulate_counts(holders, [0.0], 2.5, rng, users=1000).sum() for _ in range(200)]
+    # n ceil(m) gamma = n m = 2500 expected blanket messages.
+    assert abs(np.mean(totals) - 2500) < 4 * np.sqrt(2500 * (1 - 2.5 / 3) / 200)
+
+
+def test_item_holders() -> None:
+    holders = item_holders(np.array([[0, 2], [1, 2]]), np.array([1, 0]), 2, 3)
+    assert holders.tolist() == [[0, 1, 1], [1, 0, 1]]
+    with pytest.raises(ValueError, match="item ids"):
+        item_holders(np.array([[0, 5]]), np.array([0]), 1, 3)
