@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 from scipy import stats
+
 from segshuffle.services.shuffler.permutation import random_permutation, shuffled
 
 RELEASES = 3000

@@ -10,6 +10,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+
 from segshuffle.services.shuffler.enrollment import (
     AuthenticationError,
     EnrollmentRefusedError,

@@ -4,4 +4,4 @@ from .main import run
 from .settings import Settings
 
 if __name__ == "__main__":
-    run(Settings.from_env())
+    raise SystemExit(run(Settings.from_env()))

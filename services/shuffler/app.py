@@ -28,6 +28,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
+
 from segshuffle import __version__
 from segshuffle.wire.models import (
     CampaignView,

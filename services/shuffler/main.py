@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import logging.config
+import socket
 from typing import Any
 
 from .settings import Settings
@@ -36,22 +37,46 @@ def log_config(level: str = "INFO") -> dict[str, Any]:
     }
 
 
-def run(settings: Settings, *, log_level: str = "INFO") -> None:
-    """Serve the shuffler until interrupted (SIGINT/SIGTERM shut it down cleanly)."""
+def listen(host: str, port: int) -> socket.socket:
+    """A bound, listening TCP socket; port 0 picks a free port (read it from the socket)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def run(settings: Settings, *, log_level: str = "INFO") -> int:
+    """Serve the shuffler until interrupted (SIGINT/SIGTERM shut it down cleanly).
+
+    Logs ``shuffler listening on port N`` once the socket is bound (N is the real
+    port, also when ``settings.port`` is 0), so a supervisor can find it.
+    """
     import uvicorn
 
     from .app import create_app
 
     logging.config.dictConfig(log_config(log_level))
     app = create_app(settings)
-    uvicorn.run(
+    sock = listen(settings.host, settings.port)
+    config = uvicorn.Config(
         app,
-        host=settings.host,
-        port=settings.port,
         access_log=False,
-        log_config=log_config(log_level),
+        log_config=None,
+        log_level=log_level.lower(),
         proxy_headers=False,
         server_header=False,
         date_header=False,
         timeout_graceful_shutdown=10,
     )
+    logging.getLogger("segshuffle.shuffler").info(
+        "shuffler listening on port %d", sock.getsockname()[1]
+    )
+    uvicorn.Server(config).run(sockets=[sock])
+    return 0

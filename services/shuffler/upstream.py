@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 from pydantic import ValidationError
+
 from segshuffle.wire.models import BatchChunk, BatchCompletion, CampaignView, ChunkReceipt
 
 
