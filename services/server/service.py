@@ -165,6 +165,10 @@ class ServerService:
         if stored is None:
             return None
         if stored.batch_id != batch_id or stored.digest != digest:
+            if record.phase != f"round{round_}":
+                raise Problem("wrong-phase", f"campaign {record.id!r} is in phase "
+                              f"{record.phase}, not accepting round-{round_} batches",
+                              extra={"phase": record.phase})
             raise Problem("conflict", f"chunk {chunk.chunk_index} of stream {chunk.stream!r} "
                           "was already delivered with different content")
         return ChunkReceipt.model_validate({**stored.receipt, "duplicate": True})
