@@ -1,0 +1,241 @@
+"""The baselines: PrivSet's subset exponential mechanism and balls-into-bins.
+
+- PrivSet's probabilities equal a brute-force enumeration of the mechanism;
+- every estimator is unbiased in simulation;
+- every calibrated privacy parameter is checked by the accountant (and is tight:
+  a slightly weaker setting fails);
+- the balls-into-bins count pair really bounds the protocol, by exact enumeration.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+from segshuffle.core import accounting
+from segshuffle.core.hockey_stick import delta_for, epsilon_for, poisson_pair, variation_ratio_pair
+from segshuffle.experiments.balls_into_bins import (
+    BallsIntoBins,
+    calibrate_blanket,
+    one_item_delta,
+    pair_for,
+)
+from segshuffle.experiments.calibration import (
+    _largest_local_epsilon,
+    amplified_delta,
+    balls_into_bins_config,
+    expected_bib_mse,
+    subexp_shuffle_mechanism,
+)
+from segshuffle.experiments.privset import SubsetExponential, optimal_subset
+
+
+def _enumerate(d: int, k: int, x: set[int], eps: float) -> dict[tuple[int, ...], float]:
+    weights = {z: (math.exp(eps) if x & set(z) else 1.0)
+               for z in itertools.combinations(range(d), k)}
+    total = sum(weights.values())
+    return {z: w / total for z, w in weights.items()}
+
+
+@pytest.mark.parametrize(("d", "s"), [(5, 1), (6, 2), (7, 3), (8, 2)])
+@pytest.mark.parametrize("eps", [0.5, 2.0])
+def test_privset_rates_equal_brute_force(d, s, eps):
+    x = set(range(s))
+    disjoint = set(range(s, min(d, 2 * s)))
+    for k in range(1, d - s + 1):
+        mech = SubsetExponential(d, s, eps, k)
+        dist = _enumerate(d, k, x, eps)
+        hit_rate = sum(p for z, p in dist.items() if 0 in z)
+        false_rate = sum(p for z, p in dist.items() if d - 1 in z)
+        meets = sum(p for z, p in dist.items() if x & set(z))
+        assert mech.p_true == pytest.approx(hit_rate, rel=1e-12)
+        assert mech.p_false == pytest.approx(false_rate, rel=1e-12)
+        assert mech.hit_probability == pytest.approx(meets, rel=1e-12)
+        # beta: the total variation between two inputs as far apart as possible.
+        other = _enumerate(d, k, disjoint | set(range(2 * s, 2 * s + s - len(disjoint))), eps)
+        tv = sum(max(0.0, dist[z] - other[z]) for z in dist)
+        p, beta, q = mech.variation_ratio_parameters()
+        assert beta == pytest.approx(tv, rel=1e-12, abs=1e-15)
+        assert p == q == pytest.approx(math.exp(eps))
+        # eps-LDP: every output's probability changes by at most e^eps across inputs.
+        ratio = max(dist[z] / other[z] for z in dist)
+        assert ratio <= math.exp(eps) * (1 + 1e-12)
+        assert mech.output_probability(True) == pytest.approx(max(dist.values()))
+
+
+def test_privset_beta_is_the_largest_total_variation():
+    d, s, eps, k = 7, 2, 1.0, 3
+    mech = SubsetExponential(d, s, eps, k)
+    base = _enumerate(d, k, {0, 1}, eps)
+    largest = 0.0
+    for y in itertools.combinations(range(d), s):
+        other = _enumerate(d, k, set(y), eps)
+        largest = max(largest, sum(max(0.0, base[z] - other[z]) for z in base))
+    assert mech.variation_ratio_parameters()[1] == pytest.approx(largest, rel=1e-12)
+
+
+def test_privset_sampler_matches_rates(rng):
+    mech = SubsetExponential(10, 3, 1.2, 4)
+    n = 100_000
+    items = np.tile(np.array([0, 4, 7]), (n, 1))
+    counts = mech.sample_counts(items, rng)
+    assert counts.sum() == n * 4  # every report is a 4-subset
+    sd_t = math.sqrt(mech.p_true * (1 - mech.p_true) / n)
+    sd_f = math.sqrt(mech.p_false * (1 - mech.p_false) / n)
+    for j in (0, 4, 7):
+        assert abs(counts[j] / n - mech.p_true) < 5 * sd_t
+    for j in (1, 2, 3, 5, 6, 8, 9):
+        assert abs(counts[j] / n - mech.p_false) < 5 * sd_f
+
+
+def _check_unbiased(estimates: np.ndarray, truth: np.ndarray) -> None:
+    """Mean of many independent estimates within 5 standard errors of the truth."""
+    mean = estimates.mean(axis=0)
+    se = estimates.std(axis=0, ddof=1) / math.sqrt(estimates.shape[0])
+    z = np.abs(mean - truth) / np.maximum(se, 1e-12)
+    assert z.max() < 5.0, (mean, truth, z)
+
+
+def _population(rng, n=2000, d=12, s=3):
+    # A skewed population: items 0..3 are popular.
+    weights = np.linspace(3.0, 0.5, d)
+    items = np.array([np.sort(rng.choice(d, size=s, replace=False, p=weights / weights.sum()))
+                      for _ in range(n)])
+    truth = np.bincount(items.ravel(), minlength=d) / n
+    return items, truth
+
+
+def test_privset_estimator_is_unbiased(rng):
+    items, truth = _population(rng)
+    mech = optimal_subset(12, 3, 2.0)
+    runs = np.array([mech.estimate(mech.sample_counts(items, rng), items.shape[0])
+                     for _ in range(400)])
+    _check_unbiased(runs, truth)
+    # The analytic total variance matches the spread of the estimates.
+    measured = runs.var(axis=0, ddof=1).sum()
+    assert measured == pytest.approx(mech.total_variance(items.shape[0]), rel=0.2)
+
+
+@pytest.mark.parametrize("variant", ["one-item", "all-items"])
+def test_balls_into_bins_estimator_is_unbiased(rng, variant):
+    items, truth = _population(rng)
+    n, s = items.shape
+    config = BallsIntoBins(12, s, 1.7, variant)
+    runs = np.array([config.estimate(config.sample_counts(items, rng), n) for _ in range(400)])
+    _check_unbiased(runs, truth)
+    mse = ((runs - truth) ** 2).sum(axis=1).mean()
+    expected = expected_bib_mse(n, 12, s, 1.7, variant)
+    assert mse == pytest.approx(expected, rel=0.2)
+    assert mse <= config.mse_bound(n)
+
+
+def test_sepmm_weighted_estimators_are_unbiased(rng):
+    # Averages of unbiased per-level estimators are unbiased for the same average of
+    # the levels' own frequencies (equal weights: SepMM; paper weights: weighted SepMM).
+    items, _ = _population(rng, n=3000)
+    levels = rng.permutation(np.repeat([0, 1, 2], 1000))
+    configs = [BallsIntoBins(12, 3, m, v) for m, v in
+               ((0.4, "one-item"), (2.0, "all-items"), (0.9, "all-items"))]
+    weights = np.array([0.2, 0.5, 0.3])
+    groups = [items[levels == k] for k in range(3)]
+    group_truth = np.array([np.bincount(g.ravel(), minlength=12) / len(g) for g in groups])
+    runs = []
+    for _ in range(300):
+        est = np.array([c.estimate(c.sample_counts(g, rng), len(g))
+                        for c, g in zip(configs, groups, strict=True)])
+        runs.append(np.concatenate([est.mean(axis=0), weights @ est]))
+    runs = np.array(runs)
+    _check_unbiased(runs, np.concatenate([group_truth.mean(axis=0), weights @ group_truth]))
+
+
+@pytest.mark.parametrize(("n", "d", "s", "eps"), [(5000, 21, 4, 0.5), (50000, 128, 8, 0.5),
+                                                  (1250, 21, 4, 0.5), (2000, 128, 4, 2.0)])
+def test_balls_into_bins_calibration_checked_by_accountant(n, d, s, eps):
+    delta = 0.01 / n
+    m = calibrate_blanket(n, d, s, eps, delta, "one-item")
+    # The accountant, called directly on the p = +inf, beta = 1, q = d/(s gamma) pair.
+    slots = math.ceil(m)
+    pair = variation_ratio_pair(math.inf, 1.0, d * slots / (s * m), n * slots)
+    achieved = epsilon_for(pair, delta)
+    assert achieved is not None and achieved <= eps
+    assert pair == pair_for(n, d, s, m)
+    # The same pair written as the Poisson pair with lambda = 1, r = s gamma / d.
+    assert delta_for(pair, eps) == pytest.approx(
+        delta_for(poisson_pair(1.0, n * slots - 1, s * m / (slots * d)), eps), rel=1e-12)
+    # Minimal: 1% less blanket breaks the guarantee.
+    assert one_item_delta(n, d, s, 0.99 * m, eps) > delta
+
+    m_all = calibrate_blanket(n, d, s, eps, delta, "all-items")
+    assert accounting.user_level_holds(eps, 1.0, s, delta, n, m_all, d)
+    upper = accounting.user_epsilon(1.0, s, delta, n, m_all, d)
+    assert upper is not None and upper <= eps * (1 + 1e-6)  # the search's own precision
+    assert not accounting.user_level_holds(eps, 1.0, s, delta, n, 0.99 * m_all, d)
+
+
+def test_subexp_shuffle_calibration_checked_by_accountant():
+    n, d, s, eps = 5000, 21, 4, 0.5
+    delta = 0.01 / n
+    mech = subexp_shuffle_mechanism(n, d, s, eps, delta)
+    p, beta, q = mech.variation_ratio_parameters()
+    achieved = epsilon_for(variation_ratio_pair(p, beta, q, n), delta)
+    assert achieved is not None and achieved <= eps
+    assert mech.epsilon > eps  # amplification helps
+    stronger = SubsetExponential(d, s, mech.epsilon * 1.01, mech.subset_size)
+    assert amplified_delta(stronger, n, eps) > delta
+    # Its subset size beats the other calibrated subset sizes.
+    for k in range(1, 8):
+        eps0 = _largest_local_epsilon(d, s, k, n, eps, delta, 1e-4)
+        rival = SubsetExponential(d, s, eps0, k)
+        assert rival.total_variance(n) >= mech.total_variance(n) * (1 - 1e-12)
+
+
+def test_balls_into_bins_choice_picks_the_smaller_expected_error():
+    choice = balls_into_bins_config(5000, 21, 4, 0.5, 0.01 / 5000)
+    variants = {v: mse for v, _, mse in choice.alternatives}
+    assert set(variants) == {"one-item", "all-items"}
+    assert choice.expected_mse == min(variants.values())
+    assert choice.config.variant == min(variants, key=variants.get)
+
+
+def _exact_count_distribution(sets, d, slots, gamma):
+    """Exact distribution of the count vector: one uniform ball per user, plus blanket."""
+    dist = {tuple([0] * d): 1.0}
+
+    def add(dist, outcomes):
+        new = defaultdict(float)
+        for counts, p in dist.items():
+            for item, q in outcomes:
+                if item is None:
+                    new[counts] += p * q
+                else:
+                    c = list(counts)
+                    c[item] += 1
+                    new[tuple(c)] += p * q
+        return new
+
+    for user_set in sets:
+        dist = add(dist, [(i, 1.0 / len(user_set)) for i in user_set])
+    for _ in range(slots):
+        dist = add(dist, [(None, 1.0 - gamma)] + [(j, gamma / d) for j in range(d)])
+    return dist
+
+
+@pytest.mark.parametrize("m", [1.0, 0.6, 1.5])
+def test_one_item_pair_bounds_the_exact_protocol(m):
+    """Brute force: the protocol's true divergence never exceeds the accountant's pair."""
+    d, s, n = 4, 2, 3
+    slots = math.ceil(m)
+    gamma = m / slots
+    others = [[(0, 2), (1, 3)], [(0, 1), (0, 1)], [(2, 3), (2, 3)]]
+    for other_sets in others:
+        p = _exact_count_distribution([(0, 1), *other_sets], d, n * slots, gamma)
+        q = _exact_count_distribution([(2, 3), *other_sets], d, n * slots, gamma)
+        for eps in (0.5, 1.0, 2.0):
+            e = math.exp(eps)
+            exact = sum(max(0.0, p.get(c, 0.0) - e * q.get(c, 0.0)) for c in set(p) | set(q))
+            bound = one_item_delta(n, d, s, m, eps)
+            assert exact <= bound + 1e-12, (other_sets, eps, exact, bound)
