@@ -80,7 +80,7 @@ def test_transactions_format(tmp_path):
 def test_transactions_fixed_mapping():
     parsed = parse_transactions(b"1 2\n3\n", first_id=1, item_count=3)
     assert parsed.items.tolist() == [0, 1, 2]
-    with pytest.raises(ValueError, match="line 2: item id 4 outside 1..3"):
+    with pytest.raises(ValueError, match=r"line 2: item id 4 outside 1\.\.3"):
         parse_transactions(b"1 2\n4\n", first_id=1, item_count=3)
 
 
