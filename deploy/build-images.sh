@@ -15,6 +15,8 @@
 #   SEGSHUFFLE_DEBIAN_MIRROR   apt mirror for debootstrap (default: first URI of /etc/apt/sources*)
 #   SEGSHUFFLE_BUILD_DIR       scratch directory (default: ${XDG_CACHE_HOME:-~/.cache}/segshuffle-deploy)
 #   SEGSHUFFLE_PYTHON          host python used for `pip wheel` (default: python3.11 or python3)
+#   SEGSHUFFLE_CONSTRAINTS     pip constraints for the wheelhouse (default: the versions installed
+#                              in the repository's .venv; "none": newest releases)
 #   SEGSHUFFLE_REBUILD_BASE=1  rebuild the base image even if it exists
 #   SEGSHUFFLE_IMAGE           name of the application image (default: segshuffle:latest)
 set -euo pipefail
@@ -98,8 +100,22 @@ build_wheelhouse() {
     log "pip wheel: project dependencies into $wheels"
     # Runtime requirements of the project plus the build backend, so that the image build can
     # install the project from source with --no-index.
+    # Pin the image to the versions the project is tested with: the development venv's
+    # versions serve as constraints (SEGSHUFFLE_CONSTRAINTS names another file; "none" lets
+    # pip pick the newest).
+    local constraints=()
+    local constraints_file="${SEGSHUFFLE_CONSTRAINTS:-}"
+    if [[ -z "$constraints_file" && -x "$repo/.venv/bin/python" ]]; then
+        constraints_file="${build_dir}/constraints.txt"
+        "$repo/.venv/bin/python" -m pip freeze --exclude-editable --disable-pip-version-check \
+            | grep -v -e '^-e ' -e ' @ ' -e '^segshuffle[=@ ]' > "$constraints_file" || true
+        log "constraints: versions of $repo/.venv ($(wc -l < "$constraints_file") pins)"
+    fi
+    if [[ -n "$constraints_file" && "$constraints_file" != "none" ]]; then
+        constraints=(--constraint "$constraints_file")
+    fi
     "$venv/bin/pip" wheel --quiet --disable-pip-version-check --wheel-dir "$wheels" \
-        "setuptools>=68" wheel pip "$repo"
+        "${constraints[@]}" "setuptools>=68" wheel pip "$repo"
     # The project's own wheel is rebuilt from the copied source inside the image.
     rm -f "$wheels"/segshuffle-*.whl
     log "wheelhouse: $(find "$wheels" -name '*.whl' | wc -l) wheels"
