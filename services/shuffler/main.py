@@ -40,7 +40,9 @@ def log_config(level: str = "INFO") -> dict[str, Any]:
 def listen(host: str, port: int) -> socket.socket:
     """A bound, listening TCP socket; port 0 picks a free port (read it from the socket)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto must be IPPROTO_TCP: asyncio sets TCP_NODELAY on accepted connections only
+    # then, and without it every keep-alive response waits ~40 ms (Nagle + delayed ACK).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
@@ -52,7 +54,7 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def run(settings: Settings, *, log_level: str = "INFO") -> int:
+def run(settings: Settings) -> int:
     """Serve the shuffler until interrupted (SIGINT/SIGTERM shut it down cleanly).
 
     Logs ``shuffler listening on port N`` once the socket is bound (N is the real
@@ -62,6 +64,7 @@ def run(settings: Settings, *, log_level: str = "INFO") -> int:
 
     from .app import create_app
 
+    log_level = settings.log_level.upper()
     logging.config.dictConfig(log_config(log_level))
     app = create_app(settings)
     sock = listen(settings.host, settings.port)

@@ -15,7 +15,9 @@ Each field of :class:`Settings` is read from the variable named after it in uppe
 - ``MAX_BODY_BYTES``: largest accepted request body (default 1 MiB).
 - ``SYNCHRONOUS``: SQLite ``synchronous``; ``NORMAL`` survives process crashes, ``FULL``
   also power loss (default ``NORMAL``).
-- ``HOST`` / ``PORT``: listen address (default ``127.0.0.1:8081``).
+- ``HOST`` / ``PORT``: listen address (default ``127.0.0.1:8081``; port 0 picks a free
+  port, logged as ``shuffler listening on port N``).
+- ``LOG_LEVEL``: ``debug``, ``info``, ``warning`` or ``error`` (default ``info``).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class Settings:
     port: int = 8081
     campaign_cache_seconds: float = 1.0
     forward_timeout: float = 120.0
+    log_level: str = "info"
 
     def __post_init__(self) -> None:
         if not self.server_token:
@@ -61,6 +64,13 @@ class Settings:
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
                 raise ValueError(f"{name.replace('_', ' ')} must be an integer >= {minimum}, "
                                  f"got {value!r}")
+        if self.port > 65535:
+            raise ValueError(f"port must be <= 65535, got {self.port}")
+        if self.log_level.lower() not in {"debug", "info", "warning", "error"}:
+            raise ValueError(f"log level must be debug, info, warning or error, got "
+                             f"{self.log_level!r}")
+        if not self.database:
+            raise ValueError("database path must not be empty")
         if self.synchronous.upper() not in {"NORMAL", "FULL", "EXTRA"}:
             raise ValueError(f"synchronous must be NORMAL, FULL or EXTRA, got "
                              f"{self.synchronous!r}")

@@ -1,1 +1,25 @@
-"""Client SDK: sync and async clients of the shuffler and server, and a population simulator."""
+"""Client SDK: sync and async clients of the shuffler and server, and a population simulator.
+
+- :class:`Client` / :class:`AsyncClient`: one user in one campaign, both rounds
+  (:mod:`.sync`, :mod:`.aio`), with verification of everything the server
+  publishes (:mod:`.verify`) before any data leaves the client.
+- :mod:`.messages`: the randomizers and the sealing of each message.
+- :mod:`.population`: many simulated users at once against live services.
+"""
+
+from .aio import AsyncClient
+from .errors import ClientError, ServiceError, VerificationError
+from .messages import SentRound1, SentRound2
+from .session import RetryPolicy
+from .sync import Client
+
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "ClientError",
+    "RetryPolicy",
+    "SentRound1",
+    "SentRound2",
+    "ServiceError",
+    "VerificationError",
+]

@@ -1,0 +1,164 @@
+"""The asynchronous client: the same API as :class:`~segshuffle.client.Client`, on
+``httpx.AsyncClient``; several users can share one connection pool (``http=``), which is
+how :mod:`segshuffle.client.population` simulates thousands of users.
+
+Retries and verification behave exactly as in :mod:`segshuffle.client.sync`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import httpx
+import numpy as np
+
+from segshuffle.wire.models import (
+    CampaignView,
+    EnrollmentResponse,
+    HpkeConfig,
+    PublishedParameters,
+    RoundStatus,
+)
+
+from .errors import ServiceError
+from .messages import SentRound1, SentRound2
+from .session import RetryPolicy, UserSession, network_error, parse, service_error
+
+
+class AsyncClient:
+    """Asynchronous SDK client: the API of :class:`~segshuffle.client.Client`, awaited."""
+
+    def __init__(
+        self,
+        server_url: str,
+        shuffler_url: str,
+        campaign_id: str,
+        *,
+        rng: np.random.Generator | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float = 30.0,
+        allow_insecure: bool = False,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.session = UserSession(campaign_id, rng, allow_insecure=allow_insecure)
+        self.server_url = server_url.rstrip("/")
+        self.shuffler_url = shuffler_url.rstrip("/")
+        self.retry = retry or RetryPolicy()
+        self._own_http = http is None
+        self._http = http or httpx.AsyncClient(timeout=timeout)
+
+    async def aclose(self) -> None:
+        if self._own_http:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- transport -----------------------------------------------------------------------
+    async def _request(self, method: str, url: str, what: str, *, submission: bool = False,
+                 **kwargs: Any) -> httpx.Response:
+        ambiguous = False
+        for attempt in range(self.retry.attempts):
+            try:
+                response = await self._http.request(method, url, **kwargs)
+            except httpx.HTTPError as exc:
+                error = network_error(exc, what)
+                ambiguous = ambiguous or not isinstance(exc, httpx.ConnectError)
+            else:
+                if response.status_code < 400:
+                    return response
+                error = service_error(response, what)
+                if submission and ambiguous and error.problem == "already-submitted":
+                    return response  # an earlier attempt arrived
+                if not error.transient:
+                    raise error
+                ambiguous = ambiguous or response.status_code >= 500
+            if attempt + 1 < self.retry.attempts:
+                await asyncio.sleep(self.retry.delay(attempt))
+        raise error
+
+    # -- API -----------------------------------------------------------------------------
+    async def _view(self) -> CampaignView:
+        url = self.server_url + self.session.campaign_path
+        return parse(CampaignView, await self._request("GET", url, "campaign"), "campaign")
+
+    async def campaign(self) -> CampaignView:
+        """Fetch the campaign view and key config, verify them, pin key id and config hash."""
+        s = self.session
+        view = await self._view()
+        hpke = parse(HpkeConfig, await self._request(
+            "GET", self.server_url + s.campaign_path + "/hpke-config", "key config"),
+            "key config")
+        return s.accept_campaign(view, hpke)
+
+    async def enroll(self, invitation: str | None = None) -> str:
+        """Obtain a one-time user token from the shuffler."""
+        body = {} if invitation is None else {"invitation": invitation}
+        url = self.shuffler_url + self.session.campaign_path + "/enrollments"
+        response = await self._request("POST", url, "enrollment", json=body)
+        return self.session.accept_enrollment(
+            parse(EnrollmentResponse, response, "enrollment"))
+
+    async def submit_level(self, level_index: int) -> SentRound1:
+        """Round 1: send the (possibly randomized) level, sealed."""
+        s = self.session
+        if s.view is None:
+            await self.campaign()
+        body, sent = s.round1(level_index)
+        url = self.shuffler_url + s.round_path(1) + "/submissions"
+        await self._request("POST", url, "round-1 submission", submission=True,
+                            json=body, headers=s.auth())
+        s.round1_sent(sent)
+        return sent
+
+    async def round_status(self, round_number: int) -> RoundStatus:
+        """The shuffler's view of a round: participants, threshold, release state."""
+        url = self.shuffler_url + self.session.round_path(round_number)
+        response = await self._request("GET", url, "round status")
+        return parse(RoundStatus, response, "round status")
+
+    async def fetch_parameters(self, level_index: int | None = None) -> PublishedParameters:
+        """Fetch the round-2 parameters and verify them for this user's level.
+
+        Raises :class:`~segshuffle.client.errors.VerificationError` if they do not
+        give the level its guarantee (nothing is sent then).
+        """
+        s = self.session
+        if level_index is not None:
+            s.level_index = level_index
+        if s.key is None:
+            await self.campaign()
+        view = await self._view()
+        parameters = s.accept_parameters(view)
+        s.check_release_threshold(await self.round_status(2))
+        return parameters
+
+    async def submit_data(self, items: Iterable[int]) -> SentRound2:
+        """Round 2: randomize the item set with the verified parameters, seal, send."""
+        s = self.session
+        if s.parameters is None:
+            await self.fetch_parameters()
+        body, sent = s.round2(items)
+        url = self.shuffler_url + s.round_path(2) + "/submissions"
+        await self._request("POST", url, "round-2 submission", submission=True,
+                            json=body, headers=s.auth())
+        return sent
+
+    async def wait_for_phase(self, phase: str, timeout: float = 60.0,
+                             interval: float = 0.2) -> CampaignView:
+        """Poll the campaign until it reaches ``phase`` (``round2`` or ``done``)."""
+        order = {"round1": 0, "round2": 1, "done": 2}
+        deadline = time.monotonic() + timeout
+        while True:
+            view = await self._view()
+            if order[view.phase] >= order[phase]:
+                return view
+            if time.monotonic() > deadline:
+                raise ServiceError(f"campaign still in phase {view.phase!r} after {timeout}s")
+            await asyncio.sleep(interval)

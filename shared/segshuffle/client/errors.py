@@ -1,0 +1,36 @@
+"""Exceptions of the client SDK."""
+
+from __future__ import annotations
+
+
+class ClientError(Exception):
+    """Base class of every error the SDK raises."""
+
+
+class ServiceError(ClientError):
+    """A service refused a request (an RFC 9457 problem) or could not be reached.
+
+    ``problem`` is the short problem name (``already-submitted``, ``wrong-phase``...)
+    when the service sent one; ``status`` the HTTP status (``None``: no answer).
+    """
+
+    def __init__(self, message: str, *, status: int | None = None,
+                 problem: str | None = None, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.problem = problem
+        self.detail = detail
+
+    @property
+    def transient(self) -> bool:
+        """Worth retrying: no answer, a 5xx, or 429."""
+        return self.status is None or self.status >= 500 or self.status == 429
+
+
+class VerificationError(ClientError):
+    """What the services published does not check out; the client sends nothing more.
+
+    Raised when the campaign's hashes do not match its content, the key is not the
+    pinned one, or the published round-2 parameters would not give this user's
+    level its guarantee (SPEC section 3).
+    """

@@ -1,0 +1,244 @@
+"""A server and a shuffler as local subprocesses, for demos, tests and trying the SDK.
+
+:class:`LocalStack` starts ``segshuffle serve server`` and ``segshuffle serve
+shuffler`` as real uvicorn processes on free loopback ports with storage in one
+directory, with fresh random tokens passed through the environment.  Each
+service binds port 0 and logs ``... listening on port N``; the stack reads the
+port from the log.  A service can be killed (``SIGKILL`` included) and restarted
+on the same port with the same storage, which is how crash recovery is tested.
+
+It also speaks the two operator APIs: creating campaigns and reading results on
+the server (admin token), releasing rounds on the shuffler (operator token).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from segshuffle.wire.models import CampaignView, Results
+
+from .errors import ServiceError
+from .session import parse, service_error
+
+SERVICES = ("server", "shuffler")
+_PORT_LINE = re.compile(r"(server|shuffler) listening on port (\d+)")
+
+
+class LocalStack:
+    """Both services as subprocesses (see the module docstring); use as a context manager."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str] | None = None,
+        *,
+        min_users: int = 2,
+        allow_insecure: bool = False,
+        server_env: Mapping[str, str] | None = None,
+        shuffler_env: Mapping[str, str] | None = None,
+        startup_timeout: float = 30.0,
+        python: str = sys.executable,
+    ) -> None:
+        self._tempdir: tempfile.TemporaryDirectory[str] | None = None
+        if directory is None:
+            self._tempdir = tempfile.TemporaryDirectory(prefix="segshuffle-")
+            directory = self._tempdir.name
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.admin_token = secrets.token_urlsafe(32)
+        self.shuffler_token = secrets.token_urlsafe(32)
+        self.operator_token = secrets.token_urlsafe(32)
+        self.min_users = min_users
+        self.allow_insecure = allow_insecure
+        self.startup_timeout = startup_timeout
+        self.python = python
+        self._extra = {"server": dict(server_env or {}), "shuffler": dict(shuffler_env or {})}
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.ports: dict[str, int] = {}
+        self._log_offsets: dict[str, int] = {}
+        self._http = httpx.Client(timeout=120.0)
+
+    # -- paths and URLs --------------------------------------------------------------------
+    def log_path(self, service: str) -> Path:
+        return self.directory / f"{service}.log"
+
+    def database_path(self, service: str) -> Path:
+        return self.directory / f"{service}.sqlite3"
+
+    @property
+    def server_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['server']}"
+
+    @property
+    def shuffler_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['shuffler']}"
+
+    # -- processes ---------------------------------------------------------------------------
+    def _environment(self, service: str, port: int) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SEGSHUFFLE_")}
+        if service == "server":
+            env.update({
+                "SEGSHUFFLE_SERVER_HOST": "127.0.0.1",
+                "SEGSHUFFLE_SERVER_PORT": str(port),
+                "SEGSHUFFLE_SERVER_DATABASE": str(self.database_path("server")),
+                "SEGSHUFFLE_SERVER_KEY_DIR": str(self.directory / "server-keys"),
+                "SEGSHUFFLE_SERVER_ADMIN_TOKEN": self.admin_token,
+                "SEGSHUFFLE_SERVER_SHUFFLER_TOKEN": self.shuffler_token,
+                "SEGSHUFFLE_SERVER_ALLOW_INSECURE_PARAMETERS":
+                    "true" if self.allow_insecure else "false",
+            })
+        else:
+            env.update({
+                "SEGSHUFFLE_SHUFFLER_HOST": "127.0.0.1",
+                "SEGSHUFFLE_SHUFFLER_PORT": str(port),
+                "SEGSHUFFLE_SHUFFLER_DATABASE": str(self.database_path("shuffler")),
+                "SEGSHUFFLE_SHUFFLER_SERVER_URL": self.server_url,
+                "SEGSHUFFLE_SHUFFLER_SERVER_TOKEN": self.shuffler_token,
+                "SEGSHUFFLE_SHUFFLER_OPERATOR_TOKEN": self.operator_token,
+                "SEGSHUFFLE_SHUFFLER_MIN_USERS": str(self.min_users),
+            })
+        env.update(self._extra[service])
+        return env
+
+    def start(self) -> LocalStack:
+        """Start the server, then the shuffler (which needs the server's URL)."""
+        try:
+            for service in SERVICES:
+                self.start_service(service)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def start_service(self, service: str) -> None:
+        """Start (or restart, on its previous port) one service and wait until it is ready."""
+        if service in self.processes and self.processes[service].poll() is None:
+            raise RuntimeError(f"{service} is already running")
+        port = self.ports.get(service, 0)
+        log = self.log_path(service)
+        offset = log.stat().st_size if log.exists() else 0
+        self._log_offsets[service] = offset
+        with log.open("ab") as sink:
+            process = subprocess.Popen(
+                [self.python, "-m", "segshuffle.cli.main", "serve", service],
+                env=self._environment(service, port), stdout=sink, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        self.processes[service] = process
+        self.ports[service] = self._wait_for_port(service, process, offset)
+        self._wait_ready(service, process)
+
+    def _wait_for_port(self, service: str, process: subprocess.Popen[bytes],
+                       offset: int) -> int:
+        deadline = time.monotonic() + self.startup_timeout
+        log = self.log_path(service)
+        while time.monotonic() < deadline:
+            text = log.read_bytes()[offset:].decode("utf-8", "replace")
+            match = _PORT_LINE.search(text)
+            if match:
+                return int(match.group(2))
+            if process.poll() is not None:
+                raise ServiceError(f"{service} exited with status {process.returncode}: "
+                                   f"{text.strip().splitlines()[-1:] or ['no output']}")
+            time.sleep(0.05)
+        raise ServiceError(f"{service} did not report its port within {self.startup_timeout}s")
+
+    def _wait_ready(self, service: str, process: subprocess.Popen[bytes]) -> None:
+        url = f"http://127.0.0.1:{self.ports[service]}/readyz"
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise ServiceError(f"{service} exited with status {process.returncode}")
+            try:
+                if self._http.get(url, timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise ServiceError(f"{service} was not ready within {self.startup_timeout}s")
+
+    def kill(self, service: str, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` to one service and wait for it to exit."""
+        process = self.processes[service]
+        if process.poll() is None:
+            process.send_signal(sig)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def stop(self) -> None:
+        """Stop both services (SIGTERM, then SIGKILL after 10 s); idempotent."""
+        for service in reversed(SERVICES):
+            process = self.processes.get(service)
+            if process is None or process.poll() is not None:
+                continue
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def close(self) -> None:
+        self.stop()
+        self._http.close()
+        if self._tempdir is not None:
+            self._tempdir.cleanup()
+            self._tempdir = None
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- operator APIs -------------------------------------------------------------------------
+    def _call(self, method: str, url: str, what: str, token: str, **kwargs: Any
+              ) -> httpx.Response:
+        try:
+            response = self._http.request(method, url,
+                                          headers={"Authorization": f"Bearer {token}"},
+                                          **kwargs)
+        except httpx.HTTPError as exc:
+            raise ServiceError(f"{what}: {type(exc).__name__}") from None
+        if response.status_code >= 400:
+            raise service_error(response, what)
+        return response
+
+    def create_campaign(self, body: Mapping[str, Any]) -> CampaignView:
+        """``POST /v1/campaigns`` on the server (admin)."""
+        response = self._call("POST", self.server_url + "/v1/campaigns", "create campaign",
+                              self.admin_token, json=dict(body))
+        return parse(CampaignView, response, "create campaign")
+
+    def release(self, campaign_id: str, round_number: int, *, wait: bool = True
+                ) -> dict[str, Any]:
+        """Ask the shuffler to release a round (operator); with ``wait``, until delivered."""
+        url = f"{self.shuffler_url}/v1/campaigns/{campaign_id}/rounds/{round_number}/release"
+        response = self._call("POST", url, f"release round {round_number}",
+                              self.operator_token, params={"wait": "true" if wait else "false"})
+        return dict(response.json())
+
+    def results(self, campaign_id: str) -> Results:
+        """``GET /v1/campaigns/{cid}/results`` on the server (admin)."""
+        response = self._call("GET", f"{self.server_url}/v1/campaigns/{campaign_id}/results",
+                              "results", self.admin_token)
+        return parse(Results, response, "results")
+
+    def campaign(self, campaign_id: str) -> CampaignView:
+        response = self._call("GET", f"{self.server_url}/v1/campaigns/{campaign_id}",
+                              "campaign", self.admin_token)
+        return parse(CampaignView, response, "campaign")

@@ -1,0 +1,101 @@
+"""Building a user's sealed submissions (paper Algorithm 2; SPEC sections 2, 5, 6 and 7).
+
+Round 1: one level message carrying the level index, or, when the campaign uses
+eps_p level privacy, the index after K-ary randomized response.
+
+Round 2: the same reported level again (the level stream of SPEC section 5 lets
+the server count round-2 participants per level; repeating the round-1 report
+instead of randomizing afresh means the level stream reveals nothing beyond
+round 1), and the data slots:
+
+1. fit the set to exactly s items (:func:`segshuffle.core.randomizers.fit_set`),
+   padding ids d..d+s-1 when the campaign pads (without padding, missing items
+   become null slots);
+2. ``fixed_size_slots``: item i with probability lambda_k, and ceil(m) blanket
+   slots each carrying a uniform item of the privacy domain with probability
+   gamma = m / ceil(m); unsent slots are null messages, so every user of every
+   level sends exactly s + ceil(m) data ciphertexts.  Without ``fixed_size`` only
+   the sent slots travel (at least one message: a null when nothing is sent).
+
+Every message is its own 32-byte plaintext, sealed by its own HPKE call under an
+``info`` binding campaign, round, key id and the round's context hash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from segshuffle.core.levels import randomize_level
+from segshuffle.core.randomizers import fit_set, fixed_size_slots
+from segshuffle.crypto import PinnedKey, build_info, seal
+from segshuffle.wire.models import CampaignView, PublishedParameters, b64url_encode
+from segshuffle.wire.plaintext import item_plaintext, level_plaintext, null_plaintext
+
+
+@dataclass(frozen=True)
+class SentRound1:
+    """What a user sent in round 1 (kept for tests and audits; never leaves the client)."""
+
+    level_index: int
+    reported_level: int
+
+
+@dataclass(frozen=True)
+class SentRound2:
+    """What a user sent in round 2: the level report and every data slot (None = null)."""
+
+    level_index: int
+    reported_level: int
+    items: tuple[int, ...]
+    slots: tuple[int | None, ...]
+
+
+def report_level(level_index: int, view: CampaignView, rng: np.random.Generator) -> int:
+    """The level index to send: exact, or through K-ary randomized response (eps_p)."""
+    levels = view.config.levels
+    if not 0 <= level_index < len(levels):
+        raise ValueError(f"level index must be in [0, {len(levels)}), got {level_index}")
+    eps_p = view.config.level_privacy
+    if eps_p is None:
+        return level_index
+    return randomize_level(level_index, len(levels), eps_p, rng)
+
+
+def _seal_all(key: PinnedKey, info: bytes, plaintexts: Iterable[bytes]) -> list[str]:
+    return [b64url_encode(seal(key.public_key, info, p)) for p in plaintexts]
+
+
+def round1_body(view: CampaignView, key: PinnedKey, reported_level: int) -> dict[str, str]:
+    """``{"level": ct}`` for round 1, bound to the campaign's configuration hash."""
+    info = build_info(view.id, 1, key.key_id, view.context_hash_for(1))
+    (level,) = _seal_all(key, info, [level_plaintext(reported_level)])
+    return {"level": level}
+
+
+def data_slots(items: Iterable[int], parameters: PublishedParameters, level_index: int,
+               rng: np.random.Generator) -> tuple[tuple[int, ...], list[int | None]]:
+    """(the fitted item set, the data slots to send) for a user at ``level_index``."""
+    s = parameters.set_size
+    d = parameters.domain_size
+    fitted = fit_set(items, s, d, rng)
+    # without padding ids in the campaign, missing items become null slots
+    real = fitted[fitted < d] if parameters.padding_items == 0 else fitted
+    lam = parameters.lambdas[level_index]
+    slots = fixed_size_slots(real, lam, parameters.m, parameters.privacy_domain_size, rng)
+    slots = slots[: real.size] + [None] * (s - real.size) + slots[real.size:]
+    if not parameters.fixed_size:
+        slots = [j for j in slots if j is not None] or [None]
+    return tuple(int(i) for i in fitted), slots
+
+
+def round2_body(view: CampaignView, key: PinnedKey, reported_level: int,
+                slots: Sequence[int | None]) -> dict[str, object]:
+    """``{"level": ct, "data": [ct, ...]}`` for round 2, bound to the parameters hash."""
+    info = build_info(view.id, 2, key.key_id, view.context_hash_for(2))
+    (level,) = _seal_all(key, info, [level_plaintext(reported_level)])
+    data = _seal_all(key, info, (null_plaintext() if j is None else item_plaintext(j)
+                                 for j in slots))
+    return {"level": level, "data": data}

@@ -1,0 +1,221 @@
+"""Many simulated users against live services (asyncio, bounded concurrency).
+
+:class:`Population` plays N users of one campaign, each an
+:class:`~segshuffle.client.AsyncClient` sharing one connection pool:
+
+- :meth:`Population.round1`: every user fetches and verifies the campaign,
+  enrolls, and sends its (possibly randomized) level;
+- :meth:`Population.round2`: every (remaining) user fetches the published
+  parameters, verifies them for its own level, and sends its data.
+
+Releasing the rounds is the shuffler operator's job, between the two calls.
+
+Each user has its own seeded generator (spawned from ``seed``), so the
+randomizers are reproducible; nonces and HPKE ephemeral keys still come from the
+operating system's CSPRNG.  The plaintexts every user sent are kept
+(:attr:`UserRecord.round1`, :attr:`UserRecord.round2`) so that tests can
+recompute the server's counts offline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import httpx
+import numpy as np
+
+from .aio import AsyncClient
+from .errors import ClientError
+from .messages import SentRound1, SentRound2
+from .session import RetryPolicy
+
+Progress = Callable[[str, int, int], None]
+
+
+def stderr_progress(phase: str, done: int, total: int) -> None:
+    """Default progress report: one line to stderr per tenth of the users."""
+    sys.stderr.write(f"{phase}: {done}/{total} users\n")
+    sys.stderr.flush()
+
+
+@dataclass
+class UserRecord:
+    """One simulated user: its input, its level and what it sent."""
+
+    index: int
+    items: tuple[int, ...]
+    level_index: int
+    round1: SentRound1 | None = None
+    round2: SentRound2 | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class PhaseTiming:
+    """Wall time of a phase and the per-user latency distribution (seconds)."""
+
+    phase: str
+    users: int
+    failures: int
+    seconds: float
+    median_user_seconds: float
+    p95_user_seconds: float
+
+    def as_dict(self) -> dict[str, float | int | str]:
+        return {"phase": self.phase, "users": self.users, "failures": self.failures,
+                "seconds": self.seconds, "median_user_seconds": self.median_user_seconds,
+                "p95_user_seconds": self.p95_user_seconds}
+
+
+@dataclass
+class Population:
+    """N users of one campaign (see the module docstring)."""
+
+    server_url: str
+    shuffler_url: str
+    campaign_id: str
+    item_sets: Sequence[Sequence[int]]
+    level_indices: Sequence[int]
+    seed: int | None = None
+    concurrency: int = 64
+    invitation: str | None = None
+    local_address: str | None = None
+    """Source address of the users' connections (e.g. 127.0.0.2 to tell them apart)."""
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    timeout: float = 60.0
+    progress: Progress | None = None
+    users: list[UserRecord] = field(init=False)
+    _clients: list[AsyncClient] = field(init=False)
+    _http: httpx.AsyncClient | None = field(init=False, default=None)
+    _seeds: list[np.random.SeedSequence] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if len(self.item_sets) != len(self.level_indices):
+            raise ValueError("give one level per item set")
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        self.users = [
+            UserRecord(index=i, items=tuple(int(j) for j in items), level_index=int(level))
+            for i, (items, level) in enumerate(zip(self.item_sets, self.level_indices,
+                                                   strict=True))
+        ]
+        self._seeds = np.random.SeedSequence(self.seed).spawn(len(self.item_sets))
+        self._clients = []
+
+    @classmethod
+    def with_shares(cls, server_url: str, shuffler_url: str, campaign_id: str,
+                    item_sets: Sequence[Sequence[int]], shares: Sequence[float],
+                    *, seed: int | None = None, **kwargs: object) -> Population:
+        """Levels drawn independently with probabilities ``shares`` (one per level)."""
+        p = np.asarray(shares, dtype=float)
+        if p.ndim != 1 or p.size == 0 or (p < 0).any() or abs(p.sum() - 1.0) > 1e-6:
+            raise ValueError("shares must be non-negative and sum to 1")
+        rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
+        levels = rng.choice(p.size, size=len(item_sets), p=p / p.sum())
+        return cls(server_url, shuffler_url, campaign_id, item_sets,
+                   [int(v) for v in levels], seed=seed, **kwargs)  # type: ignore[arg-type]
+
+    # -- lifecycle -----------------------------------------------------------------------
+    async def __aenter__(self) -> Population:
+        transport = httpx.AsyncHTTPTransport(local_address=self.local_address)
+        limits = httpx.Limits(max_connections=self.concurrency,
+                              max_keepalive_connections=self.concurrency)
+        self._http = httpx.AsyncClient(transport=transport, limits=limits,
+                                       timeout=self.timeout)
+        self._clients = [
+            AsyncClient(self.server_url, self.shuffler_url, self.campaign_id,
+                        rng=np.random.default_rng(seed), retry=self.retry, http=self._http)
+            for seed in self._seeds
+        ]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+
+    # -- phases --------------------------------------------------------------------------
+    async def _run(self, phase: str, indices: Sequence[int],
+                   job: Callable[[int], object]) -> PhaseTiming:
+        if self._http is None:
+            raise ClientError("use the population as 'async with Population(...)'")
+        gate = asyncio.Semaphore(self.concurrency)
+        latencies: list[float] = []
+        failures = 0
+        done = 0
+        step = max(1, len(indices) // 10)
+
+        async def one(i: int) -> None:
+            nonlocal failures, done
+            async with gate:
+                started = time.perf_counter()
+                try:
+                    await job(i)  # type: ignore[misc]
+                except ClientError as exc:
+                    self.users[i].error = f"{phase}: {exc}"
+                    failures += 1
+                latencies.append(time.perf_counter() - started)
+                done += 1
+                if self.progress is not None and (done % step == 0 or done == len(indices)):
+                    self.progress(phase, done, len(indices))
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one(i) for i in indices))
+        seconds = time.perf_counter() - started
+        ordered = sorted(latencies) or [0.0]
+        return PhaseTiming(
+            phase=phase, users=len(indices), failures=failures, seconds=seconds,
+            median_user_seconds=statistics.median(ordered),
+            p95_user_seconds=ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))],
+        )
+
+    async def round1(self) -> PhaseTiming:
+        """Every user: fetch and verify the campaign, enroll, send the level."""
+
+        async def job(i: int) -> None:
+            client = self._clients[i]
+            await client.campaign()
+            await client.enroll(self.invitation)
+            self.users[i].round1 = await client.submit_level(self.users[i].level_index)
+
+        return await self._run("round 1", range(len(self.users)), job)  # type: ignore[arg-type]
+
+    async def round2(self, indices: Sequence[int] | None = None) -> PhaseTiming:
+        """Users (all who completed round 1, or ``indices``): verify parameters, send data."""
+        chosen = list(indices) if indices is not None else [
+            u.index for u in self.users if u.round1 is not None]
+
+        async def job(i: int) -> None:
+            client = self._clients[i]
+            await client.fetch_parameters()
+            self.users[i].round2 = await client.submit_data(self.users[i].items)
+
+        return await self._run("round 2", chosen, job)  # type: ignore[arg-type]
+
+    # -- what was sent ---------------------------------------------------------------------
+    def sent_item_counts(self, domain: int) -> np.ndarray:
+        """C_j recomputed from the plaintexts sent in round 2 (nulls excluded)."""
+        counts = np.zeros(domain, dtype=np.int64)
+        for user in self.users:
+            if user.round2 is not None:
+                for j in user.round2.slots:
+                    if j is not None:
+                        counts[j] += 1
+        return counts
+
+    def sent_level_counts(self, levels: int, round_number: int) -> np.ndarray:
+        """The histogram of reported levels of one round's level stream."""
+        counts = np.zeros(levels, dtype=np.int64)
+        for user in self.users:
+            sent = user.round1 if round_number == 1 else user.round2
+            if sent is not None:
+                counts[sent.reported_level] += 1
+        return counts
+
+    def errors(self) -> list[str]:
+        return [u.error for u in self.users if u.error is not None]
+

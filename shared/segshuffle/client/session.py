@@ -1,0 +1,185 @@
+"""State and logic shared by :class:`~segshuffle.client.Client` and
+:class:`~segshuffle.client.AsyncClient`; the two differ only in how they wait for I/O.
+
+A :class:`UserSession` is one user in one campaign: the pinned key and
+configuration hash from round 1, the enrollment token, the level and the level
+report.  Its methods turn answers into verified objects and build request bodies;
+they never touch the network.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import numpy as np
+from pydantic import ValidationError
+
+from segshuffle.crypto import PinnedKey
+from segshuffle.wire.models import (
+    CampaignView,
+    EnrollmentResponse,
+    HpkeConfig,
+    PublishedParameters,
+    RoundStatus,
+)
+
+from .errors import ClientError, ServiceError, VerificationError
+from .messages import (
+    SentRound1,
+    SentRound2,
+    data_slots,
+    report_level,
+    round1_body,
+    round2_body,
+)
+from .verify import verify_campaign, verify_parameters
+
+PROBLEM_PREFIX = "urn:segshuffle:error:"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retries of transient failures: ``attempts`` tries, exponential backoff with jitter."""
+
+    attempts: int = 6
+    initial: float = 0.2
+    maximum: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1 or self.initial < 0 or self.maximum < self.initial:
+            raise ValueError("retry policy needs attempts >= 1 and 0 <= initial <= maximum")
+
+    def delay(self, attempt: int) -> float:
+        """Wait before try ``attempt + 1`` (attempt counts from 0): full jitter in [d/2, d]."""
+        ceiling = min(self.maximum, self.initial * 2.0**attempt)
+        return ceiling * (0.5 + 0.5 * random.random())
+
+
+def service_error(response: httpx.Response, what: str) -> ServiceError:
+    """A :class:`ServiceError` from a non-2xx answer, with its problem type if any."""
+    problem = detail = None
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        kind = body.get("type")
+        if isinstance(kind, str) and kind.startswith(PROBLEM_PREFIX):
+            problem = kind.removeprefix(PROBLEM_PREFIX)
+        if isinstance(body.get("detail"), str):
+            detail = body["detail"]
+    message = f"{what}: HTTP {response.status_code}"
+    if problem:
+        message += f" {problem}"
+    if detail:
+        message += f": {detail}"
+    return ServiceError(message, status=response.status_code, problem=problem, detail=detail)
+
+
+def network_error(exc: httpx.HTTPError, what: str) -> ServiceError:
+    return ServiceError(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def parse(model: type[Any], response: httpx.Response, what: str) -> Any:
+    try:
+        return model.model_validate(response.json())
+    except (ValueError, ValidationError):
+        raise ServiceError(f"{what}: the answer is not a valid {model.__name__}",
+                           status=response.status_code) from None
+
+
+class UserSession:
+    """One user's protocol state in one campaign."""
+
+    def __init__(self, campaign_id: str, rng: np.random.Generator | None = None,
+                 *, allow_insecure: bool = False) -> None:
+        self.campaign_id = campaign_id
+        self.rng = rng if rng is not None else np.random.default_rng()
+        self.allow_insecure = allow_insecure
+        self.view: CampaignView | None = None
+        self.key: PinnedKey | None = None
+        self.config_hash: str | None = None
+        self.token: str | None = None
+        self.level_index: int | None = None
+        self.reported_level: int | None = None
+        self.parameters: PublishedParameters | None = None
+
+    # -- paths ---------------------------------------------------------------------------
+    @property
+    def campaign_path(self) -> str:
+        return f"/v1/campaigns/{self.campaign_id}"
+
+    def round_path(self, round_number: int) -> str:
+        return f"{self.campaign_path}/rounds/{round_number}"
+
+    def auth(self) -> dict[str, str]:
+        if self.token is None:
+            raise ClientError("not enrolled: call enroll() first")
+        return {"Authorization": f"Bearer {self.token}"}
+
+    # -- answers -------------------------------------------------------------------------
+    def accept_campaign(self, view: CampaignView, hpke: HpkeConfig) -> CampaignView:
+        """Verify a fetched view; the first one pins the key id and configuration hash."""
+        key = verify_campaign(view, hpke, self.campaign_id)
+        if self.key is None:
+            self.key, self.config_hash = key, view.config_hash
+        elif key.key_id != self.key.key_id or view.config_hash != self.config_hash:
+            raise VerificationError("the campaign's key or configuration changed since it "
+                                    "was first fetched")
+        self.view = view
+        return view
+
+    def accept_enrollment(self, enrollment: EnrollmentResponse) -> str:
+        if enrollment.campaign_id != self.campaign_id or not enrollment.token:
+            raise ServiceError("the shuffler issued a token for another campaign")
+        self.token = enrollment.token
+        return self.token
+
+    def accept_parameters(self, view: CampaignView) -> PublishedParameters:
+        if self.level_index is None:
+            raise ClientError("no level chosen: submit_level() comes first")
+        assert self.key is not None and self.config_hash is not None
+        self.parameters = verify_parameters(
+            view, level_index=self.level_index, key_id=self.key.key_id,
+            config_hash=self.config_hash, allow_insecure=self.allow_insecure,
+        )
+        self.view = view
+        return self.parameters
+
+    def check_release_threshold(self, status: RoundStatus) -> None:
+        """The shuffler must hold round 2 until n_min users took part (SPEC section 5)."""
+        assert self.parameters is not None
+        if status.required < self.parameters.accounting_users:
+            raise VerificationError(
+                f"the shuffler would release round 2 with {status.required} participants, "
+                f"the guarantee needs {self.parameters.accounting_users}"
+            )
+
+    # -- bodies --------------------------------------------------------------------------
+    def round1(self, level_index: int) -> tuple[dict[str, str], SentRound1]:
+        if self.view is None or self.key is None:
+            raise ClientError("fetch the campaign first")
+        reported = report_level(level_index, self.view, self.rng)
+        body = round1_body(self.view, self.key, reported)
+        return body, SentRound1(level_index=level_index, reported_level=reported)
+
+    def round1_sent(self, sent: SentRound1) -> None:
+        self.level_index = sent.level_index
+        self.reported_level = sent.reported_level
+
+    def round2(self, items: Iterable[int]) -> tuple[dict[str, object], SentRound2]:
+        if self.parameters is None or self.view is None or self.key is None:
+            raise ClientError("fetch and verify the parameters first")
+        assert self.level_index is not None
+        reported = self.reported_level
+        if reported is None:
+            reported = report_level(self.level_index, self.view, self.rng)
+        fitted, slots = data_slots(items, self.parameters, self.level_index, self.rng)
+        body = round2_body(self.view, self.key, reported, slots)
+        sent = SentRound2(level_index=self.level_index, reported_level=reported,
+                          items=fitted, slots=tuple(slots))
+        return body, sent

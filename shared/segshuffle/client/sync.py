@@ -1,0 +1,174 @@
+"""The synchronous client: one user, one campaign, both rounds over HTTP (httpx).
+
+Typical use::
+
+    with Client(server_url, shuffler_url, "survey-1") as client:
+        client.campaign()                  # fetch + verify the configuration and key
+        client.enroll()                    # a one-time token from the shuffler
+        client.submit_level(level_index)   # round 1
+        ...                                # the operator releases round 1
+        client.fetch_parameters()          # verified for this user's level, or refused
+        client.submit_data(my_items)       # round 2
+
+Every request that fails transiently (no answer, 5xx, 429) is retried with
+exponential backoff.  A submission retried after an ambiguous failure (the
+request may have arrived) that then meets ``already-submitted`` counts as done:
+the earlier attempt got through.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import httpx
+import numpy as np
+
+from segshuffle.wire.models import (
+    CampaignView,
+    EnrollmentResponse,
+    HpkeConfig,
+    PublishedParameters,
+    RoundStatus,
+)
+
+from .errors import ServiceError
+from .messages import SentRound1, SentRound2
+from .session import RetryPolicy, UserSession, network_error, parse, service_error
+
+
+class Client:
+    """Synchronous SDK client (see the module docstring)."""
+
+    def __init__(
+        self,
+        server_url: str,
+        shuffler_url: str,
+        campaign_id: str,
+        *,
+        rng: np.random.Generator | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float = 30.0,
+        allow_insecure: bool = False,
+        http: httpx.Client | None = None,
+    ) -> None:
+        self.session = UserSession(campaign_id, rng, allow_insecure=allow_insecure)
+        self.server_url = server_url.rstrip("/")
+        self.shuffler_url = shuffler_url.rstrip("/")
+        self.retry = retry or RetryPolicy()
+        self._own_http = http is None
+        self._http = http or httpx.Client(timeout=timeout)
+
+    def close(self) -> None:
+        if self._own_http:
+            self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- transport -----------------------------------------------------------------------
+    def _request(self, method: str, url: str, what: str, *, submission: bool = False,
+                 **kwargs: Any) -> httpx.Response:
+        ambiguous = False
+        for attempt in range(self.retry.attempts):
+            try:
+                response = self._http.request(method, url, **kwargs)
+            except httpx.HTTPError as exc:
+                error = network_error(exc, what)
+                ambiguous = ambiguous or not isinstance(exc, httpx.ConnectError)
+            else:
+                if response.status_code < 400:
+                    return response
+                error = service_error(response, what)
+                if submission and ambiguous and error.problem == "already-submitted":
+                    return response  # an earlier attempt arrived
+                if not error.transient:
+                    raise error
+                ambiguous = ambiguous or response.status_code >= 500
+            if attempt + 1 < self.retry.attempts:
+                time.sleep(self.retry.delay(attempt))
+        raise error
+
+    # -- API -----------------------------------------------------------------------------
+    def _view(self) -> CampaignView:
+        url = self.server_url + self.session.campaign_path
+        return parse(CampaignView, self._request("GET", url, "campaign"), "campaign")
+
+    def campaign(self) -> CampaignView:
+        """Fetch the campaign view and key config, verify them, pin key id and config hash."""
+        s = self.session
+        view = self._view()
+        hpke = parse(HpkeConfig, self._request(
+            "GET", self.server_url + s.campaign_path + "/hpke-config", "key config"),
+            "key config")
+        return s.accept_campaign(view, hpke)
+
+    def enroll(self, invitation: str | None = None) -> str:
+        """Obtain a one-time user token from the shuffler."""
+        body = {} if invitation is None else {"invitation": invitation}
+        url = self.shuffler_url + self.session.campaign_path + "/enrollments"
+        response = self._request("POST", url, "enrollment", json=body)
+        return self.session.accept_enrollment(
+            parse(EnrollmentResponse, response, "enrollment"))
+
+    def submit_level(self, level_index: int) -> SentRound1:
+        """Round 1: send the (possibly randomized) level, sealed."""
+        s = self.session
+        if s.view is None:
+            self.campaign()
+        body, sent = s.round1(level_index)
+        url = self.shuffler_url + s.round_path(1) + "/submissions"
+        self._request("POST", url, "round-1 submission", submission=True,
+                      json=body, headers=s.auth())
+        s.round1_sent(sent)
+        return sent
+
+    def round_status(self, round_number: int) -> RoundStatus:
+        """The shuffler's view of a round: participants, threshold, release state."""
+        url = self.shuffler_url + self.session.round_path(round_number)
+        response = self._request("GET", url, "round status")
+        return parse(RoundStatus, response, "round status")
+
+    def fetch_parameters(self, level_index: int | None = None) -> PublishedParameters:
+        """Fetch the round-2 parameters and verify them for this user's level.
+
+        Raises :class:`~segshuffle.client.errors.VerificationError` if they do not
+        give the level its guarantee (nothing is sent then).
+        """
+        s = self.session
+        if level_index is not None:
+            s.level_index = level_index
+        if s.key is None:
+            self.campaign()
+        view = self._view()
+        parameters = s.accept_parameters(view)
+        s.check_release_threshold(self.round_status(2))
+        return parameters
+
+    def submit_data(self, items: Iterable[int]) -> SentRound2:
+        """Round 2: randomize the item set with the verified parameters, seal, send."""
+        s = self.session
+        if s.parameters is None:
+            self.fetch_parameters()
+        body, sent = s.round2(items)
+        url = self.shuffler_url + s.round_path(2) + "/submissions"
+        self._request("POST", url, "round-2 submission", submission=True,
+                      json=body, headers=s.auth())
+        return sent
+
+    def wait_for_phase(self, phase: str, timeout: float = 60.0,
+                             interval: float = 0.2) -> CampaignView:
+        """Poll the campaign until it reaches ``phase`` (``round2`` or ``done``)."""
+        order = {"round1": 0, "round2": 1, "done": 2}
+        deadline = time.monotonic() + timeout
+        while True:
+            view = self._view()
+            if order[view.phase] >= order[phase]:
+                return view
+            if time.monotonic() > deadline:
+                raise ServiceError(f"campaign still in phase {view.phase!r} after {timeout}s")
+            time.sleep(interval)

@@ -1,0 +1,141 @@
+"""Checks a client makes before it sends anything that depends on what the server published.
+
+Round 1 (:func:`verify_campaign`): the view's ``config_hash`` is the SHA-256 of
+its canonical configuration, and the HPKE key config is well formed, its key id
+is the hash of its key and equals the key id the view pins.
+
+Round 2 (:func:`verify_parameters`): the published parameters
+
+- hash to the announced ``parameters_hash`` and pin the same configuration hash
+  and key id as round 1 (a swapped key or campaign would split the anonymity
+  set or redirect messages);
+- are consistent with the configuration (levels, set size, privacy domain,
+  delta, dropout tolerance, fixed size, level privacy), with
+  ``blanket_slots = ceil(m)``, ``messages_per_user = s + ceil(m)`` and
+  ``accounting_users = ceil((1 - tau) users)``;
+- give *this user's level* its guarantee: the user-level (E_k, delta) condition
+  of SPEC section 3 holds for the published lambda_k, m, n_min and privacy
+  domain (:func:`segshuffle.core.accounting.user_level_holds`), and the achieved
+  epsilon (:func:`segshuffle.core.accounting.user_epsilon`) is at most E_k.
+  Tampered parameters such as lambda = 1 with m = 0 fail here.
+
+Parameters published with ``insecure: true`` (a test-only server flag) are
+refused unless the caller explicitly allows them.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+from segshuffle.core import accounting
+from segshuffle.crypto import PinnedKey, public_key_from_config
+from segshuffle.wire.models import CampaignView, HpkeConfig, PublishedParameters
+
+from .errors import VerificationError
+
+_RELATIVE_SLACK = 1e-9
+
+
+def verify_campaign(view: CampaignView, hpke: HpkeConfig, campaign_id: str) -> PinnedKey:
+    """Round-1 checks; returns the verified public key to seal with."""
+    if view.id != campaign_id or view.config.id != campaign_id:
+        raise VerificationError(f"the server answered for campaign {view.id!r}, "
+                                f"not {campaign_id!r}")
+    if view.config.hash_hex() != view.config_hash:
+        raise VerificationError("config_hash does not match the campaign configuration")
+    try:
+        pinned = public_key_from_config(hpke)
+    except ValueError as exc:
+        raise VerificationError(f"invalid HPKE key config: {exc}") from None
+    if pinned.key_id != view.key_id or view.hpke_config.key_id != view.key_id:
+        raise VerificationError(
+            f"key id {pinned.key_id} of the key config is not the campaign's pinned "
+            f"key id {view.key_id}"
+        )
+    if view.hpke_config.public_key != hpke.public_key:
+        raise VerificationError("the key config differs from the key in the campaign view")
+    return pinned
+
+
+@functools.lru_cache(maxsize=256)
+def _level_check(level: float, lam: float, set_size: int, delta: float, users: int,
+                 m: float, domain_size: int) -> tuple[bool, float | None]:
+    """(condition holds, achieved epsilon); cached: a population shares parameters."""
+    holds = accounting.user_level_holds(level, lam, set_size, delta, users, m, domain_size)
+    achieved = accounting.user_epsilon(lam, set_size, delta, users, m, domain_size,
+                                       hint=level)
+    return holds, achieved
+
+
+def verify_parameters(
+    view: CampaignView,
+    *,
+    level_index: int,
+    key_id: str,
+    config_hash: str,
+    allow_insecure: bool = False,
+) -> PublishedParameters:
+    """Round-2 checks for a user at ``level_index``; returns the verified parameters."""
+    p = view.parameters
+    if p is None or view.parameters_hash is None:
+        raise VerificationError("the round-2 parameters are not published")
+    if p.hash_hex() != view.parameters_hash:
+        raise VerificationError("parameters_hash does not match the published parameters")
+    if view.config_hash != config_hash or p.config_hash != config_hash:
+        raise VerificationError("the campaign configuration changed since round 1")
+    if p.key_id != key_id or view.key_id != key_id:
+        raise VerificationError(f"the parameters pin key id {p.key_id}, round 1 used {key_id}")
+    config = view.config
+    s = config.set_size
+    k = len(config.levels)
+    problems = []
+    if p.campaign_id != config.id:
+        problems.append("campaign id")
+    if list(p.levels) != list(config.levels) or len(p.lambdas) != k:
+        problems.append("levels")
+    if p.set_size != s or p.domain_size != config.domain_size:
+        problems.append("set or domain size")
+    if (p.privacy_domain_size != config.privacy_domain_size
+            or p.padding_items != config.padding_items):
+        problems.append("privacy domain")
+    if p.fixed_size != config.fixed_size or p.level_privacy != config.level_privacy:
+        problems.append("message format")
+    if config.delta is not None and p.delta != config.delta:
+        problems.append("delta")
+    if p.dropout_tolerance != config.dropout_tolerance:
+        problems.append("dropout tolerance")
+    if not (math.isfinite(p.m) and p.m >= 0.0) or p.blanket_slots != math.ceil(p.m):
+        problems.append("blanket rate")
+    if p.messages_per_user != s + p.blanket_slots:
+        problems.append("messages per user")
+    if p.users < 1 or p.accounting_users != math.ceil((1.0 - p.dropout_tolerance) * p.users):
+        problems.append("user counts")
+    if not all(0.0 <= lam <= 1.0 for lam in p.lambdas):
+        problems.append("Poisson rates")
+    if not 0.0 < p.delta < 1.0:
+        problems.append("delta")
+    if problems:
+        raise VerificationError("the published parameters are inconsistent with the "
+                                f"campaign: {', '.join(problems)}")
+    if not 0 <= level_index < k:
+        raise VerificationError(f"level index {level_index} is not one of the {k} levels")
+    if p.insecure:
+        if allow_insecure:
+            return p
+        raise VerificationError("the server published insecure (unaccounted) parameters")
+    level = config.levels[level_index]
+    lam = p.lambdas[level_index]
+    try:
+        holds, achieved = _level_check(level, lam, s, p.delta, p.accounting_users, p.m,
+                                       p.privacy_domain_size)
+    except ValueError as exc:
+        raise VerificationError(f"the published parameters cannot be accounted: {exc}") from None
+    if not holds or achieved is None or achieved > level * (1.0 + _RELATIVE_SLACK):
+        shown = "not achievable" if achieved is None else f"{achieved:.6g}"
+        raise VerificationError(
+            f"the published parameters would not protect level {level:g}: with lambda="
+            f"{lam:g}, m={p.m:g}, n_min={p.accounting_users}, d={p.privacy_domain_size} "
+            f"the achieved epsilon is {shown} at delta={p.delta:g}"
+        )
+    return p
