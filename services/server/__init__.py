@@ -24,8 +24,24 @@ Modules: :mod:`.settings`, :mod:`.storage` (SQLite repository), :mod:`.keys`
 (operations), :mod:`.app` (HTTP), :mod:`.runner` (uvicorn).
 """
 
-from .app import create_app
-from .runner import run
-from .settings import Settings
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .app import create_app
+    from .runner import run
+    from .settings import Settings
 
 __all__ = ["Settings", "create_app", "run"]
+
+_EXPORTS = {"Settings": ".settings", "create_app": ".app", "run": ".runner"}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the web stack only when it is used: decryption workers import
+    :mod:`.decrypt` alone and start fast."""
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
