@@ -182,8 +182,11 @@ class ServerService:
             return stored
         self._check_chunk(record, round_, batch_id, chunk)
         ciphertexts = [b64url_decode(text) for text in chunk.ciphertexts]
-        outcomes = self.decryptor.open(private_key_bytes(self.keys.get(record.id)),
-                                       self._info(record, round_), ciphertexts)
+        try:
+            private_key = private_key_bytes(self.keys.get(record.id))
+        except (OSError, ValueError):
+            raise Problem("unavailable", "the campaign's private key is not available") from None
+        outcomes = self.decryptor.open(private_key, self._info(record, round_), ciphertexts)
         config = CampaignConfig.model_validate(record.config)
         accepted, failures = classify(outcomes, chunk.stream, len(config.levels),
                                       config.privacy_domain_size)
