@@ -180,9 +180,9 @@ def create_app(settings: Settings) -> FastAPI:
         return view
 
     @app.get("/v1/campaigns/{campaign_id}", response_model=CampaignView, tags=["campaigns"])
-    async def get_campaign(campaign_id: str) -> CampaignView:
-        record = await run_in_threadpool(service.campaign, _campaign_id(campaign_id))
-        return service.view(record)
+    async def get_campaign(campaign_id: str) -> Response:
+        body = await run_in_threadpool(service.view_json, _campaign_id(campaign_id))
+        return Response(body, media_type="application/json")
 
     @app.get("/v1/campaigns/{campaign_id}/hpke-config", response_model=HpkeConfig,
              tags=["campaigns"])

@@ -80,6 +80,7 @@ class ServerService:
         self.allow_insecure_parameters = allow_insecure_parameters
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        self._views: dict[str, tuple[str, bytes]] = {}
 
     def _lock(self, campaign_id: str) -> threading.Lock:
         with self._locks_guard:
@@ -127,6 +128,20 @@ class ServerService:
                         if record.parameters is not None else None),
             parameters_hash=record.parameters_hash,
         )
+
+    def view_json(self, campaign_id: str) -> bytes:
+        """The serialized public view, cached per phase (the only part that ever changes;
+        configuration, key and published parameters are immutable)."""
+        phase = self.repository.phase(campaign_id)
+        if phase is None:
+            raise Problem("unknown-campaign", f"no campaign {campaign_id!r}")
+        cached = self._views.get(campaign_id)
+        if cached is not None and cached[0] == phase:
+            return cached[1]
+        record = self.campaign(campaign_id)
+        body = self.view(record).model_dump_json().encode()
+        self._views[campaign_id] = (record.phase, body)
+        return body
 
     def results(self, campaign_id: str) -> Results:
         record = self.campaign(campaign_id)

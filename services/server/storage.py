@@ -195,6 +195,13 @@ class Repository:
             parameters_hash=row[7], round1=_loads(row[8]), results=_loads(row[9]),
         )
 
+    def phase(self, campaign_id: str) -> str | None:
+        """The campaign's phase (a cheap read), ``None`` if unknown."""
+        with self._lock:
+            row = self._db.execute("SELECT phase FROM campaigns WHERE id = ?",
+                                   (campaign_id,)).fetchone()
+        return None if row is None else str(row[0])
+
     def campaign_ids(self) -> list[str]:
         with self._lock:
             return [r[0] for r in self._db.execute("SELECT id FROM campaigns ORDER BY id")]
