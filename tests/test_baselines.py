@@ -31,7 +31,7 @@ from segshuffle.experiments.calibration import (
     expected_bib_mse,
     subexp_shuffle_mechanism,
 )
-from segshuffle.experiments.privset import SubsetExponential, optimal_subset
+from segshuffle.experiments.privset import SubsetExponential, _subset_counts, optimal_subset
 
 
 def _enumerate(d: int, k: int, x: set[int], eps: float) -> dict[tuple[int, ...], float]:
@@ -78,18 +78,41 @@ def test_privset_beta_is_the_largest_total_variation():
     assert mech.variation_ratio_parameters()[1] == pytest.approx(largest, rel=1e-12)
 
 
-def test_privset_sampler_matches_rates(rng):
-    mech = SubsetExponential(10, 3, 1.2, 4)
+@pytest.mark.parametrize(("d", "k"), [(10, 4), (40, 30)])  # rank sampling; partial sort
+def test_privset_sampler_matches_rates(rng, d, k):
+    mech = SubsetExponential(d, 3, 1.2, k)
     n = 100_000
-    items = np.tile(np.array([0, 4, 7]), (n, 1))
+    x = np.array([7, 0, 4])  # unsorted on purpose
+    items = np.tile(x, (n, 1))
     counts = mech.sample_counts(items, rng)
-    assert counts.sum() == n * 4  # every report is a 4-subset
+    assert counts.sum() == n * k  # every report is a k-subset
     sd_t = math.sqrt(mech.p_true * (1 - mech.p_true) / n)
     sd_f = math.sqrt(mech.p_false * (1 - mech.p_false) / n)
-    for j in (0, 4, 7):
-        assert abs(counts[j] / n - mech.p_true) < 5 * sd_t
-    for j in (1, 2, 3, 5, 6, 8, 9):
-        assert abs(counts[j] / n - mech.p_false) < 5 * sd_f
+    for j in range(d):
+        if j in x:
+            assert abs(counts[j] / n - mech.p_true) < 5 * sd_t
+        else:
+            assert abs(counts[j] / n - mech.p_false) < 5 * sd_f
+
+
+def test_privset_reports_are_uniform_given_their_overlap(rng):
+    # Exact check of the sampler's joint law on a tiny domain: report frequencies
+    # against the enumerated output distribution (chi-square style bound).
+    d, s, k, eps = 6, 2, 2, 0.8
+    mech = SubsetExponential(d, s, eps, k)
+    dist = _enumerate(d, k, {1, 4}, eps)
+    n = 3000
+    seen = {z: 0 for z in dist}
+    user = np.array([[1, 4]])
+    overlap = [sum(p for z, p in dist.items() if len({1, 4} & set(z)) == i) for i in range(3)]
+    assert mech.hit_probability == pytest.approx(overlap[1] + overlap[2])
+    for i in rng.choice(np.arange(3), size=n, p=overlap):
+        counts = _subset_counts(user, np.array([i]), d, k, rng)
+        seen[tuple(np.flatnonzero(counts).tolist())] += 1
+    total = sum(seen.values())
+    for z, p in dist.items():
+        sd = math.sqrt(p * (1 - p) / total)
+        assert abs(seen[z] / total - p) < 5 * sd + 1e-9
 
 
 def _check_unbiased(estimates: np.ndarray, truth: np.ndarray) -> None:

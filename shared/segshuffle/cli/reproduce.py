@@ -28,6 +28,7 @@ from ..experiments.settings import (
     QUICK_GRID,
     QUICK_REPEATS,
     resolve_figures,
+    with_user_counts,
 )
 
 
@@ -53,6 +54,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", default="0", metavar="SEED", help="master seed (default 0)")
     parser.add_argument("--jobs", default=None, metavar="J",
                         help="worker processes (default: every core)")
+    parser.add_argument("--users", default=None, metavar="N1,N2,..",
+                        help="numbers of users per panel (default: the paper's 5000,50000)")
     parser.add_argument("--data", default=None, metavar="FILE",
                         help="transaction file (one user per line, whitespace-separated "
                              "integer item ids; .gz ok) replacing the bundled MSNBC data in "
@@ -72,6 +75,12 @@ def _grid(text: str) -> tuple[float, ...]:
 
 def run(args: argparse.Namespace) -> int:
     figures = resolve_figures(args.figure)
+    if args.users is not None:
+        counts = tuple(require_int("every --users value", _integer("--users", part), 2)
+                       for part in args.users.split(",") if part.strip())
+        if not counts:
+            raise ValueError("--users must list at least one number of users")
+        figures = [with_user_counts(figure, counts) for figure in figures]
     repeats_default = QUICK_REPEATS if args.quick else DEFAULT_REPEATS
     repeats = require_int("--repeats", repeats_default if args.repeats is None
                           else _integer("--repeats", args.repeats), 1)

@@ -165,22 +165,53 @@ def _subset_counts(items: np.ndarray, inside: np.ndarray, d: int, k: int,
                    rng: np.random.Generator) -> np.ndarray:
     """Item counts of reports with ``inside[u]`` items from x_u and k - inside[u] from outside."""
     n, s = items.shape
-    rows = np.arange(n)[:, None]
     # Items of x: a uniform order of each user's s items; the first inside[u] are reported.
     own_order = np.argsort(rng.random((n, s)), axis=1)
     own_pick = np.arange(s)[None, :] < inside[:, None]
     reported_own = np.take_along_axis(items, own_order, axis=1)[own_pick]
-    # Outside x: random keys over the domain, +inf on x; the k - inside[u] smallest keys
-    # are reported.  argpartition keeps the k smallest (all finite, as k <= d - s), and
-    # only those are sorted.
-    keys = rng.random((n, d))
-    keys[rows, items] = np.inf
-    smallest = np.argpartition(keys, k - 1, axis=1)[:, :k]
-    order = np.argsort(np.take_along_axis(keys, smallest, axis=1), axis=1)
-    ranked = np.take_along_axis(smallest, order, axis=1)
+    ranked = _ordered_outside(items, k, d, rng)
     outside_pick = np.arange(ranked.shape[1])[None, :] < (k - inside)[:, None]
     reported_out = ranked[outside_pick]
     return np.bincount(np.concatenate([reported_own, reported_out]), minlength=d)
+
+
+#: Up to this subset size, outside items are drawn by rank arithmetic (O(k (k + s)) vector
+#: operations); above it, by partial sorting of random keys over the domain (O(d)).
+_RANK_SAMPLING_MAX = 24
+
+
+def _ordered_outside(items: np.ndarray, k: int, d: int, rng: np.random.Generator) -> np.ndarray:
+    """For every row x of ``items`` (sorted), k distinct items outside x in uniform random order.
+
+    Any prefix of a uniformly ordered sample without replacement is itself a uniform
+    sample without replacement, so the caller keeps the first k - i columns.
+    Small k: draw the j-th pick as a uniform rank u among the d - s - j ranks left,
+    turn it into the u-th rank not yet taken (walking the taken ranks in increasing
+    order, each one at or below the candidate pushes it up by one), then turn ranks
+    into items the same way, walking the sorted items of x.
+    """
+    items = np.sort(items, axis=1)
+    n, s = items.shape
+    if k > _RANK_SAMPLING_MAX:
+        keys = rng.random((n, d))
+        keys[np.arange(n)[:, None], items] = np.inf
+        smallest = np.argpartition(keys, k - 1, axis=1)[:, :k]
+        order = np.argsort(np.take_along_axis(keys, smallest, axis=1), axis=1)
+        return np.take_along_axis(smallest, order, axis=1)
+    free = d - s
+    picked = np.empty((n, k), dtype=np.int64)
+    taken = np.empty((n, 0), dtype=np.int64)  # sorted ranks picked so far
+    for j in range(k):
+        rank = rng.integers(0, free - j, size=n)
+        for c in range(j):
+            rank += taken[:, c] <= rank
+        picked[:, j] = rank
+        taken = np.sort(np.concatenate([taken, rank[:, None]], axis=1), axis=1)
+    result = picked.copy()
+    for c in range(s):
+        for j in range(k):
+            result[:, j] += items[:, c] <= result[:, j]
+    return result
 
 
 def optimal_subset(domain_size: int, set_size: int, epsilon: float) -> SubsetExponential:

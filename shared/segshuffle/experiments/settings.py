@@ -103,6 +103,14 @@ def resolve_figures(name: str) -> list[Figure]:
     return [FIGURES[name]]
 
 
+def with_user_counts(figure: Figure, user_counts: tuple[int, ...]) -> Figure:
+    """The figure with its panels' n replaced by ``user_counts`` (same set sizes)."""
+    sizes = sorted({p.set_size for p in figure.panels})
+    panels = tuple(Panel(n, s) for s in sizes for n in user_counts)
+    return Figure(name=figure.name, dataset=figure.dataset, shares_name=figure.shares_name,
+                  panels=panels)
+
+
 def level_counts(n: int, shares: tuple[float, ...]) -> list[int]:
     """Exact level counts n_k = round(share_k n), the last one absorbing rounding."""
     counts = [round(share * n) for share in shares[:-1]]

@@ -1,0 +1,107 @@
+"""``segshuffle reproduce``: a quick real run through the command line, and its errors."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from segshuffle.cli.main import main
+from segshuffle.experiments.methods import BASELINES, OURS
+
+QUICK = ["--repeats", "2", "--grid", "0.3,1,3"]
+
+
+def _rows(path):
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_quick_msnbc_run_writes_csv_png_and_summary(tmp_path):
+    out = tmp_path / "out"
+    completed = subprocess.run(
+        [sys.executable, "-m", "segshuffle.cli.main", "reproduce", "--figure", "msnbc-s1",
+         *QUICK, "--out", str(out)],
+        capture_output=True, text=True, timeout=170,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "reproduce [" in completed.stderr  # progress lines
+    assert "finished in" in completed.stderr
+    assert "| msnbc-s1 | 5000 | 4 |" in completed.stdout
+    rows = _rows(out / "msnbc-s1.csv")
+    assert {"method", "n", "s", "m", "mse", "mse_std", "repeats"} <= set(rows[0])
+    for n in ("5000", "50000"):
+        mine = [r for r in rows if r["n"] == n]
+        assert [r["method"] for r in mine if r["method"] in BASELINES] == list(BASELINES)
+        ours = [r for r in mine if r["method"] == OURS]
+        assert [float(r["m"]) for r in ours if r["optimal"] == "false"] == [0.3, 1.0, 3.0]
+        assert sum(r["optimal"] == "true" for r in ours) == 1
+        assert all(r["m"] == "" for r in mine if r["method"] in BASELINES)
+        assert all(float(r["mse"]) > 0 and r["repeats"] == "2" for r in mine)
+        assert all(r["domain_size"] == "21" for r in mine)
+    png = (out / "msnbc-s1.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
+    assert (out / "msnbc-s1-summary.md").read_text().startswith("| figure |")
+
+
+def test_user_transaction_file(tmp_path, capsys):
+    # A user's own data replaces MSNBC in the msnbc-* figures.
+    rng = np.random.default_rng(3)
+    lines = [" ".join(str(i) for i in rng.choice(np.arange(100, 110), size=rng.integers(1, 6),
+                                                 replace=False))
+             for _ in range(4000)]
+    data = tmp_path / "mine.txt"
+    data.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    code = main(["reproduce", "--figure", "msnbc-s2", "--repeats", "1", "--grid", "1",
+                 "--jobs", "1", "--users", "3000", "--data", str(data), "--out", str(out)])
+    assert code == 0
+    rows = _rows(out / "msnbc-s2.csv")
+    assert {r["domain_size"] for r in rows} == {"14"}  # 10 items + 4 padding items
+    assert {r["shares"] for r in rows} == {"S2"}
+    assert {r["n"] for r in rows} == {"3000"}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--figure", "msnbc-s9"], "unknown figure"),
+        (["--figure", "msnbc-s1", "--repeats", "0"], "--repeats must be >= 1"),
+        (["--figure", "msnbc-s1", "--repeats", "two"], "--repeats must be an integer"),
+        (["--figure", "msnbc-s1", "--jobs", "0"], "--jobs must be >= 1"),
+        (["--figure", "msnbc-s1", "--grid", "1,x"], "--grid"),
+        (["--figure", "msnbc-s1", "--grid", "-1"], "--grid"),
+        (["--figure", "msnbc-s1", "--users", "1"], "--users value must be >= 2"),
+        (["--figure", "msnbc-s1", "--data", "/nonexistent/data.txt"], "data file not found"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(arguments, message, tmp_path, capsys):
+    code = main(["reproduce", *arguments, "--out", str(tmp_path / "o")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+
+
+def test_malformed_and_too_small_data_files(tmp_path, capsys):
+    bad = tmp_path / "bad.txt"
+    bad.write_text("1 2 3\n4 five\n")
+    assert main(["reproduce", "--figure", "msnbc-s1", "--data", str(bad),
+                 "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "line 2: malformed item id" in err
+    small = tmp_path / "small.txt"
+    small.write_text("1 2\n3\n" * 100)
+    assert main(["reproduce", "--figure", "msnbc-s1", "--data", str(small),
+                 "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs 5000" in err
+
+
+def test_missing_figure_flag_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["reproduce"])
+    assert exit_info.value.code == 2
+    assert "--figure" in capsys.readouterr().err
