@@ -131,3 +131,40 @@ def test_refuses_to_start_without_tokens(directory):
                             env=environment, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "ADMIN_TOKEN" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_concurrent_chunks_and_retries(directory):
+    """Chunks of one batch arriving at once, each sent twice in parallel, count exactly once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .test_server_support import SHUFFLER
+
+    server = ServerProcess(directory, SEGSHUFFLE_SERVER_DECRYPT_WORKERS="1")
+    try:
+        with server.client() as client:
+            view = client.post("/v1/campaigns", headers=ADMIN, json={
+                "id": "busy", "domain_size": 3, "set_size": 1, "levels": [1, 2, 3],
+                "min_users": 10}).json()
+            levels = [i % 3 for i in range(240)]
+            messages = Sealer(view, 1).levels(levels)
+            parts = [messages[i:i + 20] for i in range(0, len(messages), 20)]
+            url = "/v1/campaigns/busy/rounds/1/batches/many"
+
+            def put(index: int) -> dict:
+                response = client.put(url, headers=SHUFFLER, json={
+                    "chunk_index": index, "chunk_count": len(parts), "stream": "levels",
+                    "ciphertexts": parts[index]})
+                assert response.status_code == 200, response.text
+                return response.json()
+
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                receipts = list(pool.map(put, [i for i in range(len(parts)) for _ in (0, 1)]))
+            assert sum(not r["duplicate"] for r in receipts) == len(parts)
+            assert sum(r["accepted"] for r in receipts if not r["duplicate"]) == 240
+            done = client.post(url + "/complete", headers=SHUFFLER).json()
+            assert done["streams"]["levels"]["accepted"] == 240
+            parameters = client.get("/v1/campaigns/busy").json()["parameters"]
+            assert parameters["users"] == 240
+    finally:
+        server.stop()
