@@ -71,8 +71,8 @@ from scipy import optimize, special, stats
 EPSILON_CAP = 30.0
 
 #: Standard deviations on each side of the mean that the summation window spans
-#: (plus a skew margin); the binomial mass outside is below 1e-27 and is added.
-_WINDOW_SIGMAS = 11.0
+#: (plus a skew margin); the binomial mass outside, below 1e-20, is added to the result.
+_WINDOW_SIGMAS = 9.5
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ def _window(n_slots: int, r: float) -> _Window:
     """Summation window and weights for Binomial(n_slots, 2r); cached per (N, r).
 
     Totals range over 0..N+1 (the victim may add one).  The window spans the
-    mean +- 11 standard deviations plus a skew margin, clipped to the support;
+    mean +- 9.5 standard deviations plus a skew margin, clipped to the support;
     the mass outside is computed exactly and reported so callers can add it.
     """
     trials = n_slots

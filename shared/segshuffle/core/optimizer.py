@@ -49,7 +49,7 @@ from .hockey_stick import _largest_feasible, delta_for, poisson_pair
 ANCHOR_LEVELS = 24
 
 #: Lambda precision during the m search (the final lambdas use LAMBDA_XTOL).
-SEARCH_XTOL = 1e-4
+SEARCH_XTOL = 1e-3
 
 #: Levels for which the lower-bound epsilons are reported by default.
 LOWER_BOUND_LEVELS = 64
@@ -135,14 +135,25 @@ class _LambdaSolver:
         return [values[i] for i in range(count)]
 
     def approximate(self, m: float) -> list[float]:
-        """Lambdas for the m search: exact at the anchors, interpolated in between."""
+        """Lambdas for the m search: exact at the anchors, interpolated in between.
+
+        Levels are solved in increasing order, and lambda grows with the level, so
+        each solution brackets the next one from below.
+        """
         count = len(self.levels)
+        indices = list(range(count)) if count <= ANCHOR_LEVELS else _anchor_indices(count)
+        solved: list[float] = []
+        for i in indices:
+            floor = solved[-1] if solved else 0.0
+            solved.append(1.0 if floor >= 1.0 and self._holds_at_full_rate(i, m)
+                          else self.solve(self.levels[i], m, SEARCH_XTOL, (floor, 1.0)))
         if count <= ANCHOR_LEVELS:
-            return [self.solve(level, m, SEARCH_XTOL) for level in self.levels]
-        anchors = _anchor_indices(count)
-        anchor_levels = [self.levels[i] for i in anchors]
-        anchor_lambdas = [self.solve(level, m, SEARCH_XTOL) for level in anchor_levels]
-        return list(np.interp(self.levels, anchor_levels, anchor_lambdas))
+            return solved
+        return list(np.interp(self.levels, [self.levels[i] for i in indices], solved))
+
+    def _holds_at_full_rate(self, index: int, m: float) -> bool:
+        n_slots, r = blanket_geometry(self.users, m, self.domain_size)
+        return self._excess(self.levels[index], n_slots, r)(1.0) <= 0.0
 
 
 def _anchor_indices(count: int) -> list[int]:
@@ -156,7 +167,7 @@ def _candidate_blankets(low: float, high: float) -> list[float]:
     first, last = max(1, math.ceil(low)), max(1, math.ceil(high))
     if last - first <= 16:
         for bucket in range(first, last + 1):
-            candidates.update(bucket - 1 + j / 5 for j in range(1, 6))
+            candidates.update(bucket - 1 + j / 4 for j in range(1, 5))
     else:
         candidates.update(np.geomspace(max(low, 1e-3), high, 48).tolist())
         candidates.update(float(c) for c in range(first, min(last, first + 8) + 1))
@@ -256,7 +267,7 @@ def _search_blanket(solver: _LambdaSolver, users: float, s: int, counts: list[fl
     if right - left > 1e-9:
         found = scipy_optimize.minimize_scalar(
             objective, bounds=(math.nextafter(left, math.inf), right), method="bounded",
-            options={"xatol": max(1e-3 * m_best, 1e-9), "maxiter": 25},
+            options={"xatol": max(3e-3 * m_best, 1e-9), "maxiter": 16},
         )
         if found.success and objective(float(found.x)) < objective(m_best):
             m_best = float(found.x)
