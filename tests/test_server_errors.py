@@ -307,10 +307,28 @@ def test_round_two_out_of_domain_items_and_nulls(tmp_path):
         receipts = deliver(client, "c1", 2, "b2", {"levels": sealer.levels([0, 1, 1]),
                                                    "data": data}, shuffle=False)
         data_receipt = receipts[1]
-        assert data_receipt["nulls"] == 1 and data_receipt["accepted"] == 2
+        assert data_receipt["accepted"] == 3 and "nulls" not in data_receipt
         assert [f["type"].rsplit(":", 1)[1] for f in data_receipt["failures"]] == [
             "out-of-domain", "invalid-message"]
         results = client.get("/v1/campaigns/c1/results", headers=ADMIN).json()
     assert [r["estimate"] for r in results["items"]] == pytest.approx([1 / 3, 0, 0, 0])
     assert results["padding"][0]["estimate"] == pytest.approx(1 / 3)
-    assert results["dropped_messages"] == 2
+    assert results["dropped_messages"] == 2 and results["null_messages"] == 1
+
+
+def test_receipts_do_not_reveal_which_slots_were_null(tmp_path):
+    """The shuffler knows whose messages a chunk holds: a chunk of nulls and a chunk of items
+    must get the same answer."""
+    settings = make_settings(tmp_path, allow_insecure_parameters=True)
+    with TestClient(create_app(settings)) as client:
+        body = {**CAMPAIGN, "insecure_parameters": {"m": 2, "lambdas": [0.5, 1]}}
+        view = client.post("/v1/campaigns", json=body, headers=ADMIN).json()
+        deliver(client, "c1", 1, "b1", {"levels": Sealer(view, 1).levels([0, 1, 1])})
+        sealer = Sealer(client.get("/v1/campaigns/c1").json(), 2)
+        url = "/v1/campaigns/c1/rounds/2/batches/b2"
+        answers = [client.put(url, headers=SHUFFLER, json=chunk(
+            sealer.slots(values), index, 2, "data")).json()
+            for index, values in enumerate([[None, None, None], [0, 1, 4]])]
+    for answer in answers:
+        answer.pop("chunk_index")
+    assert answers[0] == answers[1]

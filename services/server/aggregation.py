@@ -49,7 +49,8 @@ def histogram(counts: Mapping[int, int], size: int) -> list[int]:
     """A dense list of ``size`` counts from the stored sparse value -> count map."""
     dense = [0] * size
     for value, count in counts.items():
-        dense[value] += count
+        if value >= 0:  # the null row is not a value
+            dense[value] += count
     return dense
 
 

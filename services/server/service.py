@@ -50,7 +50,7 @@ from segshuffle.wire.problems import Problem, problem_uri
 from .aggregation import decode_results, histogram, publish_parameters
 from .decrypt import Decryptor, Outcome
 from .keys import KeyStore
-from .storage import AcceptedMessage, CampaignRecord, ConflictError, Repository
+from .storage import NULL_VALUE, AcceptedMessage, CampaignRecord, ConflictError, Repository
 
 MAX_LISTED_FAILURES = 1000
 """Failures listed per receipt; beyond that only counted."""
@@ -212,14 +212,14 @@ class ServerService:
                 return stored
             self._check_chunk(record, round_, batch_id, chunk)
 
-            def make_receipt(replays: list[int], nulls: int, kept: int) -> dict[str, Any]:
+            def make_receipt(replays: list[int], kept: int) -> dict[str, Any]:
                 listed = sorted(failures + [(i, "replay") for i in replays])
                 counts = Counter(name for _, name in listed)
                 return ChunkReceipt(
                     campaign_id=campaign_id, round=round_, batch_id=batch_id,
                     stream=chunk.stream, chunk_index=chunk.chunk_index,
                     chunk_count=chunk.chunk_count, received=len(ciphertexts), accepted=kept,
-                    nulls=nulls, replays=len(replays),
+                    replays=len(replays),
                     failures=[MessageFailure(stream=chunk.stream, chunk_index=chunk.chunk_index,
                                              index=i, type=problem_uri(name))
                               for i, name in listed[:MAX_LISTED_FAILURES]],
@@ -300,7 +300,6 @@ class ServerService:
                 chunks=len(receipts),
                 received=sum(r["received"] for r in receipts),
                 accepted=sum(r["accepted"] for r in receipts),
-                nulls=sum(r["nulls"] for r in receipts),
                 replays=sum(r["replays"] for r in receipts),
                 decrypt_failures=tally["decrypt-failed"],
                 invalid_messages=tally["invalid-message"],
@@ -338,13 +337,14 @@ class ServerService:
                           f"accounted for at least {parameters.accounting_users}",
                           extra={"participants": participants,
                                  "required": parameters.accounting_users})
-        items = histogram(self.repository.counts(record.id, 2, "data"),
-                          config.privacy_domain_size)
+        data_counts = self.repository.counts(record.id, 2, "data")
+        items = histogram(data_counts, config.privacy_domain_size)
         results = decode_results(config, parameters, record.round1, observed, items)
         data = summaries["data"]
         results.update(
             round2_messages=data["received"],
-            dropped_messages=data["received"] - data["accepted"] - data["nulls"],
+            null_messages=data_counts.get(NULL_VALUE, 0),
+            dropped_messages=data["received"] - data["accepted"],
             parameters_hash=record.parameters_hash,
         )
         Results.model_validate(results)

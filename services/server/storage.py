@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+NULL_VALUE = -1
+"""The ``counts`` row of a stream's null messages (they count for the results only)."""
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS campaigns (
     id TEXT PRIMARY KEY,
@@ -260,7 +262,7 @@ class Repository:
         batch id is pinned (or checked), every nonce is inserted (a nonce already
         seen in this round makes its message a replay, reported rather than
         counted), the counts are added, and the chunk row with its receipt is
-        written.  ``make_receipt(replay_positions, null_count, accepted_count)``
+        written.  ``make_receipt(replay_positions, accepted_count)``
         builds the receipt.  Raises :class:`ConflictError` if the phase moved, the
         round is pinned to another batch, or the chunk exists already.
         """
@@ -286,7 +288,6 @@ class Repository:
                 raise ConflictError("the chunk is already stored")
             replays: list[int] = []
             counts: dict[int, int] = {}
-            nulls = 0
             kept = 0
             for position, message in accepted:
                 cursor = db.execute(
@@ -296,17 +297,15 @@ class Repository:
                     replays.append(position)
                     continue
                 kept += 1
-                if message.value is None:
-                    nulls += 1
-                else:
-                    counts[message.value] = counts.get(message.value, 0) + 1
+                value = NULL_VALUE if message.value is None else message.value
+                counts[value] = counts.get(value, 0) + 1
             db.executemany(
                 "INSERT INTO counts (campaign_id, round, stream, value, count)"
                 " VALUES (?, ?, ?, ?, ?) ON CONFLICT (campaign_id, round, stream, value)"
                 " DO UPDATE SET count = count + excluded.count",
                 [(campaign_id, round_, stream, v, c) for v, c in counts.items()],
             )
-            receipt = make_receipt(replays, nulls, kept - nulls)
+            receipt = make_receipt(replays, kept)
             db.execute(
                 "INSERT INTO chunks (campaign_id, round, stream, chunk_index, batch_id,"
                 " chunk_count, digest, receipt_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -316,7 +315,7 @@ class Repository:
         return receipt
 
     def counts(self, campaign_id: str, round_: int, stream: str) -> dict[int, int]:
-        """Accepted non-null messages per value of one stream of a round."""
+        """Accepted messages per value of one stream of a round (nulls under NULL_VALUE)."""
         with self._lock:
             rows = self._db.execute(
                 "SELECT value, count FROM counts WHERE campaign_id = ? AND round = ?"

@@ -388,7 +388,13 @@ class MessageFailure(ResponseModel):
 
 
 class ChunkReceipt(ResponseModel):
-    """Answer to a chunk: counts of what was kept and dropped, and the failures."""
+    """Answer to a chunk: how many messages were kept, and the dropped ones with the reason.
+
+    ``accepted`` counts null messages too: the shuffler knows whose messages a chunk
+    holds, so a per-chunk count of nulls would tell it how many slots those users
+    left empty (which depends on their levels).  Only malformed messages, never an
+    honest user's, are listed in ``failures``.
+    """
 
     campaign_id: str
     round: int
@@ -398,7 +404,6 @@ class ChunkReceipt(ResponseModel):
     chunk_count: int
     received: int
     accepted: int
-    nulls: int
     replays: int
     failures: list[MessageFailure]
     failures_omitted: int = 0
@@ -411,12 +416,11 @@ class ChunkReceipt(ResponseModel):
 
 
 class StreamSummary(ResponseModel):
-    """Totals of one stream of a completed batch."""
+    """Totals of one stream of a completed batch (``accepted`` includes null messages)."""
 
     chunks: int
     received: int
     accepted: int
-    nulls: int
     replays: int
     decrypt_failures: int
     invalid_messages: int
@@ -481,7 +485,11 @@ class Results(ResponseModel):
     padding: list[ItemEstimate]
     privacy: PrivacyReport
     round2_messages: int
+    """Data-stream ciphertexts received in round 2."""
+    null_messages: int
+    """Of those, null messages (unsent slots), discarded."""
     dropped_messages: int
+    """Of those, messages dropped as failures or replays."""
     parameters_hash: str
 
 
