@@ -15,6 +15,8 @@ from segshuffle.wire.models import (
     BatchChunk,
     CampaignConfig,
     CampaignCreate,
+    CampaignView,
+    PublishedParameters,
     Round2Submission,
     b64url_decode,
     b64url_encode,
@@ -129,3 +131,45 @@ def test_round2_submission_needs_data():
         Round2Submission.model_validate({"level": ciphertext(), "data": []})
     assert len(Round2Submission.model_validate(
         {"level": ciphertext(), "data": [ciphertext(1), ciphertext(2)]}).data) == 2
+
+
+def _parameters(**changes):
+    base = {
+        "campaign_id": "c", "key_id": "0123456789abcdef", "config_hash": "ab" * 32,
+        "levels": [1.0, 2.0], "m": 0.1 + 0.2, "blanket_slots": 1,
+        "lambdas": [1 / 3, 1.0], "domain_size": 5, "privacy_domain_size": 7,
+        "padding_items": 2, "set_size": 2, "messages_per_user": 3, "fixed_size": True,
+        "level_privacy": None, "delta": 1e-5, "users": 100, "accounting_users": 90,
+        "dropout_tolerance": 0.1, "epsilons": [1.0, None], "epsilons_lower": [0.99, None],
+        "mse_bound": 0.5, "insecure": False,
+    }
+    base.update(changes)
+    return PublishedParameters.model_validate(base)
+
+
+def test_parameters_hash_survives_json_and_ignores_nothing_it_binds():
+    parameters = _parameters()
+    text = parameters.model_dump_json()
+    again = PublishedParameters.model_validate(json.loads(text))
+    assert again.hash_hex() == parameters.hash_hex()
+    assert _parameters(m=0.3).hash_hex() != parameters.hash_hex()
+    # Integers given for float fields hash the same (the model dump normalises them).
+    assert _parameters(levels=[1, 2]).hash_hex() == parameters.hash_hex()
+
+
+def test_response_models_ignore_unknown_members_and_view_context_hashes():
+    config = CampaignCreate.model_validate(BASE).to_config()
+    hpke = {"key_id": "0123456789abcdef", "public_key": b64url_encode(bytes(32))}
+    view = CampaignView.model_validate({
+        "id": "c-1", "phase": "round1", "config": config.model_dump(mode="json"),
+        "config_hash": config.hash_hex(), "key_id": "0123456789abcdef", "hpke_config": hpke,
+        "future_member": 1})
+    assert view.context_hash_for(1) == context_hash(config)
+    with pytest.raises(ValueError, match="not published"):
+        view.context_hash_for(2)
+    with pytest.raises(ValueError):
+        view.context_hash_for(3)
+    parameters = _parameters()
+    published = view.model_copy(update={"parameters": parameters,
+                                        "parameters_hash": parameters.hash_hex()})
+    assert published.context_hash_for(2) == context_hash(parameters)
