@@ -38,7 +38,7 @@ DEFAULT_GRID: tuple[float, ...] = tuple(
 )
 QUICK_GRID: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0, 10.0)
 
-DEFAULT_REPEATS = 100
+DEFAULT_REPEATS = 500
 QUICK_REPEATS = 4
 
 
