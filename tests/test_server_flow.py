@@ -168,11 +168,28 @@ def test_level_privacy_debiases_the_histogram(tmp_path):
         parameters = client.get("/v1/campaigns/rr").json()["parameters"]
     assert parameters["level_privacy"] == 1.0
     assert parameters["users"] == 40
-    # p = e/(e+1), q = 1/(e+1): n^_0 = (30 - 40 q)/(p - q) > 30 observed.
-    e = math.e
-    p, q = e / (e + 1), 1 / (e + 1)
-    assert parameters["accounting_users"] == math.ceil(0.9 * (((30 - 40 * q) / (p - q))
-                                                             + max(0.0, (10 - 40 * q) / (p - q))))
+    # The debiased histogram is rescaled to the 40 participants, whatever the clipping did.
+    assert parameters["accounting_users"] == 36
+
+
+def test_debiased_level_counts():
+    from segshuffle.services.server.aggregation import level_counts
+    from segshuffle.wire.models import CampaignCreate
+
+    config = CampaignCreate.model_validate({
+        "id": "rr", "domain_size": 5, "set_size": 1, "levels": [1, 2, 3], "min_users": 2,
+        "level_privacy": 3.0}).to_config()
+    e = math.exp(3.0)
+    p, q = e / (e + 2), 1 / (e + 2)
+    # Unclipped: n^_k = (o_k - n q) / (p - q), which already sums to n.
+    counts = level_counts(config, [50, 30, 20])
+    assert counts == pytest.approx([(o - 100 * q) / (p - q) for o in (50, 30, 20)])
+    # Clipped at 0, then rescaled to the participants.
+    counts = level_counts(config, [97, 3, 0])
+    assert counts[2] == 0.0 and sum(counts) == pytest.approx(100)
+    assert counts[0] > 97
+    exact = level_counts(config.model_copy(update={"level_privacy": None}), [97, 3, 0])
+    assert exact == [97.0, 3.0, 0.0]
 
 
 def test_state_survives_a_restart(tmp_path):

@@ -39,10 +39,22 @@ DEFAULT_DELTA_FACTOR = 0.01
 
 
 def level_counts(config: CampaignConfig, observed: Sequence[int]) -> list[float]:
-    """n_k: observed counts, or their debiased estimates under eps_p level privacy."""
+    """n_k: observed counts, or their debiased estimates under eps_p level privacy.
+
+    The debiased estimates (clipped at 0) are rescaled to sum to the number of
+    participants n, which is known exactly (every participant sends one level
+    message).  Unclipped, they already do; clipping only adds mass, and both the
+    accounting (n_min = ceil((1 - tau) n)) and the decoder's blanket term n2 m / D
+    need the true n.
+    """
     if config.level_privacy is None:
         return [float(c) for c in observed]
-    return [float(c) for c in debias_histogram(observed, config.level_privacy)]
+    estimates = debias_histogram(observed, config.level_privacy)
+    total = float(np.sum(estimates))
+    users = float(sum(observed))
+    if total <= 0.0:
+        return [float(c) for c in observed]
+    return [float(c) * users / total for c in estimates]
 
 
 def histogram(counts: Mapping[int, int], size: int) -> list[int]:
