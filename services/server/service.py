@@ -24,6 +24,7 @@ Batch intake (docs/architecture.md, "Server"):
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from collections import Counter
 from collections.abc import Sequence
@@ -51,6 +52,8 @@ from .aggregation import decode_results, histogram, publish_parameters
 from .decrypt import Decryptor, Outcome
 from .keys import KeyStore
 from .storage import NULL_VALUE, AcceptedMessage, CampaignRecord, ConflictError, Repository
+
+log = logging.getLogger("segshuffle.server")
 
 MAX_LISTED_FAILURES = 1000
 """Failures listed per receipt; beyond that only counted."""
@@ -104,6 +107,8 @@ class ServerService:
                     b64url_decode(hpke.public_key))
             except ConflictError as exc:
                 raise Problem("already-exists", str(exc)) from None
+        log.info("campaign %s created: d=%d s=%d K=%d key %s", config.id, config.domain_size,
+                 config.set_size, len(config.levels), hpke.key_id)
         return self.view(record)
 
     def campaign(self, campaign_id: str) -> CampaignRecord:
@@ -325,6 +330,8 @@ class ServerService:
         self.repository.finish_round1(record.id, batch_id, completion,
                                       parameters.model_dump(mode="json"), parameters_hash,
                                       summary)
+        log.info("campaign %s round 1 complete: n=%d n_min=%d m=%.6g, parameters published",
+                 record.id, parameters.users, parameters.accounting_users, parameters.m)
 
     def _finish_round2(self, record: CampaignRecord, config: CampaignConfig, batch_id: str,
                        observed: list[int], participants: int, completion: dict[str, Any],
@@ -350,6 +357,8 @@ class ServerService:
         Results.model_validate(results)
         completion.update(phase="done", parameters_hash=record.parameters_hash)
         self.repository.finish_round2(record.id, batch_id, completion, results)
+        log.info("campaign %s round 2 complete: n2=%d, %d data messages, %d dropped",
+                 record.id, participants, data["received"], results["dropped_messages"])
 
 
 def classify(outcomes: Sequence[Outcome], stream: str, level_count: int, domain_size: int
