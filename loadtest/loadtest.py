@@ -161,8 +161,8 @@ def _deadline_left(deadline: float) -> float:
 
 
 async def run_once(args: argparse.Namespace, workload: Workload, repeat: int,
-                   deadline: float) -> dict[str, float]:
-    """One campaign through both rounds; returns the figures of :data:`METRICS`."""
+                   deadline: float) -> tuple[str, dict[str, float]]:
+    """One campaign through both rounds; returns its id and the figures of :data:`METRICS`."""
     rng = np.random.default_rng(None if args.seed is None else args.seed + repeat)
     items, domain_size, padding = workload.population(rng)
     campaign_id = f"load-{int(time.time())}-{os.getpid()}-{repeat}"
@@ -224,7 +224,7 @@ async def run_once(args: argparse.Namespace, workload: Workload, repeat: int,
         figures["total_seconds"] = time.perf_counter() - started
         figures["mse"] = _mse(response.json(), items, domain_size)
     log("  ".join(f"{m.key}={figures[m.key]:.{m.digits}f}" for m in METRICS if m.key in figures))
-    return figures
+    return campaign_id, figures
 
 
 def _phase_figures(prefix: str, timing: Any) -> dict[str, float]:
@@ -331,18 +331,16 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Workl
     return args, workload
 
 
-async def run(args: argparse.Namespace, workload: Workload) -> list[dict[str, float]]:
+async def run(args: argparse.Namespace,
+              workload: Workload) -> list[tuple[str, dict[str, float]]]:
     deadline = time.monotonic() + args.max_seconds
-    runs = []
-    for repeat in range(args.repeats):
-        runs.append(await run_once(args, workload, repeat, deadline))
-    return runs
+    return [await run_once(args, workload, repeat, deadline) for repeat in range(args.repeats)]
 
 
 def main(argv: list[str] | None = None) -> int:
     args, workload = parse_args(argv)
     try:
-        runs = asyncio.run(run(args, workload))
+        campaigns = asyncio.run(run(args, workload))
     except (LoadTestError, TimeoutError) as exc:
         message = str(exc) or "the time budget (--max-seconds) is used up"
         print(f"loadtest: error: {message}", file=sys.stderr)
@@ -350,10 +348,12 @@ def main(argv: list[str] | None = None) -> int:
     except httpx.HTTPError as exc:
         print(f"loadtest: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    runs = [figures for _, figures in campaigns]
     rows = summarize(runs, METRICS)
     if args.json:
         report = {"workload": workload.__dict__, "concurrency": args.concurrency,
                   "server_url": args.server_url, "shuffler_url": args.shuffler_url,
+                  "campaigns": [cid for cid, _ in campaigns],
                   "runs": runs, "medians": {row["key"]: row["median"] for row in rows}}
         print(json.dumps(report, indent=2))
     else:
