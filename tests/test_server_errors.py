@@ -204,6 +204,8 @@ def test_wrong_phase(setup):
     deliver(client, "c1", 1, "b1", {"levels": Sealer(view, 1).levels([0, 1, 1])})
     unchanged(setup, lambda c: c.put("/v1/campaigns/c1/rounds/1/batches/other",
                                      json=chunk([]), headers=SHUFFLER), "wrong-phase", 409)
+    unchanged(setup, lambda c: c.post("/v1/campaigns/c1/rounds/1/batches/other/complete",
+                                      headers=SHUFFLER), "wrong-phase", 409)
 
 
 def test_incomplete_batch_and_unknown_batch(setup):

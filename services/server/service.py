@@ -247,7 +247,7 @@ class ServerService:
             record = self.campaign(campaign_id)
             pinned = self.repository.batch(campaign_id, round_)
             if pinned is None or pinned[0] != batch_id:
-                if pinned is None and record.phase != f"round{round_}":
+                if record.phase != f"round{round_}":
                     raise Problem("wrong-phase", f"campaign {campaign_id!r} is in phase "
                                   f"{record.phase}", extra={"phase": record.phase})
                 raise Problem("not-found", f"no batch {batch_id!r} in round {round_}")
