@@ -143,7 +143,7 @@ build_app() {
     local previous
     previous="$(docker image inspect --format '{{.Id}}' "$app_image" 2>/dev/null || true)"
     log "docker build $app_image (deploy/Dockerfile, --network none)"
-    docker build --network none -t "$app_image" "${build_dir}/context" 2>&1 \
+    docker build --network none --force-rm -t "$app_image" "${build_dir}/context" 2>&1 \
         | while IFS= read -r line; do printf '  %s\n' "$line" >&2; done
     docker image inspect "$app_image" >/dev/null 2>&1 || die "docker build did not produce $app_image"
     local current
