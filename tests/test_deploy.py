@@ -18,6 +18,7 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +202,32 @@ def test_docker_compose_accepts_the_file(tmp_path: Path) -> None:
                             capture_output=True, text=True, env=bare)
     assert result.returncode != 0
     assert "init-secrets" in result.stderr
+
+
+def test_loadtest_profile_runs_the_copied_script_against_the_services(
+        compose: dict[str, Any]) -> None:
+    import importlib.util
+
+    service = compose["services"]["loadtest"]
+    assert service["profiles"] == ["loadtest"]  # never started by a plain `up`
+    entrypoint = service["entrypoint"]
+    tini, separator, python, script, *flags = entrypoint
+    assert (tini, separator, python) == ("/usr/bin/tini", "--", "python")
+    assert re.search(rf"^COPY loadtest/ {re.escape(str(Path(script).parent))}/$",
+                     DOCKERFILE.read_text(), re.MULTILINE)
+    spec = importlib.util.spec_from_file_location("loadtest_main",
+                                                  REPO / "loadtest" / Path(script).name)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    parsed = module.build_parser().parse_args(flags)
+    for name in ("server", "shuffler"):
+        port = _environment(compose["services"][name])[f"SEGSHUFFLE_{name.upper()}_PORT"]
+        assert getattr(parsed, f"{name}_url") == f"http://{name}:{port}"
+    assert parsed.allow_private
+    assert set(_environment(service)) == {"SEGSHUFFLE_ADMIN_TOKEN", "SEGSHUFFLE_OPERATOR_TOKEN"}
+    assert "ports" not in service
 
 
 # --- the serve subcommand the containers run --------------------------------------------
