@@ -1,8 +1,10 @@
 """The asynchronous client: the same API as :class:`~segshuffle.client.Client`, on
-``httpx.AsyncClient``; several users can share one connection pool (``http=``), which is
-how :mod:`segshuffle.client.population` simulates thousands of users.
+``httpx.AsyncClient``; several users can share one connection pool (``http=``) and one
+:class:`~segshuffle.client.session.PublicCache` (``cache=``), which is how
+:mod:`segshuffle.client.population` simulates thousands of users.
 
-Retries and verification behave exactly as in :mod:`segshuffle.client.sync`.
+Retries and verification behave exactly as in :mod:`segshuffle.client.sync` (this
+module mirrors it method for method).
 """
 
 from __future__ import annotations
@@ -25,7 +27,14 @@ from segshuffle.wire.models import (
 
 from .errors import ServiceError
 from .messages import SentRound1, SentRound2
-from .session import RetryPolicy, UserSession, network_error, parse, service_error
+from .session import (
+    PublicCache,
+    RetryPolicy,
+    UserSession,
+    network_error,
+    parse,
+    service_error,
+)
 
 
 class AsyncClient:
@@ -42,11 +51,13 @@ class AsyncClient:
         timeout: float = 30.0,
         allow_insecure: bool = False,
         http: httpx.AsyncClient | None = None,
+        cache: PublicCache | None = None,
     ) -> None:
         self.session = UserSession(campaign_id, rng, allow_insecure=allow_insecure)
         self.server_url = server_url.rstrip("/")
         self.shuffler_url = shuffler_url.rstrip("/")
         self.retry = retry or RetryPolicy()
+        self.cache = cache
         self._own_http = http is None
         self._http = http or httpx.AsyncClient(timeout=timeout)
 
@@ -83,18 +94,28 @@ class AsyncClient:
                 await asyncio.sleep(self.retry.delay(attempt))
         raise error
 
+    async def _get(self, model: type[Any], url: str, what: str, *, fresh: bool = False) -> Any:
+        """GET a public document, through the shared cache unless ``fresh``."""
+        if self.cache is not None and not fresh:
+            cached = self.cache.get(url)
+            if cached is not None:
+                return cached
+        value = parse(model, await self._request("GET", url, what), what)
+        if self.cache is not None:
+            self.cache.put(url, value)
+        return value
+
     # -- API -----------------------------------------------------------------------------
-    async def _view(self) -> CampaignView:
+    async def _view(self, *, fresh: bool = False) -> CampaignView:
         url = self.server_url + self.session.campaign_path
-        return parse(CampaignView, await self._request("GET", url, "campaign"), "campaign")
+        return await self._get(CampaignView, url, "campaign", fresh=fresh)
 
     async def campaign(self) -> CampaignView:
         """Fetch the campaign view and key config, verify them, pin key id and config hash."""
         s = self.session
         view = await self._view()
-        hpke = parse(HpkeConfig, await self._request(
-            "GET", self.server_url + s.campaign_path + "/hpke-config", "key config"),
-            "key config")
+        hpke = await self._get(HpkeConfig, self.server_url + s.campaign_path + "/hpke-config",
+                               "key config")
         return s.accept_campaign(view, hpke)
 
     async def enroll(self, invitation: str | None = None) -> str:
@@ -113,15 +134,14 @@ class AsyncClient:
         body, sent = s.round1(level_index)
         url = self.shuffler_url + s.round_path(1) + "/submissions"
         await self._request("POST", url, "round-1 submission", submission=True,
-                            json=body, headers=s.auth())
+                      json=body, headers=s.auth())
         s.round1_sent(sent)
         return sent
 
     async def round_status(self, round_number: int) -> RoundStatus:
         """The shuffler's view of a round: participants, threshold, release state."""
         url = self.shuffler_url + self.session.round_path(round_number)
-        response = await self._request("GET", url, "round status")
-        return parse(RoundStatus, response, "round status")
+        return await self._get(RoundStatus, url, "round status")
 
     async def fetch_parameters(self, level_index: int | None = None) -> PublishedParameters:
         """Fetch the round-2 parameters and verify them for this user's level.
@@ -135,6 +155,8 @@ class AsyncClient:
         if s.key is None:
             await self.campaign()
         view = await self._view()
+        if view.parameters is None:  # a cached view from before the publication
+            view = await self._view(fresh=True)
         parameters = s.accept_parameters(view)
         s.check_release_threshold(await self.round_status(2))
         return parameters
@@ -147,7 +169,7 @@ class AsyncClient:
         body, sent = s.round2(items)
         url = self.shuffler_url + s.round_path(2) + "/submissions"
         await self._request("POST", url, "round-2 submission", submission=True,
-                            json=body, headers=s.auth())
+                      json=body, headers=s.auth())
         return sent
 
     async def wait_for_phase(self, phase: str, timeout: float = 60.0,
@@ -156,7 +178,7 @@ class AsyncClient:
         order = {"round1": 0, "round2": 1, "done": 2}
         deadline = time.monotonic() + timeout
         while True:
-            view = await self._view()
+            view = await self._view(fresh=True)
             if order[view.phase] >= order[phase]:
                 return view
             if time.monotonic() > deadline:

@@ -8,6 +8,10 @@
 - :meth:`Population.round2`: every (remaining) user fetches the published
   parameters, verifies them for its own level, and sends its data.
 
+The users share one connection pool and one short-lived cache of the public
+documents (campaign view, key config, round status), as users behind a common
+HTTP cache would; each user still verifies every document itself.
+
 Releasing the rounds is the shuffler operator's job, between the two calls.
 
 Each user has its own seeded generator (spawned from ``seed``), so the
@@ -32,7 +36,7 @@ import numpy as np
 from .aio import AsyncClient
 from .errors import ClientError
 from .messages import SentRound1, SentRound2
-from .session import RetryPolicy
+from .session import PublicCache, RetryPolicy
 
 Progress = Callable[[str, int, int], None]
 
@@ -82,12 +86,16 @@ class Population:
     item_sets: Sequence[Sequence[int]]
     level_indices: Sequence[int]
     seed: int | None = None
-    concurrency: int = 64
+    concurrency: int = 16
+    """Users in flight at once (also the connection pool size: httpx's pool gets slow with
+    many connections, and a few keep-alive connections already saturate local services)."""
     invitation: str | None = None
     local_address: str | None = None
     """Source address of the users' connections (e.g. 127.0.0.2 to tell them apart)."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     timeout: float = 60.0
+    cache_seconds: float = 1.0
+    """Lifetime of the users' shared cache of public documents (:class:`PublicCache`)."""
     progress: Progress | None = None
     users: list[UserRecord] = field(init=False)
     _clients: list[AsyncClient] = field(init=False)
@@ -127,9 +135,11 @@ class Population:
                               max_keepalive_connections=self.concurrency)
         self._http = httpx.AsyncClient(transport=transport, limits=limits,
                                        timeout=self.timeout)
+        cache = PublicCache(self.cache_seconds)
         self._clients = [
             AsyncClient(self.server_url, self.shuffler_url, self.campaign_id,
-                        rng=np.random.default_rng(seed), retry=self.retry, http=self._http)
+                        rng=np.random.default_rng(seed), retry=self.retry, http=self._http,
+                        cache=cache)
             for seed in self._seeds
         ]
         return self

@@ -10,6 +10,7 @@ they never touch the network.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,30 @@ class RetryPolicy:
         """Wait before try ``attempt + 1`` (attempt counts from 0): full jitter in [d/2, d]."""
         ceiling = min(self.maximum, self.initial * 2.0**attempt)
         return ceiling * (0.5 + 0.5 * random.random())
+
+
+class PublicCache:
+    """A small shared cache of public documents (campaign view, key config, round status).
+
+    Many simulated users of one process can share it, as users behind one HTTP
+    cache or CDN would: the documents are public and the same for everyone, and
+    every user still verifies what it gets.  Entries live ``ttl`` seconds; a
+    client bypasses the cache when a cached document does not have what it needs
+    yet (e.g. parameters not published when it was fetched).
+    """
+
+    def __init__(self, ttl: float = 1.0) -> None:
+        self.ttl = ttl
+        self._entries: dict[str, tuple[float, Any]] = {}
+
+    def get(self, url: str) -> Any | None:
+        entry = self._entries.get(url)
+        if entry is None or time.monotonic() - entry[0] > self.ttl:
+            return None
+        return entry[1]
+
+    def put(self, url: str, value: Any) -> None:
+        self._entries[url] = (time.monotonic(), value)
 
 
 def service_error(response: httpx.Response, what: str) -> ServiceError:

@@ -35,7 +35,14 @@ from segshuffle.wire.models import (
 
 from .errors import ServiceError
 from .messages import SentRound1, SentRound2
-from .session import RetryPolicy, UserSession, network_error, parse, service_error
+from .session import (
+    PublicCache,
+    RetryPolicy,
+    UserSession,
+    network_error,
+    parse,
+    service_error,
+)
 
 
 class Client:
@@ -52,11 +59,13 @@ class Client:
         timeout: float = 30.0,
         allow_insecure: bool = False,
         http: httpx.Client | None = None,
+        cache: PublicCache | None = None,
     ) -> None:
         self.session = UserSession(campaign_id, rng, allow_insecure=allow_insecure)
         self.server_url = server_url.rstrip("/")
         self.shuffler_url = shuffler_url.rstrip("/")
         self.retry = retry or RetryPolicy()
+        self.cache = cache
         self._own_http = http is None
         self._http = http or httpx.Client(timeout=timeout)
 
@@ -93,18 +102,28 @@ class Client:
                 time.sleep(self.retry.delay(attempt))
         raise error
 
+    def _get(self, model: type[Any], url: str, what: str, *, fresh: bool = False) -> Any:
+        """GET a public document, through the shared cache unless ``fresh``."""
+        if self.cache is not None and not fresh:
+            cached = self.cache.get(url)
+            if cached is not None:
+                return cached
+        value = parse(model, self._request("GET", url, what), what)
+        if self.cache is not None:
+            self.cache.put(url, value)
+        return value
+
     # -- API -----------------------------------------------------------------------------
-    def _view(self) -> CampaignView:
+    def _view(self, *, fresh: bool = False) -> CampaignView:
         url = self.server_url + self.session.campaign_path
-        return parse(CampaignView, self._request("GET", url, "campaign"), "campaign")
+        return self._get(CampaignView, url, "campaign", fresh=fresh)
 
     def campaign(self) -> CampaignView:
         """Fetch the campaign view and key config, verify them, pin key id and config hash."""
         s = self.session
         view = self._view()
-        hpke = parse(HpkeConfig, self._request(
-            "GET", self.server_url + s.campaign_path + "/hpke-config", "key config"),
-            "key config")
+        hpke = self._get(HpkeConfig, self.server_url + s.campaign_path + "/hpke-config",
+                         "key config")
         return s.accept_campaign(view, hpke)
 
     def enroll(self, invitation: str | None = None) -> str:
@@ -130,8 +149,7 @@ class Client:
     def round_status(self, round_number: int) -> RoundStatus:
         """The shuffler's view of a round: participants, threshold, release state."""
         url = self.shuffler_url + self.session.round_path(round_number)
-        response = self._request("GET", url, "round status")
-        return parse(RoundStatus, response, "round status")
+        return self._get(RoundStatus, url, "round status")
 
     def fetch_parameters(self, level_index: int | None = None) -> PublishedParameters:
         """Fetch the round-2 parameters and verify them for this user's level.
@@ -145,6 +163,8 @@ class Client:
         if s.key is None:
             self.campaign()
         view = self._view()
+        if view.parameters is None:  # a cached view from before the publication
+            view = self._view(fresh=True)
         parameters = s.accept_parameters(view)
         s.check_release_threshold(self.round_status(2))
         return parameters
@@ -161,12 +181,12 @@ class Client:
         return sent
 
     def wait_for_phase(self, phase: str, timeout: float = 60.0,
-                             interval: float = 0.2) -> CampaignView:
+                       interval: float = 0.2) -> CampaignView:
         """Poll the campaign until it reaches ``phase`` (``round2`` or ``done``)."""
         order = {"round1": 0, "round2": 1, "done": 2}
         deadline = time.monotonic() + timeout
         while True:
-            view = self._view()
+            view = self._view(fresh=True)
             if order[view.phase] >= order[phase]:
                 return view
             if time.monotonic() > deadline:

@@ -1,0 +1,261 @@
+"""``segshuffle demo``: the whole protocol over real HTTP on this machine.
+
+Starts the server and the shuffler as uvicorn subprocesses on free loopback ports
+with storage in a temporary directory (:class:`segshuffle.client.localstack.LocalStack`),
+creates a campaign, runs N simulated users (:mod:`segshuffle.client.population`)
+through round 1, has the shuffler release it (the server optimizes and publishes
+m and the lambda_k), runs round 2, releases it, and reads the server's estimates.
+
+The truth is the share of users holding each item of the privacy domain after the
+users fitted their sets to s items (what the estimator is unbiased for, SPEC
+sections 2 and 6); ``mse`` is sum_j (W^_j - w_j)^2 over that domain, the quantity
+the paper's bound ``mse_bound`` controls.  Everything is shut down on exit, on
+error and on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._args import float_list, integer, number
+
+DATASETS = ("synthetic", "msnbc")
+CAMPAIGN_ID = "demo"
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="run the shuffler and the server locally with simulated users",
+        description="Start both services on loopback, run N simulated users through both "
+                    "rounds over HTTP, print estimates, truth, MSE, parameters and timings.",
+    )
+    parser.add_argument("--users", type=integer, default=2000, help="users (default 2000)")
+    parser.add_argument("--dataset", choices=DATASETS, default="synthetic",
+                        help="msnbc: users sampled from the MSNBC data (17 categories); "
+                             "synthetic: s items uniform over --items items (default)")
+    parser.add_argument("--items", type=integer, default=32,
+                        help="items of the synthetic dataset (default 32)")
+    parser.add_argument("--set-size", type=integer, default=None,
+                        help="items per user s (default 4 for msnbc, 3 for synthetic)")
+    parser.add_argument("--levels", type=float_list, default=[0.5, 1.0, 2.0],
+                        help="privacy levels E_1,..,E_K (default 0.5,1,2)")
+    parser.add_argument("--shares", type=float_list, default=None,
+                        help="share of users per level (default: equal)")
+    parser.add_argument("--delta", type=number, default=None,
+                        help="delta (default: the server's 0.01/n)")
+    parser.add_argument("--dropout-tolerance", type=number, default=0.1)
+    parser.add_argument("--level-privacy", type=number, default=None,
+                        help="eps_p: randomize levels with K-ary randomized response")
+    parser.add_argument("--concurrency", type=integer, default=8,
+                        help="simulated users in flight at once (default 8)")
+    parser.add_argument("--seed", type=integer, default=0, help="seed of the simulation")
+    parser.add_argument("--top", type=integer, default=10, help="items shown (default 10)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(handler=run)
+
+
+@dataclass(frozen=True)
+class DemoData:
+    """Users' raw item sets, the item names and the real domain size d."""
+
+    name: str
+    sets: list[list[int]]
+    names: list[str]
+    set_size: int
+
+
+def load_data(args: argparse.Namespace, rng: np.random.Generator) -> DemoData:
+    if args.users < 2:
+        raise ValueError("--users must be at least 2")
+    if args.dataset == "msnbc":
+        from segshuffle.datasets import load_msnbc
+
+        collection = load_msnbc()
+        if args.users > collection.n_users:
+            raise ValueError(f"msnbc has {collection.n_users} users, asked for {args.users}")
+        chosen = np.sort(rng.choice(collection.n_users, size=args.users, replace=False))
+        sets = [[int(j) for j in collection.user_items(int(u))] for u in chosen]
+        names = list(collection.names) or [f"item{j}" for j in range(collection.item_count)]
+        return DemoData("msnbc", sets, names, args.set_size or 4)
+    from segshuffle.datasets import synthetic_source
+
+    s = args.set_size or 3
+    population = synthetic_source(args.items).draw(args.users, s, rng)
+    sets = [[int(j) for j in row] for row in population.items]
+    return DemoData(f"synthetic-T{args.items}", sets, [f"item{j}" for j in range(args.items)],
+                    s)
+
+
+def _say(args: argparse.Namespace, message: str) -> None:
+    sys.stderr.write(f"demo: {message}\n")
+    sys.stderr.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    from segshuffle.client.errors import ClientError
+    from segshuffle.client.localstack import LocalStack
+
+    levels = list(args.levels)
+    shares = list(args.shares) if args.shares is not None else [1.0 / len(levels)] * len(levels)
+    if len(shares) != len(levels) or any(f < 0 for f in shares) or \
+            abs(math.fsum(shares) - 1.0) > 1e-6:
+        raise ValueError("--shares needs one non-negative share per level, summing to 1")
+    if args.concurrency < 1:
+        raise ValueError("--concurrency must be >= 1")
+    started = time.perf_counter()
+    rng = np.random.default_rng(args.seed)
+    data = load_data(args, rng)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    timings: dict[str, float] = {}
+    try:
+        _say(args, f"{args.users} users, dataset {data.name}, starting the services")
+        mark = time.perf_counter()
+        with LocalStack(min_users=2) as stack:
+            timings["start_services"] = time.perf_counter() - mark
+            body: dict[str, Any] = {
+                "id": CAMPAIGN_ID, "items": data.names, "set_size": data.set_size,
+                "levels": levels, "min_users": min(args.users, 100),
+                "dropout_tolerance": args.dropout_tolerance,
+            }
+            if args.delta is not None:
+                body["delta"] = args.delta
+            if args.level_privacy is not None:
+                body["level_privacy"] = args.level_privacy
+            stack.create_campaign(body)
+            outcome = asyncio.run(_rounds(args, stack, data, shares, timings))
+        timings["total"] = time.perf_counter() - started
+    except ClientError as exc:
+        raise ValueError(f"demo failed: {exc}") from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    report = _report(args, data, outcome, timings)
+    if args.json:
+        sys.stdout.write(json.dumps(report) + "\n")
+    else:
+        sys.stdout.write(_human(report, args.top))
+    return 0
+
+
+def _raise_interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
+async def _rounds(args: argparse.Namespace, stack: Any, data: DemoData,
+                  shares: list[float], timings: dict[str, float]) -> dict[str, Any]:
+    from segshuffle.client.errors import ClientError
+    from segshuffle.client.population import Population, stderr_progress
+
+    population = Population.with_shares(
+        stack.server_url, stack.shuffler_url, CAMPAIGN_ID, data.sets, shares,
+        seed=args.seed, concurrency=args.concurrency, progress=stderr_progress,
+    )
+    async with population:
+        phase = await population.round1()
+        timings["round1_users"] = phase.seconds
+        _check(population, phase)
+        _say(args, "releasing round 1 (server optimizes and publishes the parameters)")
+        mark = time.perf_counter()
+        await asyncio.to_thread(stack.release, CAMPAIGN_ID, 1)
+        timings["round1_release"] = time.perf_counter() - mark
+        phase = await population.round2()
+        timings["round2_users"] = phase.seconds
+        _check(population, phase)
+        _say(args, "releasing round 2 (server decrypts and decodes)")
+        mark = time.perf_counter()
+        await asyncio.to_thread(stack.release, CAMPAIGN_ID, 2)
+        timings["round2_release"] = time.perf_counter() - mark
+    results = await asyncio.to_thread(stack.results, CAMPAIGN_ID)
+    view = await asyncio.to_thread(stack.campaign, CAMPAIGN_ID)
+    if view.parameters is None:
+        raise ClientError("the server did not publish parameters")
+    fitted = [u.round2.items for u in population.users if u.round2 is not None]
+    return {"results": results, "parameters": view.parameters, "fitted": fitted}
+
+
+def _check(population: Any, phase: Any) -> None:
+    from segshuffle.client.errors import ClientError
+
+    if phase.failures:
+        raise ClientError(f"{phase.failures} users failed in {phase.phase}; first: "
+                          f"{population.errors()[0]}")
+
+
+def _report(args: argparse.Namespace, data: DemoData, outcome: dict[str, Any],
+            timings: dict[str, float]) -> dict[str, Any]:
+    results = outcome["results"]
+    parameters = outcome["parameters"]
+    domain = parameters.privacy_domain_size
+    holders = np.zeros(domain, dtype=np.int64)
+    for items in outcome["fitted"]:
+        holders[list(items)] += 1
+    n2 = max(1, len(outcome["fitted"]))
+    truth = holders / n2
+    entries = list(results.items) + list(results.padding)
+    entries.sort(key=lambda e: e.id)
+    estimates = [e.estimate for e in entries]
+    errors = [e.standard_error for e in entries]
+    names = [e.name if e.name is not None else f"padding{e.id - len(data.names)}"
+             for e in entries]
+    values = np.array([np.nan if v is None else v for v in estimates], dtype=float)
+    mse = float(np.sum((values - truth) ** 2))
+    return {
+        "users": args.users,
+        "dataset": data.name,
+        "domain_size": len(data.names),
+        "privacy_domain_size": domain,
+        "set_size": data.set_size,
+        "levels": list(parameters.levels),
+        "m": parameters.m,
+        "lambdas": list(parameters.lambdas),
+        "epsilons": list(parameters.epsilons),
+        "epsilons_lower": list(parameters.epsilons_lower),
+        "delta": parameters.delta,
+        "accounting_users": parameters.accounting_users,
+        "level_counts": [lv.users_round2 for lv in results.privacy.levels],
+        "items": names,
+        "estimates": estimates,
+        "standard_errors": errors,
+        "truth": truth.tolist(),
+        "mse": mse,
+        "mse_bound": parameters.mse_bound,
+        "dropped_messages": results.dropped_messages,
+        "seconds": timings.get("total", 0.0),
+        "timings": timings,
+    }
+
+
+def _human(report: dict[str, Any], top: int) -> str:
+    lines = [
+        f"segshuffle demo: {report['users']} users, dataset {report['dataset']}, "
+        f"d={report['domain_size']} (+{report['privacy_domain_size'] - report['domain_size']} "
+        f"padding), s={report['set_size']}",
+        f"parameters: m={report['m']:.4f}, delta={report['delta']:.3g}, "
+        f"n_min={report['accounting_users']}",
+    ]
+    for k, level in enumerate(report["levels"]):
+        eps = report["epsilons"][k]
+        lines.append(f"  level {level:g}: lambda={report['lambdas'][k]:.4f}, "
+                     f"users={report['level_counts'][k]:g}, achieved eps="
+                     f"{'n/a' if eps is None else f'{eps:.4f}'}")
+    order = np.argsort(report["truth"])[::-1][:top]
+    lines.append(f"top {len(order)} items: true share vs estimate +- standard error")
+    for j in order:
+        est, se = report["estimates"][j], report["standard_errors"][j]
+        shown = "n/a" if est is None else f"{est:.4f} +- {se:.4f}"
+        lines.append(f"  {report['items'][j]:<16} {report['truth'][j]:.4f}   {shown}")
+    lines.append(f"MSE (sum over the domain): {report['mse']:.6f}   bound: "
+                 f"{report['mse_bound']:.6f}")
+    lines.append("timings (s): " + ", ".join(f"{k}={v:.2f}"
+                                             for k, v in report["timings"].items()))
+    return "\n".join(lines) + "\n"
