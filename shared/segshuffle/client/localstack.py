@@ -64,6 +64,8 @@ class LocalStack:
         self.startup_timeout = startup_timeout
         self.python = python
         self._extra = {"server": dict(server_env or {}), "shuffler": dict(shuffler_env or {})}
+        self.upstream_url: str | None = None
+        """If set before the shuffler starts: the URL it uses for the server (e.g. a proxy)."""
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.ports: dict[str, int] = {}
         self._log_offsets: dict[str, int] = {}
@@ -103,7 +105,7 @@ class LocalStack:
                 "SEGSHUFFLE_SHUFFLER_HOST": "127.0.0.1",
                 "SEGSHUFFLE_SHUFFLER_PORT": str(port),
                 "SEGSHUFFLE_SHUFFLER_DATABASE": str(self.database_path("shuffler")),
-                "SEGSHUFFLE_SHUFFLER_SERVER_URL": self.server_url,
+                "SEGSHUFFLE_SHUFFLER_SERVER_URL": self.upstream_url or self.server_url,
                 "SEGSHUFFLE_SHUFFLER_SERVER_TOKEN": self.shuffler_token,
                 "SEGSHUFFLE_SHUFFLER_OPERATOR_TOKEN": self.operator_token,
                 "SEGSHUFFLE_SHUFFLER_MIN_USERS": str(self.min_users),

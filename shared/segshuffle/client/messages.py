@@ -41,6 +41,7 @@ class SentRound1:
 
     level_index: int
     reported_level: int
+    level_ciphertext: str = ""
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ recompute the server's counts offline.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import statistics
 import sys
 import time
@@ -57,6 +58,8 @@ class UserRecord:
     round1: SentRound1 | None = None
     round2: SentRound2 | None = None
     error: str | None = None
+    finished: dict[int, int] = field(default_factory=dict)
+    """Round -> rank of this user's submission among the accepted ones of that round."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,10 @@ class Population:
                               max_keepalive_connections=self.concurrency)
         self._http = httpx.AsyncClient(transport=transport, limits=limits,
                                        timeout=self.timeout)
+        if self._clients:  # entered again (e.g. one event loop per round): keep the users
+            for client in self._clients:
+                client._http = self._http
+            return self
         cache = PublicCache(self.cache_seconds)
         self._clients = [
             AsyncClient(self.server_url, self.shuffler_url, self.campaign_id,
@@ -147,6 +154,7 @@ class Population:
     async def __aexit__(self, *exc: object) -> None:
         if self._http is not None:
             await self._http.aclose()
+            self._http = None
 
     # -- phases --------------------------------------------------------------------------
     async def _run(self, phase: str, indices: Sequence[int],
@@ -185,12 +193,14 @@ class Population:
 
     async def round1(self) -> PhaseTiming:
         """Every user: fetch and verify the campaign, enroll, send the level."""
+        order = itertools.count()
 
         async def job(i: int) -> None:
             client = self._clients[i]
             await client.campaign()
             await client.enroll(self.invitation)
             self.users[i].round1 = await client.submit_level(self.users[i].level_index)
+            self.users[i].finished[1] = next(order)
 
         return await self._run("round 1", range(len(self.users)), job)  # type: ignore[arg-type]
 
@@ -198,11 +208,13 @@ class Population:
         """Users (all who completed round 1, or ``indices``): verify parameters, send data."""
         chosen = list(indices) if indices is not None else [
             u.index for u in self.users if u.round1 is not None]
+        order = itertools.count()
 
         async def job(i: int) -> None:
             client = self._clients[i]
             await client.fetch_parameters()
             self.users[i].round2 = await client.submit_data(self.users[i].items)
+            self.users[i].finished[2] = next(order)
 
         return await self._run("round 2", chosen, job)  # type: ignore[arg-type]
 

@@ -190,7 +190,8 @@ class UserSession:
             raise ClientError("fetch the campaign first")
         reported = report_level(level_index, self.view, self.rng)
         body = round1_body(self.view, self.key, reported)
-        return body, SentRound1(level_index=level_index, reported_level=reported)
+        return body, SentRound1(level_index=level_index, reported_level=reported,
+                                level_ciphertext=body["level"])
 
     def round1_sent(self, sent: SentRound1) -> None:
         self.level_index = sent.level_index
