@@ -83,14 +83,14 @@ class RecordingProxy:
 
 
 def run_rounds(population: Population, *rounds: int,
-               round2_indices: Sequence[int] | None = None) -> None:
-    """Run the given phases of a population (each phase in its own event loop run)."""
+               indices: Sequence[int] | None = None) -> None:
+    """Run the given phases of a population (for ``indices`` only if given)."""
 
     async def main() -> None:
         async with population:
             for r in rounds:
-                timing = await (population.round1() if r == 1
-                                else population.round2(round2_indices))
+                timing = await (population.round1(indices) if r == 1
+                                else population.round2(indices))
                 assert timing.failures == 0, population.errors()[:3]
 
     asyncio.run(main())

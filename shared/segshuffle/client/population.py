@@ -98,6 +98,8 @@ class Population:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     timeout: float = 60.0
     cache_seconds: float = 1.0
+    allow_insecure: bool = False
+    """Accept parameters a test server published with its insecure flag."""
     """Lifetime of the users' shared cache of public documents (:class:`PublicCache`)."""
     progress: Progress | None = None
     users: list[UserRecord] = field(init=False)
@@ -146,7 +148,7 @@ class Population:
         self._clients = [
             AsyncClient(self.server_url, self.shuffler_url, self.campaign_id,
                         rng=np.random.default_rng(seed), retry=self.retry, http=self._http,
-                        cache=cache)
+                        cache=cache, allow_insecure=self.allow_insecure)
             for seed in self._seeds
         ]
         return self
@@ -191,9 +193,9 @@ class Population:
             p95_user_seconds=ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))],
         )
 
-    async def round1(self) -> PhaseTiming:
-        """Every user: fetch and verify the campaign, enroll, send the level."""
-        order = itertools.count()
+    async def round1(self, indices: Sequence[int] | None = None) -> PhaseTiming:
+        """Every user (or ``indices``): fetch and verify the campaign, enroll, send the level."""
+        order = itertools.count(sum(1 for u in self.users if 1 in u.finished))
 
         async def job(i: int) -> None:
             client = self._clients[i]
@@ -202,13 +204,14 @@ class Population:
             self.users[i].round1 = await client.submit_level(self.users[i].level_index)
             self.users[i].finished[1] = next(order)
 
-        return await self._run("round 1", range(len(self.users)), job)  # type: ignore[arg-type]
+        chosen = list(indices) if indices is not None else range(len(self.users))
+        return await self._run("round 1", chosen, job)  # type: ignore[arg-type]
 
     async def round2(self, indices: Sequence[int] | None = None) -> PhaseTiming:
         """Users (all who completed round 1, or ``indices``): verify parameters, send data."""
         chosen = list(indices) if indices is not None else [
-            u.index for u in self.users if u.round1 is not None]
-        order = itertools.count()
+            u.index for u in self.users if u.round1 is not None and u.round2 is None]
+        order = itertools.count(sum(1 for u in self.users if 2 in u.finished))
 
         async def job(i: int) -> None:
             client = self._clients[i]
