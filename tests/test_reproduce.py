@@ -12,8 +12,6 @@ import pytest
 from segshuffle.cli.main import main
 from segshuffle.experiments.methods import BASELINES, OURS
 
-QUICK = ["--repeats", "2", "--grid", "0.3,1,3"]
-
 
 def _rows(path):
     with path.open(newline="") as handle:
@@ -24,7 +22,7 @@ def test_quick_msnbc_run_writes_csv_png_and_summary(tmp_path):
     out = tmp_path / "out"
     completed = subprocess.run(
         [sys.executable, "-m", "segshuffle.cli.main", "reproduce", "--figure", "msnbc-s1",
-         *QUICK, "--out", str(out)],
+         "--quick", "--out", str(out)],
         capture_output=True, text=True, timeout=170,
     )
     assert completed.returncode == 0, completed.stderr
@@ -37,10 +35,10 @@ def test_quick_msnbc_run_writes_csv_png_and_summary(tmp_path):
         mine = [r for r in rows if r["n"] == n]
         assert [r["method"] for r in mine if r["method"] in BASELINES] == list(BASELINES)
         ours = [r for r in mine if r["method"] == OURS]
-        assert [float(r["m"]) for r in ours if r["optimal"] == "false"] == [0.3, 1.0, 3.0]
+        assert [float(r["m"]) for r in ours if r["optimal"] == "false"] == [0.1, 0.3, 1, 3, 10]
         assert sum(r["optimal"] == "true" for r in ours) == 1
         assert all(r["m"] == "" for r in mine if r["method"] in BASELINES)
-        assert all(float(r["mse"]) > 0 and r["repeats"] == "2" for r in mine)
+        assert all(float(r["mse"]) > 0 and r["repeats"] == "4" for r in mine)
         assert all(r["domain_size"] == "21" for r in mine)
     png = (out / "msnbc-s1.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000

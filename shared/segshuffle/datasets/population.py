@@ -20,7 +20,6 @@ Sources (:class:`DatasetSource`) produce populations of n users:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -165,9 +164,3 @@ class SyntheticSource:
 
 def synthetic_source(item_count: int = 128) -> SyntheticSource:
     return SyntheticSource(name=f"synthetic-T{item_count}", item_count=item_count)
-
-
-def expected_padding_share(collection: SetCollection, set_size: int) -> float:
-    """Mean share of a fitted set made of padding items (a descriptive statistic)."""
-    sizes = collection.set_sizes()
-    return float(np.maximum(set_size - sizes, 0).mean() / set_size) if sizes.size else math.nan

@@ -166,10 +166,14 @@ def run_figures(
             if now - last_report > 5.0 or done == total:
                 last_report = now
                 say(f"repeats {done}/{total}")
-    finally:
-        if pool is not None:
-            pool.close()
+    except BaseException:
+        if pool is not None:  # stop the queued tasks at once (errors, Ctrl-C)
+            pool.terminate()
             pool.join()
+        raise
+    if pool is not None:
+        pool.close()
+        pool.join()
 
     for index, result in enumerate(results):
         ordered = [per_repeat[index][r] for r in range(repeats)]
