@@ -52,7 +52,9 @@ def test_kill_nine_and_restart_loses_nothing(tmp_path: Path) -> None:
         answer = stack.release("crash", 1, wait=False)
         assert answer["messages"] == USERS and answer["chunks"] == 5
         time.sleep(0.5)  # forwarding is failing and backing off
-        assert _participants(stack, 1)["state"] == "releasing"
+        status = _participants(stack, 1)
+        assert status["state"] == "releasing"
+        assert "server unreachable" in str(status["last_error"])
         stack.kill("shuffler")
         stack.start_service("server")
         stack.start_service("shuffler")  # resumes the release on startup

@@ -70,6 +70,8 @@ class ShufflerRoundStatus(RoundStatus):
 
     state: Literal["open", "releasing", "released"]
     batch_id: str | None = None
+    last_error: str | None = None
+    """While releasing: why the latest delivery attempt failed (the shuffler keeps trying)."""
 
 
 class Health(BaseModel):
@@ -315,11 +317,14 @@ def create_app(
             campaign_id=campaign_id, round=round_number, participants=participants,
             required=required, released=state == "released", state=state,  # type: ignore[arg-type]
             batch_id=None if record is None else record.batch_id,
+            last_error=releaser.last_error.get((campaign_id, round_number))
+            if state == "releasing" else None,
         )
 
     @app.post("/v1/campaigns/{campaign_id}/rounds/{round_number}/release",
               response_model=ReleaseResponse, status_code=202, tags=["rounds"],
-              responses={200: {"description": "released and acknowledged (wait=true)"}})
+              responses={200: {"description": "released and acknowledged by the server"},
+                         202: {"description": "closed and being forwarded"}})
     async def release_round(
         campaign_id: str,
         round_number: int,
@@ -333,14 +338,16 @@ def create_app(
         if existing is None:
             view = await view_in_phase(campaign_id, round_number)
         record, _ = await release(view, round_number)
-        status = 202
+        status = 200 if record.state == "released" else 202
         if record.state != "released":
             task = releaser.schedule(record)
             if wait:
-                record = await asyncio.shield(task)
-                status = 200
-        else:
-            status = 200
+                try:
+                    record = await asyncio.wait_for(asyncio.shield(task),
+                                                    settings.release_wait)
+                    status = 200
+                except TimeoutError:
+                    pass  # still forwarding: 202, the round status shows why
         body = ReleaseResponse(
             campaign_id=campaign_id, round=round_number, batch_id=record.batch_id,
             messages=sum(record.stream_sizes.values()),

@@ -85,6 +85,8 @@ class Releaser:
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self._tasks: dict[tuple[str, int], asyncio.Task[RoundRecord]] = {}
+        self.last_error: dict[tuple[str, int], str] = {}
+        """Why the latest delivery attempt of a round failed (cleared on success)."""
 
     # -- step 1 ------------------------------------------------------------------------
     def start(self, campaign_id: str, round_number: int, required: int) -> RoundRecord:
@@ -138,6 +140,7 @@ class Releaser:
             outcome = await self._complete(record, backoff)
             if outcome:
                 finished = await asyncio.to_thread(self.storage.finish_release, record)
+                self.last_error.pop((record.campaign_id, record.round), None)
                 log.info("round released: campaign=%s round=%d", record.campaign_id,
                          record.round)
                 return finished
@@ -192,6 +195,7 @@ class Releaser:
     async def _wait(self, record: RoundRecord, what: str, exc: UpstreamError,
                     backoff: Backoff) -> None:
         delay = backoff.next_delay()
+        self.last_error[(record.campaign_id, record.round)] = f"{what}: {exc}"
         level = logging.INFO if exc.transient else logging.WARNING
         log.log(level, "forwarding %s of campaign=%s round=%d failed (%s); retry in %.2fs",
                 what, record.campaign_id, record.round, exc, delay)

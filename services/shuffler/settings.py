@@ -13,6 +13,8 @@ Each field of :class:`Settings` is read from the variable named after it in uppe
   campaign's threshold is met (default 0: only on the operator's request).
 - ``CHUNK_SIZE``: ciphertexts per forwarded chunk (default 5000).
 - ``MAX_BODY_BYTES``: largest accepted request body (default 1 MiB).
+- ``RELEASE_WAIT``: how long a release request with ``wait=true`` waits for the server's
+  acknowledgement before answering 202 (default 60 seconds; forwarding goes on).
 - ``SYNCHRONOUS``: SQLite ``synchronous``; ``NORMAL`` survives process crashes, ``FULL``
   also power loss (default ``NORMAL``).
 - ``HOST`` / ``PORT``: listen address (default ``127.0.0.1:8081``; port 0 picks a free
@@ -48,6 +50,7 @@ class Settings:
     port: int = 8081
     campaign_cache_seconds: float = 1.0
     forward_timeout: float = 120.0
+    release_wait: float = 60.0
     log_level: str = "info"
 
     def __post_init__(self) -> None:

@@ -226,13 +226,26 @@ class LocalStack:
                               self.admin_token, json=dict(body))
         return parse(CampaignView, response, "create campaign")
 
-    def release(self, campaign_id: str, round_number: int, *, wait: bool = True
-                ) -> dict[str, Any]:
-        """Ask the shuffler to release a round (operator); with ``wait``, until delivered."""
-        url = f"{self.shuffler_url}/v1/campaigns/{campaign_id}/rounds/{round_number}/release"
-        response = self._call("POST", url, f"release round {round_number}",
-                              self.operator_token, params={"wait": "true" if wait else "false"})
-        return dict(response.json())
+    def release(self, campaign_id: str, round_number: int, *, wait: bool = True,
+                timeout: float = 300.0) -> dict[str, Any]:
+        """Ask the shuffler to release a round (operator); with ``wait``, until the server
+        has acknowledged it (raises :class:`ServiceError` with the shuffler's last delivery
+        error after ``timeout`` seconds)."""
+        path = f"/v1/campaigns/{campaign_id}/rounds/{round_number}"
+        response = self._call("POST", f"{self.shuffler_url}{path}/release",
+                              f"release round {round_number}", self.operator_token,
+                              params={"wait": "true" if wait else "false"})
+        answer = dict(response.json())
+        deadline = time.monotonic() + timeout
+        while wait and response.status_code == 202:
+            status = self._http.get(self.shuffler_url + path).json()
+            if status.get("state") == "released":
+                break
+            if time.monotonic() > deadline:
+                raise ServiceError(f"round {round_number} not delivered after {timeout:g}s: "
+                                   f"{status.get('last_error') or 'no error reported'}")
+            time.sleep(0.2)
+        return answer
 
     def results(self, campaign_id: str) -> Results:
         """``GET /v1/campaigns/{cid}/results`` on the server (admin)."""

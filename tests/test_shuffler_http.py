@@ -1,0 +1,167 @@
+"""Bad input on the live shuffler: each refusal has the right problem type and leaves the
+state unchanged (the participant count and the stored ciphertexts stay as they were)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from segshuffle.client import Client
+from segshuffle.client.localstack import LocalStack
+from segshuffle.wire.models import CIPHERTEXT_B64_LENGTH, b64url_encode
+
+CID = "bad"
+PROBLEM = "application/problem+json"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    with LocalStack(tmp_path_factory.mktemp("bad"), min_users=2) as running:
+        running.create_campaign({"id": CID, "domain_size": 8, "set_size": 2,
+                                 "levels": [1.0, 2.0], "min_users": 3})
+        yield running
+
+
+@pytest.fixture(scope="module")
+def http() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=30) as client:
+        yield client
+
+
+def _status(stack: LocalStack, http: httpx.Client, round_number: int = 1) -> dict[str, Any]:
+    return dict(http.get(f"{stack.shuffler_url}/v1/campaigns/{CID}/rounds/{round_number}")
+                .json())
+
+
+def _stored(stack: LocalStack) -> int:
+    with sqlite3.connect(stack.database_path("shuffler")) as db:
+        return int(db.execute("SELECT COUNT(*) FROM pending").fetchone()[0])
+
+
+def _problem(response: httpx.Response, status: int, name: str) -> None:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith(PROBLEM)
+    body = response.json()
+    assert body["type"] == f"urn:segshuffle:error:{name}", body
+    assert body["status"] == status and body["title"] and body["detail"]
+
+
+def _submit(stack: LocalStack, http: httpx.Client, token: str | None, round_number: int = 1,
+            cid: str = CID, **kwargs: Any) -> httpx.Response:
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    headers.update(kwargs.pop("headers", {}))
+    return http.post(f"{stack.shuffler_url}/v1/campaigns/{cid}/rounds/{round_number}/submissions",
+                     headers=headers, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def user(stack: LocalStack) -> Iterator[Client]:
+    """One real user who enrolled and submitted round 1 (state to protect)."""
+    with Client(stack.server_url, stack.shuffler_url, CID) as client:
+        client.campaign()
+        client.enroll()
+        client.submit_level(1)
+        yield client
+
+
+def test_refusals_leave_the_state_unchanged(stack: LocalStack, http: httpx.Client,
+                                            user: Client) -> None:
+    token = user.session.token
+    assert token is not None
+    before = (_status(stack, http)["participants"], _stored(stack))
+    assert before == (1, 1)
+    other = http.post(f"{stack.shuffler_url}/v1/campaigns/{CID}/enrollments", json={}).json()
+    fresh = other["token"]
+    valid = {"level": b64url_encode(bytes(80))}
+
+    _problem(_submit(stack, http, fresh, content=b"{not json"), 400, "malformed-body")
+    _problem(_submit(stack, http, fresh, json={"level": 5}), 422, "invalid-field")
+    _problem(_submit(stack, http, fresh, json=["level"]), 422, "invalid-field")
+    _problem(_submit(stack, http, fresh, json={"level": "A" * CIPHERTEXT_B64_LENGTH,
+                                               "extra": 1}), 422, "invalid-field")
+    _problem(_submit(stack, http, fresh, json={"level": b64url_encode(bytes(79))}), 422,
+             "invalid-field")  # ciphertexts of another length are refused
+    _problem(_submit(stack, http, fresh, json={}), 422, "invalid-field")
+    _problem(_submit(stack, http, fresh, content=b"x" * (2 << 20),
+                     headers={"Content-Type": "application/json"}), 413, "body-too-large")
+    _problem(_submit(stack, http, fresh, json=valid, headers={"Content-Type": "text/plain"}),
+             415, "unsupported-media-type")
+    _problem(_submit(stack, http, fresh, cid="nope", json=valid), 404, "unknown-campaign")
+    _problem(_submit(stack, http, fresh, round_number=3, json=valid), 404, "unknown-round")
+    _problem(_submit(stack, http, fresh, round_number=2,
+                     json={"level": valid["level"], "data": [valid["level"]]}), 409,
+             "wrong-phase")
+    _problem(_submit(stack, http, token, json=valid), 409, "already-submitted")
+    _problem(_submit(stack, http, "not-a-token", json=valid), 401, "unauthorized")
+    _problem(_submit(stack, http, None, json=valid), 401, "unauthorized")
+    _problem(_submit(stack, http, fresh, json=valid, headers={"Authorization": "Basic abc"}),
+             401, "unauthorized")
+    _problem(http.post(f"{stack.shuffler_url}/v1/campaigns/nope/enrollments", json={}), 404,
+             "unknown-campaign")
+    _problem(http.post(f"{stack.shuffler_url}/v1/campaigns/{CID}/enrollments",
+                       json={"invitation": 7}), 422, "invalid-field")
+    _problem(http.get(f"{stack.shuffler_url}/v1/nowhere"), 404, "not-found")
+    _problem(http.delete(f"{stack.shuffler_url}/v1/campaigns/{CID}/enrollments"), 405,
+             "method-not-allowed")
+
+    release = f"{stack.shuffler_url}/v1/campaigns/{CID}/rounds/1/release"
+    _problem(http.post(release), 401, "unauthorized")
+    _problem(http.post(release, headers={"Authorization": "Bearer wrong"}), 403, "forbidden")
+    operator = {"Authorization": f"Bearer {stack.operator_token}"}
+    response = http.post(release, headers=operator)
+    _problem(response, 409, "not-enough-participants")
+    assert response.json()["participants"] == 1 and response.json()["required"] == 3
+
+    assert (_status(stack, http)["participants"], _stored(stack)) == before
+    assert _status(stack, http)["state"] == "open"
+    # a token of this campaign is still good for its first submission
+    assert _submit(stack, http, fresh, json=valid).status_code == 201
+    assert (_status(stack, http)["participants"], _stored(stack)) == (2, 2)
+
+
+def test_round_two_checks_the_submission_size(stack: LocalStack, http: httpx.Client,
+                                              user: Client) -> None:
+    for level in (0, 1):  # with the garbage level sent above, 3 valid levels are needed
+        with Client(stack.server_url, stack.shuffler_url, CID) as late:
+            late.campaign()
+            late.enroll()
+            late.submit_level(level)
+    stack.release(CID, 1, timeout=60)
+    parameters = user.fetch_parameters()
+    expected = parameters.messages_per_user
+    ct = b64url_encode(bytes(80))
+    token = user.session.token
+    _problem(_submit(stack, http, token, round_number=2,
+                     json={"level": ct, "data": [ct] * (expected + 1)}), 422,
+             "wrong-submission-size")
+    _problem(_submit(stack, http, token, round_number=1, json={"level": ct}), 409,
+             "wrong-phase")
+    # the server counts only valid level messages: 3 of the 4 participants
+    assert stack.campaign(CID).parameters.users == 3  # type: ignore[union-attr]
+    assert _status(stack, http, 2)["participants"] == 0
+    sent = user.submit_data([1, 2, 3])
+    assert len(sent.slots) == expected
+    assert _status(stack, http, 2)["participants"] == 1
+    _problem(_submit(stack, http, token, round_number=2,
+                     json={"level": ct, "data": [ct] * expected}), 409, "already-submitted")
+    assert _status(stack, http, 2)["participants"] == 1
+
+
+def test_health_and_openapi(stack: LocalStack, http: httpx.Client) -> None:
+    assert http.get(f"{stack.shuffler_url}/livez").json()["status"] == "ok"
+    assert http.get(f"{stack.shuffler_url}/readyz").json()["status"] == "ready"
+    schema = http.get(f"{stack.shuffler_url}/openapi.json").json()
+    assert "/v1/campaigns/{campaign_id}/rounds/{round_number}/submissions" in schema["paths"]
+    assert http.get(f"{stack.shuffler_url}/docs").status_code == 200
+
+
+def test_log_has_no_tokens_or_addresses(stack: LocalStack, user: Client) -> None:
+    text = Path(stack.log_path("shuffler")).read_text()
+    assert user.session.token and user.session.token not in text
+    assert "127.0.0.1:" not in text.replace(f"127.0.0.1:{stack.ports['shuffler']}", "")
+    assert stack.operator_token not in text and stack.shuffler_token not in text
