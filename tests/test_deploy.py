@@ -119,6 +119,16 @@ def test_services_listen_on_all_container_interfaces_at_the_published_port(
         assert f"http://127.0.0.1:{port}/readyz" in check
 
 
+@pytest.mark.parametrize("name", ["server", "shuffler"])
+def test_services_run_hardened(compose: dict[str, Any], name: str) -> None:
+    service = compose["services"][name]
+    assert service["read_only"] is True
+    assert service["cap_drop"] == ["ALL"]
+    assert "no-new-privileges:true" in service["security_opt"]
+    assert any(entry.startswith("/tmp:") for entry in service["tmpfs"])
+    assert service["logging"]["options"]["max-size"]
+
+
 def test_shuffler_reaches_server_by_service_name_and_waits_for_it(
         compose: dict[str, Any]) -> None:
     shuffler = compose["services"]["shuffler"]
