@@ -1,0 +1,164 @@
+"""The SDK checks what the server publishes and refuses, with a clear error, anything that
+would not protect the user's level, or that does not match what round 1 pinned."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from segshuffle.client import Client, VerificationError
+from segshuffle.client.localstack import LocalStack
+from segshuffle.client.population import Population
+from segshuffle.client.session import UserSession
+from segshuffle.client.verify import verify_campaign, verify_parameters
+from segshuffle.wire.models import CampaignView, HpkeConfig, RoundStatus
+
+from .test_e2e_support import run_rounds
+
+CID = "verify"
+USERS = 60
+
+
+@dataclass
+class Published:
+    stack: LocalStack
+    view: CampaignView
+    hpke: HpkeConfig
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Published]:
+    with LocalStack(tmp_path_factory.mktemp("verify"), min_users=2) as stack:
+        stack.create_campaign({"id": CID, "domain_size": 10, "set_size": 2,
+                               "levels": [0.5, 2.0], "min_users": 20, "delta": 1e-4})
+        rng = np.random.default_rng(2)
+        sets = [list(rng.choice(10, size=2, replace=False)) for _ in range(USERS)]
+        population = Population.with_shares(stack.server_url, stack.shuffler_url, CID, sets,
+                                            [0.5, 0.5], seed=4)
+        run_rounds(population, 1)
+        stack.release(CID, 1)
+        view = CampaignView.model_validate(
+            httpx.get(f"{stack.server_url}/v1/campaigns/{CID}").json())
+        hpke = HpkeConfig.model_validate(
+            httpx.get(f"{stack.server_url}/v1/campaigns/{CID}/hpke-config").json())
+        yield Published(stack, view, hpke)
+
+
+def _tampered(view: CampaignView, *, rehash: bool = True, **changes: Any) -> CampaignView:
+    parameters = view.parameters
+    assert parameters is not None
+    forged = parameters.model_copy(update=changes)
+    return view.model_copy(update={
+        "parameters": forged,
+        "parameters_hash": forged.hash_hex() if rehash else view.parameters_hash,
+    })
+
+
+def _verify(view: CampaignView, original: CampaignView, level: int = 0) -> None:
+    verify_parameters(view, level_index=level, key_id=original.key_id,
+                      config_hash=original.config_hash)
+
+
+def test_genuine_parameters_pass(published: Published) -> None:
+    view = published.view
+    key = verify_campaign(view, published.hpke, CID)
+    assert key.key_id == view.key_id
+    for level in (0, 1):
+        parameters = verify_parameters(view, level_index=level, key_id=view.key_id,
+                                       config_hash=view.config_hash)
+        assert parameters.accounting_users == 54  # ceil(0.9 * 60)
+
+
+def test_full_rate_without_blanket_is_refused(published: Published) -> None:
+    view = published.view
+    assert view.parameters is not None
+    forged = _tampered(view, lambdas=[1.0, 1.0], m=0.0, blanket_slots=0,
+                       messages_per_user=view.parameters.set_size)
+    with pytest.raises(VerificationError, match=r"would not protect level 0\.5"):
+        _verify(forged, view)
+
+
+def test_raised_rate_for_one_level_is_refused(published: Published) -> None:
+    view = published.view
+    assert view.parameters is not None
+    lambdas = list(view.parameters.lambdas)
+    lambdas[0] = min(1.0, lambdas[0] * 1.5 + 0.05)
+    forged = _tampered(view, lambdas=lambdas)
+    with pytest.raises(VerificationError, match="would not protect"):
+        _verify(forged, view, level=0)
+
+
+def test_inflated_user_count_is_refused(published: Published) -> None:
+    view = published.view
+    assert view.parameters is not None
+    forged = _tampered(view, accounting_users=view.parameters.accounting_users * 10)
+    with pytest.raises(VerificationError, match="user counts"):
+        _verify(forged, view)
+    # Consistent but inflated counts pass the consistency check; what holds the server to
+    # its n_min is the shuffler's release threshold, which the client checks as well.
+    forged = _tampered(view, users=6000, accounting_users=5400)
+    session = UserSession(CID)
+    session.parameters = verify_parameters(forged, level_index=1, key_id=view.key_id,
+                                           config_hash=view.config_hash)
+    status = RoundStatus(campaign_id=CID, round=2, participants=0, required=54,
+                         released=False)
+    with pytest.raises(VerificationError, match="would release round 2 with 54"):
+        session.check_release_threshold(status)
+
+
+def test_hash_key_and_configuration_pins(published: Published) -> None:
+    view = published.view
+    forged = _tampered(view, rehash=False, lambdas=[1.0, 1.0])
+    with pytest.raises(VerificationError, match="parameters_hash does not match"):
+        _verify(forged, view)
+    other_key = _tampered(view, key_id="0123456789abcdef")
+    with pytest.raises(VerificationError, match="key id"):
+        _verify(other_key, view)
+    with pytest.raises(VerificationError, match="configuration changed"):
+        verify_parameters(view, level_index=0, key_id=view.key_id, config_hash="0" * 64)
+    insecure = _tampered(view, insecure=True)
+    with pytest.raises(VerificationError, match="insecure"):
+        _verify(insecure, view)
+    wrong_hpke = published.hpke.model_copy(update={"key_id": "0123456789abcdef"})
+    with pytest.raises(VerificationError):
+        verify_campaign(view, wrong_hpke, CID)
+    bad_config = view.model_copy(update={"config_hash": "f" * 64})
+    with pytest.raises(VerificationError, match="config_hash"):
+        verify_campaign(bad_config, published.hpke, CID)
+
+
+def test_live_client_refuses_and_sends_nothing(published: Published) -> None:
+    stack = published.stack
+    real = httpx.Client(timeout=30)
+    submissions: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST" and request.url.path.endswith("/submissions"):
+            submissions.append(request.url.path)
+        upstream = real.request(request.method, str(request.url), headers=request.headers,
+                                content=request.content)
+        content = upstream.content
+        if request.method == "GET" and request.url.path == f"/v1/campaigns/{CID}":
+            view = CampaignView.model_validate_json(content)
+            if view.parameters is not None:  # the attack: full rate, no blanket
+                forged = _tampered(view, lambdas=[1.0, 1.0], m=0.0, blanket_slots=0,
+                                   messages_per_user=view.parameters.set_size)
+                content = json.dumps(forged.model_dump(mode="json")).encode()
+        return httpx.Response(upstream.status_code, content=content,
+                              headers={"content-type": upstream.headers["content-type"]})
+
+    with Client(stack.server_url, stack.shuffler_url, CID,
+                http=httpx.Client(transport=httpx.MockTransport(handler))) as client:
+        client.campaign()
+        client.enroll()
+        client.session.level_index = 0  # a level-0.5 user who joined round 1 elsewhere
+        with pytest.raises(VerificationError, match=r"would not protect level 0\.5"):
+            client.submit_data([1, 2])
+    assert submissions == []
+    real.close()
