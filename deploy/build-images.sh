@@ -148,10 +148,12 @@ build_app() {
     docker image inspect "$app_image" >/dev/null 2>&1 || die "docker build did not produce $app_image"
     local current
     current="$(docker image inspect --format '{{.Id}}' "$app_image")"
-    # The image this build replaced is left untagged; remove it unless a container uses it.
+    # Images earlier builds replaced are left untagged; remove those no container uses
+    # (only ours: the label filter keeps the prune away from any other image).
     if [[ -n "$previous" && "$previous" != "$current" ]]; then
         docker image rm "$previous" >/dev/null 2>&1 || true
     fi
+    docker image prune --force --filter "label=io.segshuffle.image=app" >/dev/null 2>&1 || true
     log "application image: $current"
 }
 
