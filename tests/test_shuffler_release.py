@@ -1,0 +1,166 @@
+"""Release forwarding: chunks, retries with backoff, resumption, idempotent completion.
+
+The server side is a scripted httpx transport here (the live server is exercised by the
+end-to-end tests); it fails on purpose to drive the retry paths."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from pathlib import Path
+
+import httpx
+import pytest
+
+from segshuffle.services.shuffler.enrollment import token_hash
+from segshuffle.services.shuffler.release import Backoff, Releaser
+from segshuffle.services.shuffler.storage import RELEASED, RoundRecord, Storage
+from segshuffle.services.shuffler.upstream import ServerLink
+from segshuffle.wire.models import b64url_decode
+
+from .test_client_messages import _view
+
+
+class ScriptedServer:
+    """Records chunks; fails the first ``failures`` requests, then answers as a server."""
+
+    def __init__(self, failures: int = 0, incomplete_once: bool = False) -> None:
+        self.failures = failures
+        self.incomplete_once = incomplete_once
+        self.chunks: dict[tuple[str, int], list[bytes]] = {}
+        self.puts = 0
+        self.completes = 0
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        assert request.headers["authorization"] == "Bearer shuffler-credential"
+        if self.failures:
+            self.failures -= 1
+            if self.failures % 2:
+                raise httpx.ConnectError("down")
+            return httpx.Response(503, json={"type": "urn:segshuffle:error:unavailable"})
+        if request.method == "PUT":
+            body = json.loads(request.content)
+            self.puts += 1
+            self.chunks[(body["stream"], body["chunk_index"])] = [
+                b64url_decode(c) for c in body["ciphertexts"]]
+            return httpx.Response(200, json={
+                "campaign_id": "c", "round": 1, "batch_id": "b", "stream": body["stream"],
+                "chunk_index": body["chunk_index"], "chunk_count": body["chunk_count"],
+                "received": 0, "accepted": 0, "nulls": 0, "replays": 0, "failures": []})
+        self.completes += 1
+        if self.incomplete_once:
+            self.incomplete_once = False
+            self.chunks.clear()
+            return httpx.Response(409, json={"type": "urn:segshuffle:error:incomplete-batch"})
+        return httpx.Response(200, json={"campaign_id": "c", "round": 2, "batch_id": "b",
+                                         "phase": "done", "streams": {}, "failures": []})
+
+
+def _filled(tmp_path: Path, users: int = 23) -> tuple[Storage, list[bytes]]:
+    storage = Storage(tmp_path / "s.sqlite3")
+    sent = []
+    for i in range(users):
+        level = secrets.token_bytes(80)
+        data = [secrets.token_bytes(80) for _ in range(3)]
+        sent += [level, *data]
+        storage.submit("c", 2, token_hash(f"u{i}"), {"levels": [level], "data": data})
+    return storage, sent
+
+
+def _forward(storage: Storage, server: ScriptedServer) -> None:
+    async def main() -> None:
+        link = ServerLink("http://server", "shuffler-credential",
+                          transport=httpx.MockTransport(server))
+        releaser = Releaser(storage, link, chunk_size=10, backoff_initial=0.001,
+                            backoff_max=0.01)
+        record = releaser.start("c", 2, required=23)
+        done = await releaser.forward(record)
+        assert done.state == RELEASED
+        await link.aclose()
+
+    asyncio.run(main())
+
+
+def test_everything_arrives_once_in_chunks(tmp_path: Path) -> None:
+    storage, sent = _filled(tmp_path)
+    server = ScriptedServer()
+    _forward(storage, server)
+    assert sorted(server.chunks) == [("data", i) for i in range(7)] + \
+        [("levels", i) for i in range(3)]
+    received = [c for key in sorted(server.chunks) for c in server.chunks[key]]
+    assert sorted(received) == sorted(sent)
+    assert server.puts == 10 and server.completes == 1
+
+
+def test_transient_failures_are_retried(tmp_path: Path) -> None:
+    storage, sent = _filled(tmp_path)
+    server = ScriptedServer(failures=9)
+    _forward(storage, server)
+    received = [c for chunk in server.chunks.values() for c in chunk]
+    assert sorted(received) == sorted(sent)
+    assert storage.releasing() == []
+
+
+def test_incomplete_batch_is_sent_again(tmp_path: Path) -> None:
+    storage, sent = _filled(tmp_path)
+    server = ScriptedServer(incomplete_once=True)
+    _forward(storage, server)
+    assert server.puts == 20 and server.completes == 2
+    assert sorted(c for chunk in server.chunks.values() for c in chunk) == sorted(sent)
+
+
+def test_resume_skips_acknowledged_chunks(tmp_path: Path) -> None:
+    storage, _ = _filled(tmp_path)
+    record = storage.start_release("c", 2, minimum=1, chunk_size=10,
+                                   streams=["levels", "data"])
+    for index in range(4):
+        storage.acknowledge(record, "data", index)
+    server = ScriptedServer()
+
+    async def main() -> None:
+        link = ServerLink("http://server", "shuffler-credential",
+                          transport=httpx.MockTransport(server))
+        releaser = Releaser(storage, link, chunk_size=10)
+        assert releaser.resume_all() == 1
+        await asyncio.gather(*releaser._tasks.values())
+        await link.aclose()
+
+    asyncio.run(main())
+    assert server.puts == 6  # 3 data chunks left + 3 level chunks
+    assert sorted(server.chunks) == [("data", 4), ("data", 5), ("data", 6),
+                                     ("levels", 0), ("levels", 1), ("levels", 2)]
+    assert storage.round_record("c", 2).state == RELEASED  # type: ignore[union-attr]
+
+
+def test_backoff_grows_and_is_capped() -> None:
+    backoff = Backoff(initial=0.1, maximum=1.0)
+    delays = [backoff.next_delay() for _ in range(8)]
+    for k, delay in enumerate(delays):
+        ceiling = min(1.0, 0.1 * 2**k)
+        assert ceiling / 2 <= delay <= ceiling
+    backoff.reset()
+    assert backoff.next_delay() <= 0.1
+
+
+@pytest.mark.parametrize("round_number,phase,finished", [(1, "round2", True), (2, "done", True),
+                                                         (2, "round2", False)])
+def test_lost_completion_acknowledgement(tmp_path: Path, round_number: int, phase: str,
+                                         finished: bool) -> None:
+    """A ``wrong-phase`` answer to ``complete`` means done only if the round is finished."""
+    view, _ = _view()
+    body = view.model_copy(update={"phase": phase}).model_dump(mode="json")
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=body)
+
+    async def main() -> bool:
+        link = ServerLink("http://server", "t", transport=httpx.MockTransport(handler))
+        releaser = Releaser(Storage(tmp_path / "x.sqlite3"), link, chunk_size=10)
+        record = RoundRecord("c1", round_number, "releasing", "b", 1, 10, {"levels": 1})
+        try:
+            return await releaser._round_finished(record)
+        finally:
+            await link.aclose()
+
+    assert asyncio.run(main()) is finished
