@@ -6,7 +6,8 @@ Only three kinds of request leave the shuffler (docs/architecture.md, "Server"):
   dropout tolerance, published parameters), cached briefly because submissions
   consult it on every request; the configuration and the parameters are
   immutable, only the phase moves forward, so a cached view is refreshed
-  whenever it would refuse a request.
+  whenever it would refuse a request, and a stale one is used while the server
+  cannot be reached (the storage, not the view, closes a released round).
 - ``PUT .../rounds/{round}/batches/{batch_id}``: one chunk of a released batch.
 - ``POST .../batches/{batch_id}/complete``.
 
@@ -114,6 +115,8 @@ class ServerLink:
             if exc.status == 404:
                 self._views.pop(campaign_id, None)
                 return None
+            if exc.transient and cached is not None:
+                return cached.view  # stale but immutable apart from the phase
             raise
         try:
             view = CampaignView.model_validate(response.json())
