@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -71,3 +73,22 @@ def test_demo_bad_arguments_fail_in_one_line() -> None:
     assert result.stderr.strip().count("\n") == 0 and "error" in result.stderr
     result = _demo("--shares", "0.5,0.6")
     assert result.returncode == 2 and "shares" in result.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_demo_interrupted_shuts_everything_down(sig: int) -> None:
+    before = _services()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "segshuffle.cli.main", "demo", "--users", "3000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("SEGSHUFFLE_")})
+    assert process.stderr is not None
+    deadline = time.monotonic() + 60
+    for line in process.stderr:  # wait until users are being simulated
+        if line.startswith("round 1:") or time.monotonic() > deadline:
+            break
+    process.send_signal(sig)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err[-2000:]
+    assert "interrupted" in err
+    assert _children_gone(before)
