@@ -150,6 +150,13 @@ def test_round_two_checks_the_submission_size(stack: LocalStack, http: httpx.Cli
     _problem(_submit(stack, http, token, round_number=2,
                      json={"level": ct, "data": [ct] * expected}), 409, "already-submitted")
     assert _status(stack, http, 2)["participants"] == 1
+    # dropouts: round 2 is never released below n_min = ceil((1 - tau) n1), n1 = 4 here
+    status = _status(stack, http, 2)
+    assert status["required"] == 4
+    response = http.post(f"{stack.shuffler_url}/v1/campaigns/{CID}/rounds/2/release",
+                         headers={"Authorization": f"Bearer {stack.operator_token}"})
+    _problem(response, 409, "not-enough-participants")
+    assert _status(stack, http, 2)["state"] == "open"
 
 
 def test_health_and_openapi(stack: LocalStack, http: httpx.Client) -> None:
