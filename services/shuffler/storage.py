@@ -11,6 +11,7 @@ metadata"):
 - ``tokens`` holds only SHA-256 hashes of user tokens, never a token.
 - ``participations`` records only "token hash X has submitted round r" (the
   one-submission rule needs it); it has no reference to any ciphertext.
+  ``participant_counts`` keeps the number of such rows per round.
 - ``pending`` holds accepted ciphertexts with no user column and no timestamp.
   It is a ``WITHOUT ROWID`` table keyed by 16 random bytes, so rows are stored
   in key order, which is random, not in arrival order; the messages of one
@@ -50,6 +51,12 @@ CREATE TABLE IF NOT EXISTS participations (
     round INTEGER NOT NULL,
     token_hash BLOB NOT NULL,
     PRIMARY KEY (campaign_id, round, token_hash)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS participant_counts (
+    campaign_id TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    participants INTEGER NOT NULL,
+    PRIMARY KEY (campaign_id, round)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS pending (
     campaign_id TEXT NOT NULL,
@@ -211,6 +218,12 @@ class Storage:
                     raise AlreadySubmittedError(
                         f"this token has already submitted round {round_number}"
                     ) from None
+                self._db.execute(
+                    "INSERT INTO participant_counts (campaign_id, round, participants) "
+                    "VALUES (?, ?, 1) ON CONFLICT (campaign_id, round) "
+                    "DO UPDATE SET participants = participants + 1",
+                    (campaign_id, round_number),
+                )
                 self._db.executemany(
                     "INSERT INTO pending (campaign_id, round, stream, row_key, ciphertext) "
                     "VALUES (?, ?, ?, ?, ?)",
@@ -224,11 +237,12 @@ class Storage:
         return count
 
     def _participants(self, campaign_id: str, round_number: int) -> int:
-        (count,) = self._db.execute(
-            "SELECT COUNT(*) FROM participations WHERE campaign_id = ? AND round = ?",
+        """Kept as a counter updated with each submission (a COUNT(*) would be O(n))."""
+        row = self._db.execute(
+            "SELECT participants FROM participant_counts WHERE campaign_id = ? AND round = ?",
             (campaign_id, round_number),
         ).fetchone()
-        return int(count)
+        return 0 if row is None else int(row[0])
 
     def participants(self, campaign_id: str, round_number: int) -> int:
         """Distinct users who have submitted this round."""
