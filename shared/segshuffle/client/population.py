@@ -128,7 +128,8 @@ class Population:
         p = np.asarray(shares, dtype=float)
         if p.ndim != 1 or p.size == 0 or (p < 0).any() or abs(p.sum() - 1.0) > 1e-6:
             raise ValueError("shares must be non-negative and sum to 1")
-        rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
+        # a stream of its own: the users' generators are the children 0..N-1 of the seed
+        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0xFFFFFFFF,)))
         levels = rng.choice(p.size, size=len(item_sets), p=p / p.sum())
         return cls(server_url, shuffler_url, campaign_id, item_sets,
                    [int(v) for v in levels], seed=seed, **kwargs)  # type: ignore[arg-type]
