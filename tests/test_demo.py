@@ -33,7 +33,7 @@ def _services() -> set[int]:
             if "segshuffle.cli.main serve" in line}
 
 
-@pytest.mark.parametrize("dataset,users", [("synthetic", 300), ("msnbc", 250)])
+@pytest.mark.parametrize("dataset,users", [("synthetic", 200), ("msnbc", 150)])
 def test_demo_json_report(dataset: str, users: int) -> None:
     before = _services()
     result = _demo("--users", str(users), "--dataset", dataset, "--seed", "7", "--json")
@@ -61,7 +61,7 @@ def test_demo_json_report(dataset: str, users: int) -> None:
 
 
 def test_demo_human_summary() -> None:
-    result = _demo("--users", "120", "--top", "3")
+    result = _demo("--users", "60", "--top", "3")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "top 3 items" in result.stdout
     assert "MSE (sum over the domain)" in result.stdout

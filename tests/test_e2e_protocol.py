@@ -29,6 +29,8 @@ from segshuffle.wire.models import CIPHERTEXT_LENGTH, PublishedParameters, Resul
 
 from .test_e2e_support import RecordingProxy, decoded_counts, run_rounds
 
+pytestmark = pytest.mark.slow  # about a minute: 2000 users over HTTP (still run by default)
+
 USERS = 2000
 ITEMS = 24
 SET_SIZE = 3
