@@ -15,6 +15,8 @@ It prints per repeat, and as medians over the repeats:
 - the release times (``POST .../release?wait=true``: the shuffler permutes, forwards the
   batch in chunks and the server finishes the round before the answer), and the time until
   the campaign's phase changes as seen by a client,
+- the CPU time the load generator itself spends per user (sealing, verifying, HTTP), to
+  tell how much of the machine the clients take from the services,
 - the decoded estimates' MSE against the population's true frequencies, as a sanity check.
 
 Targets must resolve to loopback addresses (``--allow-private`` also accepts private ones,
@@ -51,10 +53,6 @@ from harness import (
     summarize,
 )
 
-from segshuffle.client.population import Population, stderr_progress
-from segshuffle.datasets import load_msnbc, synthetic_source
-from segshuffle.datasets.population import CollectionSource
-
 MAX_USERS = 50_000
 MAX_REPEATS = 20
 DEFAULT_ENV_FILE = Path(__file__).resolve().parents[1] / "deploy" / ".env"
@@ -64,6 +62,7 @@ METRICS = [
     Metric("round1_p50_ms", "round 1 user latency p50", "ms"),
     Metric("round1_p95_ms", "round 1 user latency p95", "ms"),
     Metric("round1_seconds", "round 1 wall time", "s", 2),
+    Metric("round1_client_cpu_ms", "round 1 load-generator CPU per user", "ms", 2),
     Metric("release1_seconds", "round 1 release (+ optimize, publish)", "s", 3),
     Metric("phase2_seconds", "round 1 release until phase round2", "s", 3),
     Metric("round2_submissions_per_s", "round 2 submissions/s", "1/s"),
@@ -71,6 +70,7 @@ METRICS = [
     Metric("round2_p50_ms", "round 2 user latency p50", "ms"),
     Metric("round2_p95_ms", "round 2 user latency p95", "ms"),
     Metric("round2_seconds", "round 2 wall time", "s", 2),
+    Metric("round2_client_cpu_ms", "round 2 load-generator CPU per user", "ms", 2),
     Metric("release2_seconds", "round 2 release (+ decode)", "s", 3),
     Metric("done_seconds", "round 2 release until phase done", "s", 3),
     Metric("results_seconds", "results fetch", "s", 3),
@@ -100,6 +100,8 @@ class Workload:
 
     def population(self, rng: np.random.Generator) -> tuple[np.ndarray, int, bool]:
         """Item sets (n, s), the campaign's domain size d and whether padding is on."""
+        from segshuffle.datasets import CollectionSource, load_msnbc, synthetic_source
+
         if self.dataset == "msnbc":
             collection = load_msnbc()
             source = CollectionSource(name="msnbc", collection=collection)
@@ -163,6 +165,8 @@ def _deadline_left(deadline: float) -> float:
 async def run_once(args: argparse.Namespace, workload: Workload, repeat: int,
                    deadline: float) -> tuple[str, dict[str, float]]:
     """One campaign through both rounds; returns its id and the figures of :data:`METRICS`."""
+    from segshuffle.client.population import Population, stderr_progress
+
     rng = np.random.default_rng(None if args.seed is None else args.seed + repeat)
     items, domain_size, padding = workload.population(rng)
     campaign_id = f"load-{int(time.time())}-{os.getpid()}-{repeat}"
@@ -186,7 +190,9 @@ async def run_once(args: argparse.Namespace, workload: Workload, repeat: int,
             concurrency=args.concurrency, timeout=args.request_timeout,
             progress=stderr_progress if args.progress else None)
         async with population:
+            cpu = time.process_time()
             one = await asyncio.wait_for(population.round1(), _deadline_left(deadline))
+            figures["round1_client_cpu_ms"] = 1000.0 * (time.process_time() - cpu) / one.users
             if one.failures:
                 raise LoadTestError(f"round 1: {one.failures} users failed, first: "
                                     f"{population.errors()[0]}")
@@ -195,11 +201,13 @@ async def run_once(args: argparse.Namespace, workload: Workload, repeat: int,
             release_started = time.perf_counter()
             figures["release1_seconds"] = await _release(
                 http, args.shuffler_url, campaign_id, 1, args.operator_token,
-                _deadline_left(deadline))
+                min(args.release_timeout, _deadline_left(deadline)))
             await _wait_phase(http, args.server_url, campaign_id, "round2", deadline)
             figures["phase2_seconds"] = time.perf_counter() - release_started
 
+            cpu = time.process_time()
             two = await asyncio.wait_for(population.round2(), _deadline_left(deadline))
+            figures["round2_client_cpu_ms"] = 1000.0 * (time.process_time() - cpu) / two.users
             if two.failures:
                 raise LoadTestError(f"round 2: {two.failures} users failed, first: "
                                     f"{population.errors()[0]}")
@@ -211,7 +219,7 @@ async def run_once(args: argparse.Namespace, workload: Workload, repeat: int,
             release_started = time.perf_counter()
             figures["release2_seconds"] = await _release(
                 http, args.shuffler_url, campaign_id, 2, args.operator_token,
-                _deadline_left(deadline))
+                min(args.release_timeout, _deadline_left(deadline)))
             await _wait_phase(http, args.server_url, campaign_id, "done", deadline)
             figures["done_seconds"] = time.perf_counter() - release_started
 
@@ -283,7 +291,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="users in flight at once")
     load.add_argument("--max-seconds", type=float, default=1800.0,
                       help="time budget of the whole load test")
-    load.add_argument("--request-timeout", type=float, default=120.0)
+    load.add_argument("--request-timeout", type=float, default=120.0,
+                      help="timeout of one user request (the SDK retries transient failures)")
+    load.add_argument("--release-timeout", type=float, default=600.0,
+                      help="timeout of one release (shuffle, forward, server finishes round)")
     load.add_argument("--seed", type=int, default=None)
     load.add_argument("--progress", action="store_true",
                       help="a progress line per tenth of the users")
@@ -314,6 +325,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Workl
         parser.error("--concurrency must lie in [1, 1024]")
     if not 0 < args.max_seconds <= 6 * 3600:
         parser.error("--max-seconds must lie in (0, 21600]")
+    if not (args.request_timeout > 0 and args.release_timeout > 0):
+        parser.error("timeouts must be positive")
     if len(args.levels) != len(args.shares):
         parser.error("give one share per level")
     try:
@@ -344,6 +357,10 @@ def main(argv: list[str] | None = None) -> int:
     except (LoadTestError, TimeoutError) as exc:
         message = str(exc) or "the time budget (--max-seconds) is used up"
         print(f"loadtest: error: {message}", file=sys.stderr)
+        return 1
+    except httpx.TimeoutException:
+        print("loadtest: error: a request timed out (--request-timeout, --release-timeout)",
+              file=sys.stderr)
         return 1
     except httpx.HTTPError as exc:
         print(f"loadtest: error: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -98,3 +101,56 @@ def test_summary_takes_medians_over_repeats_and_skips_missing() -> None:
     assert rows[1]["median"] == 20.0 and rows[1]["repeats"] == 2
     table = harness.format_table(rows)
     assert "A" in table and "2.0" in table and "20" in table
+
+
+# --- the driver --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--users", "5"], "--users must lie in"),
+    (["--users", "60000"], "--users must lie in"),
+    (["--repeats", "0"], "--repeats must lie in"),
+    (["--levels", "1,2", "--shares", "1"], "one share per level"),
+    (["--levels", "1,x"], "comma-separated numbers"),
+    (["--server-url", "http://8.8.8.8:8080"], "not a loopback address"),
+    (["--release-timeout", "0"], "timeouts must be positive"),
+])
+def test_driver_refuses_bad_arguments(flags: list[str], message: str, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(LOADTEST / "loadtest.py"), "--admin-token", "a",
+         "--operator-token", "o", *flags], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert result.stdout == ""
+
+
+def test_driver_needs_tokens(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_TOKEN")}
+    result = subprocess.run(
+        [sys.executable, str(LOADTEST / "loadtest.py"), "--env-file", str(tmp_path / "none")],
+        capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 2
+    assert "no admin token" in result.stderr
+
+
+@pytest.mark.slow
+def test_local_services_run_both_rounds_end_to_end() -> None:
+    """Real `segshuffle serve` processes on loopback, 60 users through both rounds."""
+    result = subprocess.run(
+        [str(LOADTEST / "local-services.sh"), "--users", "60", "--repeats", "2", "--json",
+         "--seed", "3", "--concurrency", "16", "--max-seconds", "240"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHON": sys.executable})
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert len(report["runs"]) == 2 and len(set(report["campaigns"])) == 2
+    for run in report["runs"]:
+        assert run["round1_submissions_per_s"] > 0 and run["round2_submissions_per_s"] > 0
+        assert 0 < run["round1_p50_ms"] <= run["round1_p95_ms"]
+        assert 0 < run["release1_seconds"] <= run["phase2_seconds"] + 1e-3
+        assert run["round1_client_cpu_ms"] > 0
+        assert run["mse"] < 0.2  # 60 users: only that the decoded estimates are sane
+    for key, median in report["medians"].items():
+        values = sorted(run[key] for run in report["runs"])
+        assert median == pytest.approx((values[0] + values[1]) / 2)
+    assert "both services ready" in result.stderr
