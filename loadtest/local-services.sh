@@ -99,10 +99,38 @@ done
 ready "http://127.0.0.1:$shuffler_port" || { log "services not ready after 60 s"; exit 1; }
 log "both services ready"
 
+# CPU seconds (user + system) of a process and its descendants, reaped children included.
+cpu_seconds() {
+    "$python" - "$1" <<'EOF'
+import os, sys
+ticks = os.sysconf("SC_CLK_TCK")
+stats = {}
+for entry in os.listdir("/proc"):
+    if entry.isdigit():
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        stats[int(entry)] = (int(fields[1]), sum(int(v) for v in fields[11:15]))
+tree, frontier = set(), [int(sys.argv[1])]
+while frontier:
+    pid = frontier.pop()
+    tree.add(pid)
+    frontier.extend(p for p, (parent, _) in stats.items() if parent == pid and p not in tree)
+print(f"{sum(stats[p][1] for p in tree if p in stats) / ticks:.2f}")
+EOF
+}
+server_cpu_before="$(cpu_seconds "${pids[0]}")"
+shuffler_cpu_before="$(cpu_seconds "${pids[1]}")"
+
 set +e
 SEGSHUFFLE_ADMIN_TOKEN="$admin_token" SEGSHUFFLE_OPERATOR_TOKEN="$operator_token" \
     "$python" "$here/loadtest.py" --server-url "http://127.0.0.1:$server_port" \
         --shuffler-url "http://127.0.0.1:$shuffler_port" --env-file /dev/null "$@"
 status=$?
 set -e
+server_cpu="$(cpu_seconds "${pids[0]}")"
+shuffler_cpu="$(cpu_seconds "${pids[1]}")"
+log "CPU used during the load test: server $(awk "BEGIN {printf \"%.2f\", $server_cpu - $server_cpu_before}") s, shuffler $(awk "BEGIN {printf \"%.2f\", $shuffler_cpu - $shuffler_cpu_before}") s (process trees)"
 exit "$status"
