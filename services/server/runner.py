@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-import socket
 import sys
 
 import uvicorn
 
+from ..listening import listening_socket
 from .app import create_app
 from .settings import Settings
 
@@ -22,21 +22,6 @@ def configure_logging(level: str) -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket (IPv4 or IPv6 by the host's form); port 0 picks a free one."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise ValueError(f"cannot listen on port {port}: {exc.strerror}") from None
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
-
-
 def run(settings: Settings) -> int:
     """Serve until interrupted; returns the exit status.
 
@@ -45,7 +30,7 @@ def run(settings: Settings) -> int:
     """
     configure_logging(settings.log_level)
     app = create_app(settings)
-    sock = bind(settings.host, settings.port)
+    sock = listening_socket(settings.host, settings.port)
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, access_log=False, log_config=None,
                             log_level=settings.log_level.lower(), timeout_graceful_shutdown=10)

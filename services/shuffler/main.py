@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 import logging.config
-import socket
 from typing import Any
 
+from ..listening import listening_socket
 from .settings import Settings
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -37,23 +37,6 @@ def log_config(level: str = "INFO") -> dict[str, Any]:
     }
 
 
-def listen(host: str, port: int) -> socket.socket:
-    """A bound, listening TCP socket; port 0 picks a free port (read it from the socket)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # proto must be IPPROTO_TCP: asyncio sets TCP_NODELAY on accepted connections only
-    # then, and without it every keep-alive response waits ~40 ms (Nagle + delayed ACK).
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
-
-
 def run(settings: Settings) -> int:
     """Serve the shuffler until interrupted (SIGINT/SIGTERM shut it down cleanly).
 
@@ -67,7 +50,7 @@ def run(settings: Settings) -> int:
     log_level = settings.log_level.upper()
     logging.config.dictConfig(log_config(log_level))
     app = create_app(settings)
-    sock = listen(settings.host, settings.port)
+    sock = listening_socket(settings.host, settings.port)
     config = uvicorn.Config(
         app,
         access_log=False,
