@@ -68,6 +68,27 @@ def test_pool_and_in_process_opening_agree():
         decryptor.close()
 
 
+def test_a_broken_pool_is_replaced_and_the_chunk_still_opens():
+    key = generate_private_key()
+    info = build_info("c", 2, key_id_for(key), bytes(32))
+    ciphertexts = [seal(key.public_key(), info, item_plaintext(i)) for i in range(12)]
+    raw = private_key_bytes(key)
+    expected = open_chunk(raw, info, ciphertexts)
+    decryptor = Decryptor(workers=2, threshold=4)
+    try:
+        assert decryptor.open(raw, info, ciphertexts) == expected
+        broken = decryptor._pool
+        assert broken is not None
+        for process in list(broken._processes.values()):
+            process.kill()
+            process.join()
+        assert decryptor.open(raw, info, ciphertexts) == expected
+        assert decryptor.open(raw, info, ciphertexts) == expected
+        assert decryptor._pool is not broken
+    finally:
+        decryptor.close()
+
+
 def test_classify_by_stream():
     nonce = bytes(16)
     outcomes = ["decrypt-failed", (int(Kind.LEVEL), 1, nonce), (int(Kind.LEVEL), 2, nonce),

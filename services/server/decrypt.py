@@ -15,6 +15,7 @@ import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
@@ -74,11 +75,23 @@ class Decryptor:
         size = -(-len(ciphertexts) // self.workers)
         slices = [list(ciphertexts[i:i + size]) for i in range(0, len(ciphertexts), size)]
         executor = self._executor()
-        futures = [executor.submit(open_chunk, private_key, info, part) for part in slices]
-        outcomes: list[Outcome] = []
-        for future in futures:
-            outcomes.extend(future.result())
+        try:
+            futures = [executor.submit(open_chunk, private_key, info, part) for part in slices]
+            outcomes: list[Outcome] = []
+            for future in futures:
+                outcomes.extend(future.result())
+        except BrokenProcessPool:
+            # A worker died (killed, out of memory, broken interpreter): drop the pool so
+            # the next large chunk starts a fresh one, and open this chunk in-process.
+            self._discard(executor)
+            return open_chunk(private_key, info, ciphertexts)
         return outcomes
+
+    def _discard(self, executor: ProcessPoolExecutor) -> None:
+        with self._lock:
+            if self._pool is executor:
+                self._pool = None
+        executor.shutdown(wait=False, cancel_futures=True)
 
     def close(self) -> None:
         with self._lock:
