@@ -8,35 +8,60 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
+from pathlib import Path
 
 import pytest
 
 
-def _demo(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def _demo_environment(marker: str) -> dict[str, str]:
+    """The caller's environment without SEGSHUFFLE_* settings, plus a marker that the
+    demo's service processes inherit, so they can be told apart from services other
+    tests (in other workers) run at the same time."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("SEGSHUFFLE_")}
+    environment["DEMO_TEST_MARKER"] = marker
+    return environment
+
+
+def _demo(*args: str, marker: str = "", timeout: float = 120
+          ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "segshuffle.cli.main", "demo", *args],
                           capture_output=True, text=True, timeout=timeout,
-                          env={k: v for k, v in os.environ.items()
-                               if not k.startswith("SEGSHUFFLE_")})
+                          env=_demo_environment(marker or uuid.uuid4().hex))
 
 
-def _children_gone(before: set[int]) -> bool:
-    """No segshuffle service process started by the demo is left running."""
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    alive = {int(line.split()[0]) for line in out.splitlines()[1:]
-             if "segshuffle.cli.main serve" in line}
-    return not (alive - before)
+def _marked_processes(marker: str) -> list[int]:
+    """Live processes whose environment carries ``DEMO_TEST_MARKER=marker``."""
+    needle = f"DEMO_TEST_MARKER={marker}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environment = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().split(") ", 1)[1][0]
+        except OSError:
+            continue
+        if needle in environment.split(b"\0") and state != "Z":
+            found.append(int(entry.name))
+    return found
 
 
-def _services() -> set[int]:
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return {int(line.split()[0]) for line in out.splitlines()[1:]
-            if "segshuffle.cli.main serve" in line}
+def _children_gone(marker: str, timeout: float = 10.0) -> bool:
+    """No process started by the demo (its services) is left running."""
+    deadline = time.monotonic() + timeout
+    while _marked_processes(marker):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 @pytest.mark.parametrize("dataset,users", [("synthetic", 200), ("msnbc", 150)])
 def test_demo_json_report(dataset: str, users: int) -> None:
-    before = _services()
-    result = _demo("--users", str(users), "--dataset", dataset, "--seed", "7", "--json")
+    marker = uuid.uuid4().hex
+    result = _demo("--users", str(users), "--dataset", dataset, "--seed", "7", "--json",
+                   marker=marker)
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout)
     for key in ("users", "m", "lambdas", "estimates", "truth", "mse", "mse_bound", "seconds",
@@ -57,7 +82,7 @@ def test_demo_json_report(dataset: str, users: int) -> None:
     if dataset == "msnbc":
         assert report["items"][:2] == ["frontpage", "news"]
     assert "round 1:" in result.stderr  # progress lines
-    assert _children_gone(before)
+    assert _children_gone(marker)
 
 
 def test_demo_human_summary() -> None:
@@ -77,11 +102,11 @@ def test_demo_bad_arguments_fail_in_one_line() -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_demo_interrupted_shuts_everything_down(sig: int) -> None:
-    before = _services()
+    marker = uuid.uuid4().hex
     process = subprocess.Popen(
         [sys.executable, "-m", "segshuffle.cli.main", "demo", "--users", "3000"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={k: v for k, v in os.environ.items() if not k.startswith("SEGSHUFFLE_")})
+        env=_demo_environment(marker))
     assert process.stderr is not None
     deadline = time.monotonic() + 60
     for line in process.stderr:  # wait until users are being simulated
@@ -91,4 +116,4 @@ def test_demo_interrupted_shuts_everything_down(sig: int) -> None:
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130, err[-2000:]
     assert "interrupted" in err
-    assert _children_gone(before)
+    assert _children_gone(marker)
