@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
+
+from ..configuration import check_common, values_from_environment
 
 PREFIX = "SEGSHUFFLE_SERVER_"
 MIN_TOKEN_LENGTH = 16
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
 
 
 @dataclass(frozen=True)
@@ -60,22 +60,8 @@ class Settings:
                 raise ValueError(f"{PREFIX}{name.upper()} must be printable, without spaces")
         if self.admin_token == self.shuffler_token:
             raise ValueError("the admin and shuffler tokens must differ")
-        for name, minimum in (("port", 0), ("max_body_bytes", 1024), ("decrypt_workers", 0),
-                              ("parallel_threshold", 1)):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-                raise ValueError(f"{name.replace('_', ' ')} must be an integer >= {minimum}, "
-                                 f"got {value!r}")
-        if self.port > 65535:
-            raise ValueError(f"port must be <= 65535, got {self.port}")
-        if self.synchronous.upper() not in {"NORMAL", "FULL", "EXTRA"}:
-            raise ValueError(f"synchronous must be NORMAL, FULL or EXTRA, got "
-                             f"{self.synchronous!r}")
-        if self.log_level.lower() not in {"debug", "info", "warning", "error"}:
-            raise ValueError(f"log level must be debug, info, warning or error, got "
-                             f"{self.log_level!r}")
-        if not self.database:
-            raise ValueError("database path must not be empty")
+        check_common(self, (("max_body_bytes", 1024), ("decrypt_workers", 0),
+                            ("parallel_threshold", 1)))
 
     @property
     def key_directory(self) -> str:
@@ -85,25 +71,7 @@ class Settings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Settings from the environment; keyword ``overrides`` that are not ``None`` win."""
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for field in fields(cls):
-            variable = PREFIX + field.name.upper()
-            raw = env.get(variable)
-            if raw is None or raw == "":
-                continue
-            default = field.default
-            if isinstance(default, bool):
-                if raw.lower() not in _TRUE | _FALSE:
-                    raise ValueError(f"{variable} must be true or false, got {raw!r}")
-                values[field.name] = raw.lower() in _TRUE
-            elif isinstance(default, int):
-                try:
-                    values[field.name] = int(raw)
-                except ValueError:
-                    raise ValueError(f"{variable} must be an integer, got {raw!r}") from None
-            else:
-                values[field.name] = raw
+        values = values_from_environment(cls, PREFIX, os.environ if environ is None else environ)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
+
+from ..configuration import check_common, values_from_environment
 
 PREFIX = "SEGSHUFFLE_SHUFFLER_"
 
@@ -61,49 +63,13 @@ class Settings:
         if not self.server_url.startswith(("http://", "https://")):
             raise ValueError(f"server URL must start with http:// or https://, got "
                              f"{self.server_url!r}")
-        for name, minimum in (("min_users", 1), ("auto_release", 0), ("chunk_size", 1),
-                              ("max_body_bytes", 1024), ("port", 0)):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-                raise ValueError(f"{name.replace('_', ' ')} must be an integer >= {minimum}, "
-                                 f"got {value!r}")
-        if self.port > 65535:
-            raise ValueError(f"port must be <= 65535, got {self.port}")
-        if self.log_level.lower() not in {"debug", "info", "warning", "error"}:
-            raise ValueError(f"log level must be debug, info, warning or error, got "
-                             f"{self.log_level!r}")
-        if not self.database:
-            raise ValueError("database path must not be empty")
-        if self.synchronous.upper() not in {"NORMAL", "FULL", "EXTRA"}:
-            raise ValueError(f"synchronous must be NORMAL, FULL or EXTRA, got "
-                             f"{self.synchronous!r}")
+        check_common(self, (("min_users", 1), ("auto_release", 0), ("chunk_size", 1),
+                            ("max_body_bytes", 1024)))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Settings from the environment; keyword ``overrides`` that are not ``None`` win."""
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for field in fields(cls):
-            raw = env.get(PREFIX + field.name.upper())
-            if raw is None or raw == "":
-                continue
-            default = field.default
-            if isinstance(default, bool):
-                values[field.name] = raw.lower() in {"1", "true", "yes"}
-            elif isinstance(default, int):
-                try:
-                    values[field.name] = int(raw)
-                except ValueError:
-                    raise ValueError(f"{PREFIX}{field.name.upper()} must be an integer, "
-                                     f"got {raw!r}") from None
-            elif isinstance(default, float):
-                try:
-                    values[field.name] = float(raw)
-                except ValueError:
-                    raise ValueError(f"{PREFIX}{field.name.upper()} must be a number, "
-                                     f"got {raw!r}") from None
-            else:
-                values[field.name] = raw
+        values = values_from_environment(cls, PREFIX, os.environ if environ is None else environ)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 

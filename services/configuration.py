@@ -1,0 +1,63 @@
+"""What both services' settings share: reading ``PREFIX_FIELD`` environment variables
+into a settings dataclass, and the checks every service applies to its settings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import fields
+from typing import Any
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+LOG_LEVELS = ("debug", "info", "warning", "error")
+SYNCHRONOUS_MODES = ("NORMAL", "FULL", "EXTRA")
+
+
+def values_from_environment(settings_class: type, prefix: str, environ: Mapping[str, str]
+                            ) -> dict[str, Any]:
+    """Field values found in ``environ`` as ``prefix + FIELD_NAME``, converted by the type
+    of each field's default (bool, int, float, else string); empty values are ignored."""
+    values: dict[str, Any] = {}
+    for field in fields(settings_class):
+        variable = prefix + field.name.upper()
+        raw = environ.get(variable)
+        if raw is None or raw == "":
+            continue
+        default = field.default
+        if isinstance(default, bool):
+            if raw.lower() not in _TRUE | _FALSE:
+                raise ValueError(f"{variable} must be true or false, got {raw!r}")
+            values[field.name] = raw.lower() in _TRUE
+        elif isinstance(default, int):
+            try:
+                values[field.name] = int(raw)
+            except ValueError:
+                raise ValueError(f"{variable} must be an integer, got {raw!r}") from None
+        elif isinstance(default, float):
+            try:
+                values[field.name] = float(raw)
+            except ValueError:
+                raise ValueError(f"{variable} must be a number, got {raw!r}") from None
+        else:
+            values[field.name] = raw
+    return values
+
+
+def check_common(settings: Any, integer_minimums: Iterable[tuple[str, int]]) -> None:
+    """Checks every service applies: integer fields with their minimums, the port range,
+    the log level, the SQLite synchronous mode and a non-empty database path."""
+    for name, minimum in (("port", 0), *integer_minimums):
+        value = getattr(settings, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise ValueError(f"{name.replace('_', ' ')} must be an integer >= {minimum}, "
+                             f"got {value!r}")
+    if settings.port > 65535:
+        raise ValueError(f"port must be <= 65535, got {settings.port}")
+    if settings.log_level.lower() not in LOG_LEVELS:
+        raise ValueError(f"log level must be one of {', '.join(LOG_LEVELS)}, got "
+                         f"{settings.log_level!r}")
+    if settings.synchronous.upper() not in SYNCHRONOUS_MODES:
+        raise ValueError(f"synchronous must be NORMAL, FULL or EXTRA, got "
+                         f"{settings.synchronous!r}")
+    if not settings.database:
+        raise ValueError("database path must not be empty")
