@@ -219,12 +219,13 @@ def delta_for(pair: CountPair, eps: float) -> float:
         x = (base + t * (e * own - other)) / ((own - other) * (1.0 + e))
     x = np.where(np.isfinite(x), x, t + 1.0)
     a_star = np.clip(np.floor(x) + 1.0, 0.0, t + 1.0).astype(np.int64)
-    # S_{t-1}(a* - 1) and S_{t-1}(a*); then Pascal's rule gives S_t(a*) as their mean
-    # (a sum of non-negative terms, so no precision is lost).  At t = 0 the t - 1
-    # terms carry w1(0) = 0 and S_0(a*) = 0 because a* >= 1 there.
+    # S_{t-1}(a*) by the incomplete beta function, S_{t-1}(a* - 1) by adding the pmf at
+    # a* - 1, and S_t(a*) by Pascal's rule as the mean of the two: only sums of
+    # non-negative terms, so no precision is lost, and one incomplete beta per t instead
+    # of three.  At t = 0 the t - 1 terms carry w1(0) = 0 and S_0(a*) = 0 as a* >= 1.
     previous = np.maximum(t - 1, 0)
-    s_prev_lo = _binomial_half_tail(previous, a_star - 1)
     s_prev_hi = _binomial_half_tail(previous, a_star)
+    s_prev_lo = np.minimum(s_prev_hi + stats.binom.pmf(a_star - 1, previous, 0.5), 1.0)
     s_t = np.where(t == 0, np.where(a_star <= 0, 1.0, 0.0), 0.5 * (s_prev_lo + s_prev_hi))
     p_t = k0 * window.w0 * s_t + window.w1 * (own * s_prev_lo + other * s_prev_hi)
     q_t = k0 * window.w0 * s_t + window.w1 * (other * s_prev_lo + own * s_prev_hi)
