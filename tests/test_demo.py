@@ -86,9 +86,12 @@ def test_demo_json_report(dataset: str, users: int) -> None:
 
 
 def test_demo_human_summary() -> None:
-    result = _demo("--users", "60", "--top", "3")
+    result = _demo("--users", "60", "--top", "3", "--dataset", "msnbc")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "top 3 items" in result.stdout
+    top, padding = result.stdout.split("top 3 items")[1].split("padding items (reported "
+                                                                 "separately):")
+    assert "padding" not in top and padding.count("padding") == 4
     assert "MSE (sum over the domain)" in result.stdout
 
 

@@ -235,6 +235,12 @@ def _report(args: argparse.Namespace, data: DemoData, outcome: dict[str, Any],
     }
 
 
+def _item_line(report: dict[str, Any], j: int) -> str:
+    est, se = report["estimates"][j], report["standard_errors"][j]
+    shown = "n/a" if est is None else f"{est:.4f} +- {se:.4f}"
+    return f"  {report['items'][j]:<16} {report['truth'][j]:.4f}   {shown}"
+
+
 def _human(report: dict[str, Any], top: int) -> str:
     lines = [
         f"segshuffle demo: {report['users']} users, dataset {report['dataset']}, "
@@ -248,12 +254,13 @@ def _human(report: dict[str, Any], top: int) -> str:
         lines.append(f"  level {level:g}: lambda={report['lambdas'][k]:.4f}, "
                      f"users={report['level_counts'][k]:g}, achieved eps="
                      f"{'n/a' if eps is None else f'{eps:.4f}'}")
-    order = np.argsort(report["truth"])[::-1][:top]
+    real = report["domain_size"]  # padding items follow the real ones (SPEC section 6)
+    order = np.argsort(report["truth"][:real])[::-1][:top]
     lines.append(f"top {len(order)} items: true share vs estimate +- standard error")
-    for j in order:
-        est, se = report["estimates"][j], report["standard_errors"][j]
-        shown = "n/a" if est is None else f"{est:.4f} +- {se:.4f}"
-        lines.append(f"  {report['items'][j]:<16} {report['truth'][j]:.4f}   {shown}")
+    lines.extend(_item_line(report, int(j)) for j in order)
+    if report["privacy_domain_size"] > real:
+        lines.append("padding items (reported separately):")
+        lines.extend(_item_line(report, j) for j in range(real, report["privacy_domain_size"]))
     lines.append(f"MSE (sum over the domain): {report['mse']:.6f}   bound: "
                  f"{report['mse_bound']:.6f}")
     lines.append("timings (s): " + ", ".join(f"{k}={v:.2f}"
