@@ -3,14 +3,32 @@ into a settings dataclass, and the checks every service applies to its settings.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
-from dataclasses import fields
-from typing import Any
+from dataclasses import fields, replace
+from typing import Any, ClassVar, Self
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 LOG_LEVELS = ("debug", "info", "warning", "error")
 SYNCHRONOUS_MODES = ("NORMAL", "FULL", "EXTRA")
+
+
+class EnvironmentSettings:
+    """Mixin for a frozen settings dataclass read from ``prefix + FIELD`` variables."""
+
+    prefix: ClassVar[str] = ""
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Self:
+        """Settings from the environment; keyword ``overrides`` that are not ``None`` win."""
+        values = values_from_environment(cls, cls.prefix, os.environ if environ is None
+                                         else environ)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def with_changes(self, **changes: Any) -> Self:
+        return replace(self, **changes)  # type: ignore[type-var]
 
 
 def values_from_environment(settings_class: type, prefix: str, environ: Mapping[str, str]

@@ -22,20 +22,20 @@ Each field of :class:`Settings` is read from the variable named after it in uppe
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
+from typing import ClassVar
 
-from ..configuration import check_common, values_from_environment
+from ..configuration import EnvironmentSettings, check_common
 
 PREFIX = "SEGSHUFFLE_SERVER_"
 MIN_TOKEN_LENGTH = 16
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(EnvironmentSettings):
     """Everything the server needs to run; see the module docstring for the variables."""
+
+    prefix: ClassVar[str] = PREFIX
 
     database: str = "server.sqlite3"
     key_dir: str = ""
@@ -67,13 +67,3 @@ class Settings:
     def key_directory(self) -> str:
         """``key_dir``, or the database path with ``.keys`` appended."""
         return self.key_dir or f"{self.database}.keys"
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
-        """Settings from the environment; keyword ``overrides`` that are not ``None`` win."""
-        values = values_from_environment(cls, PREFIX, os.environ if environ is None else environ)
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
-
-    def with_changes(self, **changes: Any) -> Settings:
-        return replace(self, **changes)

@@ -24,19 +24,19 @@ Each field of :class:`Settings` is read from the variable named after it in uppe
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
+from typing import ClassVar
 
-from ..configuration import check_common, values_from_environment
+from ..configuration import EnvironmentSettings, check_common
 
 PREFIX = "SEGSHUFFLE_SHUFFLER_"
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(EnvironmentSettings):
     """Everything the shuffler needs to run; see the module docstring for the variables."""
+
+    prefix: ClassVar[str] = PREFIX
 
     database: str = "shuffler.sqlite3"
     server_url: str = "http://127.0.0.1:8080"
@@ -65,13 +65,3 @@ class Settings:
                              f"{self.server_url!r}")
         check_common(self, (("min_users", 1), ("auto_release", 0), ("chunk_size", 1),
                             ("max_body_bytes", 1024)))
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
-        """Settings from the environment; keyword ``overrides`` that are not ``None`` win."""
-        values = values_from_environment(cls, PREFIX, os.environ if environ is None else environ)
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
-
-    def with_changes(self, **changes: Any) -> Settings:
-        return replace(self, **changes)
