@@ -161,20 +161,16 @@ async def _rounds(args: argparse.Namespace, stack: Any, data: DemoData,
         seed=args.seed, concurrency=args.concurrency, progress=stderr_progress,
     )
     async with population:
-        phase = await population.round1()
-        timings["round1_users"] = phase.seconds
-        _check(population, phase)
-        _say(args, "releasing round 1 (server optimizes and publishes the parameters)")
-        mark = time.perf_counter()
-        await asyncio.to_thread(stack.release, CAMPAIGN_ID, 1)
-        timings["round1_release"] = time.perf_counter() - mark
-        phase = await population.round2()
-        timings["round2_users"] = phase.seconds
-        _check(population, phase)
-        _say(args, "releasing round 2 (server decrypts and decodes)")
-        mark = time.perf_counter()
-        await asyncio.to_thread(stack.release, CAMPAIGN_ID, 2)
-        timings["round2_release"] = time.perf_counter() - mark
+        rounds = ((1, population.round1, "server optimizes and publishes the parameters"),
+                  (2, population.round2, "server decrypts and decodes"))
+        for number, run_users, release_work in rounds:
+            phase = await run_users()
+            timings[f"round{number}_users"] = phase.seconds
+            _check(population, phase)
+            _say(args, f"releasing round {number} ({release_work})")
+            mark = time.perf_counter()
+            await asyncio.to_thread(stack.release, CAMPAIGN_ID, number)
+            timings[f"round{number}_release"] = time.perf_counter() - mark
     results = await asyncio.to_thread(stack.results, CAMPAIGN_ID)
     view = await asyncio.to_thread(stack.campaign, CAMPAIGN_ID)
     if view.parameters is None:

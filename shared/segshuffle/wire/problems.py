@@ -150,6 +150,18 @@ def _validation_problem(exc: RequestValidationError) -> Problem:
     return Problem("invalid-field", f"{where}: {first['msg']}", extra={"errors": listed})
 
 
+#: Problems for the HTTP errors the framework itself raises (routing, body size, media type).
+_FRAMEWORK_PROBLEMS: dict[int, tuple[str, str]] = {
+    400: ("malformed-body", "bad request"),
+    401: ("unauthorized", "missing or invalid credentials"),
+    403: ("forbidden", "operation not allowed"),
+    404: ("not-found", "no such resource"),
+    405: ("method-not-allowed", "method not allowed on this resource"),
+    413: ("body-too-large", "the request body is too large"),
+    415: ("unsupported-media-type", "the request body must be JSON"),
+}
+
+
 def install_problem_handlers(app: FastAPI) -> None:
     """Make every error of ``app`` an RFC 9457 problem body (never a bare 500)."""
 
@@ -164,20 +176,8 @@ def install_problem_handlers(app: FastAPI) -> None:
     async def on_http(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
         status = exc.status_code
-        if status == 404:
-            problem = Problem("not-found", "no such resource")
-        elif status == 405:
-            problem = Problem("method-not-allowed", "method not allowed on this resource")
-        elif status == 413:
-            problem = Problem("body-too-large", "the request body is too large")
-        elif status == 415:
-            problem = Problem("unsupported-media-type", "the request body must be JSON")
-        elif status == 401:
-            problem = Problem("unauthorized", "missing or invalid credentials")
-        elif status == 403:
-            problem = Problem("forbidden", "operation not allowed")
-        elif status == 400:
-            problem = Problem("malformed-body", "bad request")
+        if status in _FRAMEWORK_PROBLEMS:
+            problem = Problem(*_FRAMEWORK_PROBLEMS[status])
         elif 400 <= status < 500:
             problem = Problem("invalid-field", "invalid request", status=status)
         else:
