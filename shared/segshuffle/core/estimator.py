@@ -1,20 +1,27 @@
 """Round 2 decoding: unbiased item frequencies and their standard errors (SPEC section 2).
 
 With C_j the number of decoded messages equal to item j, n2 round-2 participants
-of whom n2_k chose level k, blanket rate m (gamma = m / ceil(m)) and Poisson
-rates lambda_k, the paper's estimator (Algorithm 2, line 21) is
+of whom n2_k chose level k, blanket rate m, Poisson rates lambda_k and d the
+number of items of the (privacy) domain, the paper's estimator (Algorithm 2,
+line 21) is
 
     W^_j = (C_j - n2 m / d) / sum_k n2_k lambda_k,
 
 unbiased for the lambda-weighted share sum_i [j in x_i] lambda_{k_i} / sum_k n_k lambda_k,
 which is the share w_j of users holding item j when items are independent of the
 chosen levels (the paper's setting; exactly so on average over level choices).
-Its variance follows from
+The blanket correction n2 m / d is the same in both blanket modes
+(:mod:`segshuffle.core.blanket`): each puts m / d blanket messages per user on
+every item in expectation.  The variance is
 
-    Var[C_j] = sum_k n2_k w_j lambda_k (1 - w_j lambda_k) + n2 ceil(m) (gamma/d)(1 - gamma/d),
+    Var[C_j] = sum_k n2_k w_j lambda_k (1 - w_j lambda_k) + V_blanket,
 
-evaluated at the plug-in w_j = clip(W^_j, 0, 1) (the first term uses the same
-w_j for every level, which is exact when items are independent of levels).
+    V_blanket = n2 ceil(m) (gamma/d)(1 - gamma/d)    (slots, gamma = m / ceil(m)),
+    V_blanket = n2 (m/d)(1 - m/d)                    (independent),
+
+(:func:`segshuffle.core.blanket.blanket_item_variance`), evaluated at the
+plug-in w_j = clip(W^_j, 0, 1) (the first term uses the same w_j for every
+level, which is exact when items are independent of levels).
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .randomizers import blanket_probability, blanket_slots
+from .blanket import BlanketMode, blanket_item_variance
 
 
 @dataclass(frozen=True)
@@ -46,11 +53,15 @@ def estimate_frequencies(
     level_counts: Sequence[float],
     lambdas: Sequence[float],
     m: float,
+    *,
+    mode: str | BlanketMode = BlanketMode.SLOTS,
 ) -> FrequencyEstimate:
     """Unbiased W^ and standard errors from decoded item counts.
 
     ``counts`` has one entry per item of the domain (d = len(counts));
-    ``level_counts`` are the n2_k of the round-2 participants.
+    ``level_counts`` are the n2_k of the round-2 participants; ``mode`` is the
+    campaign's blanket mode, which only changes the blanket variance (module
+    docstring).  In the independent mode m must not exceed d.
     """
     c = np.asarray(counts, dtype=float)
     d = c.size
@@ -65,8 +76,7 @@ def estimate_frequencies(
     item_variance = np.zeros(d)
     for n_k, lam in zip(level_counts, lambdas, strict=True):
         item_variance += float(n_k) * w * lam * (1.0 - w * lam)
-    per_slot = blanket_probability(m) / d
-    blanket_variance = n2 * blanket_slots(m) * per_slot * (1.0 - per_slot)
+    blanket_variance = blanket_item_variance(n2, m, d, mode)
     errors = np.sqrt(item_variance + blanket_variance) / weight
     return FrequencyEstimate(values=values, standard_errors=errors)
 

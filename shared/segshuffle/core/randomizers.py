@@ -4,27 +4,41 @@ Items are integer ids in ``range(domain_size)``.  Nothing here touches the
 network or a clock; randomness comes from the caller's
 :class:`numpy.random.Generator`, so simulations are reproducible and a client
 can pass a generator seeded from the operating system's CSPRNG.
+
+The blanket follows the campaign's :class:`~segshuffle.core.blanket.BlanketMode`
+(geometry in :mod:`segshuffle.core.blanket`): in the ``slots`` mode c = ceil(m)
+slots each carry, with probability gamma = m / c, an item uniform over the d
+items of the privacy domain; in the ``independent`` mode slot t (t = 0..d-1)
+carries item t with probability m / d.  Either way every item receives m / d
+blanket messages per user in expectation.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 import numpy as np
 
-from .validation import require_int, require_non_negative, require_unit_interval
+from . import blanket as _blanket
+from .blanket import BlanketMode
+from .validation import require_int, require_unit_interval
 
 
 def blanket_slots(m: float) -> int:
-    """Number of blanket slots a user fills: ceil(m) (0 when m = 0)."""
-    return math.ceil(require_non_negative("blanket rate m", m))
+    """Number of blanket slots a user fills in the ``slots`` mode: ceil(m) (0 when m = 0).
+
+    Shorthand for :func:`segshuffle.core.blanket.blanket_slots` in the slots mode,
+    where the count does not depend on the domain.
+    """
+    return _blanket.blanket_slots(m, 1, BlanketMode.SLOTS)
 
 
 def blanket_probability(m: float) -> float:
-    """gamma = m / ceil(m): the chance that one blanket slot carries a message (0 when m = 0)."""
-    slots = blanket_slots(m)
-    return 0.0 if slots == 0 else m / slots
+    """gamma = m / ceil(m): the chance that one slot carries a message in the ``slots`` mode.
+
+    0 when m = 0.  Shorthand for :func:`segshuffle.core.blanket.slot_probability`.
+    """
+    return _blanket.slot_probability(m, 1, BlanketMode.SLOTS)
 
 
 def fit_set(
@@ -60,33 +74,64 @@ def poisson_sample(items: np.ndarray, lam: float, rng: np.random.Generator) -> n
     return items[rng.random(items.size) < lam]
 
 
-def blanket_items(m: float, domain_size: int, rng: np.random.Generator) -> np.ndarray:
-    """Blanket messages: each of ceil(m) slots sends, with probability gamma = m / ceil(m),
-    one item drawn uniformly from the domain."""
-    slots = blanket_slots(m)
-    sent = int(np.count_nonzero(rng.random(slots) < blanket_probability(m)))
-    return rng.integers(0, domain_size, size=sent, dtype=np.int64)
+def _blanket_slot_values(m: float, domain_size: int, rng: np.random.Generator,
+                         mode: BlanketMode) -> tuple[np.ndarray, np.ndarray]:
+    """(item each blanket slot would carry, whether it is sent) for one user.
+
+    Slots mode: c = ceil(m) slots, slot i sent with probability gamma = m / c and
+    carrying an item uniform over the domain (the sent flags are drawn first, the
+    items second).  Independent mode: d slots, slot t carrying item t and sent
+    with probability m / d.
+    """
+    slots = _blanket.blanket_slots(m, domain_size, mode)
+    probability = _blanket.slot_probability(m, domain_size, mode)
+    send = rng.random(slots) < probability
+    if mode is BlanketMode.SLOTS:
+        values = rng.integers(0, domain_size, size=slots, dtype=np.int64)
+    else:
+        values = np.arange(slots, dtype=np.int64)
+    return values, send
+
+
+def blanket_items(m: float, domain_size: int, rng: np.random.Generator, *,
+                  mode: str | BlanketMode = BlanketMode.SLOTS) -> np.ndarray:
+    """The blanket messages one user sends (only the sent ones), as item ids.
+
+    ``slots``: each of ceil(m) slots sends, with probability gamma = m / ceil(m),
+    one item drawn uniformly from the domain.  ``independent``: item t is sent
+    with probability m / d, independently for every t of the d items (m <= d).
+    """
+    d = require_int("domain size", domain_size, 1)
+    mode = _blanket.parse_mode(mode)
+    if mode is BlanketMode.SLOTS:  # only the sent slots need an item
+        slots = _blanket.blanket_slots(m, d, mode)
+        sent = int(np.count_nonzero(rng.random(slots) < _blanket.slot_probability(m, d, mode)))
+        return rng.integers(0, d, size=sent, dtype=np.int64)
+    values, send = _blanket_slot_values(m, d, rng, mode)
+    return values[send]
 
 
 def fixed_size_slots(
-    items: np.ndarray, lam: float, m: float, domain_size: int, rng: np.random.Generator
+    items: np.ndarray, lam: float, m: float, domain_size: int, rng: np.random.Generator, *,
+    mode: str | BlanketMode = BlanketMode.SLOTS,
 ) -> list[int | None]:
-    """All round-2 slots of one user, ``len(items) + ceil(m)`` of them (SPEC section 7).
+    """All round-2 slots of one user, ``len(items) + blanket_slots`` of them (SPEC section 7).
 
     Slot i < s carries item i with probability lam, otherwise ``None`` (a null
-    message the server discards); each blanket slot carries a uniform item with
-    probability gamma, otherwise ``None``.  Sending every slot, null or not, keeps
-    the number of ciphertexts per user independent of the user's level.
+    message the server discards).  The blanket slots follow ``mode``
+    (:func:`segshuffle.core.blanket.blanket_slots`): ceil(m) slots each carrying a
+    uniform item with probability gamma = m / ceil(m), or d slots where slot t
+    carries item t with probability m / d; an unsent blanket slot is ``None``.
+    Sending every slot, null or not, keeps the number of ciphertexts per user
+    independent of the user's level.
     """
     lam = require_unit_interval("lambda", lam)
+    d = require_int("domain size", domain_size, 1)
     items = np.asarray(items, dtype=np.int64)
     keep = rng.random(items.size) < lam
     data: list[int | None] = [int(i) if k else None for i, k in zip(items, keep, strict=True)]
-    slots = blanket_slots(m)
-    gamma = blanket_probability(m)
-    send = rng.random(slots) < gamma
-    draws = rng.integers(0, domain_size, size=slots, dtype=np.int64)
+    values, send = _blanket_slot_values(m, d, rng, _blanket.parse_mode(mode))
     blanket: list[int | None] = [
-        int(j) if s else None for j, s in zip(draws, send, strict=True)
+        int(j) if s else None for j, s in zip(values, send, strict=True)
     ]
     return data + blanket

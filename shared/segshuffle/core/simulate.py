@@ -6,9 +6,16 @@ directly, which is exact in distribution (paper Algorithm 2):
 - the item messages on item j from level-k users are Binomial(h_kj, lambda_k),
   where h_kj is the number of level-k users holding j (each holder sends j
   independently with probability lambda_k);
-- the blanket: n ceil(m) slots each send with probability gamma = m / ceil(m), so
-  the number sent is Binomial(n ceil(m), gamma), and their items are uniform over
-  the domain, so they split Multinomial(total; 1/d, ..., 1/d).
+- the blanket in the ``slots`` mode: n ceil(m) slots each send with probability
+  gamma = m / ceil(m), so the number sent is Binomial(n ceil(m), gamma), and
+  their items are uniform over the domain, so they split
+  Multinomial(total; 1/d, ..., 1/d);
+- the blanket in the ``independent`` mode: each of the n users sends item j with
+  probability m / d, independently for every item and user, so the blanket
+  counts are d independent Binomial(n, m / d).
+
+The blanket geometry (slots, per-slot probability) comes from
+:mod:`segshuffle.core.blanket`.
 """
 
 from __future__ import annotations
@@ -18,10 +25,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import blanket as _blanket
+from .blanket import BlanketMode
 from .estimator import FrequencyEstimate, estimate_frequencies
 from .levels import level_histogram
 from .optimizer import OptimizationResult, optimize
-from .randomizers import blanket_probability, blanket_slots
 
 
 @dataclass(frozen=True)
@@ -53,20 +61,28 @@ def item_holders(user_items: np.ndarray, user_levels: np.ndarray, level_count: i
 
 
 def simulate_counts(holders: np.ndarray, lambdas: Sequence[float], m: float,
-                    rng: np.random.Generator, *, users: int) -> np.ndarray:
+                    rng: np.random.Generator, *, users: int,
+                    mode: str | BlanketMode = BlanketMode.SLOTS) -> np.ndarray:
     """Decoded item counts C_j of one round 2 with ``users`` participants.
 
-    ``holders[k, j]`` is the number of level-k participants holding item j.
+    ``holders[k, j]`` is the number of level-k participants holding item j;
+    ``mode`` is the blanket mode (module docstring), d = ``holders.shape[1]``.
     """
     h = np.asarray(holders, dtype=np.int64)
     lam = np.asarray(lambdas, dtype=float)
     if h.ndim != 2 or h.shape[0] != lam.size:
         raise ValueError("holders must be (K, d) with one row per lambda")
+    mode = _blanket.parse_mode(mode)
+    d = h.shape[1]
     counts = rng.binomial(h, lam[:, None]).sum(axis=0)
-    slots = blanket_slots(m)
+    slots = _blanket.blanket_slots(m, d, mode)
     if slots:
-        sent = rng.binomial(users * slots, blanket_probability(m))
-        counts = counts + rng.multinomial(sent, np.full(h.shape[1], 1.0 / h.shape[1]))
+        probability = _blanket.slot_probability(m, d, mode)
+        if mode is BlanketMode.SLOTS:
+            sent = rng.binomial(users * slots, probability)
+            counts = counts + rng.multinomial(sent, np.full(d, 1.0 / d))
+        else:  # one slot per item and user
+            counts = counts + rng.binomial(users, probability, size=d)
     return counts.astype(np.int64)
 
 
@@ -81,25 +97,34 @@ def run_protocol(
     m: float | None = None,
     dropout_tolerance: float = 0.0,
     parameters: OptimizationResult | None = None,
+    blanket_mode: str | BlanketMode = BlanketMode.SLOTS,
 ) -> SimulationResult:
     """Both rounds for a population with exact level counts.
 
-    Round 1 is the exact level histogram; the optimizer picks the parameters
-    (``m`` fixes the blanket rate; pass ``parameters`` to reuse an earlier
-    optimisation of the same histogram); round 2 is simulated by
-    :func:`simulate_counts` and decoded with the paper's estimator.  MSE is
-    sum_j (W^_j - w_j)^2, the paper's error measure.
+    Round 1 is the exact level histogram; the optimizer picks the parameters for
+    ``blanket_mode`` (``m`` fixes the blanket rate; pass ``parameters`` to reuse an
+    earlier optimisation of the same histogram in the same mode); round 2 is
+    simulated by :func:`simulate_counts` and decoded with the paper's estimator.
+    MSE is sum_j (W^_j - w_j)^2, the paper's error measure.
     """
+    mode = _blanket.parse_mode(blanket_mode)
     items = np.asarray(user_items, dtype=np.int64)
     n, s = items.shape
     counts_per_level = level_histogram(user_levels, len(levels))
     if parameters is None:
+        # the default mode goes through the optimizer's default
+        extra = {} if mode is BlanketMode.SLOTS else {"blanket_mode": mode.value}
         parameters = optimize(counts_per_level.tolist(), levels, domain_size, s, delta,
-                              dropout_tolerance=dropout_tolerance, blanket=m)
+                              dropout_tolerance=dropout_tolerance, blanket=m, **extra)
+    optimized_for = getattr(parameters, "blanket_mode", BlanketMode.SLOTS.value)
+    if _blanket.parse_mode(optimized_for) is not mode:
+        raise ValueError(f"the parameters were optimised for the {optimized_for} blanket "
+                         f"mode, not {mode.value}")
     holders = item_holders(items, user_levels, len(levels), domain_size)
-    counts = simulate_counts(holders, parameters.lambdas, parameters.m, rng, users=n)
+    counts = simulate_counts(holders, parameters.lambdas, parameters.m, rng, users=n,
+                             mode=mode)
     estimate = estimate_frequencies(counts, counts_per_level.tolist(), parameters.lambdas,
-                                    parameters.m)
+                                    parameters.m, mode=mode)
     truth = holders.sum(axis=0) / n
     mse = float(np.sum((estimate.values - truth) ** 2))
     return SimulationResult(estimates=estimate, truth=truth, mse=mse, parameters=parameters,
