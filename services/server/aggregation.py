@@ -4,19 +4,24 @@ Round 1 (:func:`publish_parameters`): the level histogram (n_1..n_K), debiased w
 levels were reported through eps_p randomized response (clipped at 0), goes to
 :func:`segshuffle.core.optimizer.optimize` with delta (default 0.01/n), the privacy
 domain d + s (padding ids included, SPEC section 6) and the dropout tolerance tau,
-which accounts with n_min = ceil((1 - tau) n) users (SPEC section 5).  The outcome is
-the immutable :class:`~segshuffle.wire.models.PublishedParameters`.
+which accounts with n_min = ceil((1 - tau) n) users (SPEC section 5), and the
+campaign's blanket mode.  The outcome is the immutable
+:class:`~segshuffle.wire.models.PublishedParameters`, whose ``blanket_slots`` and
+``messages_per_user`` come from :mod:`segshuffle.core.blanket` (ceil(m) slots, or
+one per item of the privacy domain in the independent mode); the shuffler checks
+submission sizes against that ``messages_per_user``.
 
 Round 2 (:func:`decode_results`): with C_j the accepted item messages equal to j and
 n2_k the round-2 level counts (debiased likewise),
 
     W^_j = (C_j - n2 m / D) / sum_k n2_k lambda_k
 
-with standard errors from :func:`segshuffle.core.estimator.estimate_frequencies`,
-plus the projection onto {w >= 0, sum w = s} as an optional post-processed
-estimate.  The privacy report gives, per level, the achieved user-level epsilon
-(upper bound, and the paper's lower bound as a tightness audit) for the published
-(m, lambda_k) and n_min.
+with standard errors from :func:`segshuffle.core.estimator.estimate_frequencies`
+(the blanket term of the variance follows the blanket mode), plus the projection
+onto {w >= 0, sum w = s} as an optional post-processed estimate.  The privacy
+report gives, per level, the achieved user-level epsilon (upper bound, and the
+paper's lower bound as a tightness audit) for the published (m, lambda_k), n_min
+and blanket mode.
 """
 
 from __future__ import annotations
@@ -27,11 +32,12 @@ from typing import Any
 
 import numpy as np
 
+from segshuffle.core import blanket
 from segshuffle.core.accounting import user_epsilon
+from segshuffle.core.blanket import BlanketMode
 from segshuffle.core.estimator import estimate_frequencies, mse_bound, project_to_simplex
 from segshuffle.core.levels import debias_histogram
 from segshuffle.core.optimizer import LOWER_BOUND_LEVELS, accounting_users, optimize
-from segshuffle.core.randomizers import blanket_slots
 from segshuffle.wire.models import CampaignConfig, PublishedParameters
 
 DEFAULT_DELTA_FACTOR = 0.01
@@ -57,6 +63,15 @@ def level_counts(config: CampaignConfig, observed: Sequence[int]) -> list[float]
     return [float(c) * users / total for c in estimates]
 
 
+def mode_keywords(name: str, mode: BlanketMode) -> dict[str, str]:
+    """``{name: mode}`` for the accountant and the optimizer, empty for the default mode.
+
+    The default (slots) mode goes through their defaults, so it does not depend on
+    the keyword being accepted.
+    """
+    return {} if mode is BlanketMode.SLOTS else {name: mode.value}
+
+
 def histogram(counts: Mapping[int, int], size: int) -> list[int]:
     """A dense list of ``size`` counts from the stored sparse value -> count map."""
     dense = [0] * size
@@ -80,10 +95,16 @@ def publish_parameters(config: CampaignConfig, config_hash: str, key_id: str,
         raise ValueError(f"delta must be in (0, 1), got {delta}")
     domain = config.privacy_domain_size
     s = config.set_size
+    mode = blanket.parse_mode(config.blanket_mode)
     insecure = config.insecure_parameters
     if insecure is None:
         result = optimize(counts, config.levels, domain, s, delta,
-                          dropout_tolerance=config.dropout_tolerance)
+                          dropout_tolerance=config.dropout_tolerance,
+                          **mode_keywords("blanket_mode", mode))
+        optimized_for = getattr(result, "blanket_mode", BlanketMode.SLOTS.value)
+        if blanket.parse_mode(optimized_for) is not mode:
+            raise ValueError(f"the optimizer chose parameters for the {optimized_for} blanket "
+                             f"mode, the campaign uses {mode.value}")
         m = float(result.m)
         lambdas = [float(x) for x in result.lambdas]
         n_min = int(result.accounting_users)
@@ -94,27 +115,30 @@ def publish_parameters(config: CampaignConfig, config_hash: str, key_id: str,
         m = float(insecure.m)
         lambdas = [float(x) for x in insecure.lambdas]
         n_min = accounting_users(float(users), config.dropout_tolerance)
-        epsilons = [user_epsilon(lam, s, delta, n_min, m, domain) for lam in lambdas]
+        accounted = mode_keywords("mode", mode)
+        epsilons = [user_epsilon(lam, s, delta, n_min, m, domain, **accounted)
+                    for lam in lambdas]
         epsilons_lower = [
-            user_epsilon(lam, s, delta, n_min, m, domain, lower=True)
+            user_epsilon(lam, s, delta, n_min, m, domain, lower=True, **accounted)
             if len(lambdas) <= LOWER_BOUND_LEVELS else None
             for lam in lambdas
         ]
         bound = mse_bound(float(users), m, s, counts, lambdas)
-    slots = blanket_slots(m)
+    slots = blanket.blanket_slots(m, domain, mode)
     parameters = PublishedParameters(
         campaign_id=config.id,
         key_id=key_id,
         config_hash=config_hash,
         levels=list(config.levels),
         m=m,
+        blanket_mode=mode.value,
         blanket_slots=slots,
         lambdas=lambdas,
         domain_size=config.domain_size,
         privacy_domain_size=domain,
         padding_items=config.padding_items,
         set_size=s,
-        messages_per_user=s + slots,
+        messages_per_user=blanket.messages_per_user(s, m, domain, mode),
         fixed_size=config.fixed_size,
         level_privacy=config.level_privacy,
         delta=float(delta),
@@ -143,7 +167,8 @@ def decode_results(config: CampaignConfig, parameters: PublishedParameters,
     d = config.domain_size
     s = config.set_size
     try:
-        estimate = estimate_frequencies(item_counts, n2_k, parameters.lambdas, parameters.m)
+        estimate = estimate_frequencies(item_counts, n2_k, parameters.lambdas, parameters.m,
+                                        mode=parameters.blanket_mode)
         values: list[float | None] = [float(v) for v in estimate.values]
         errors: list[float | None] = [float(e) for e in estimate.standard_errors]
         target = float(s) if config.padding else float(np.clip(np.sum(estimate.values), 0, s))
@@ -172,6 +197,8 @@ def decode_results(config: CampaignConfig, parameters: PublishedParameters,
         "privacy": {
             "delta": parameters.delta,
             "m": parameters.m,
+            "blanket_mode": parameters.blanket_mode,
+            "messages_per_user": parameters.messages_per_user,
             "lambdas": list(parameters.lambdas),
             "users": parameters.users,
             "accounting_users": parameters.accounting_users,

@@ -107,8 +107,9 @@ class ServerService:
                     b64url_decode(hpke.public_key))
             except ConflictError as exc:
                 raise Problem("already-exists", str(exc)) from None
-        log.info("campaign %s created: d=%d s=%d K=%d key %s", config.id, config.domain_size,
-                 config.set_size, len(config.levels), hpke.key_id)
+        log.info("campaign %s created: d=%d s=%d K=%d %s blanket, key %s", config.id,
+                 config.domain_size, config.set_size, len(config.levels), config.blanket_mode,
+                 hpke.key_id)
         return self.view(record)
 
     def campaign(self, campaign_id: str) -> CampaignRecord:
@@ -330,8 +331,10 @@ class ServerService:
         self.repository.finish_round1(record.id, batch_id, completion,
                                       parameters.model_dump(mode="json"), parameters_hash,
                                       summary)
-        log.info("campaign %s round 1 complete: n=%d n_min=%d m=%.6g, parameters published",
-                 record.id, parameters.users, parameters.accounting_users, parameters.m)
+        log.info("campaign %s round 1 complete: n=%d n_min=%d m=%.6g (%s blanket, %d "
+                 "messages per user), parameters published", record.id, parameters.users,
+                 parameters.accounting_users, parameters.m, parameters.blanket_mode,
+                 parameters.messages_per_user)
 
     def _finish_round2(self, record: CampaignRecord, config: CampaignConfig, batch_id: str,
                        observed: list[int], participants: int, completion: dict[str, Any],

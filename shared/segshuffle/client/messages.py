@@ -11,11 +11,15 @@ round 1), and the data slots:
 1. fit the set to exactly s items (:func:`segshuffle.core.randomizers.fit_set`),
    padding ids d..d+s-1 when the campaign pads (without padding, missing items
    become null slots);
-2. ``fixed_size_slots``: item i with probability lambda_k, and ceil(m) blanket
-   slots each carrying a uniform item of the privacy domain with probability
-   gamma = m / ceil(m); unsent slots are null messages, so every user of every
-   level sends exactly s + ceil(m) data ciphertexts.  Without ``fixed_size`` only
-   the sent slots travel (at least one message: a null when nothing is sent).
+2. ``fixed_size_slots``: item i with probability lambda_k, then the blanket
+   slots of the campaign's ``blanket_mode`` (:mod:`segshuffle.core.blanket`):
+   ceil(m) slots each carrying a uniform item of the privacy domain with
+   probability gamma = m / ceil(m) (``slots``), or one slot per item t of the
+   privacy domain carrying t with probability m / D (``independent``).  Unsent
+   slots are null messages, so every user of every level sends exactly the
+   published ``messages_per_user`` data ciphertexts (s + ceil(m), or s + D).
+   Without ``fixed_size`` only the sent slots travel (at least one message: a
+   null when nothing is sent).
 
 Every message is its own 32-byte plaintext, sealed by its own HPKE call under an
 ``info`` binding campaign, round, key id and the round's context hash.
@@ -85,7 +89,8 @@ def data_slots(items: Iterable[int], parameters: PublishedParameters, level_inde
     # without padding ids in the campaign, missing items become null slots
     real = fitted[fitted < d] if parameters.padding_items == 0 else fitted
     lam = parameters.lambdas[level_index]
-    slots = fixed_size_slots(real, lam, parameters.m, parameters.privacy_domain_size, rng)
+    slots = fixed_size_slots(real, lam, parameters.m, parameters.privacy_domain_size, rng,
+                             mode=parameters.blanket_mode)
     slots = slots[: real.size] + [None] * (s - real.size) + slots[real.size:]
     if not parameters.fixed_size:
         slots = [j for j in slots if j is not None] or [None]

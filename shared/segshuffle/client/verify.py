@@ -10,14 +10,17 @@ Round 2 (:func:`verify_parameters`): the published parameters
   and key id as round 1 (a swapped key or campaign would split the anonymity
   set or redirect messages);
 - are consistent with the configuration (levels, set size, privacy domain,
-  delta, dropout tolerance, fixed size, level privacy), with
-  ``blanket_slots = ceil(m)``, ``messages_per_user = s + ceil(m)`` and
+  delta, dropout tolerance, fixed size, level privacy, blanket mode: parameters
+  for another mode than the configuration's are refused), with the geometry of
+  :mod:`segshuffle.core.blanket` for that mode (``blanket_slots`` = ceil(m), or
+  D = the privacy domain size in the independent mode, where m <= D;
+  ``messages_per_user = s + blanket_slots``) and
   ``accounting_users = ceil((1 - tau) users)``;
 - give *this user's level* its guarantee: the user-level (E_k, delta) condition
-  of SPEC section 3 holds for the published lambda_k, m, n_min and privacy
-  domain (:func:`segshuffle.core.accounting.user_level_holds`), and the achieved
-  epsilon (:func:`segshuffle.core.accounting.user_epsilon`) is at most E_k.
-  Tampered parameters such as lambda = 1 with m = 0 fail here.
+  of SPEC section 3 holds for the published lambda_k, m, n_min, privacy domain
+  and blanket mode (:func:`segshuffle.core.accounting.user_level_holds`), and the
+  achieved epsilon (:func:`segshuffle.core.accounting.user_epsilon`) is at most
+  E_k.  Tampered parameters such as lambda = 1 with m = 0 fail here.
 
 Parameters published with ``insecure: true`` (a test-only server flag) are
 refused unless the caller explicitly allows them.
@@ -28,7 +31,8 @@ from __future__ import annotations
 import functools
 import math
 
-from segshuffle.core import accounting
+from segshuffle.core import accounting, blanket
+from segshuffle.core.blanket import BlanketMode
 from segshuffle.crypto import PinnedKey, public_key_from_config
 from segshuffle.wire.models import CampaignView, HpkeConfig, PublishedParameters
 
@@ -60,12 +64,31 @@ def verify_campaign(view: CampaignView, hpke: HpkeConfig, campaign_id: str) -> P
 
 @functools.lru_cache(maxsize=256)
 def _level_check(level: float, lam: float, set_size: int, delta: float, users: int,
-                 m: float, domain_size: int) -> tuple[bool, float | None]:
+                 m: float, domain_size: int, mode: BlanketMode) -> tuple[bool, float | None]:
     """(condition holds, achieved epsilon); cached: a population shares parameters."""
-    holds = accounting.user_level_holds(level, lam, set_size, delta, users, m, domain_size)
+    # the default mode goes through the accountant's default
+    extra = {} if mode is BlanketMode.SLOTS else {"mode": mode.value}
+    holds = accounting.user_level_holds(level, lam, set_size, delta, users, m, domain_size,
+                                        **extra)
     achieved = accounting.user_epsilon(lam, set_size, delta, users, m, domain_size,
-                                       hint=level)
+                                       hint=level, **extra)
     return holds, achieved
+
+
+def _geometry_problems(p: PublishedParameters, mode: BlanketMode) -> list[str]:
+    """What is wrong with m, ``blanket_slots`` and ``messages_per_user`` in ``mode``."""
+    domain = p.privacy_domain_size
+    try:  # refuses a non-finite or negative m, and m > D in the independent mode
+        slots = blanket.blanket_slots(p.m, domain, mode)
+        messages = blanket.messages_per_user(p.set_size, p.m, domain, mode)
+    except ValueError:
+        return ["blanket rate"]
+    problems = []
+    if p.blanket_slots != slots:
+        problems.append("blanket rate")
+    if p.messages_per_user != messages:
+        problems.append("messages per user")
+    return problems
 
 
 def verify_parameters(
@@ -105,10 +128,11 @@ def verify_parameters(
         problems.append("delta")
     if p.dropout_tolerance != config.dropout_tolerance:
         problems.append("dropout tolerance")
-    if not (math.isfinite(p.m) and p.m >= 0.0) or p.blanket_slots != math.ceil(p.m):
-        problems.append("blanket rate")
-    if p.messages_per_user != s + p.blanket_slots:
-        problems.append("messages per user")
+    mode = blanket.parse_mode(config.blanket_mode)
+    if p.blanket_mode != config.blanket_mode:
+        problems.append(f"blanket mode ({p.blanket_mode}, the campaign uses "
+                        f"{config.blanket_mode})")
+    problems.extend(_geometry_problems(p, mode))
     if p.users < 1 or p.accounting_users != math.ceil((1.0 - p.dropout_tolerance) * p.users):
         problems.append("user counts")
     if not all(0.0 <= lam <= 1.0 for lam in p.lambdas):
@@ -128,14 +152,14 @@ def verify_parameters(
     lam = p.lambdas[level_index]
     try:
         holds, achieved = _level_check(level, lam, s, p.delta, p.accounting_users, p.m,
-                                       p.privacy_domain_size)
+                                       p.privacy_domain_size, mode)
     except ValueError as exc:
         raise VerificationError(f"the published parameters cannot be accounted: {exc}") from None
     if not holds or achieved is None or achieved > level * (1.0 + _RELATIVE_SLACK):
         shown = "not achievable" if achieved is None else f"{achieved:.6g}"
         raise VerificationError(
             f"the published parameters would not protect level {level:g}: with lambda="
-            f"{lam:g}, m={p.m:g}, n_min={p.accounting_users}, d={p.privacy_domain_size} "
-            f"the achieved epsilon is {shown} at delta={p.delta:g}"
+            f"{lam:g}, m={p.m:g} ({mode.value} blanket), n_min={p.accounting_users}, "
+            f"d={p.privacy_domain_size} the achieved epsilon is {shown} at delta={p.delta:g}"
         )
     return p

@@ -12,6 +12,12 @@ SHA-256 of the canonical JSON of the campaign's :class:`CampaignConfig`;
 ``json.dumps(obj, sort_keys=True, separators=(",", ":"))`` of the model's JSON-mode
 dump (:func:`canonical_json`, :func:`context_hash`).  Hashes travel as lowercase hex;
 the HPKE ``info`` uses the 32 raw bytes.
+
+The blanket mode (:mod:`segshuffle.core.blanket`) travels as ``blanket_mode`` in
+the configuration and the parameters.  Its default, ``"slots"``, is left out of
+their dumps, so a default campaign hashes as it did before the field existed;
+an ``"independent"`` campaign's hashes bind the mode, and a client that does not
+know the field fails the hash check instead of sending the wrong geometry.
 """
 
 from __future__ import annotations
@@ -22,16 +28,21 @@ import hashlib
 import itertools
 import json
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     StringConstraints,
+    model_serializer,
     model_validator,
 )
+
+from segshuffle.core import blanket as _blanket
+from segshuffle.core.blanket import BlanketMode
 
 # --- sizes -------------------------------------------------------------------------------
 
@@ -58,7 +69,8 @@ MAX_LEVELS = 10_000
 MAX_LEVEL_EPSILON = 30.0
 """Privacy levels above this are refused: accounting caps epsilon searches at 30."""
 MAX_MESSAGES_PER_SUBMISSION = 8192
-"""Data ciphertexts one round-2 submission may carry (s + ceil(m))."""
+"""Data ciphertexts one round-2 submission may carry (``messages_per_user``: s + ceil(m),
+or s + d in the independent blanket mode)."""
 MAX_CHUNK_CIPHERTEXTS = 20_000
 MAX_CHUNK_COUNT = 1_000_000
 MAX_USERS = 100_000_000
@@ -127,6 +139,12 @@ Round = Literal[1, 2]
 Stream = Literal["levels", "data"]
 Phase = Literal["round1", "round2", "done"]
 """Campaign phases: collecting levels, parameters published (collecting data), decoded."""
+BlanketModeName = Literal["slots", "independent"]
+"""The values of :class:`segshuffle.core.blanket.BlanketMode` (checked at import)."""
+DEFAULT_BLANKET_MODE: BlanketModeName = "slots"
+
+if set(get_args(BlanketModeName)) != {mode.value for mode in BlanketMode}:  # pragma: no cover
+    raise ImportError("BlanketModeName is out of step with segshuffle.core.blanket.BlanketMode")
 
 
 # --- canonical JSON and hashes ------------------------------------------------------------
@@ -168,6 +186,24 @@ class ResponseModel(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
+class _DefaultBlanketModeOmitted(ResponseModel):
+    """A hashed model whose ``blanket_mode`` is left out of every dump when it is the default.
+
+    Keeps the canonical JSON, hence the hash, of a ``"slots"`` campaign what it was
+    before the field existed; reading such a dump fills the default back in.
+    """
+
+    blanket_mode: BlanketModeName = DEFAULT_BLANKET_MODE
+
+    # No return annotation: pydantic then documents the model's own schema.
+    @model_serializer(mode="wrap")
+    def _omit_default_blanket_mode(self, handler: SerializerFunctionWrapHandler):
+        data = handler(self)
+        if isinstance(data, dict) and data.get("blanket_mode") == DEFAULT_BLANKET_MODE:
+            del data["blanket_mode"]
+        return data
+
+
 # --- campaigns ----------------------------------------------------------------------------
 
 
@@ -203,7 +239,10 @@ class CampaignCreate(RequestModel):
     agree.  ``delta`` defaults to 0.01/n with n known after round 1;
     ``level_privacy`` is ``null`` for exact level counts or eps_p for K-ary
     randomized response; ``padding`` appends s padding ids to the domain (SPEC
-    section 6).
+    section 6); ``blanket_mode`` is ``"slots"`` (ceil(m) slots, the default) or
+    ``"independent"`` (one Bernoulli(m / D) slot per item of the privacy domain
+    of D items, SPEC section 3), whose s + D data ciphertexts per submission must
+    fit :data:`MAX_MESSAGES_PER_SUBMISSION`.
     """
 
     id: Identifier
@@ -218,6 +257,7 @@ class CampaignCreate(RequestModel):
                                         allow_inf_nan=False)
     fixed_size: bool = True
     padding: bool = True
+    blanket_mode: BlanketModeName = DEFAULT_BLANKET_MODE
     insecure_parameters: InsecureParameters | None = None
 
     @model_validator(mode="after")
@@ -232,11 +272,23 @@ class CampaignCreate(RequestModel):
         d = self.domain_size if self.domain_size is not None else len(self.items or ())
         if self.set_size > d:
             raise ValueError("set_size must not exceed the domain size")
-        if d + (self.set_size if self.padding else 0) > MAX_DOMAIN_SIZE:
+        privacy_domain = d + (self.set_size if self.padding else 0)
+        if privacy_domain > MAX_DOMAIN_SIZE:
             raise ValueError(f"the domain including padding must not exceed {MAX_DOMAIN_SIZE}")
-        if (self.insecure_parameters is not None
-                and len(self.insecure_parameters.lambdas) != len(self.levels)):
-            raise ValueError("insecure_parameters.lambdas needs one rate per level")
+        if self.blanket_mode == BlanketMode.INDEPENDENT:
+            # the largest submission of the mode: every one of the D items has a slot
+            largest = _blanket.messages_per_user(self.set_size, float(privacy_domain),
+                                                 privacy_domain, self.blanket_mode)
+            if largest > MAX_MESSAGES_PER_SUBMISSION:
+                raise ValueError(
+                    f"the independent blanket mode sends s + D = {largest} data messages per "
+                    f"user, more than {MAX_MESSAGES_PER_SUBMISSION}; use blanket_mode "
+                    "'slots' or a smaller domain")
+        if self.insecure_parameters is not None:
+            if len(self.insecure_parameters.lambdas) != len(self.levels):
+                raise ValueError("insecure_parameters.lambdas needs one rate per level")
+            _blanket.require_blanket_rate(self.insecure_parameters.m, privacy_domain,
+                                          self.blanket_mode)
         return self
 
     def to_config(self) -> CampaignConfig:
@@ -254,15 +306,17 @@ class CampaignCreate(RequestModel):
             level_privacy=self.level_privacy,
             fixed_size=self.fixed_size,
             padding=self.padding,
+            blanket_mode=self.blanket_mode,
             insecure_parameters=self.insecure_parameters,
         )
 
 
-class CampaignConfig(ResponseModel):
+class CampaignConfig(_DefaultBlanketModeOmitted):
     """A campaign's normalized configuration; ``config_hash`` is SHA-256 of its canonical JSON.
 
     ``domain_size`` is d, the number of real items; the privacy domain is
-    :attr:`privacy_domain_size` (d + s with padding).
+    :attr:`privacy_domain_size` (d + s with padding).  ``blanket_mode`` (inherited,
+    default ``"slots"``) is omitted from the dump when it is the default.
     """
 
     id: str
@@ -291,13 +345,17 @@ class CampaignConfig(ResponseModel):
         return context_hash_hex(self)
 
 
-class PublishedParameters(ResponseModel):
+class PublishedParameters(_DefaultBlanketModeOmitted):
     """Round-2 parameters, published once after round 1 and immutable (SPEC section 2).
 
-    ``privacy_domain_size`` counts the padding ids; a user at level k sends
-    ``set_size + blanket_slots`` data ciphertexts when ``fixed_size`` (SPEC section 7).
-    ``users`` is the round-1 n, ``accounting_users`` n_min = ceil((1 - tau) n): the
-    shuffler must not release round 2 with fewer participants.
+    ``privacy_domain_size`` D counts the padding ids; a user at level k sends
+    ``messages_per_user = set_size + blanket_slots`` data ciphertexts when
+    ``fixed_size`` (SPEC section 7), where ``blanket_slots`` is ceil(m) in the
+    ``"slots"`` ``blanket_mode`` and D in the ``"independent"`` one
+    (:func:`segshuffle.core.blanket.blanket_slots`; the mode is the campaign's and
+    is omitted from the dump when it is the default).  ``users`` is the round-1 n,
+    ``accounting_users`` n_min = ceil((1 - tau) n): the shuffler must not release
+    round 2 with fewer participants.
     """
 
     campaign_id: str
@@ -466,8 +524,13 @@ class LevelPrivacy(ResponseModel):
 
 
 class PrivacyReport(ResponseModel):
+    """The accounting behind a finished campaign (part of :class:`Results`)."""
+
     delta: float
     m: float
+    blanket_mode: BlanketModeName = DEFAULT_BLANKET_MODE
+    messages_per_user: int | None = None
+    """Data ciphertexts per fixed-size round-2 submission (s + blanket slots)."""
     lambdas: list[float]
     users: int
     accounting_users: int
