@@ -2,7 +2,8 @@
 
 Starts the server and the shuffler as uvicorn subprocesses on free loopback ports
 with storage in a temporary directory (:class:`segshuffle.client.localstack.LocalStack`),
-creates a campaign, runs N simulated users (:mod:`segshuffle.client.population`)
+creates a campaign (in the blanket mode ``--blanket-mode`` names, SPEC section 3),
+runs N simulated users (:mod:`segshuffle.client.population`)
 through round 1, has the shuffler release it (the server optimizes and publishes
 m and the lambda_k), runs round 2, releases it, and reads the server's estimates.
 
@@ -27,9 +28,12 @@ from typing import Any
 
 import numpy as np
 
+from segshuffle.core.blanket import BlanketMode
+
 from ._args import float_list, integer, number
 
 DATASETS = ("synthetic", "msnbc")
+BLANKET_MODES = tuple(mode.value for mode in BlanketMode)
 CAMPAIGN_ID = "demo"
 
 
@@ -57,6 +61,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--dropout-tolerance", type=number, default=0.1)
     parser.add_argument("--level-privacy", type=number, default=None,
                         help="eps_p: randomize levels with K-ary randomized response")
+    parser.add_argument("--blanket-mode", choices=BLANKET_MODES, default=BlanketMode.SLOTS.value,
+                        help="slots: ceil(m) blanket slots per user (default); independent: "
+                             "one blanket slot per item of the domain, sent with "
+                             "probability m/d")
     parser.add_argument("--concurrency", type=integer, default=8,
                         help="simulated users in flight at once (default 8)")
     parser.add_argument("--seed", type=integer, default=0, help="seed of the simulation")
@@ -127,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
                 "id": CAMPAIGN_ID, "items": data.names, "set_size": data.set_size,
                 "levels": levels, "min_users": min(args.users, 100),
                 "dropout_tolerance": args.dropout_tolerance,
+                "blanket_mode": args.blanket_mode,
             }
             if args.delta is not None:
                 body["delta"] = args.delta
@@ -213,6 +222,8 @@ def _report(args: argparse.Namespace, data: DemoData, outcome: dict[str, Any],
         "set_size": data.set_size,
         "levels": list(parameters.levels),
         "m": parameters.m,
+        "blanket_mode": parameters.blanket_mode,
+        "messages_per_user": parameters.messages_per_user,
         "lambdas": list(parameters.lambdas),
         "epsilons": list(parameters.epsilons),
         "epsilons_lower": list(parameters.epsilons_lower),
@@ -242,7 +253,8 @@ def _human(report: dict[str, Any], top: int) -> str:
         f"segshuffle demo: {report['users']} users, dataset {report['dataset']}, "
         f"d={report['domain_size']} (+{report['privacy_domain_size'] - report['domain_size']} "
         f"padding), s={report['set_size']}",
-        f"parameters: m={report['m']:.4f}, delta={report['delta']:.3g}, "
+        f"parameters: m={report['m']:.4f} ({report['blanket_mode']} blanket, "
+        f"{report['messages_per_user']} messages per user), delta={report['delta']:.3g}, "
         f"n_min={report['accounting_users']}",
     ]
     for k, level in enumerate(report["levels"]):
