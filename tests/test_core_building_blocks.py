@@ -113,3 +113,75 @@ def test_mse_bound_formula() -> None:
 def test_validation_messages(call, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         call()
+
+
+# --- the independent blanket mode -----------------------------------------------------------
+
+
+def test_independent_blanket_sends_each_item_with_probability_m_over_d(rng) -> None:
+    d, m, runs = 8, 2.0, 6000
+    per_item = np.zeros(d)
+    totals = np.empty(runs)
+    for index in range(runs):
+        sent = blanket_items(m, d, rng, mode="independent")
+        assert np.unique(sent).size == sent.size  # at most one message per item
+        per_item[sent] += 1
+        totals[index] = sent.size
+    # each item: Binomial(runs, m / d); total per user: Binomial(d, m / d)
+    p = m / d
+    assert np.all(np.abs(per_item - runs * p) < 4.5 * math.sqrt(runs * p * (1 - p)))
+    assert abs(totals.mean() - m) < 4.5 * math.sqrt(d * p * (1 - p) / runs)
+    assert abs(totals.var() - d * p * (1 - p)) < 0.1
+    assert blanket_items(0.0, d, rng, mode="independent").size == 0
+    assert blanket_items(8.0, d, rng, mode="independent").tolist() == list(range(8))
+
+
+def test_independent_fixed_size_slots_carry_their_own_item(rng) -> None:
+    items, d, m, runs = np.array([1, 4, 6]), 9, 3.0, 4000
+    sent = np.zeros(d)
+    for _ in range(runs):
+        slots = fixed_size_slots(items, 0.5, m, d, rng, mode="independent")
+        assert len(slots) == items.size + d  # s + d, whatever is sent
+        assert all(j is None or j == i for i, j in zip(items, slots[:3], strict=True))
+        blanket = slots[3:]
+        assert all(j is None or j == t for t, j in enumerate(blanket))
+        sent += [j is not None for j in blanket]
+    p = m / d
+    assert np.all(np.abs(sent - runs * p) < 4.5 * math.sqrt(runs * p * (1 - p)))
+    assert fixed_size_slots(np.array([1, 2]), 1.0, 0.0, d, rng, mode="independent") == [1, 2]
+
+
+def test_slots_mode_is_the_default_and_unchanged() -> None:
+    items = np.array([1, 2, 3])
+    default = fixed_size_slots(items, 0.5, 1.5, 10, np.random.default_rng(3))
+    explicit = fixed_size_slots(items, 0.5, 1.5, 10, np.random.default_rng(3), mode="slots")
+    assert default == explicit and len(default) == 3 + 2
+    assert (blanket_items(2.4, 5, np.random.default_rng(4)).tolist()
+            == blanket_items(2.4, 5, np.random.default_rng(4), mode="slots").tolist())
+
+
+def test_independent_mode_refuses_bad_rates_and_modes(rng) -> None:
+    with pytest.raises(ValueError, match="at most the privacy domain size 5"):
+        fixed_size_slots(np.array([1]), 1.0, 5.5, 5, rng, mode="independent")
+    with pytest.raises(ValueError, match="at most the privacy domain size 5"):
+        blanket_items(6.0, 5, rng, mode="independent")
+    with pytest.raises(ValueError, match="blanket mode must be one of slots, independent"):
+        blanket_items(1.0, 5, rng, mode="uniform")
+    with pytest.raises(ValueError, match="at most the privacy domain size 2"):
+        estimate_frequencies([1, 1], [10], [1.0], 3.0, mode="independent")
+
+
+def test_estimator_variance_follows_the_blanket_mode() -> None:
+    counts, n, m, d = [30, 30, 30, 30], 100, 1.5, 4
+    slots = estimate_frequencies(counts, [n], [0.5], m)
+    independent = estimate_frequencies(counts, [n], [0.5], m, mode="independent")
+    # the mean correction n m / d is the same in both modes
+    assert independent.values.tolist() == pytest.approx(slots.values.tolist())
+    w = np.clip(slots.values, 0.0, 1.0)
+    signal = n * w * 0.5 * (1 - w * 0.5)
+    gamma = m / 2
+    slot_var = n * 2 * (gamma / d) * (1 - gamma / d)
+    independent_var = n * (m / d) * (1 - m / d)
+    assert slots.standard_errors == pytest.approx(np.sqrt(signal + slot_var) / (n * 0.5))
+    assert independent.standard_errors == pytest.approx(
+        np.sqrt(signal + independent_var) / (n * 0.5))

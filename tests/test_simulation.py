@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from segshuffle.core.estimator import estimate_frequencies
 from segshuffle.core.simulate import item_holders, run_protocol, simulate_counts
 
 
@@ -108,3 +109,49 @@ def test_item_holders() -> None:
     assert holders.tolist() == [[0, 1, 1], [1, 0, 1]]
     with pytest.raises(ValueError, match="item ids"):
         item_holders(np.array([[0, 5]]), np.array([0]), 1, 3)
+
+
+# --- the independent blanket mode -----------------------------------------------------------
+
+
+def test_independent_blanket_counts_are_binomial_per_item() -> None:
+    """Blanket counts: d independent Binomial(n, m / d), not a multinomial split."""
+    rng = np.random.default_rng(21)
+    n, d, m, runs = 400, 10, 4.0, 3000
+    holders = np.zeros((1, d), dtype=np.int64)
+    counts = np.array([simulate_counts(holders, [0.0], m, rng, users=n, mode="independent")
+                       for _ in range(runs)])
+    p = m / d
+    assert np.allclose(counts.mean(axis=0), n * p, atol=4 * np.sqrt(n * p * (1 - p) / runs))
+    assert np.allclose(counts.var(axis=0), n * p * (1 - p), rtol=0.12)
+    # independent bins: the total varies like d independent binomials (a multinomial split
+    # of a fixed total would make it constant given the total)
+    assert np.var(counts.sum(axis=1)) == pytest.approx(d * n * p * (1 - p), rel=0.12)
+    assert abs(np.corrcoef(counts[:, 0], counts[:, 1])[0, 1]) < 0.06
+    with pytest.raises(ValueError, match="at most the privacy domain size"):
+        simulate_counts(holders, [0.0], d + 1.0, rng, users=n, mode="independent")
+
+
+def test_estimates_are_unbiased_in_the_independent_mode(population) -> None:
+    """Fixed (lambda, m): the estimator removes the blanket mean n m / d in the independent
+    mode too, and the spread of the estimates is that of independent Binomial(n, m / d)
+    blankets (for this fixed population: holders' Poisson sends plus the blanket)."""
+    items, levels = population
+    rng = np.random.default_rng(17)
+    d, m, lambdas = 21, 6.5, np.array([0.4, 0.7, 1.0])
+    holders = item_holders(items, levels, 3, d)
+    level_counts = np.bincount(levels, minlength=3).tolist()
+    weighted = (lambdas @ holders) / float(lambdas @ np.bincount(levels, minlength=3))
+    runs = 400
+    estimates = np.empty((runs, d))
+    for index in range(runs):
+        counts = simulate_counts(holders, lambdas, m, rng, users=items.shape[0],
+                                 mode="independent")
+        estimates[index] = estimate_frequencies(counts, level_counts, lambdas, m,
+                                                mode="independent").values
+    spread = estimates.std(axis=0, ddof=1)
+    assert np.all(np.abs(estimates.mean(axis=0) - weighted) <= 3.5 * spread / np.sqrt(runs))
+    n, p = items.shape[0], m / d
+    exact = np.sqrt((lambdas * (1 - lambdas)) @ holders + n * p * (1 - p)) / float(
+        lambdas @ np.bincount(levels, minlength=3))
+    assert np.allclose(spread, exact, rtol=0.15)
