@@ -173,3 +173,76 @@ def test_response_models_ignore_unknown_members_and_view_context_hashes():
     published = view.model_copy(update={"parameters": parameters,
                                         "parameters_hash": parameters.hash_hex()})
     assert published.context_hash_for(2) == context_hash(parameters)
+
+
+# --- blanket mode -------------------------------------------------------------------------
+
+# Hashes of the default (slots) configuration and parameters from before ``blanket_mode``
+# existed: a default campaign must keep them.
+BASE_CONFIG_HASH = "6090783669082a7ae9c680dca61f9bb7dfc060ab78c7ce9cd2cc792645c68ca5"
+BASE_PARAMETERS_HASH = "18a1d515e186a35c493c9b0475780347433f7208b32109e9f2c306b3a94f6f01"
+
+
+def test_default_blanket_mode_keeps_the_hashes_and_is_omitted_from_dumps():
+    config = CampaignCreate.model_validate(BASE).to_config()
+    assert config.blanket_mode == "slots"
+    assert "blanket_mode" not in config.model_dump(mode="json")
+    assert "blanket_mode" not in json.loads(config.model_dump_json())
+    assert config.hash_hex() == BASE_CONFIG_HASH
+    explicit = CampaignCreate.model_validate({**BASE, "blanket_mode": "slots"}).to_config()
+    assert explicit.hash_hex() == BASE_CONFIG_HASH
+    parameters = _parameters()
+    assert parameters.blanket_mode == "slots"
+    assert parameters.hash_hex() == BASE_PARAMETERS_HASH
+    assert _parameters(blanket_mode="slots").hash_hex() == BASE_PARAMETERS_HASH
+
+
+def test_independent_mode_round_trips_and_is_bound_by_the_hashes():
+    config = CampaignCreate.model_validate({**BASE, "blanket_mode": "independent"}).to_config()
+    assert config.blanket_mode == "independent"
+    assert json.loads(canonical_json(config))["blanket_mode"] == "independent"
+    again = CampaignConfig.model_validate_json(config.model_dump_json())
+    assert again == config and again.hash_hex() == config.hash_hex() != BASE_CONFIG_HASH
+    parameters = _parameters(blanket_mode="independent", blanket_slots=7,
+                             messages_per_user=9)
+    again_parameters = PublishedParameters.model_validate_json(parameters.model_dump_json())
+    assert again_parameters.blanket_mode == "independent"
+    assert again_parameters.hash_hex() == parameters.hash_hex() != BASE_PARAMETERS_HASH
+    # nested in the public view, as clients receive it
+    hpke = {"key_id": "0123456789abcdef", "public_key": b64url_encode(bytes(32))}
+    view = CampaignView.model_validate_json(CampaignView.model_validate({
+        "id": "c-1", "phase": "round2", "config": config.model_dump(mode="json"),
+        "config_hash": config.hash_hex(), "key_id": "0123456789abcdef", "hpke_config": hpke,
+        "parameters": parameters.model_dump(mode="json"),
+        "parameters_hash": parameters.hash_hex()}).model_dump_json())
+    assert view.config.blanket_mode == view.parameters.blanket_mode == "independent"
+    assert view.config.hash_hex() == config.hash_hex()
+    assert view.parameters.hash_hex() == parameters.hash_hex()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"blanket_mode": "uniform"}, "'slots' or 'independent'"),
+        ({"blanket_mode": None}, "'slots' or 'independent'"),
+        # s + D = 2 + 8192 + 2 data messages per user do not fit one submission
+        ({"blanket_mode": "independent", "domain_size": 8192}, "data messages per user"),
+        ({"blanket_mode": "independent",
+          "insecure_parameters": {"m": 12.5, "lambdas": [1.0, 1.0]}},
+         "at most the privacy domain size 12"),
+    ],
+)
+def test_bad_blanket_modes_are_refused(change, message):
+    with pytest.raises(ValidationError, match=message):
+        CampaignCreate.model_validate({**BASE, **change})
+
+
+def test_independent_mode_accepts_its_largest_domain_and_rate():
+    largest = 8192 - 2 - 2  # s + D = 8192 with D = d + s
+    config = CampaignCreate.model_validate(
+        {**BASE, "blanket_mode": "independent", "domain_size": largest,
+         "insecure_parameters": {"m": 12.0, "lambdas": [1.0, 1.0]}}).to_config()
+    assert config.privacy_domain_size + config.set_size == 8192
+    slots = CampaignCreate.model_validate(
+        {**BASE, "insecure_parameters": {"m": 12.5, "lambdas": [1.0, 1.0]}}).to_config()
+    assert slots.blanket_mode == "slots"
