@@ -1,38 +1,58 @@
-"""Privacy accounting of the segmented protocol (SPEC section 3; paper Theorem "Privacy Guarantee").
+"""User-level privacy accounting of the segmented protocol (docs/protocol.md, "Accounting").
 
-**Item level.**  One item message of a user at level k is protected by the
-blanket of the other messages.  In the worst case the victim's two candidate
-items j0 != j1 are held by nobody else, and the pair of counts on (j0, j1) is the
-Poisson pair of :mod:`segshuffle.core.hockey_stick` with
+The server sees the whole histogram of decrypted messages, null messages
+included.  Every bound here is a bound on that full view; none goes through
+group privacy.  ``users`` is n_min, the number of users whose blanket is
+guaranteed (n, or ceil((1 - tau) n) with a dropout tolerance tau).  A user at
+level E with Poisson rate lambda is protected when delta_user(E) <= delta.
 
-    N = n_min * ceil(m) - 1     blanket slots guaranteed to be sent (paper: n' - 1),
-    r = gamma / d               chance one slot lands on j0, gamma = m / ceil(m),
-    own = lambda_k              the victim's item message is sent.
+**Slot blanket** (:attr:`BlanketMode.SLOTS`, the paper's).  N = n_min ceil(m) - 1
+slots each land on a given item with probability r = gamma / d.  Reveal the
+victim's send indicators V (they do not depend on its data, so revealing them
+only helps the server); by joint convexity,
 
-``users`` below is n_min: the number of users whose blanket slots are guaranteed
-(n, or ceil((1 - tau) n) when dropouts are tolerated, SPEC section 5).  The
-paper's lower-bound pair (Proposition "Privacy Lower Bound") is the same with N + 1
-slots: it is exact for s = 1.
+    delta_user(E) <= sum_{j=1..s} Binom(s, lambda)(j) tau_j(E).
 
-**User level.**  A user sends up to s item messages; group privacy turns an
-item-level (eps', delta') into user-level (s eps', s e^{(s-1) eps'} delta').  So a
-user at level E is protected when the item-level pair satisfies
+Given V with j items sent, the view is a post-processing of the counts on the
+<= 2j active items (the rest depends on the victim only through their total,
+which V fixes).  Items common to x and x' cancel, leaving j' <= min(j, d // 2)
+disjoint pairs.  Hence tau_j = max_{i <= min(j, d // 2)} (D_i + eta_i) with
 
-    delta'(E / s) <= delta / (s e^{(s-1) E / s})                      (*)
+- D_1 the exact two-bin pair of :mod:`segshuffle.core.hockey_stick` at lambda = 1
+  (multinomial blanket, no approximation);
+- for i >= 2, D_i the i-fold composition of the lambda = 1 pair with independent
+  Poisson(mu) bins and eta_i = max_t (F_Bin(N, 2ir)(t) - F_Poi(2i mu)(t))_+.
+  Conditioned on their total the multinomial and the Poisson bins split alike,
+  the divergence given the total t does not increase with t (one more uniform
+  message is a post-processing), and Abel summation turns the CDF comparison into
+  the slack eta_i (:mod:`segshuffle.core.poisson_comparison`).  mu is chosen by
+  the i = 2 comparison with eta budget 1e-3 delta, and the i-fold PLDs
+  (:mod:`segshuffle.core.privacy_loss`, pessimistic grid) do not depend on
+  lambda, so every lambda_k is the root of a polynomial inequality.
 
-(the paper writes delta / (s e^E), valid but looser; for s = 1 (*) is exactly
-(E, delta)).
+**Independent blanket** (:attr:`BlanketMode.INDEPENDENT`).  Every item's blanket
+count is Binomial(n_min - 1, m / d), independent across items, so the view of
+disjoint x and x' is exactly the s-fold product of item pairs with lambda;
+overlapping sets compose fewer pairs.  delta_user is computed from the s-fold
+composed PLD (pessimistic grid): no slack, no revealed V.
+
+**Lower bounds** are divergences of an exhibited dataset's view
+(:mod:`segshuffle.core.full_view`): the largest E the server can still
+distinguish at delta.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
-from scipy import optimize
+import numpy as np
+from scipy import stats
 
 from . import validation
+from .blanket import BlanketMode, parse_mode, require_blanket_rate
+from .full_view import slot_view_lower_delta
 from .hockey_stick import (
     EPSILON_CAP,
     CountPair,
@@ -41,6 +61,8 @@ from .hockey_stick import (
     delta_for,
     poisson_pair,
 )
+from .poisson_comparison import cdf_excess, dominated_poisson_mean
+from .privacy_loss import BinLaw, ComposedLoss, composed_pair, compositions, pair_loss
 from .randomizers import blanket_probability, blanket_slots
 
 #: Relative precision of the epsilon searches (the CLI contract asks for 1e-4).
@@ -49,10 +71,31 @@ EPSILON_RTOL = 1e-8
 #: Absolute precision of the lambda searches.
 LAMBDA_XTOL = 1e-10
 
+#: Share of the target delta that the Poisson comparison's slack may take.
+POISSON_SLACK_SHARE = 1e-3
+
+#: Target delta assumed for the slack when a caller asks for a bare delta_user.
+_DEFAULT_DELTA = 1e-9
+
+__all__ = [
+    "EPSILON_CAP",
+    "AuditResult",
+    "SlotBlanketBound",
+    "audit",
+    "blanket_geometry",
+    "full_signal_blanket",
+    "item_pair",
+    "max_lambda",
+    "user_delta",
+    "user_delta_lower",
+    "user_epsilon",
+    "user_level_holds",
+]
+
 
 @dataclass(frozen=True)
 class AuditResult:
-    """Achieved user-level epsilon, upper bound and the paper's lower bound (None: > cap)."""
+    """Achieved user-level epsilon: upper bound and exhibited lower bound (None: > cap)."""
 
     epsilon_upper: float | None
     epsilon_lower: float | None
@@ -60,7 +103,9 @@ class AuditResult:
 
 def blanket_geometry(users: int, m: float, domain_size: int, *, lower: bool = False
                      ) -> tuple[int, float]:
-    """(N, r) of the item-level pair: N = users ceil(m) - 1 (+1 for the lower bound), r = gamma/d.
+    """(N, r) of the slot blanket: N = users ceil(m) - 1, r = gamma / d.
+
+    Lower bounds use every slot, N = users ceil(m) (the victim's own included).
 
     With m = 0 there is no blanket (N = 0, r = 0).
     """
@@ -73,135 +118,246 @@ def blanket_geometry(users: int, m: float, domain_size: int, *, lower: bool = Fa
 
 def item_pair(lam: float, users: int, m: float, domain_size: int, *, lower: bool = False
               ) -> CountPair:
-    """The item-level count pair of SPEC section 3 for one message sent with rate ``lam``."""
+    """The two-bin count pair of one item message sent with rate ``lam`` (slot blanket)."""
     n_slots, r = blanket_geometry(users, m, domain_size, lower=lower)
     return poisson_pair(lam, n_slots, r)
 
 
-def item_delta_target(level: float, set_size: int, delta: float) -> float:
-    """delta / (s e^{(s-1) E / s}): the item-level delta that yields user-level (E, delta)."""
-    return delta / (set_size * math.exp((set_size - 1) * level / set_size))
+def _binomial_weights(set_size: int, lam: float) -> np.ndarray:
+    """Binom(s, lambda)(j) for j = 0..s."""
+    return stats.binom.pmf(np.arange(set_size + 1), set_size, lam)
 
 
-def _check(users: int, m: float, domain_size: int, set_size: int, delta: float) -> None:
+class SlotBlanketBound:
+    """tau_j(E) of the slot blanket (module docstring) for one (N, r, s, d) and slack budget."""
+
+    def __init__(self, n_slots: int, r: float, set_size: int, domain_size: int,
+                 slack: float) -> None:
+        self.n_slots = n_slots
+        self.r = r
+        self.set_size = set_size
+        self.active = min(set_size, domain_size // 2)
+        self._pair = poisson_pair(1.0, n_slots, r)
+        self._composed: dict[int, ComposedLoss] = {}
+        self._eta: dict[int, float] = {}
+        if self.active >= 2:
+            nu, _ = dominated_poisson_mean(n_slots, min(4.0 * r, 1.0), slack)
+            mu = nu / 4.0
+            pair = pair_loss(BinLaw(mu), 1.0, upper=True)
+            self._composed = compositions(pair, range(2, self.active + 1), upper=True)
+            self._eta = {i: cdf_excess(n_slots, min(2.0 * i * r, 1.0), 2.0 * i * mu)
+                         for i in range(2, self.active + 1)}
+
+    def taus(self, eps: float) -> np.ndarray:
+        """(tau_1, ..., tau_s) at E = ``eps``: non-decreasing in j, each at most 1."""
+        out = np.zeros(self.set_size)
+        if self.active == 0:
+            return out
+        running = delta_for(self._pair, eps)
+        out[0] = running
+        for i in range(2, self.set_size + 1):
+            if i <= self.active:
+                running = max(running, self._composed[i].delta(eps) + self._eta[i])
+            out[i - 1] = min(running, 1.0)
+        return out
+
+    def user_delta(self, eps: float, lam: float) -> float:
+        """sum_j Binom(s, lambda)(j) tau_j(E)."""
+        if lam == 0.0:
+            return 0.0
+        weights = _binomial_weights(self.set_size, lam)[1:]
+        return min(1.0, float(np.dot(weights, self.taus(eps))))
+
+
+@lru_cache(maxsize=256)
+def _slot_bound(users: int, m: float, domain_size: int, set_size: int, slack: float
+                ) -> SlotBlanketBound:
+    n_slots, r = blanket_geometry(users, m, domain_size)
+    return SlotBlanketBound(n_slots, r, set_size, domain_size, slack)
+
+
+def _independent_law(users: int, m: float, domain_size: int, *, lower: bool) -> BinLaw:
+    """One item's blanket count: Binomial(n_min - 1, m/d); Binomial(n_min, m/d) for lower bounds."""
+    trials = users if lower else users - 1
+    return BinLaw(mean=trials * m / domain_size, trials=trials)
+
+
+def _check(users: int, m: float, domain_size: int, set_size: int, mode: BlanketMode) -> None:
     validation.require_int("users", users, 1)
-    validation.require_non_negative("blanket rate m", m)
     validation.require_domain(domain_size, set_size)
-    validation.require_probability_open("delta", delta)
+    require_blanket_rate(m, domain_size, mode)
+
+
+def user_delta(level: float, lam: float, set_size: int, users: int, m: float,
+               domain_size: int, *, mode: str | BlanketMode = BlanketMode.SLOTS,
+               delta: float | None = None) -> float:
+    """An upper bound on the user-level delta at E = ``level`` of the server's full view.
+
+    ``delta``, the target the caller will compare against, sets the Poisson
+    slack budget of the slot bound (POISSON_SLACK_SHARE delta; 1e-9 assumed when
+    omitted).
+    """
+    mode = parse_mode(mode)
+    validation.require_non_negative("privacy level", level)
+    lam = validation.require_unit_interval("lambda", lam)
+    _check(users, m, domain_size, set_size, mode)
+    if lam == 0.0:
+        return 0.0
+    target = _DEFAULT_DELTA if delta is None else delta
+    if mode is BlanketMode.SLOTS:
+        bound = _slot_bound(users, m, domain_size, set_size, POISSON_SLACK_SHARE * target)
+        return bound.user_delta(level, lam)
+    pairs = min(set_size, domain_size // 2)
+    if pairs == 0:
+        return 0.0
+    law = _independent_law(users, m, domain_size, lower=False)
+    return composed_pair(law, lam, pairs, upper=True).delta(level)
+
+
+def user_delta_lower(level: float, lam: float, set_size: int, users: int, m: float,
+                     domain_size: int, *, mode: str | BlanketMode = BlanketMode.SLOTS
+                     ) -> float:
+    """The divergence at E = ``level`` of an exhibited dataset's view: a lower bound.
+
+    Slot blanket: the larger of the two-bin pair of one differing item (any
+    gamma) and, when gamma = 1 and 2s <= d, the aggregated view of
+    :func:`segshuffle.core.full_view.slot_view_lower_delta` (exact for s = 1).
+    Independent blanket: the exact composition, discretised optimistically.
+    """
+    mode = parse_mode(mode)
+    lam = validation.require_unit_interval("lambda", lam)
+    _check(users, m, domain_size, set_size, mode)
+    if lam == 0.0 or domain_size < 2:
+        return 0.0
+    if mode is BlanketMode.INDEPENDENT:
+        pairs = min(set_size, domain_size // 2)
+        law = _independent_law(users, m, domain_size, lower=True)
+        return composed_pair(law, lam, pairs, upper=False).delta(level)
+    n_slots, r = blanket_geometry(users, m, domain_size, lower=True)
+    value = delta_for(poisson_pair(lam, n_slots, r), level)
+    if n_slots > 0 and blanket_probability(m) == 1.0 and 2 * set_size <= domain_size:
+        value = max(value, slot_view_lower_delta(level, lam, set_size, n_slots, r))
+    return value
 
 
 def user_level_holds(level: float, lam: float, set_size: int, delta: float, users: int,
-                     m: float, domain_size: int) -> bool:
-    """Whether a user at level E sending with rate ``lam`` is (E, delta)-DP (condition (*))."""
-    pair = item_pair(lam, users, m, domain_size)
-    return delta_for(pair, level / set_size) <= item_delta_target(level, set_size, delta)
+                     m: float, domain_size: int, *,
+                     mode: str | BlanketMode = BlanketMode.SLOTS) -> bool:
+    """Whether a user at level E sending with rate ``lam`` is (E, delta)-DP on the full view."""
+    delta = validation.require_probability_open("delta", delta)
+    return user_delta(level, lam, set_size, users, m, domain_size, mode=mode,
+                      delta=delta) <= delta
 
 
 def max_lambda(level: float, set_size: int, delta: float, users: int, m: float,
-               domain_size: int, *, xtol: float = LAMBDA_XTOL) -> float:
-    """lambda_k: the largest rate in [0, 1] meeting (*) for level E (SPEC section 3, "Search").
+               domain_size: int, *, mode: str | BlanketMode = BlanketMode.SLOTS,
+               xtol: float = LAMBDA_XTOL, bracket: tuple[float, float] = (0.0, 1.0)) -> float:
+    """lambda_k: the largest rate in [0, 1] with delta_user(E) <= delta.
 
-    delta'(eps) increases with lambda, so the feasible set is an interval [0, lambda_k].
-    The result is verified feasible; it is below the exact threshold by at most ``xtol``.
+    delta_user grows with lambda (the tau_j are non-decreasing in j, and a
+    larger rate is a stochastically larger Binomial(s, lambda); in the
+    independent mode a larger rate is a larger shift), so the feasible set is
+    an interval [0, lambda_k].  ``bracket`` is a hint, verified before use.  The
+    result is verified feasible and below the exact threshold by at most ``xtol``.
     """
+    mode = parse_mode(mode)
     level = validation.require_positive("privacy level", level)
-    _check(users, m, domain_size, set_size, delta)
-    eps_item = level / set_size
-    target = item_delta_target(level, set_size, delta)
-    n_slots, r = blanket_geometry(users, m, domain_size)
+    delta = validation.require_probability_open("delta", delta)
+    _check(users, m, domain_size, set_size, mode)
 
-    def excess(lam: float) -> float:
-        return delta_for(poisson_pair(lam, n_slots, r), eps_item) - target
+    if mode is BlanketMode.SLOTS:
+        bound = _slot_bound(users, m, domain_size, set_size, POISSON_SLACK_SHARE * delta)
+        taus = bound.taus(level)
 
-    if excess(1.0) <= 0.0:
-        return 1.0
-    return _largest_feasible(excess, 0.0, 1.0, rtol=xtol)
+        def excess(lam: float) -> float:
+            weights = _binomial_weights(set_size, lam)[1:]
+            return min(1.0, float(np.dot(weights, taus))) - delta
+    else:
+        def excess(lam: float) -> float:
+            return user_delta(level, lam, set_size, users, m, domain_size, mode=mode,
+                              delta=delta) - delta
+
+    lo, hi = bracket
+    if hi >= 1.0 or excess(hi) <= 0.0:
+        if excess(1.0) <= 0.0:
+            return 1.0
+        hi = 1.0
+    if lo > 0.0 and excess(lo) > 0.0:
+        lo = 0.0
+    return _largest_feasible(excess, lo, hi, rtol=xtol)
 
 
 def user_epsilon(lam: float, set_size: int, delta: float, users: int, m: float,
-                 domain_size: int, *, lower: bool = False, hint: float | None = None
-                 ) -> float | None:
-    """The smallest user-level E with delta'(E / s) <= delta / (s e^{(s-1) E / s}).
+                 domain_size: int, *, lower: bool = False, hint: float | None = None,
+                 mode: str | BlanketMode = BlanketMode.SLOTS) -> float | None:
+    """The smallest user-level E in [0, EPSILON_CAP] with delta_user(E) <= delta.
 
-    ``lower=True`` uses the paper's lower-bound pair (N + 1 slots).  ``None`` when no
-    E with item-level E / s <= 30 works.  Precision: 1e-8 relative, always on the
-    safe side (the returned E satisfies the condition).  ``hint``, a level believed
-    to satisfy the condition (the requested level, or the upper bound when computing
-    the lower one), narrows the search when it does.
+    delta_user falls as E grows, so the feasible set is an interval [E*, cap].
+    ``None`` when even the cap does not reach delta.  With ``lower=True`` the
+    exhibited dataset's divergence is used instead: the result is then a lower
+    bound, the largest E (to 1e-8 relative) that the server can still tell apart
+    at delta.  ``hint``, a value believed feasible, narrows the search.
     """
+    mode = parse_mode(mode)
     lam = validation.require_unit_interval("lambda", lam)
-    _check(users, m, domain_size, set_size, delta)
-    s = set_size
-    pair = item_pair(lam, users, m, domain_size, lower=lower)
+    delta = validation.require_probability_open("delta", delta)
+    _check(users, m, domain_size, set_size, mode)
 
     def excess(level: float) -> float:
-        return delta_for(pair, level / s) - item_delta_target(level, s, delta)
+        if lower:
+            value = user_delta_lower(level, lam, set_size, users, m, domain_size, mode=mode)
+        else:
+            value = user_delta(level, lam, set_size, users, m, domain_size, mode=mode,
+                               delta=delta)
+        return value - delta
 
     if excess(0.0) <= 0.0:
         return 0.0
-    if hint is not None and 0.0 < hint <= EPSILON_CAP * s and excess(hint) <= 0.0:
+    if hint is not None and 0.0 < hint < EPSILON_CAP and excess(hint) <= 0.0:
         return _smallest_feasible(excess, 0.0, hint, rtol=EPSILON_RTOL)
-    return _smallest_feasible_level(excess, EPSILON_CAP * s)
+    if excess(EPSILON_CAP) > 0.0:
+        return None
+    return _smallest_feasible(excess, 0.0, EPSILON_CAP, rtol=EPSILON_RTOL)
 
 
-def _smallest_feasible_level(excess: Callable[[float], float], cap: float) -> float | None:
-    """Smallest E in (0, cap] with excess(E) <= 0, or None.
-
-    Both sides of (*) fall as E grows, so the feasible set is not an up-set: far
-    out, the right side e^{-(s-1) E / s} falls below what the divergence can reach.
-    In log form, log delta'(E/s) + (s-1) E / s is convex in practice, so the feasible
-    set is an interval.  The search walks E up geometrically until it is feasible
-    (then a root search between the last two points finds its left end); if the
-    excess starts to grow before that, the minimum in the last cell is checked.
-    """
-    previous, current = 0.0, 1e-3
-    previous_excess = excess(previous)
-    while current <= cap:
-        current_excess = excess(current)
-        if current_excess <= 0.0:
-            return _smallest_feasible(excess, previous, current, rtol=EPSILON_RTOL)
-        if current_excess > previous_excess and previous > 0.0:
-            lowest = optimize.minimize_scalar(
-                excess, bounds=(previous / 2.0, current), method="bounded",
-                options={"xatol": previous * 1e-6})
-            if lowest.success and excess(float(lowest.x)) <= 0.0:
-                return _smallest_feasible(excess, previous / 2.0, float(lowest.x),
-                                          rtol=EPSILON_RTOL)
-            return None
-        previous, previous_excess = current, current_excess
-        current *= 2.0
-    if excess(cap) <= 0.0:
-        return _smallest_feasible(excess, previous, cap, rtol=EPSILON_RTOL)
-    return None
-
-
-def audit(users: int, domain_size: int, set_size: int, m: float, lam: float, delta: float
-          ) -> AuditResult:
-    """Upper and lower user-level epsilon of one (m, lambda) setting (CLI ``segshuffle audit``)."""
-    return AuditResult(
-        epsilon_upper=user_epsilon(lam, set_size, delta, users, m, domain_size),
-        epsilon_lower=user_epsilon(lam, set_size, delta, users, m, domain_size, lower=True),
-    )
+def audit(users: int, domain_size: int, set_size: int, m: float, lam: float, delta: float,
+          *, mode: str | BlanketMode = BlanketMode.SLOTS) -> AuditResult:
+    """Upper and exhibited lower user-level epsilon of one (m, lambda) setting (CLI ``audit``)."""
+    upper = user_epsilon(lam, set_size, delta, users, m, domain_size, mode=mode)
+    lower = user_epsilon(lam, set_size, delta, users, m, domain_size, mode=mode, lower=True,
+                         hint=upper)
+    return AuditResult(epsilon_upper=upper, epsilon_lower=lower)
 
 
 def full_signal_blanket(level: float, set_size: int, delta: float, users: int,
-                        domain_size: int, *, rtol: float = 1e-9) -> float:
+                        domain_size: int, *, mode: str | BlanketMode = BlanketMode.SLOTS,
+                        rtol: float = 1e-9) -> float:
     """m_k: the smallest blanket rate m at which lambda_k = 1 (paper, "Parameter choices").
 
-    Within one bucket ceil(m) = c the divergence falls as gamma = m / c grows, and at
-    integer m = c it falls with c; so the smallest bucket whose m = c is feasible is
-    found by doubling and bisection, and m_k by a root search on gamma inside it.
-    Every returned m is verified feasible.
+    Slot blanket: within one bucket ceil(m) = c the bound falls as gamma = m / c
+    grows, and at integer m = c it falls with c; so the smallest bucket whose
+    m = c is feasible is found by doubling and bisection, and m_k by a root search
+    on gamma inside it.  Independent blanket: the bound falls as m grows up to d,
+    so m_k is a root search on (0, d] (d when even m = d does not suffice: the
+    caller sees lambda_k < 1 there).  Every returned m is verified feasible
+    (except that last case).
     """
+    mode = parse_mode(mode)
     level = validation.require_positive("privacy level", level)
-    _check(users, 0.0, domain_size, set_size, delta)
+    delta = validation.require_probability_open("delta", delta)
+    _check(users, 0.0, domain_size, set_size, mode)
 
     def excess(m: float) -> float:
-        pair = item_pair(1.0, users, m, domain_size)
-        return delta_for(pair, level / set_size) - item_delta_target(level, set_size, delta)
+        return user_delta(level, 1.0, set_size, users, m, domain_size, mode=mode,
+                          delta=delta) - delta
 
     if excess(0.0) <= 0.0:
         return 0.0
+    if mode is BlanketMode.INDEPENDENT:
+        top = float(domain_size)
+        if excess(top) > 0.0:
+            return top
+        return _smallest_feasible(excess, 0.0, top, rtol=rtol)
     hi = 1
     while excess(float(hi)) > 0.0:
         hi *= 2
@@ -215,8 +371,8 @@ def full_signal_blanket(level: float, set_size: int, delta: float, users: int,
         else:
             lo = mid
     bucket_start = float(hi - 1)
-    # Inside bucket hi, m ranges over (hi - 1, hi]; excess(hi) <= 0.
     low_end = math.nextafter(bucket_start, math.inf)
     if excess(low_end) <= 0.0:
         return low_end
     return _smallest_feasible(excess, low_end, float(hi), rtol=rtol)
+
