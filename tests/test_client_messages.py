@@ -8,8 +8,11 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from segshuffle.client.errors import VerificationError
 from segshuffle.client.messages import data_slots, report_level, round1_body, round2_body
 from segshuffle.client.session import PublicCache, RetryPolicy
+from segshuffle.client.verify import verify_parameters
+from segshuffle.core.blanket import blanket_slots, messages_per_user
 from segshuffle.crypto import DecryptError, build_info, generate_private_key, key_config, open_
 from segshuffle.crypto import public_key_from_config as pin
 from segshuffle.wire.models import (
@@ -22,19 +25,23 @@ from segshuffle.wire.plaintext import Kind, decode_plaintext
 
 
 def _view(*, padding: bool = True, fixed_size: bool = True, level_privacy: float | None = None,
-          m: float = 2.5, lambdas: tuple[float, ...] = (0.4, 1.0)) -> tuple[CampaignView, object]:
+          m: float = 2.5, lambdas: tuple[float, ...] = (0.4, 1.0),
+          blanket_mode: str = "slots") -> tuple[CampaignView, object]:
     private = generate_private_key()
     hpke = key_config(private)
     config = CampaignConfig(id="c1", items=None, domain_size=10, set_size=3, levels=[1.0, 2.0],
                             delta=1e-5, min_users=10, dropout_tolerance=0.1,
                             level_privacy=level_privacy, fixed_size=fixed_size,
-                            padding=padding)
+                            padding=padding, blanket_mode=blanket_mode)
+    domain = config.privacy_domain_size
     parameters = PublishedParameters(
         campaign_id="c1", key_id=hpke.key_id, config_hash=config.hash_hex(),
-        levels=[1.0, 2.0], m=m, blanket_slots=math.ceil(m), lambdas=list(lambdas),
-        domain_size=10, privacy_domain_size=config.privacy_domain_size,
+        levels=[1.0, 2.0], m=m, blanket_mode=blanket_mode,
+        blanket_slots=blanket_slots(m, domain, blanket_mode), lambdas=list(lambdas),
+        domain_size=10, privacy_domain_size=domain,
         padding_items=config.padding_items, set_size=3,
-        messages_per_user=3 + math.ceil(m), fixed_size=fixed_size, level_privacy=level_privacy,
+        messages_per_user=messages_per_user(3, m, domain, blanket_mode), fixed_size=fixed_size,
+        level_privacy=level_privacy,
         delta=1e-5, users=100, accounting_users=90, dropout_tolerance=0.1,
         epsilons=[1.0, 2.0], epsilons_lower=[1.0, 2.0], mse_bound=0.1,
     )
@@ -91,6 +98,52 @@ def test_poisson_and_blanket_rates() -> None:
         blanket += sum(j is not None for j in slots[3:])
     assert abs(sent_items / (3 * trials) - 0.4) < 0.02
     assert abs(blanket / trials - 2.5) < 0.05  # gamma * ceil(m) = m per user
+
+
+def test_independent_mode_sends_one_slot_per_domain_item() -> None:
+    view, _ = _view(m=3.25, lambdas=(0.4, 1.0), blanket_mode="independent")
+    p = view.parameters
+    assert p is not None and p.messages_per_user == 3 + 13 and p.blanket_slots == 13
+    rng = np.random.default_rng(6)
+    sent = np.zeros(13)
+    trials = 3000
+    for _ in range(trials):
+        fitted, slots = data_slots([1, 2, 3], p, 1, rng)
+        assert len(slots) == p.messages_per_user
+        assert list(slots[:3]) == list(fitted)
+        blanket = slots[3:]
+        assert all(j is None or j == t for t, j in enumerate(blanket))  # slot t: item t
+        sent += [j is not None for j in blanket]
+    rate = 3.25 / 13  # m / D on every item of the privacy domain, padding ids included
+    assert np.all(np.abs(sent / trials - rate) < 4.5 * math.sqrt(rate * (1 - rate) / trials))
+    variable, _ = _view(fixed_size=False, m=13.0, lambdas=(0.0, 1.0),
+                        blanket_mode="independent")
+    assert variable.parameters is not None
+    _, slots = data_slots([1, 2, 3], variable.parameters, 0, rng)
+    assert slots == list(range(13))  # m = D: every item once, no item message at lambda 0
+
+
+def test_verifier_checks_the_independent_geometry() -> None:
+    view, _ = _view(m=3.25, blanket_mode="independent")
+    p = view.parameters
+    assert p is not None
+
+    def verify(**changes: object) -> None:
+        forged = p.model_copy(update=changes)
+        verify_parameters(view.model_copy(update={"parameters": forged,
+                                                  "parameters_hash": forged.hash_hex()}),
+                          level_index=0, key_id=view.key_id, config_hash=view.config_hash)
+
+    # the slots geometry for the same m, slots-mode parameters, m > D: all refused
+    with pytest.raises(VerificationError, match="blanket rate, messages per user"):
+        verify(blanket_slots=4, messages_per_user=7)
+    with pytest.raises(VerificationError, match=r"blanket mode \(slots, the campaign uses "
+                                                r"independent\)"):
+        verify(blanket_mode="slots", blanket_slots=4, messages_per_user=7)
+    with pytest.raises(VerificationError, match="blanket rate"):
+        verify(m=13.5)
+    with pytest.raises(VerificationError, match="messages per user"):
+        verify(messages_per_user=17)
 
 
 def test_sealed_messages_open_only_in_their_context() -> None:

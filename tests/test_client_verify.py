@@ -133,6 +133,26 @@ def test_hash_key_and_configuration_pins(published: Published) -> None:
         verify_campaign(bad_config, published.hpke, CID)
 
 
+def test_blanket_mode_and_message_geometry_are_checked(published: Published) -> None:
+    view = published.view
+    p = view.parameters
+    assert p is not None and view.config.blanket_mode == "slots" == p.blanket_mode
+    # parameters for the other mode, geometry consistent with that mode: still refused
+    domain = p.privacy_domain_size
+    other_mode = _tampered(view, blanket_mode="independent", blanket_slots=domain,
+                           messages_per_user=p.set_size + domain)
+    with pytest.raises(VerificationError, match=r"blanket mode \(independent, the campaign "
+                                                r"uses slots\)"):
+        _verify(other_mode, view)
+    for wrong in (p.messages_per_user + 1, p.messages_per_user - 1, p.set_size + domain):
+        forged = _tampered(view, messages_per_user=wrong)
+        with pytest.raises(VerificationError, match=r"inconsistent.*messages per user"):
+            _verify(forged, view)
+    forged = _tampered(view, blanket_slots=p.blanket_slots + 1)
+    with pytest.raises(VerificationError, match="blanket rate"):
+        _verify(forged, view)
+
+
 def test_live_client_refuses_and_sends_nothing(published: Published) -> None:
     stack = published.stack
     real = httpx.Client(timeout=30)

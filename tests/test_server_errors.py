@@ -113,6 +113,8 @@ def test_malformed_json(setup):
     {**CAMPAIGN, "id": "c2", "levels": "1,2"},
     {**CAMPAIGN, "id": "c2", "min_users": 2.5},
     {**CAMPAIGN, "id": "c2", "extra": True},
+    {**CAMPAIGN, "id": "c2", "blanket_mode": "uniform"},
+    {**CAMPAIGN, "id": "c2", "blanket_mode": "independent", "domain_size": 9000},
     {"id": "c2"},
     [CAMPAIGN],
     "c2",
