@@ -158,6 +158,38 @@ def test_estimates_match_the_core_estimator(tmp_path):
     assert results["padding"] == []
 
 
+def test_independent_campaign_publishes_its_geometry_and_decodes(tmp_path):
+    """Independent blanket: one slot per item of the privacy domain (s + D messages per
+    user), the same mean correction n2 m / D and the independent blanket variance."""
+    app = create_app(make_settings(tmp_path, allow_insecure_parameters=True))
+    with TestClient(app) as client:
+        view = create(client, {"id": "ind", "domain_size": 4, "set_size": 1, "levels": [1, 2],
+                               "min_users": 4, "dropout_tolerance": 0.2,
+                               "blanket_mode": "independent",
+                               "insecure_parameters": {"m": 1.5, "lambdas": [0.5, 0.75]}})
+        assert view["config"]["blanket_mode"] == "independent"
+        deliver(client, "ind", 1, "a", {"levels": Sealer(view, 1).levels([0, 0, 1, 1, 1])})
+        view = client.get("/v1/campaigns/ind").json()
+        parameters = view["parameters"]
+        assert parameters["blanket_mode"] == "independent"
+        assert parameters["privacy_domain_size"] == 5  # d + s padding ids
+        assert parameters["blanket_slots"] == 5 and parameters["messages_per_user"] == 1 + 5
+        sealer = Sealer(view, 2)
+        values = [0, None, 3, 1, 4, None, 2, 2, 2, 3, None, None, 0, 0, 1, 4, None]
+        deliver(client, "ind", 2, "b", {"levels": sealer.levels([0, 1, 1, 1]),
+                                        "data": sealer.slots(values)})
+        results = client.get("/v1/campaigns/ind/results", headers=ADMIN).json()
+    counts = np.bincount([v for v in values if v is not None], minlength=5)
+    expected = estimate_frequencies(counts, [1, 3], [0.5, 0.75], 1.5, mode="independent")
+    rows = results["items"] + results["padding"]
+    np.testing.assert_allclose([r["estimate"] for r in rows], expected.values)
+    np.testing.assert_allclose([r["standard_error"] for r in rows], expected.standard_errors)
+    slots = estimate_frequencies(counts, [1, 3], [0.5, 0.75], 1.5)
+    assert not np.allclose(expected.standard_errors, slots.standard_errors)
+    assert results["privacy"]["blanket_mode"] == "independent"
+    assert results["privacy"]["messages_per_user"] == 6
+
+
 def test_level_privacy_debiases_the_histogram(tmp_path):
     app = create_app(make_settings(tmp_path))
     with TestClient(app) as client:
