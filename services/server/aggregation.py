@@ -115,11 +115,10 @@ def publish_parameters(config: CampaignConfig, config_hash: str, key_id: str,
         m = float(insecure.m)
         lambdas = [float(x) for x in insecure.lambdas]
         n_min = accounting_users(float(users), config.dropout_tolerance)
-        accounted = mode_keywords("mode", mode)
-        epsilons = [user_epsilon(lam, s, delta, n_min, m, domain, **accounted)
+        epsilons = [user_epsilon(lam, s, delta, n_min, m, domain, mode=mode)
                     for lam in lambdas]
         epsilons_lower = [
-            user_epsilon(lam, s, delta, n_min, m, domain, lower=True, **accounted)
+            user_epsilon(lam, s, delta, n_min, m, domain, lower=True, mode=mode)
             if len(lambdas) <= LOWER_BOUND_LEVELS else None
             for lam in lambdas
         ]

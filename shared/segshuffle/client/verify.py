@@ -66,12 +66,10 @@ def verify_campaign(view: CampaignView, hpke: HpkeConfig, campaign_id: str) -> P
 def _level_check(level: float, lam: float, set_size: int, delta: float, users: int,
                  m: float, domain_size: int, mode: BlanketMode) -> tuple[bool, float | None]:
     """(condition holds, achieved epsilon); cached: a population shares parameters."""
-    # the default mode goes through the accountant's default
-    extra = {} if mode is BlanketMode.SLOTS else {"mode": mode.value}
     holds = accounting.user_level_holds(level, lam, set_size, delta, users, m, domain_size,
-                                        **extra)
+                                        mode=mode)
     achieved = accounting.user_epsilon(lam, set_size, delta, users, m, domain_size,
-                                       hint=level, **extra)
+                                       hint=level, mode=mode)
     return holds, achieved
 
 
