@@ -85,10 +85,33 @@ def test_demo_json_report(dataset: str, users: int) -> None:
     assert _children_gone(marker)
 
 
+def test_demo_independent_blanket_mode() -> None:
+    """The campaign the demo creates uses the mode asked for: one blanket slot per item
+    of the privacy domain, s + D data messages per user, estimates within their errors."""
+    marker = uuid.uuid4().hex
+    result = _demo("--users", "100", "--dataset", "msnbc", "--blanket-mode", "independent",
+                   "--seed", "3", "--json", marker=marker)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    d = report["privacy_domain_size"]
+    assert report["blanket_mode"] == "independent"
+    assert report["messages_per_user"] == report["set_size"] + d
+    assert 0 < report["m"] <= d
+    assert all(e is not None and e <= level * (1 + 1e-6)
+               for e, level in zip(report["epsilons"], report["levels"], strict=True))
+    assert all(abs(e - t) <= 4 * se for e, t, se in
+               zip(report["estimates"], report["truth"], report["standard_errors"],
+                   strict=True))
+    assert _children_gone(marker)
+    result = _demo("--blanket-mode", "uniform")
+    assert result.returncode == 2 and "blanket-mode" in result.stderr
+
+
 def test_demo_human_summary() -> None:
     result = _demo("--users", "60", "--top", "3", "--dataset", "msnbc")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "top 3 items" in result.stdout
+    assert "(slots blanket, " in result.stdout  # the default mode
     top, padding = result.stdout.split("top 3 items")[1].split("padding items (reported "
                                                                  "separately):")
     assert "padding" not in top and padding.count("padding") == 4
