@@ -155,3 +155,28 @@ def test_estimates_are_unbiased_in_the_independent_mode(population) -> None:
     exact = np.sqrt((lambdas * (1 - lambdas)) @ holders + n * p * (1 - p)) / float(
         lambdas @ np.bincount(levels, minlength=3))
     assert np.allclose(spread, exact, rtol=0.15)
+
+
+def test_run_protocol_in_the_independent_mode(population) -> None:
+    """The optimizer's independent-mode parameters, simulated: MSE below the bound on
+    average, estimates unbiased for the share; parameters of one mode refuse the other."""
+    items, levels = population
+    rng = np.random.default_rng(19)
+    first = run_protocol(items, levels, [0.5, 1.0, 2.0], 21, 2e-6, rng,
+                         blanket_mode="independent")
+    assert first.parameters.blanket_mode == "independent"
+    assert first.parameters.messages_per_user == 4 + 21
+    runs = 160
+    estimates = np.empty((runs, 21))
+    errors = np.empty(runs)
+    for index in range(runs):
+        result = run_protocol(items, rng.permutation(levels), [0.5, 1.0, 2.0], 21, 2e-6, rng,
+                              parameters=first.parameters, blanket_mode="independent")
+        estimates[index] = result.estimates.values
+        errors[index] = result.mse
+    assert errors.mean() <= first.parameters.mse_bound
+    spread = estimates.std(axis=0, ddof=1) / np.sqrt(runs)
+    assert np.all(np.abs(estimates.mean(axis=0) - first.truth) <= 3.5 * spread)
+    with pytest.raises(ValueError, match="optimised for the independent blanket mode"):
+        run_protocol(items, levels, [0.5, 1.0, 2.0], 21, 2e-6, rng,
+                     parameters=first.parameters)
