@@ -3,6 +3,7 @@ state unchanged (the participant count and the stored ciphertexts stay as they w
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -172,3 +173,39 @@ def test_log_has_no_tokens_or_addresses(stack: LocalStack, user: Client) -> None
     assert user.session.token and user.session.token not in text
     assert "127.0.0.1:" not in text.replace(f"127.0.0.1:{stack.ports['shuffler']}", "")
     assert stack.operator_token not in text and stack.shuffler_token not in text
+
+
+def test_independent_campaign_takes_s_plus_d_messages(stack: LocalStack,
+                                                     http: httpx.Client) -> None:
+    """A campaign in the independent blanket mode: the published messages_per_user is
+    s + D, the SDK sends exactly that many, and the shuffler refuses other sizes."""
+    cid = "independent"
+    stack.create_campaign({"id": cid, "domain_size": 8, "set_size": 2, "levels": [1.0, 2.0],
+                           "min_users": 3, "blanket_mode": "independent"})
+    users = [Client(stack.server_url, stack.shuffler_url, cid) for _ in range(3)]
+    try:
+        for index, user in enumerate(users):
+            user.campaign()
+            user.enroll()
+            user.submit_level(index % 2)
+        stack.release(cid, 1, timeout=60)
+        parameters = users[0].fetch_parameters()
+        assert parameters.blanket_mode == "independent"
+        assert parameters.blanket_slots == parameters.privacy_domain_size == 10
+        assert parameters.messages_per_user == 2 + 10
+        ct = b64url_encode(bytes(80))
+        slots_size = 2 + math.ceil(parameters.m)  # what a slots-mode client would send
+        _problem(_submit(stack, http, users[0].session.token, round_number=2, cid=cid,
+                         json={"level": ct, "data": [ct] * slots_size}), 422,
+                 "wrong-submission-size")
+        sent = users[0].submit_data([1, 5])
+        assert len(sent.slots) == 12
+        assert all(j is None or j == t for t, j in enumerate(sent.slots[2:]))
+        assert _status_of(stack, http, cid)["participants"] == 1
+    finally:
+        for user in users:
+            user.close()
+
+
+def _status_of(stack: LocalStack, http: httpx.Client, cid: str) -> dict[str, Any]:
+    return dict(http.get(f"{stack.shuffler_url}/v1/campaigns/{cid}/rounds/2").json())
