@@ -25,10 +25,10 @@ disjoint pairs.  Hence tau_j = max_{i <= min(j, d // 2)} (D_i + eta_i) with
   Conditioned on their total the multinomial and the Poisson bins split alike,
   the divergence given the total t does not increase with t (one more uniform
   message is a post-processing), and Abel summation turns the CDF comparison into
-  the slack eta_i (:mod:`segshuffle.core.poisson_comparison`).  mu is chosen by
-  the i = 2 comparison with eta budget 1e-3 delta, and the i-fold PLDs
-  (:mod:`segshuffle.core.privacy_loss`, pessimistic grid) do not depend on
-  lambda, so every lambda_k is the root of a polynomial inequality.
+  the slack eta_i (:mod:`segshuffle.core.poisson_comparison`).  Each i has its own
+  mu_i, the largest with eta_i within the budget POISSON_SLACK_SHARE delta, and
+  the i-fold PLDs (:mod:`segshuffle.core.privacy_loss`, pessimistic grid) do not
+  depend on lambda, so every lambda_k is the root of a polynomial inequality.
 
 **Independent blanket** (:attr:`BlanketMode.INDEPENDENT`).  Every item's blanket
 count is Binomial(n_min - 1, m / d), independent across items, so the view of
@@ -51,7 +51,7 @@ import numpy as np
 from scipy import stats
 
 from . import validation
-from .blanket import BlanketMode, parse_mode, require_blanket_rate
+from .blanket import MAX_BLANKET_RATE, BlanketMode, parse_mode, require_blanket_rate
 from .full_view import slot_view_lower_delta
 from .hockey_stick import (
     EPSILON_CAP,
@@ -61,8 +61,8 @@ from .hockey_stick import (
     delta_for,
     poisson_pair,
 )
-from .poisson_comparison import cdf_excess, dominated_poisson_mean
-from .privacy_loss import BinLaw, ComposedLoss, composed_pair, compositions, pair_loss
+from .poisson_comparison import dominated_poisson_mean
+from .privacy_loss import DEFAULT_STEP, BinLaw, ComposedLoss, composed_pair
 from .randomizers import blanket_probability, blanket_slots
 
 #: Relative precision of the epsilon searches (the CLI contract asks for 1e-4).
@@ -73,6 +73,11 @@ LAMBDA_XTOL = 1e-10
 
 #: Share of the target delta that the Poisson comparison's slack may take.
 POISSON_SLACK_SHARE = 1e-3
+
+#: Grid step of the loss in searches that only steer (the optimizer's m search):
+#: coarser and with an uncertified Poisson comparison, several times faster.  Never
+#: used for a published value: the optimizer recomputes every lambda at DEFAULT_STEP.
+COARSE_STEP = 1e-3
 
 #: Target delta assumed for the slack when a caller asks for a bare delta_user.
 _DEFAULT_DELTA = 1e-9
@@ -132,7 +137,7 @@ class SlotBlanketBound:
     """tau_j(E) of the slot blanket (module docstring) for one (N, r, s, d) and slack budget."""
 
     def __init__(self, n_slots: int, r: float, set_size: int, domain_size: int,
-                 slack: float) -> None:
+                 slack: float, step: float = DEFAULT_STEP) -> None:
         self.n_slots = n_slots
         self.r = r
         self.set_size = set_size
@@ -140,13 +145,13 @@ class SlotBlanketBound:
         self._pair = poisson_pair(1.0, n_slots, r)
         self._composed: dict[int, ComposedLoss] = {}
         self._eta: dict[int, float] = {}
-        if self.active >= 2:
-            nu, _ = dominated_poisson_mean(n_slots, min(4.0 * r, 1.0), slack)
-            mu = nu / 4.0
-            pair = pair_loss(BinLaw(mu), 1.0, upper=True)
-            self._composed = compositions(pair, range(2, self.active + 1), upper=True)
-            self._eta = {i: cdf_excess(n_slots, min(2.0 * i * r, 1.0), 2.0 * i * mu)
-                         for i in range(2, self.active + 1)}
+        for i in range(2, self.active + 1):
+            # The coarse grid only steers searches: its comparison need not be certified.
+            nu, eta = dominated_poisson_mean(n_slots, min(2.0 * i * r, 1.0), slack,
+                                             verified=step <= DEFAULT_STEP)
+            self._composed[i] = composed_pair(BinLaw(nu / (2.0 * i)), 1.0, i, upper=True,
+                                              step=step)
+            self._eta[i] = eta
 
     def taus(self, eps: float) -> np.ndarray:
         """(tau_1, ..., tau_s) at E = ``eps``: non-decreasing in j, each at most 1."""
@@ -170,10 +175,10 @@ class SlotBlanketBound:
 
 
 @lru_cache(maxsize=256)
-def _slot_bound(users: int, m: float, domain_size: int, set_size: int, slack: float
-                ) -> SlotBlanketBound:
+def _slot_bound(users: int, m: float, domain_size: int, set_size: int, slack: float,
+                step: float = DEFAULT_STEP) -> SlotBlanketBound:
     n_slots, r = blanket_geometry(users, m, domain_size)
-    return SlotBlanketBound(n_slots, r, set_size, domain_size, slack)
+    return SlotBlanketBound(n_slots, r, set_size, domain_size, slack, step)
 
 
 def _independent_law(users: int, m: float, domain_size: int, *, lower: bool) -> BinLaw:
@@ -190,12 +195,13 @@ def _check(users: int, m: float, domain_size: int, set_size: int, mode: BlanketM
 
 def user_delta(level: float, lam: float, set_size: int, users: int, m: float,
                domain_size: int, *, mode: str | BlanketMode = BlanketMode.SLOTS,
-               delta: float | None = None) -> float:
+               delta: float | None = None, step: float = DEFAULT_STEP) -> float:
     """An upper bound on the user-level delta at E = ``level`` of the server's full view.
 
     ``delta``, the target the caller will compare against, sets the Poisson
     slack budget of the slot bound (POISSON_SLACK_SHARE delta; 1e-9 assumed when
-    omitted).
+    omitted).  ``step`` is the loss grid (coarser: faster and looser, still an
+    upper bound).
     """
     mode = parse_mode(mode)
     validation.require_non_negative("privacy level", level)
@@ -205,13 +211,14 @@ def user_delta(level: float, lam: float, set_size: int, users: int, m: float,
         return 0.0
     target = _DEFAULT_DELTA if delta is None else delta
     if mode is BlanketMode.SLOTS:
-        bound = _slot_bound(users, m, domain_size, set_size, POISSON_SLACK_SHARE * target)
+        bound = _slot_bound(users, m, domain_size, set_size, POISSON_SLACK_SHARE * target,
+                            step)
         return bound.user_delta(level, lam)
     pairs = min(set_size, domain_size // 2)
     if pairs == 0:
         return 0.0
     law = _independent_law(users, m, domain_size, lower=False)
-    return composed_pair(law, lam, pairs, upper=True).delta(level)
+    return composed_pair(law, lam, pairs, upper=True, step=step).delta(level)
 
 
 def user_delta_lower(level: float, lam: float, set_size: int, users: int, m: float,
@@ -251,14 +258,16 @@ def user_level_holds(level: float, lam: float, set_size: int, delta: float, user
 
 def max_lambda(level: float, set_size: int, delta: float, users: int, m: float,
                domain_size: int, *, mode: str | BlanketMode = BlanketMode.SLOTS,
-               xtol: float = LAMBDA_XTOL, bracket: tuple[float, float] = (0.0, 1.0)) -> float:
+               xtol: float = LAMBDA_XTOL, bracket: tuple[float, float] = (0.0, 1.0),
+               step: float = DEFAULT_STEP) -> float:
     """lambda_k: the largest rate in [0, 1] with delta_user(E) <= delta.
 
     delta_user grows with lambda (the tau_j are non-decreasing in j, and a
     larger rate is a stochastically larger Binomial(s, lambda); in the
     independent mode a larger rate is a larger shift), so the feasible set is
     an interval [0, lambda_k].  ``bracket`` is a hint, verified before use.  The
-    result is verified feasible and below the exact threshold by at most ``xtol``.
+    result is verified feasible and below the threshold by at most ``xtol``
+    (``step``: the loss grid, see :func:`user_delta`).
     """
     mode = parse_mode(mode)
     level = validation.require_positive("privacy level", level)
@@ -266,7 +275,7 @@ def max_lambda(level: float, set_size: int, delta: float, users: int, m: float,
     _check(users, m, domain_size, set_size, mode)
 
     if mode is BlanketMode.SLOTS:
-        bound = _slot_bound(users, m, domain_size, set_size, POISSON_SLACK_SHARE * delta)
+        bound = _slot_bound(users, m, domain_size, set_size, POISSON_SLACK_SHARE * delta, step)
         taus = bound.taus(level)
 
         def excess(lam: float) -> float:
@@ -275,7 +284,7 @@ def max_lambda(level: float, set_size: int, delta: float, users: int, m: float,
     else:
         def excess(lam: float) -> float:
             return user_delta(level, lam, set_size, users, m, domain_size, mode=mode,
-                              delta=delta) - delta
+                              delta=delta, step=step) - delta
 
     lo, hi = bracket
     if hi >= 1.0 or excess(hi) <= 0.0:
@@ -331,7 +340,7 @@ def audit(users: int, domain_size: int, set_size: int, m: float, lam: float, del
 
 def full_signal_blanket(level: float, set_size: int, delta: float, users: int,
                         domain_size: int, *, mode: str | BlanketMode = BlanketMode.SLOTS,
-                        rtol: float = 1e-9) -> float:
+                        rtol: float = 1e-9, step: float = DEFAULT_STEP) -> float:
     """m_k: the smallest blanket rate m at which lambda_k = 1 (paper, "Parameter choices").
 
     Slot blanket: within one bucket ceil(m) = c the bound falls as gamma = m / c
@@ -348,8 +357,10 @@ def full_signal_blanket(level: float, set_size: int, delta: float, users: int,
     _check(users, 0.0, domain_size, set_size, mode)
 
     def excess(m: float) -> float:
-        return user_delta(level, 1.0, set_size, users, m, domain_size, mode=mode,
-                          delta=delta) - delta
+        # In logarithms the excess is close to linear in m, so the root search is short.
+        value = user_delta(level, 1.0, set_size, users, m, domain_size, mode=mode,
+                           delta=delta, step=step)
+        return math.log(max(value, 1e-300)) - math.log(delta)
 
     if excess(0.0) <= 0.0:
         return 0.0
@@ -360,9 +371,10 @@ def full_signal_blanket(level: float, set_size: int, delta: float, users: int,
         return _smallest_feasible(excess, 0.0, top, rtol=rtol)
     hi = 1
     while excess(float(hi)) > 0.0:
-        hi *= 2
-        if hi > 1 << 24:
-            raise ValueError(f"no blanket rate up to {hi} protects level {level}")
+        if hi >= MAX_BLANKET_RATE:
+            raise ValueError(f"no blanket rate up to {MAX_BLANKET_RATE:g} protects level "
+                             f"{level:g} with lambda = 1")
+        hi = min(2 * hi, int(MAX_BLANKET_RATE))
     lo = hi // 2  # infeasible (or 0)
     while hi - lo > 1:
         mid = (lo + hi) // 2

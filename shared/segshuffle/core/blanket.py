@@ -29,6 +29,10 @@ from enum import StrEnum
 
 from .validation import require_int, require_non_negative
 
+#: The largest blanket rate m any campaign may use (messages per user beyond it are not
+#: deployable; a level that needs more cannot be protected by this protocol).
+MAX_BLANKET_RATE = 4096.0
+
 
 class BlanketMode(StrEnum):
     """How users send their blanket messages (module docstring)."""

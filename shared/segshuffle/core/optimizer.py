@@ -36,20 +36,24 @@ from scipy import optimize as scipy_optimize
 
 from . import validation
 from .accounting import (
+    COARSE_STEP,
     LAMBDA_XTOL,
-    blanket_geometry,
     full_signal_blanket,
-    item_delta_target,
+    max_lambda,
     user_epsilon,
 )
+from .blanket import BlanketMode, messages_per_user, parse_mode
 from .estimator import mse_bound
-from .hockey_stick import _largest_feasible, delta_for, poisson_pair
+from .privacy_loss import DEFAULT_STEP
 
 #: Number of levels whose lambda is computed exactly during the m search when K is large.
 ANCHOR_LEVELS = 24
 
 #: Lambda precision during the m search (the final lambdas use LAMBDA_XTOL).
 SEARCH_XTOL = 1e-3
+
+#: Relative precision of the full-signal rates m_k, which only bracket the m search.
+SEARCH_RTOL = 1e-3
 
 #: Levels for which the lower-bound epsilons are reported by default.
 LOWER_BOUND_LEVELS = 64
@@ -60,8 +64,10 @@ class OptimizationResult:
     """Published parameters and the accounting behind them.
 
     ``epsilons`` are the achieved user-level guarantees (upper bounds, at most the
-    requested levels), ``epsilons_lower`` the paper's lower bounds (``None`` entries:
-    not computed or above the cap), ``level_blankets`` the full-signal rates m_k.
+    requested levels), ``epsilons_lower`` the exhibited-dataset lower bounds
+    (``None`` entries: not computed or above the cap), ``level_blankets`` the
+    full-signal rates m_k.  ``alternative`` summarises the optimum of the other
+    blanket mode (its m, MSE bound and messages per user) when it was computed.
     """
 
     m: float
@@ -79,6 +85,9 @@ class OptimizationResult:
     dropout_tolerance: float
     level_blankets: tuple[float, ...] | None
     blanket_fixed: bool
+    blanket_mode: str = BlanketMode.SLOTS.value
+    messages_per_user: int = 0
+    alternative: dict[str, object] | None = None
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready dictionary (tuples become lists)."""
@@ -93,34 +102,27 @@ def accounting_users(users: float, dropout_tolerance: float) -> int:
 
 
 class _LambdaSolver:
-    """lambda_k(m) for every level, with the per-(N, r) caches of the accountant shared."""
+    """lambda_k(m) for every level; the accountant caches its per-m work across levels."""
 
     def __init__(self, levels: Sequence[float], set_size: int, delta: float, users: int,
-                 domain_size: int) -> None:
+                 domain_size: int, mode: BlanketMode) -> None:
         self.levels = list(levels)
         self.set_size = set_size
         self.delta = delta
         self.users = users
         self.domain_size = domain_size
-
-    def _excess(self, level: float, n_slots: int, r: float):
-        eps_item = level / self.set_size
-        target = item_delta_target(level, self.set_size, self.delta)
-        return lambda lam: delta_for(poisson_pair(lam, n_slots, r), eps_item) - target
+        self.mode = mode
 
     def solve(self, level: float, m: float, xtol: float,
-              bracket: tuple[float, float] = (0.0, 1.0)) -> float:
-        """Largest feasible lambda; ``bracket`` is a hint, verified before use."""
-        n_slots, r = blanket_geometry(self.users, m, self.domain_size)
-        excess = self._excess(level, n_slots, r)
-        lo, hi = bracket
-        if hi >= 1.0 or excess(hi) <= 0.0:
-            if excess(1.0) <= 0.0:
-                return 1.0
-            hi = 1.0
-        if lo > 0.0 and excess(lo) > 0.0:
-            lo = 0.0
-        return _largest_feasible(excess, lo, hi, rtol=xtol)
+              bracket: tuple[float, float] = (0.0, 1.0), *, coarse: bool = False) -> float:
+        """Largest feasible lambda; ``bracket`` is a hint, verified before use.
+
+        ``coarse`` uses the accountant's coarse loss grid (a looser upper bound,
+        several times faster): good enough to steer the m search.
+        """
+        step = COARSE_STEP if coarse else DEFAULT_STEP
+        return max_lambda(level, self.set_size, self.delta, self.users, m, self.domain_size,
+                          mode=self.mode, xtol=xtol, bracket=bracket, step=step)
 
     def all_exact(self, m: float, xtol: float) -> list[float]:
         """Exact lambdas for every level, bracketed by anchor solutions when K is large."""
@@ -145,15 +147,10 @@ class _LambdaSolver:
         solved: list[float] = []
         for i in indices:
             floor = solved[-1] if solved else 0.0
-            solved.append(1.0 if floor >= 1.0 and self._holds_at_full_rate(i, m)
-                          else self.solve(self.levels[i], m, SEARCH_XTOL, (floor, 1.0)))
+            solved.append(self.solve(self.levels[i], m, SEARCH_XTOL, (floor, 1.0), coarse=True))
         if count <= ANCHOR_LEVELS:
             return solved
         return list(np.interp(self.levels, [self.levels[i] for i in indices], solved))
-
-    def _holds_at_full_rate(self, index: int, m: float) -> bool:
-        n_slots, r = blanket_geometry(self.users, m, self.domain_size)
-        return self._excess(self.levels[index], n_slots, r)(1.0) <= 0.0
 
 
 def _anchor_indices(count: int) -> list[int]:
@@ -184,14 +181,19 @@ def optimize(
     dropout_tolerance: float = 0.0,
     blanket: float | None = None,
     lower_bounds: bool | None = None,
+    blanket_mode: str | BlanketMode = BlanketMode.SLOTS,
+    compare_modes: bool = False,
 ) -> OptimizationResult:
     """Choose m (unless ``blanket`` fixes it) and lambda_k for every level.
 
     ``level_counts`` are n_k (exact, or the debiased estimates n^_k; fractional
     values are fine), ``levels`` the increasing E_k.  ``lower_bounds`` defaults to
-    computing the paper's lower-bound epsilons when there are at most
-    :data:`LOWER_BOUND_LEVELS` levels.
+    computing the exhibited lower-bound epsilons when there are at most
+    :data:`LOWER_BOUND_LEVELS` levels.  ``blanket_mode`` chooses the slot or the
+    independent blanket; ``compare_modes`` also optimises the other mode and
+    reports it as ``alternative``.
     """
+    mode = parse_mode(blanket_mode)
     levels = validation.require_levels(levels)
     counts = validation.require_level_counts(level_counts, len(levels))
     d, s = validation.require_domain(domain_size, set_size)
@@ -201,29 +203,43 @@ def optimize(
     if users < 2:
         raise ValueError(f"need at least 2 users, got {users:g}")
     n_min = accounting_users(users, tau)
-    solver = _LambdaSolver(levels, s, delta, n_min, d)
+    solver = _LambdaSolver(levels, s, delta, n_min, d, mode)
 
     level_blankets: tuple[float, ...] | None = None
     if blanket is not None:
         m = validation.require_non_negative("blanket rate m", blanket)
     else:
         if len(levels) <= ANCHOR_LEVELS:
-            level_blankets = tuple(full_signal_blanket(e, s, delta, n_min, d) for e in levels)
+            level_blankets = tuple(full_signal_blanket(e, s, delta, n_min, d, mode=mode,
+                                                       rtol=SEARCH_RTOL, step=COARSE_STEP)
+                                   for e in levels)
             low, high = min(level_blankets), max(level_blankets)
         else:
-            high = full_signal_blanket(levels[0], s, delta, n_min, d)
-            low = full_signal_blanket(levels[-1], s, delta, n_min, d)
-        m = _search_blanket(solver, users, s, counts, low, high, level_blankets or ())
+            high = full_signal_blanket(levels[0], s, delta, n_min, d, mode=mode,
+                                       rtol=SEARCH_RTOL, step=COARSE_STEP)
+            low = full_signal_blanket(levels[-1], s, delta, n_min, d, mode=mode,
+                                      rtol=SEARCH_RTOL, step=COARSE_STEP)
+        m = _search_blanket(solver, users, s, counts, low, high, level_blankets or (), mode)
 
     lambdas = solver.all_exact(m, LAMBDA_XTOL)
-    epsilons = _achieved_epsilons(levels, lambdas, s, delta, n_min, m, d)
+    epsilons = _achieved_epsilons(levels, lambdas, s, delta, n_min, m, d, mode)
     if lower_bounds is None:
         lower_bounds = len(levels) <= LOWER_BOUND_LEVELS
     epsilons_lower = tuple(
-        user_epsilon(lam, s, delta, n_min, m, d, lower=True, hint=upper)
+        user_epsilon(lam, s, delta, n_min, m, d, lower=True, hint=upper, mode=mode)
         if lower_bounds else None
         for lam, upper in zip(lambdas, epsilons, strict=True)
     )
+    alternative = None
+    if compare_modes:
+        other = (BlanketMode.INDEPENDENT if mode is BlanketMode.SLOTS else BlanketMode.SLOTS)
+        result = optimize(counts, levels, d, s, delta, dropout_tolerance=tau,
+                          blanket=None if blanket is None else min(blanket, float(d)),
+                          lower_bounds=False, blanket_mode=other)
+        alternative = {"blanket_mode": other.value, "m": result.m,
+                       "mse_bound": result.mse_bound,
+                       "messages_per_user": result.messages_per_user,
+                       "lambdas": list(result.lambdas)}
     return OptimizationResult(
         m=m,
         lambdas=tuple(lambdas),
@@ -240,12 +256,20 @@ def optimize(
         dropout_tolerance=tau,
         level_blankets=level_blankets,
         blanket_fixed=blanket is not None,
+        blanket_mode=mode.value,
+        messages_per_user=messages_per_user(s, m, d, mode),
+        alternative=alternative,
     )
 
 
 def _search_blanket(solver: _LambdaSolver, users: float, s: int, counts: list[float],
-                    low: float, high: float, breakpoints: Sequence[float]) -> float:
-    """Grid over the buckets, then a bounded scalar refinement inside the best cell."""
+                    low: float, high: float, breakpoints: Sequence[float],
+                    mode: BlanketMode) -> float:
+    """Grid over the buckets, then a bounded scalar refinement inside the best cell.
+
+    In the independent mode the objective has no buckets; the grid is then
+    geometric over (0, high] and the refinement spans the neighbouring points.
+    """
     if high == 0.0:
         return 0.0
 
@@ -256,14 +280,22 @@ def _search_blanket(solver: _LambdaSolver, users: float, s: int, counts: list[fl
             cache[m] = mse_bound(users, m, s, counts, solver.approximate(m))
         return cache[m]
 
-    grid = sorted(set(_candidate_blankets(low, high)) | {b for b in breakpoints if b > 0.0})
+    if mode is BlanketMode.INDEPENDENT:
+        grid = sorted({high, low, *np.geomspace(max(min(low, high) * 0.25, 1e-4), high, 24)}
+                      | {b for b in breakpoints if 0.0 < b <= high})
+    else:
+        grid = sorted(set(_candidate_blankets(low, high))
+                      | {b for b in breakpoints if b > 0.0})
     values = [objective(m) for m in grid]
     best = int(np.argmin(values))
     m_best = grid[best]
     # Refine between the neighbouring grid points, staying inside one bucket.
-    bucket = math.ceil(m_best)
-    left = max(grid[best - 1] if best > 0 else 0.0, bucket - 1.0)
-    right = min(grid[best + 1] if best + 1 < len(grid) else high, float(bucket), high)
+    left = grid[best - 1] if best > 0 else 0.0
+    right = min(grid[best + 1] if best + 1 < len(grid) else high, high)
+    if mode is BlanketMode.SLOTS:
+        bucket = math.ceil(m_best)
+        left = max(left, bucket - 1.0)
+        right = min(right, float(bucket))
     if right - left > 1e-9:
         found = scipy_optimize.minimize_scalar(
             objective, bounds=(math.nextafter(left, math.inf), right), method="bounded",
@@ -275,11 +307,12 @@ def _search_blanket(solver: _LambdaSolver, users: float, s: int, counts: list[fl
 
 
 def _achieved_epsilons(levels: Sequence[float], lambdas: Sequence[float], s: int, delta: float,
-                       users: int, m: float, d: int) -> tuple[float, ...]:
+                       users: int, m: float, d: int, mode: BlanketMode
+                       ) -> tuple[float, ...]:
     """User-level epsilon achieved by each lambda_k: at most its level, by construction.
 
     A level with lambda_k < 1 sits on its constraint: lambda_k was verified to meet
-    condition (*) at exactly E = level and is within LAMBDA_XTOL of the largest rate
+    delta_user(E) <= delta at exactly E = level and is within LAMBDA_XTOL of the largest rate
     that does, so the level itself is the achieved guarantee (to ~1e-9).  Levels
     with lambda_k = 1 are over-protected; they share one pair, whose smallest
     feasible E is searched once (hinted by the smallest such level).
@@ -287,7 +320,7 @@ def _achieved_epsilons(levels: Sequence[float], lambdas: Sequence[float], s: int
     full = [level for level, lam in zip(levels, lambdas, strict=True) if lam >= 1.0]
     shared: float | None = None
     if full:
-        shared = user_epsilon(1.0, s, delta, users, m, d, hint=min(full))
+        shared = user_epsilon(1.0, s, delta, users, m, d, hint=min(full), mode=mode)
     achieved = []
     for level, lam in zip(levels, lambdas, strict=True):
         if lam >= 1.0 and shared is not None:

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy import fft, stats
+from scipy import fft, special, stats
 
 #: Default grid step of the loss (the eps error is at most 2 h per composed pair).
 DEFAULT_STEP = 1e-4
@@ -95,9 +95,12 @@ class BinLaw:
         """Pr[count < lo] + Pr[count > hi]."""
         if self.mean == 0.0 or self.trials == 0:
             return 0.0 if lo <= 0 <= hi else 1.0
-        law = (stats.poisson(self.mean) if self.trials is None
-               else stats.binom(self.trials, self.p))
-        return float(law.cdf(lo - 1) + law.sf(hi))
+        if self.trials is None:
+            below = special.pdtr(lo - 1, self.mean) if lo > 0 else 0.0
+            return float(below + special.pdtrc(hi, self.mean))
+        below = special.bdtr(lo - 1, self.trials, self.p) if lo > 0 else 0.0
+        above = special.bdtrc(hi, self.trials, self.p) if hi < self.trials else 0.0
+        return float(below + above)
 
     def previous_ratio(self, counts: np.ndarray) -> np.ndarray:
         """f(a - 1) / f(a) for a >= 1 inside the support (inf where f(a) = 0 < f(a - 1))."""
@@ -135,6 +138,8 @@ def _to_grid(losses: np.ndarray, probs: np.ndarray, step: float, upper: bool
     # The margin of 1e-9 grid steps covers the rounding of the logarithm (~1e-16 |l|).
     scaled = losses / step
     index = (np.ceil(scaled + 1e-9) if upper else np.floor(scaled - 1e-9)).astype(np.int64)
+    if index.size == 0:  # every outcome has an infinite loss
+        return 0, np.zeros(1)
     lo = int(index.min())
     pmf = np.bincount(index - lo, weights=probs)
     return lo, pmf
