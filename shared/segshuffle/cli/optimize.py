@@ -7,7 +7,8 @@ import json
 import time
 
 from segshuffle.core import validation
-from segshuffle.core.optimizer import optimize
+from segshuffle.core.blanket import BlanketMode
+from segshuffle.core.optimizer import optimize, optimize_best_mode
 
 from ._args import float_list, integer, number
 
@@ -33,6 +34,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="fix the blanket rate m instead of optimising it")
     parser.add_argument("--dropout-tolerance", type=number, default=0.0,
                         help="share of users that may miss round 2 (default 0)")
+    parser.add_argument("--blanket-mode", choices=[*(m.value for m in BlanketMode), "best"],
+                        default=BlanketMode.SLOTS.value,
+                        help="slots: ceil(m) slots per user (the paper's blanket); "
+                        "independent: one Bernoulli(m/d) blanket message per item, exact "
+                        "accounting, s + d messages per user; best: the mode with the smaller "
+                        "MSE bound within --max-messages-per-user (default slots)")
+    parser.add_argument("--max-messages-per-user", type=integer, default=None,
+                        help="budget of data ciphertexts per user and round")
+    parser.add_argument("--no-compare", action="store_true",
+                        help="do not optimise the other blanket mode for comparison")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=run)
 
@@ -42,15 +53,16 @@ def run(args: argparse.Namespace) -> int:
     levels = validation.require_levels(args.levels)
     shares = validation.require_shares(args.shares, len(levels))
     started = time.perf_counter()
-    result = optimize(
-        [users * share for share in shares],
-        levels,
-        args.domain_size,
-        args.set_size,
-        args.delta,
-        dropout_tolerance=args.dropout_tolerance,
-        blanket=args.blanket,
-    )
+    counts = [users * share for share in shares]
+    options = {"dropout_tolerance": args.dropout_tolerance, "blanket": args.blanket,
+               "max_messages_per_user": args.max_messages_per_user}
+    if args.blanket_mode == "best":
+        result = optimize_best_mode(counts, levels, args.domain_size, args.set_size,
+                                    args.delta, **options)
+    else:
+        result = optimize(counts, levels, args.domain_size, args.set_size, args.delta,
+                          blanket_mode=args.blanket_mode, compare_modes=not args.no_compare,
+                          **options)
     seconds = time.perf_counter() - started
     payload = result.to_dict()
     payload["shares"] = shares
@@ -58,9 +70,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(payload))
         return 0
+    print(f"blanket mode        {result.blanket_mode}")
     print(f"blanket rate m      {result.m:.6g}"
           f"{'  (fixed)' if result.blanket_fixed else '  (optimised)'}")
     print(f"MSE bound           {result.mse_bound:.6g}")
+    print(f"messages per user   {result.messages_per_user}")
     print(f"accounting users    {result.accounting_users} of {users}")
     print(f"{'level':>10} {'share':>8} {'lambda':>10} {'eps upper':>10} {'eps lower':>10}"
           f" {'m_k':>10}")
@@ -71,6 +85,14 @@ def run(args: argparse.Namespace) -> int:
     ):
         print(f"{level:>10.4g} {share:>8.3g} {lam:>10.6f} {_fmt(upper):>10} {_fmt(lower):>10}"
               f" {_fmt(m_k):>10}")
+    if result.alternative is not None:
+        other = result.alternative
+        if "unavailable" in other:
+            print(f"other mode          {other['blanket_mode']}: {other['unavailable']}")
+        else:
+            print(f"other mode          {other['blanket_mode']}: m {other['m']:.6g}, "
+                  f"MSE bound {other['mse_bound']:.6g}, "
+                  f"{other['messages_per_user']} messages per user")
     print(f"(delta {result.delta:.3g}, {seconds:.2f} s)")
     return 0
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from itertools import pairwise
 
 import numpy as np
@@ -42,7 +42,13 @@ from .accounting import (
     max_lambda,
     user_epsilon,
 )
-from .blanket import BlanketMode, messages_per_user, parse_mode
+from .blanket import (
+    MAX_BLANKET_RATE,
+    BlanketMode,
+    messages_per_user,
+    parse_mode,
+    require_blanket_rate,
+)
 from .estimator import mse_bound
 from .privacy_loss import DEFAULT_STEP
 
@@ -88,6 +94,11 @@ class OptimizationResult:
     blanket_mode: str = BlanketMode.SLOTS.value
     messages_per_user: int = 0
     alternative: dict[str, object] | None = None
+
+    def summary(self) -> dict[str, object]:
+        """The figures an operator compares between modes."""
+        return {"blanket_mode": self.blanket_mode, "m": self.m, "mse_bound": self.mse_bound,
+                "messages_per_user": self.messages_per_user, "lambdas": list(self.lambdas)}
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready dictionary (tuples become lists)."""
@@ -183,6 +194,7 @@ def optimize(
     lower_bounds: bool | None = None,
     blanket_mode: str | BlanketMode = BlanketMode.SLOTS,
     compare_modes: bool = False,
+    max_messages_per_user: int | None = None,
 ) -> OptimizationResult:
     """Choose m (unless ``blanket`` fixes it) and lambda_k for every level.
 
@@ -191,7 +203,9 @@ def optimize(
     computing the exhibited lower-bound epsilons when there are at most
     :data:`LOWER_BOUND_LEVELS` levels.  ``blanket_mode`` chooses the slot or the
     independent blanket; ``compare_modes`` also optimises the other mode and
-    reports it as ``alternative``.
+    reports it as ``alternative``.  ``max_messages_per_user`` caps the data
+    ciphertexts of one submission: the slot blanket's m is searched up to
+    budget - s; the independent blanket (s + d messages) is refused above it.
     """
     mode = parse_mode(blanket_mode)
     levels = validation.require_levels(levels)
@@ -204,21 +218,28 @@ def optimize(
         raise ValueError(f"need at least 2 users, got {users:g}")
     n_min = accounting_users(users, tau)
     solver = _LambdaSolver(levels, s, delta, n_min, d, mode)
+    ceiling = _blanket_ceiling(mode, s, d, max_messages_per_user)
+
+    def signal_blanket(level: float) -> float:
+        try:
+            m_k = full_signal_blanket(level, s, delta, n_min, d, mode=mode, rtol=SEARCH_RTOL,
+                                      step=COARSE_STEP)
+        except ValueError:  # no rate up to the cap gives lambda = 1
+            return ceiling
+        return min(m_k, ceiling)
 
     level_blankets: tuple[float, ...] | None = None
     if blanket is not None:
-        m = validation.require_non_negative("blanket rate m", blanket)
+        m = require_blanket_rate(blanket, d, mode)
+        if m > ceiling:
+            raise ValueError(f"blanket rate m = {m:g} exceeds the budget of "
+                             f"{max_messages_per_user} messages per user")
     else:
         if len(levels) <= ANCHOR_LEVELS:
-            level_blankets = tuple(full_signal_blanket(e, s, delta, n_min, d, mode=mode,
-                                                       rtol=SEARCH_RTOL, step=COARSE_STEP)
-                                   for e in levels)
+            level_blankets = tuple(signal_blanket(e) for e in levels)
             low, high = min(level_blankets), max(level_blankets)
         else:
-            high = full_signal_blanket(levels[0], s, delta, n_min, d, mode=mode,
-                                       rtol=SEARCH_RTOL, step=COARSE_STEP)
-            low = full_signal_blanket(levels[-1], s, delta, n_min, d, mode=mode,
-                                      rtol=SEARCH_RTOL, step=COARSE_STEP)
+            high, low = signal_blanket(levels[0]), signal_blanket(levels[-1])
         m = _search_blanket(solver, users, s, counts, low, high, level_blankets or (), mode)
 
     lambdas = solver.all_exact(m, LAMBDA_XTOL)
@@ -233,13 +254,14 @@ def optimize(
     alternative = None
     if compare_modes:
         other = (BlanketMode.INDEPENDENT if mode is BlanketMode.SLOTS else BlanketMode.SLOTS)
-        result = optimize(counts, levels, d, s, delta, dropout_tolerance=tau,
-                          blanket=None if blanket is None else min(blanket, float(d)),
-                          lower_bounds=False, blanket_mode=other)
-        alternative = {"blanket_mode": other.value, "m": result.m,
-                       "mse_bound": result.mse_bound,
-                       "messages_per_user": result.messages_per_user,
-                       "lambdas": list(result.lambdas)}
+        try:
+            result = optimize(counts, levels, d, s, delta, dropout_tolerance=tau,
+                              blanket=None if blanket is None else min(blanket, float(d)),
+                              lower_bounds=False, blanket_mode=other,
+                              max_messages_per_user=max_messages_per_user)
+            alternative = result.summary()
+        except ValueError as exc:
+            alternative = {"blanket_mode": other.value, "unavailable": str(exc)}
     return OptimizationResult(
         m=m,
         lambdas=tuple(lambdas),
@@ -260,6 +282,60 @@ def optimize(
         messages_per_user=messages_per_user(s, m, d, mode),
         alternative=alternative,
     )
+
+
+def _blanket_ceiling(mode: BlanketMode, set_size: int, domain_size: int,
+                     max_messages_per_user: int | None) -> float:
+    """The largest m the search may consider: the protocol cap, d, and the message budget."""
+    ceiling = MAX_BLANKET_RATE if mode is BlanketMode.SLOTS else float(domain_size)
+    if max_messages_per_user is None:
+        return ceiling
+    budget = validation.require_int("messages per user", max_messages_per_user, 1)
+    room = budget - set_size
+    if mode is BlanketMode.INDEPENDENT:
+        if set_size + domain_size > budget:
+            raise ValueError(f"the independent blanket sends s + d = {set_size + domain_size} "
+                             f"messages per user, above the budget of {budget}")
+        return ceiling
+    if room < 0:
+        raise ValueError(f"a budget of {budget} messages per user is below the set size "
+                         f"{set_size}")
+    return min(ceiling, float(room))
+
+
+def optimize_best_mode(
+    level_counts: Sequence[float],
+    levels: Sequence[float],
+    domain_size: int,
+    set_size: int,
+    delta: float,
+    *,
+    max_messages_per_user: int | None = None,
+    **options: object,
+) -> OptimizationResult:
+    """The blanket mode with the smaller MSE bound within the message budget.
+
+    Both modes are optimised (the slot blanket with m <= budget - s, the
+    independent one only when s + d fits); the winner is returned with the
+    other's summary as ``alternative``.  ValueError when neither fits.
+    """
+    results: list[OptimizationResult] = []
+    reasons: list[str] = []
+    for mode in BlanketMode:
+        try:
+            results.append(optimize(level_counts, levels, domain_size, set_size, delta,
+                                    blanket_mode=mode,
+                                    max_messages_per_user=max_messages_per_user,
+                                    **options))  # type: ignore[arg-type]
+        except ValueError as exc:
+            reasons.append(f"{mode.value}: {exc}")
+    if not results:
+        raise ValueError("no blanket mode fits: " + "; ".join(reasons))
+    results.sort(key=lambda result: result.mse_bound)
+    best = results[0]
+    alternative = (results[1].summary() if len(results) > 1
+                   else {"blanket_mode": reasons[0].split(":")[0], "unavailable": reasons[0]})
+    return replace(best, alternative=alternative)
 
 
 def _search_blanket(solver: _LambdaSolver, users: float, s: int, counts: list[float],
