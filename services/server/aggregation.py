@@ -34,7 +34,6 @@ import numpy as np
 
 from segshuffle.core import blanket
 from segshuffle.core.accounting import user_epsilon
-from segshuffle.core.blanket import BlanketMode
 from segshuffle.core.estimator import estimate_frequencies, mse_bound, project_to_simplex
 from segshuffle.core.levels import debias_histogram
 from segshuffle.core.optimizer import LOWER_BOUND_LEVELS, accounting_users, optimize
@@ -61,15 +60,6 @@ def level_counts(config: CampaignConfig, observed: Sequence[int]) -> list[float]
     if total <= 0.0:
         return [float(c) for c in observed]
     return [float(c) * users / total for c in estimates]
-
-
-def mode_keywords(name: str, mode: BlanketMode) -> dict[str, str]:
-    """``{name: mode}`` for the accountant and the optimizer, empty for the default mode.
-
-    The default (slots) mode goes through their defaults, so it does not depend on
-    the keyword being accepted.
-    """
-    return {} if mode is BlanketMode.SLOTS else {name: mode.value}
 
 
 def histogram(counts: Mapping[int, int], size: int) -> list[int]:
@@ -99,12 +89,10 @@ def publish_parameters(config: CampaignConfig, config_hash: str, key_id: str,
     insecure = config.insecure_parameters
     if insecure is None:
         result = optimize(counts, config.levels, domain, s, delta,
-                          dropout_tolerance=config.dropout_tolerance,
-                          **mode_keywords("blanket_mode", mode))
-        optimized_for = getattr(result, "blanket_mode", BlanketMode.SLOTS.value)
-        if blanket.parse_mode(optimized_for) is not mode:
-            raise ValueError(f"the optimizer chose parameters for the {optimized_for} blanket "
-                             f"mode, the campaign uses {mode.value}")
+                          dropout_tolerance=config.dropout_tolerance, blanket_mode=mode)
+        if blanket.parse_mode(result.blanket_mode) is not mode:
+            raise ValueError(f"the optimizer chose parameters for the {result.blanket_mode} "
+                             f"blanket mode, the campaign uses {mode.value}")
         m = float(result.m)
         lambdas = [float(x) for x in result.lambdas]
         n_min = int(result.accounting_users)

@@ -112,14 +112,12 @@ def run_protocol(
     n, s = items.shape
     counts_per_level = level_histogram(user_levels, len(levels))
     if parameters is None:
-        # the default mode goes through the optimizer's default
-        extra = {} if mode is BlanketMode.SLOTS else {"blanket_mode": mode.value}
         parameters = optimize(counts_per_level.tolist(), levels, domain_size, s, delta,
-                              dropout_tolerance=dropout_tolerance, blanket=m, **extra)
-    optimized_for = getattr(parameters, "blanket_mode", BlanketMode.SLOTS.value)
-    if _blanket.parse_mode(optimized_for) is not mode:
-        raise ValueError(f"the parameters were optimised for the {optimized_for} blanket "
-                         f"mode, not {mode.value}")
+                              dropout_tolerance=dropout_tolerance, blanket=m,
+                              blanket_mode=mode)
+    if _blanket.parse_mode(parameters.blanket_mode) is not mode:
+        raise ValueError(f"the parameters were optimised for the {parameters.blanket_mode} "
+                         f"blanket mode, not {mode.value}")
     holders = item_holders(items, user_levels, len(levels), domain_size)
     counts = simulate_counts(holders, parameters.lambdas, parameters.m, rng, users=n,
                              mode=mode)
