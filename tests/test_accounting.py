@@ -1,4 +1,4 @@
-"""User-level accounting: lambda search, epsilon search, bounds, full-signal blanket."""
+"""User-level accounting on the server's full view: bounds, searches, monotonicity."""
 
 from __future__ import annotations
 
@@ -7,18 +7,20 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy import optimize
 
 from segshuffle.core.accounting import (
     audit,
     blanket_geometry,
     full_signal_blanket,
-    item_delta_target,
     item_pair,
     max_lambda,
+    user_delta,
+    user_delta_lower,
     user_epsilon,
     user_level_holds,
 )
-from segshuffle.core.hockey_stick import delta_for, epsilon_for
+from segshuffle.core.hockey_stick import delta_for, epsilon_for, poisson_pair
 
 
 def test_blanket_geometry_follows_the_paper() -> None:
@@ -28,25 +30,56 @@ def test_blanket_geometry_follows_the_paper() -> None:
     assert blanket_geometry(100, 0.0, 10) == (0, 0.0)
 
 
-def test_single_item_user_level_is_item_level() -> None:
-    # s = 1: the user-level condition is exactly (E, delta) on the item pair.
-    pair = item_pair(0.8, 2000, 1.5, 17)
-    eps_item = epsilon_for(pair, 1e-6)
-    assert user_epsilon(0.8, 1, 1e-6, 2000, 1.5, 17) == pytest.approx(eps_item, rel=1e-7)
-    assert item_delta_target(0.7, 1, 1e-6) == 1e-6
+def _exact_single_item_epsilon(users: int, d: int, m: int, lam: float, delta: float) -> float:
+    """s = 1, integer m: the full view's delta is lam * delta_pair(lambda = 1) with every slot.
+
+    With every slot sending, the non-null total tells the server whether the
+    victim sent; given that it did, the view is the two-bin pair with lambda = 1
+    over all users * m slots.
+    """
+    pair = poisson_pair(1.0, users * m, 1.0 / d)
+    return optimize.brentq(lambda e: lam * delta_for(pair, e) - delta, 0.0, 30.0, xtol=1e-12)
 
 
-def test_group_privacy_target() -> None:
-    # delta / (s e^{(s-1) E / s}) (SPEC section 3), looser paper form is delta / (s e^E).
-    assert item_delta_target(2.0, 4, 1e-6) == pytest.approx(1e-6 / (4 * math.exp(1.5)))
-    assert item_delta_target(2.0, 4, 1e-6) > 1e-6 / (4 * math.exp(2.0))
+@pytest.mark.parametrize(("users", "d", "m", "lam", "delta", "exact_hint"), [
+    (2000, 32, 2, 0.5, 1e-6, 0.502),
+    (5000, 21, 1, 0.3, 2e-6, 0.323),
+    (300, 17, 3, 0.9, 1e-6, None),
+    (10_000, 64, 1, 0.1, 1e-7, None),
+])
+def test_single_item_upper_bound_is_sound_and_tight(users: int, d: int, m: int, lam: float,
+                                                    delta: float,
+                                                    exact_hint: float | None) -> None:
+    exact = _exact_single_item_epsilon(users, d, m, lam, delta)
+    if exact_hint is not None:
+        assert exact == pytest.approx(exact_hint, abs=1e-3)
+    result = audit(users, d, 1, float(m), lam, delta)
+    assert result.epsilon_upper is not None
+    assert exact <= result.epsilon_upper <= 1.1 * exact
+    # The exhibited lower bound is this exact value (up to the search precision).
+    assert result.epsilon_lower == pytest.approx(exact, rel=1e-6)
+
+
+@pytest.mark.parametrize(("users", "d", "m", "lam", "delta"), [
+    (2000, 32, 2, 0.5, 1e-6),
+    (5000, 21, 1, 0.3, 2e-6),
+])
+def test_the_old_two_bin_pair_understates_epsilon(users: int, d: int, m: int, lam: float,
+                                                   delta: float) -> None:
+    # Regression: the paper's pair at lambda looks at two bins only; the published
+    # epsilon was that pair's, far below what the full view needs.
+    old = epsilon_for(item_pair(lam, users, float(m), d), delta)
+    exact = _exact_single_item_epsilon(users, d, m, lam, delta)
+    assert old is not None and old < 0.8 * exact
 
 
 def test_max_lambda_is_feasible_and_maximal() -> None:
-    lam = max_lambda(1.0, 4, 1e-6, 5000, 1.0, 17)
-    assert 0.0 < lam < 1.0
-    assert user_level_holds(1.0, lam, 4, 1e-6, 5000, 1.0, 17)
-    assert not user_level_holds(1.0, min(1.0, lam + 1e-8), 4, 1e-6, 5000, 1.0, 17)
+    for mode in ("slots", "independent"):
+        lam = max_lambda(1.0, 4, 1e-6, 5000, 0.4, 17, mode=mode)
+        assert 0.0 < lam < 1.0
+        assert user_level_holds(1.0, lam, 4, 1e-6, 5000, 0.4, 17, mode=mode)
+        assert not user_level_holds(1.0, min(1.0, lam + 1e-6), 4, 1e-6, 5000, 0.4, 17,
+                                    mode=mode)
 
 
 def test_max_lambda_saturates_with_a_large_blanket() -> None:
@@ -54,44 +87,85 @@ def test_max_lambda_saturates_with_a_large_blanket() -> None:
 
 
 def test_achieved_epsilon_matches_the_requested_level() -> None:
-    lam = max_lambda(1.0, 4, 1e-6, 5000, 1.0, 17)
-    achieved = user_epsilon(lam, 4, 1e-6, 5000, 1.0, 17)
-    assert achieved == pytest.approx(1.0, rel=1e-5)
+    lam = max_lambda(1.0, 4, 1e-6, 5000, 0.4, 17)
+    assert user_epsilon(lam, 4, 1e-6, 5000, 0.4, 17) == pytest.approx(1.0, rel=1e-5)
 
 
 def test_no_blanket_full_rate_is_not_achievable() -> None:
     result = audit(5000, 17, 4, 0.0, 1.0, 1e-6)
     assert result.epsilon_upper is None
     assert result.epsilon_lower is None
+    # Without a blanket a message at rate lambda is seen with probability lambda.
+    assert user_delta(1.0, 0.3, 1, 5000, 0.0, 17) == pytest.approx(0.3)
+    assert user_delta(1.0, 0.3, 2, 5000, 0.0, 17) == pytest.approx(1 - 0.7**2)
 
 
-def test_full_signal_blanket_is_the_smallest_feasible_m() -> None:
-    m_k = full_signal_blanket(1.0, 4, 1e-6, 5000, 17)
-    assert user_level_holds(1.0, 1.0, 4, 1e-6, 5000, m_k, 17)
-    assert not user_level_holds(1.0, 1.0, 4, 1e-6, 5000, m_k * (1 - 1e-6), 17)
-    assert max_lambda(1.0, 4, 1e-6, 5000, m_k * 0.9, 17) < 1.0
+@pytest.mark.parametrize("mode", ["slots", "independent"])
+def test_full_signal_blanket_is_the_smallest_feasible_m(mode: str) -> None:
+    m_k = full_signal_blanket(1.0, 4, 1e-6, 5000, 17, mode=mode)
+    assert user_level_holds(1.0, 1.0, 4, 1e-6, 5000, m_k, 17, mode=mode)
+    assert not user_level_holds(1.0, 1.0, 4, 1e-6, 5000, m_k * (1 - 1e-6), 17, mode=mode)
+    assert max_lambda(1.0, 4, 1e-6, 5000, m_k * 0.9, 17, mode=mode) < 1.0
 
 
-def test_user_level_condition_is_checked_with_the_right_pair() -> None:
-    lam, users, m, d, s, delta, level = 0.4, 3000, 2.2, 21, 4, 1e-6, 0.9
-    pair = item_pair(lam, users, m, d)
-    holds = delta_for(pair, level / s) <= delta / (s * math.exp((s - 1) * level / s))
-    assert user_level_holds(level, lam, s, delta, users, m, d) == holds
+def test_independent_mode_is_exact_up_to_the_grid() -> None:
+    # The independent blanket's upper and lower bounds are the same composition,
+    # discretised pessimistically and optimistically (lower: one more user's blanket).
+    for lam, level in ((0.5, 0.5), (1.0, 1.0), (0.2, 2.0)):
+        upper = user_delta(level, lam, 3, 4000, 0.8, 20, mode="independent")
+        lower = user_delta_lower(level, lam, 3, 4000, 0.8, 20, mode="independent")
+        assert lower <= upper <= 1.3 * lower + 1e-12
 
 
-@settings(max_examples=25, deadline=None)
+def test_the_mode_is_validated() -> None:
+    with pytest.raises(ValueError, match="blanket mode"):
+        user_delta(1.0, 0.5, 1, 100, 1.0, 10, mode="bogus")
+    with pytest.raises(ValueError, match="at most the privacy domain size"):
+        user_delta(1.0, 0.5, 1, 100, 11.0, 10, mode="independent")
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    users=st.integers(2, 5000),
+    domain=st.integers(2, 64),
+    set_size=st.integers(1, 4),
+    m=st.floats(0.05, 4.0),
+    lam=st.floats(0.05, 0.95),
+    level=st.floats(0.05, 4.0),
+    mode=st.sampled_from(["slots", "independent"]),
+)
+def test_the_bound_is_monotone(users: int, domain: int, set_size: int, m: float, lam: float,
+                               level: float, mode: str) -> None:
+    set_size = min(set_size, domain)
+    m = min(m, float(domain))
+    # Up to the FFT rounding allowance an upper bound carries (absolute, below 1e-11).
+    allowance = 1e-11
+    base = user_delta(level, lam, set_size, users, m, domain, mode=mode)
+    # More signal: weaker; more users or a larger epsilon: stronger.
+    assert user_delta(level, min(1.0, lam + 0.05), set_size, users, m, domain,
+                      mode=mode) >= base * (1 - 1e-9) - allowance
+    assert user_delta(level, lam, set_size, 2 * users, m, domain, mode=mode) <= base * (
+        1 + 1e-9) + allowance
+    assert user_delta(level * 1.2, lam, set_size, users, m, domain, mode=mode) <= base * (
+        1 + 1e-9) + allowance
+
+
+@settings(max_examples=20, deadline=None)
 @given(
     users=st.integers(2, 20_000),
     domain=st.integers(2, 200),
-    set_size=st.integers(1, 8),
+    set_size=st.integers(1, 6),
     m=st.floats(0.05, 6.0),
     lam=st.floats(0.05, 1.0),
     delta_exp=st.floats(-9.0, -3.0),
+    mode=st.sampled_from(["slots", "independent"]),
 )
 def test_lower_bound_never_exceeds_upper_bound(users: int, domain: int, set_size: int,
-                                               m: float, lam: float, delta_exp: float) -> None:
+                                               m: float, lam: float, delta_exp: float,
+                                               mode: str) -> None:
     set_size = min(set_size, domain)
-    result = audit(users, domain, set_size, m, lam, 10**delta_exp)
+    m = min(m, float(domain))
+    result = audit(users, domain, set_size, m, lam, 10**delta_exp, mode=mode)
     if result.epsilon_upper is None:
         return
     assert result.epsilon_lower is not None
@@ -107,3 +181,4 @@ def test_rejects_bad_arguments() -> None:
         audit(100, 10, 2, -1.0, 0.5, 1e-6)
     with pytest.raises(ValueError, match="privacy level"):
         max_lambda(0.0, 2, 1e-6, 100, 1.0, 10)
+    assert math.isfinite(user_delta(0.5, 0.5, 2, 100, 1.0, 10))

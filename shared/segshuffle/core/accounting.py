@@ -86,6 +86,7 @@ __all__ = [
     "EPSILON_CAP",
     "AuditResult",
     "SlotBlanketBound",
+    "UnprotectableLevelError",
     "audit",
     "blanket_geometry",
     "full_signal_blanket",
@@ -96,6 +97,10 @@ __all__ = [
     "user_epsilon",
     "user_level_holds",
 ]
+
+
+class UnprotectableLevelError(ValueError):
+    """No blanket rate within the cap gives a level its full signal (lambda = 1)."""
 
 
 @dataclass(frozen=True)
@@ -346,10 +351,10 @@ def full_signal_blanket(level: float, set_size: int, delta: float, users: int,
     Slot blanket: within one bucket ceil(m) = c the bound falls as gamma = m / c
     grows, and at integer m = c it falls with c; so the smallest bucket whose
     m = c is feasible is found by doubling and bisection, and m_k by a root search
-    on gamma inside it.  Independent blanket: the bound falls as m grows up to d,
-    so m_k is a root search on (0, d] (d when even m = d does not suffice: the
-    caller sees lambda_k < 1 there).  Every returned m is verified feasible
-    (except that last case).
+    on gamma inside it.  Independent blanket: the bound falls as m grows up to
+    d / 2 (a per-item rate of 1/2), so m_k is a root search on (0, d / 2] (d / 2
+    when even that does not suffice: the caller sees lambda_k < 1 there).  Every
+    returned m is verified feasible (except that last case).
     """
     mode = parse_mode(mode)
     level = validation.require_positive("privacy level", level)
@@ -365,15 +370,18 @@ def full_signal_blanket(level: float, set_size: int, delta: float, users: int,
     if excess(0.0) <= 0.0:
         return 0.0
     if mode is BlanketMode.INDEPENDENT:
-        top = float(domain_size)
+        # A Binomial(n, p) blanket is most variable at p = 1/2; past m = d/2 it only
+        # gets more predictable (at m = d every user sends every item).
+        top = domain_size / 2.0
         if excess(top) > 0.0:
             return top
         return _smallest_feasible(excess, 0.0, top, rtol=rtol)
     hi = 1
     while excess(float(hi)) > 0.0:
         if hi >= MAX_BLANKET_RATE:
-            raise ValueError(f"no blanket rate up to {MAX_BLANKET_RATE:g} protects level "
-                             f"{level:g} with lambda = 1")
+            raise UnprotectableLevelError(
+                f"no blanket rate up to {MAX_BLANKET_RATE:g} protects level {level:g} with "
+                "lambda = 1")
         hi = min(2 * hi, int(MAX_BLANKET_RATE))
     lo = hi // 2  # infeasible (or 0)
     while hi - lo > 1:

@@ -38,6 +38,7 @@ from . import validation
 from .accounting import (
     COARSE_STEP,
     LAMBDA_XTOL,
+    UnprotectableLevelError,
     full_signal_blanket,
     max_lambda,
     user_epsilon,
@@ -224,7 +225,7 @@ def optimize(
         try:
             m_k = full_signal_blanket(level, s, delta, n_min, d, mode=mode, rtol=SEARCH_RTOL,
                                       step=COARSE_STEP)
-        except ValueError:  # no rate up to the cap gives lambda = 1
+        except UnprotectableLevelError:  # no rate up to the cap gives lambda = 1
             return ceiling
         return min(m_k, ceiling)
 
@@ -287,7 +288,8 @@ def optimize(
 def _blanket_ceiling(mode: BlanketMode, set_size: int, domain_size: int,
                      max_messages_per_user: int | None) -> float:
     """The largest m the search may consider: the protocol cap, d, and the message budget."""
-    ceiling = MAX_BLANKET_RATE if mode is BlanketMode.SLOTS else float(domain_size)
+    # Past m = d/2 the independent blanket gets more predictable, not less.
+    ceiling = MAX_BLANKET_RATE if mode is BlanketMode.SLOTS else domain_size / 2.0
     if max_messages_per_user is None:
         return ceiling
     budget = validation.require_int("messages per user", max_messages_per_user, 1)

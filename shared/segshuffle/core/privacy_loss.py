@@ -132,17 +132,23 @@ class LossDistribution:
         return self.step * (self.offset + np.arange(self.pmf.size))
 
 
-def _to_grid(losses: np.ndarray, probs: np.ndarray, step: float, upper: bool
-             ) -> tuple[int, np.ndarray]:
-    """Bin ``probs`` at ``losses`` onto the grid, rounding up (upper) or down."""
-    # The margin of 1e-9 grid steps covers the rounding of the logarithm (~1e-16 |l|).
+def _grid_index(losses: np.ndarray, step: float, upper: bool) -> np.ndarray:
+    """Grid indices of ``losses``, rounded up (upper) or down.
+
+    The margin of 1e-9 grid steps covers the rounding of the logarithm (~1e-16 |l|).
+    """
     scaled = losses / step
-    index = (np.ceil(scaled + 1e-9) if upper else np.floor(scaled - 1e-9)).astype(np.int64)
-    if index.size == 0:  # every outcome has an infinite loss
-        return 0, np.zeros(1)
-    lo = int(index.min())
-    pmf = np.bincount(index - lo, weights=probs)
-    return lo, pmf
+    return (np.ceil(scaled + 1e-9) if upper else np.floor(scaled - 1e-9)).astype(np.int64)
+
+
+#: Up to this many pairs of atoms a convolution may be summed atom by atom.
+_DIRECT_PAIRS = 1 << 20
+
+
+def _sparse_is_cheaper(atoms_x: int, atoms_y: int, dense_size: int) -> bool:
+    """Whether summing atom by atom (exact) costs less than an FFT of ``dense_size`` points."""
+    pairs = atoms_x * atoms_y
+    return pairs <= _DIRECT_PAIRS and pairs <= 8 * dense_size
 
 
 def pair_loss(law: BinLaw, lam: float, *, upper: bool, step: float = DEFAULT_STEP
@@ -179,15 +185,24 @@ def pair_loss(law: BinLaw, lam: float, *, upper: bool, step: float = DEFAULT_STE
     if finite.size:
         spread = float(finite.max() - finite.min())
     step = max(step, spread / MAX_BIN_POINTS)
-    a_off, a_pmf = _to_grid(loss[a_finite], f_lam[a_finite], step, upper)
-    b_off, b_pmf = _to_grid(-loss[b_finite], f[b_finite], step, upper)
-    if a_pmf.size * b_pmf.size <= 1 << 18:
-        pmf, noise = np.convolve(a_pmf, b_pmf), 0.0
+    a_index, a_probs = _grid_index(loss[a_finite], step, upper), f_lam[a_finite]
+    b_index, b_probs = _grid_index(-loss[b_finite], step, upper), f[b_finite]
+    if a_index.size == 0 or b_index.size == 0:  # every outcome has an infinite loss
+        offset, pmf, noise = 0, np.zeros(1), 0.0
+    elif _sparse_is_cheaper(a_index.size, b_index.size,
+                            int(np.ptp(a_index) + np.ptp(b_index)) + 1):
+        # Few atoms on a wide grid: add every pair of atoms exactly (no FFT rounding).
+        sums = (a_index[:, None] + b_index[None, :]).ravel()
+        offset = int(sums.min())
+        pmf = np.bincount(sums - offset, weights=np.outer(a_probs, b_probs).ravel())
+        noise = 0.0
     else:
+        a_pmf = np.bincount(a_index - a_index.min(), weights=a_probs)
+        b_pmf = np.bincount(b_index - b_index.min(), weights=b_probs)
+        offset = int(a_index.min() + b_index.min())
         pmf, noise = _fft_convolve(a_pmf, b_pmf)
     infinity = 1.0 - (1.0 - min(a_inf, 1.0)) * (1.0 - min(b_inf, 1.0))
-    return LossDistribution(step=step, offset=a_off + b_off, pmf=pmf, infinity=infinity,
-                            noise=noise)
+    return LossDistribution(step=step, offset=offset, pmf=pmf, infinity=infinity, noise=noise)
 
 
 def _noise_floor(raw: np.ndarray) -> float:
@@ -247,26 +262,47 @@ class ComposedLoss:
         return np.array([self.delta(float(e)) for e in np.atleast_1d(eps)])
 
 
+def _sparse_convolve(x_offset: int, x: np.ndarray, y_offset: int, y: np.ndarray
+                     ) -> tuple[int, np.ndarray]:
+    """x * y summed atom by atom over the non-zero entries (exact: no FFT rounding)."""
+    xi, yi = np.flatnonzero(x), np.flatnonzero(y)
+    if xi.size == 0 or yi.size == 0:
+        return x_offset + y_offset, np.zeros(1)
+    sums = (xi[:, None] + yi[None, :]).ravel()
+    low = int(sums.min())
+    pmf = np.bincount(sums - low, weights=np.outer(x[xi], y[yi]).ravel())
+    return x_offset + y_offset + low, pmf
+
+
 def _composed(pair: LossDistribution, times: int, upper: bool,
               spectrum: tuple[int, np.ndarray] | None = None) -> ComposedLoss:
-    """The ``times``-fold composition of ``pair`` by FFT (``spectrum``: a reusable rfft)."""
-    size = times * (pair.pmf.size - 1) + 1
+    """The ``times``-fold composition of ``pair`` (``spectrum``: a reusable rfft of its pmf).
+
+    While the atoms are few, compositions are summed atom by atom (exact); the
+    remaining power is taken by FFT, whose rounding is bounded by
+    :func:`_noise_floor` and reported as ``noise``.
+    """
     # Rounding already in the pair's pmf: an L1 error of at most G noise, which the
     # composition carries into the result at most ``times`` over.
     inherited = times * pair.noise * pair.pmf.size
-    if times == 1:
-        pmf = pair.pmf.copy()
-        noise = 0.0
-    else:
-        if spectrum is not None and spectrum[0] >= size:
+    offset, pmf, done, noise = pair.offset, pair.pmf, 1, 0.0
+    atoms = int(np.count_nonzero(pair.pmf))
+    while done < times and _sparse_is_cheaper(int(np.count_nonzero(pmf)), atoms,
+                                              pmf.size + pair.pmf.size - 1):
+        offset, pmf = _sparse_convolve(offset, pmf, pair.offset, pair.pmf)
+        done += 1
+    if done < times:
+        remaining = times - done
+        size = pmf.size + remaining * (pair.pmf.size - 1)
+        n = fft.next_fast_len(size, real=True)
+        if done == 1 and spectrum is not None and spectrum[0] >= size:
             n, transformed = spectrum
+            raw = fft.irfft(transformed**times, n)[:size]
         else:
-            n = fft.next_fast_len(size, real=True)
-            transformed = fft.rfft(pair.pmf, n)
-        raw = fft.irfft(transformed**times, n)[:size]
+            raw = fft.irfft(fft.rfft(pmf, n) * fft.rfft(pair.pmf, n) ** remaining, n)[:size]
         noise = _noise_floor(raw)
         pmf = np.maximum(raw, 0.0)
-    offset = times * pair.offset
+        offset += remaining * pair.offset
     infinity = 1.0 - (1.0 - pair.infinity) ** times
     losses_index = offset + np.arange(pmf.size)
     keep = losses_index >= 1  # L = index * step > 0
