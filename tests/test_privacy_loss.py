@@ -1,0 +1,91 @@
+"""The accountant's building blocks: discretised PLDs, the Poisson comparison, exhibited views."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import special, stats
+
+from segshuffle.core.full_view import aggregated_shift_delta
+from segshuffle.core.hockey_stick import delta_for, poisson_pair
+from segshuffle.core.poisson_comparison import cdf_excess, dominated_poisson_mean
+from segshuffle.core.privacy_loss import BinLaw, composed_pair
+
+
+def _exact_composed_delta(law: BinLaw, lam: float, times: int, eps: float) -> float:
+    """delta of ``times`` independent item pairs by brute force over every bin count."""
+    hi = int(law.mean + 10 * math.sqrt(law.mean + 1) + 12)
+    if law.trials is not None:
+        hi = min(hi, law.trials + 1)
+    counts = np.arange(0, hi + 1)
+    f = law.pmf(counts)
+    f_lam = (1 - lam) * f + lam * law.pmf(counts - 1)
+    p_pair, q_pair = np.outer(f_lam, f).ravel(), np.outer(f, f_lam).ravel()
+    p, q = p_pair, q_pair
+    for _ in range(times - 1):
+        p, q = np.outer(p, p_pair).ravel(), np.outer(q, q_pair).ravel()
+    return float(np.maximum(p - math.exp(eps) * q, 0.0).sum())
+
+
+@pytest.mark.parametrize(("law", "lam"), [
+    (BinLaw(5.0), 1.0), (BinLaw(3.0), 0.5), (BinLaw(4.0, 40), 0.7), (BinLaw(2.0, 10), 1.0),
+    (BinLaw(0.4, 8), 0.3),
+])
+@pytest.mark.parametrize("times", [1, 2])
+@pytest.mark.parametrize("eps", [0.2, 1.0, 2.0])
+def test_pessimistic_and_optimistic_grids_bracket_the_exact_divergence(
+        law: BinLaw, lam: float, times: int, eps: float) -> None:
+    exact = _exact_composed_delta(law, lam, times, eps)
+    upper = composed_pair(law, lam, times, upper=True).delta(eps)
+    lower = composed_pair(law, lam, times, upper=False).delta(eps)
+    assert lower <= exact * (1 + 1e-9) + 1e-15
+    assert upper >= exact * (1 - 1e-9) - 1e-15
+    # The grid step is 1e-4: both sit close to the exact value.
+    assert upper <= exact * 1.05 + 1e-12
+
+
+def test_no_blanket_reveals_every_sent_message() -> None:
+    law = BinLaw(0.0)
+    assert composed_pair(law, 1.0, 1, upper=True).delta(3.0) == pytest.approx(1.0)
+    assert composed_pair(law, 0.4, 3, upper=True).delta(3.0) == pytest.approx(1 - 0.6**3)
+
+
+@pytest.mark.parametrize(("trials", "q"), [(9999, 2 / 17), (149, 0.2), (10, 0.5),
+                                           (199_999, 4 / 128), (100, 0.01)])
+def test_dominated_poisson_mean_meets_its_slack_everywhere(trials: int, q: float) -> None:
+    slack = 1e-12
+    nu, eta = dominated_poisson_mean(trials, q, slack)
+    assert 0.0 < nu <= trials * q
+    assert eta <= slack
+    # Checked on every total from 0 to trials (and the Poisson tail beyond).
+    t = np.arange(0, trials + 1)
+    worst = max(float(np.max(special.bdtr(t, trials, q) - special.pdtr(t, nu))),
+                float(special.pdtrc(trials, nu)))
+    assert worst <= slack
+    # ... and it is nearly the largest such mean.
+    assert cdf_excess(trials, q, nu * 1.01 + 0.02) > slack
+
+
+def test_aggregated_view_of_one_item_is_the_two_bin_pair() -> None:
+    for n_slots, r, eps in ((4000, 1 / 32, 0.5), (5000, 1 / 21, 0.3), (50, 0.1, 1.0)):
+        assert aggregated_shift_delta(n_slots, r, 1, eps) == pytest.approx(
+            delta_for(poisson_pair(1.0, n_slots, r), eps), rel=1e-9)
+
+
+def test_aggregated_view_by_enumeration() -> None:
+    # (U0 + j, U1) against (U0, U1 + j), (U0, U1) ~ Multinomial(N; q, q), by a 2-D sum.
+    n_slots, q, j, eps = 30, 0.15, 2, 0.7
+    a = np.arange(0, n_slots + j + 1)
+    joint = np.zeros((a.size, a.size))
+    for u0 in range(n_slots + 1):
+        for u1 in range(n_slots + 1 - u0):
+            joint[u0, u1] = stats.multinomial.pmf([u0, u1, n_slots - u0 - u1], n_slots,
+                                                  [q, q, 1 - 2 * q])
+    p = np.zeros_like(joint)
+    p[j:, :] = joint[:-j, :]
+    q_view = np.zeros_like(joint)
+    q_view[:, j:] = joint[:, :-j]
+    exact = float(np.maximum(p - math.exp(eps) * q_view, 0.0).sum())
+    assert aggregated_shift_delta(n_slots, q, j, eps) == pytest.approx(exact, rel=1e-9)
