@@ -8,8 +8,11 @@ Run: ``python benchmarks/bench_accounting.py [--repeats R] [--skip-2d-above N]``
    (cached), medians.
 2. The same evaluation by a plain 2-D sum over the same window of (a, b), and the ratio.
 3. A full optimize for n = 1e6, d = 128, s = 8, K = 3 levels (0.5, 1, 2; shares 25/50/25;
-   delta = 1e-8) in-process, and the whole ``segshuffle optimize`` process.
+   delta = 1e-8) in-process with cold caches (CPU seconds, median), in both blanket modes,
+   and the whole ``segshuffle optimize`` process (which also optimises the other mode).
 4. The same population with K = 1000 levels evenly spaced in [0.5, 2].
+5. The full-view user-level bound at one (m, lambda): the slot blanket (s = 8, cold:
+   Poisson comparisons and PLD compositions built) and the independent blanket.
 """
 
 from __future__ import annotations
@@ -25,18 +28,19 @@ import numpy as np
 from scipy.special import gammaln
 
 from segshuffle.core import hockey_stick
+from segshuffle.core.accounting import clear_caches, user_delta
 from segshuffle.core.hockey_stick import delta_for, epsilon_for, poisson_pair
 from segshuffle.core.optimizer import optimize
 
 LAM, R, TARGET = 0.5, 1.0 / 128, 1e-6
 
 
-def median_seconds(function, repeats: int) -> float:
+def median_seconds(function, repeats: int, clock=time.perf_counter) -> float:
     samples = []
     for _ in range(repeats):
-        started = time.perf_counter()
+        started = clock()
         function()
-        samples.append(time.perf_counter() - started)
+        samples.append(clock() - started)
     return statistics.median(samples)
 
 
@@ -110,32 +114,47 @@ def main() -> None:
 
     users = 1_000_000
     counts = [users * 0.25, users * 0.5, users * 0.25]
-    print("\n3. optimize n = 1e6, d = 128, s = 8, K = 3, delta = 1e-8")
-    result = None
+    print("\n3. optimize n = 1e6, d = 128, s = 8, K = 3, delta = 1e-8 (CPU, cold caches)")
+    for mode in ("slots", "independent"):
+        result = None
 
-    def run_k3() -> None:
-        nonlocal result
-        hockey_stick._window.cache_clear()
-        result = optimize(counts, [0.5, 1.0, 2.0], 128, 8, 1e-8)
+        def run_k3(mode=mode) -> None:
+            nonlocal result
+            clear_caches()
+            result = optimize(counts, [0.5, 1.0, 2.0], 128, 8, 1e-8, blanket_mode=mode)
 
-    k3 = median_seconds(run_k3, 3)
-    assert result is not None
-    print(f"   in-process median {k3:.2f} s: m = {result.m:.4f}, lambdas = "
-          f"{[round(x, 4) for x in result.lambdas]}, MSE bound = {result.mse_bound:.3e}")
+        k3 = median_seconds(run_k3, 3, time.process_time)
+        assert result is not None
+        print(f"   {mode:>11}: median {k3:.2f} s: m = {result.m:.4f}, lambdas = "
+              f"{[round(x, 4) for x in result.lambdas]}, MSE bound = {result.mse_bound:.3e}, "
+              f"{result.messages_per_user} messages per user", flush=True)
     command = [sys.executable, "-m", "segshuffle.cli.main", "optimize", "--users", "1000000",
                "--domain-size", "128", "--set-size", "8", "--levels", "0.5,1,2", "--shares",
                "0.25,0.5,0.25", "--delta", "1e-8", "--json"]
     whole = median_seconds(lambda: subprocess.run(command, check=True, capture_output=True), 3)
-    print(f"   whole `segshuffle optimize` process median {whole:.2f} s")
+    print(f"   whole `segshuffle optimize` process (both modes) median {whole:.2f} s wall")
 
-    print("\n4. optimize n = 1e6, d = 128, s = 8, K = 1000 levels in [0.5, 2]")
+    print("\n4. optimize n = 1e6, d = 128, s = 8, K = 1000 levels in [0.5, 2] (CPU, cold)")
     levels = list(np.linspace(0.5, 2.0, 1000))
-    hockey_stick._window.cache_clear()
-    started = time.perf_counter()
-    many = optimize([users / 1000] * 1000, levels, 128, 8, 1e-8)
-    print(f"   {time.perf_counter() - started:.1f} s: m = {many.m:.4f}, lambda range "
-          f"[{min(many.lambdas):.4f}, {max(many.lambdas):.4f}], MSE bound = "
-          f"{many.mse_bound:.3e}")
+    for mode in ("slots", "independent"):
+        clear_caches()
+        started = time.process_time()
+        many = optimize([users / 1000] * 1000, levels, 128, 8, 1e-8, blanket_mode=mode)
+        print(f"   {mode:>11}: {time.process_time() - started:.1f} s: m = {many.m:.4f}, lambda "
+              f"range [{min(many.lambdas):.4f}, {max(many.lambdas):.4f}], MSE bound = "
+              f"{many.mse_bound:.3e}", flush=True)
+
+    print("\n5. one full-view bound, n = 1e6, d = 128, s = 8, lambda = 0.5, E = 1 (CPU)")
+    for mode, m in (("slots", 0.5), ("independent", 0.5)):
+        def bound(mode=mode, m=m) -> float:
+            clear_caches()
+            return user_delta(1.0, 0.5, 8, users, m, 128, mode=mode, delta=1e-8)
+
+        cold = median_seconds(bound, args.repeats, time.process_time)
+        warm = median_seconds(lambda mode=mode, m=m: user_delta(
+            1.0, 0.5, 8, users, m, 128, mode=mode, delta=1e-8), args.repeats,
+            time.process_time)
+        print(f"   {mode:>11}: cold {cold * 1e3:.1f} ms, warm {warm * 1e3:.2f} ms", flush=True)
 
 
 if __name__ == "__main__":

@@ -58,6 +58,7 @@ from .hockey_stick import (
     CountPair,
     _largest_feasible,
     _smallest_feasible,
+    _window,
     delta_for,
     poisson_pair,
 )
@@ -89,6 +90,7 @@ __all__ = [
     "UnprotectableLevelError",
     "audit",
     "blanket_geometry",
+    "clear_caches",
     "full_signal_blanket",
     "item_pair",
     "max_lambda",
@@ -184,6 +186,14 @@ def _slot_bound(users: int, m: float, domain_size: int, set_size: int, slack: fl
                 step: float = DEFAULT_STEP) -> SlotBlanketBound:
     n_slots, r = blanket_geometry(users, m, domain_size)
     return SlotBlanketBound(n_slots, r, set_size, domain_size, slack, step)
+
+
+def clear_caches() -> None:
+    """Forget every cached per-(N, r) computation (benchmarks measure cold costs)."""
+    _slot_bound.cache_clear()
+    composed_pair.cache_clear()
+    dominated_poisson_mean.cache_clear()
+    _window.cache_clear()
 
 
 def _independent_law(users: int, m: float, domain_size: int, *, lower: bool) -> BinLaw:
