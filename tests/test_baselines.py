@@ -4,14 +4,18 @@
 - every estimator is unbiased in simulation;
 - every calibrated privacy parameter is checked by the accountant (and is tight:
   a slightly weaker setting fails);
-- the balls-into-bins count pair really bounds the protocol, by exact enumeration.
+- the one-item balls-into-bins pair is the accountant's single-item pair and
+  bounds the server's full view (histogram and null count), by exact enumeration;
+- large domains (16,470 items) are planned in seconds.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import time
 from collections import defaultdict
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -29,9 +33,11 @@ from segshuffle.experiments.calibration import (
     amplified_delta,
     balls_into_bins_config,
     expected_bib_mse,
+    subexp_local_mechanism,
     subexp_shuffle_mechanism,
 )
 from segshuffle.experiments.privset import SubsetExponential, _subset_counts, optimal_subset
+from segshuffle.experiments.settings import LOCAL_EPSILON, UNIFORM_EPSILON
 
 
 def _enumerate(d: int, k: int, x: set[int], eps: float) -> dict[tuple[int, ...], float]:
@@ -175,8 +181,12 @@ def test_sepmm_weighted_estimators_are_unbiased(rng):
     _check_unbiased(runs, np.concatenate([group_truth.mean(axis=0), weights @ group_truth]))
 
 
-@pytest.mark.parametrize(("n", "d", "s", "eps"), [(5000, 21, 4, 0.5), (50000, 128, 8, 0.5),
-                                                  (1250, 21, 4, 0.5), (2000, 128, 4, 2.0)])
+@pytest.mark.parametrize(("n", "d", "s", "eps"), [
+    (5000, 21, 4, 0.5),
+    pytest.param(50000, 128, 8, 0.5, marks=pytest.mark.slow),
+    (1250, 21, 4, 0.5),
+    (2000, 128, 4, 2.0),
+])
 def test_balls_into_bins_calibration_checked_by_accountant(n, d, s, eps):
     delta = 0.01 / n
     m = calibrate_blanket(n, d, s, eps, delta, "one-item")
@@ -192,11 +202,36 @@ def test_balls_into_bins_calibration_checked_by_accountant(n, d, s, eps):
     # Minimal: 1% less blanket breaks the guarantee.
     assert one_item_delta(n, d, s, 0.99 * m, eps) > delta
 
+    # All items: the segmented protocol at lambda = 1, by the user-level accountant on
+    # the full view (no group privacy), and minimal there too.
     m_all = calibrate_blanket(n, d, s, eps, delta, "all-items")
     assert accounting.user_level_holds(eps, 1.0, s, delta, n, m_all, d)
     upper = accounting.user_epsilon(1.0, s, delta, n, m_all, d)
     assert upper is not None and upper <= eps * (1 + 1e-6)  # the search's own precision
     assert not accounting.user_level_holds(eps, 1.0, s, delta, n, 0.99 * m_all, d)
+
+
+@pytest.mark.parametrize(("n", "d", "s"), [(5000, 128, 4), (300, 24, 3), (40, 16, 8)])
+@pytest.mark.parametrize("m", [0.4, 1.0, 2.7])
+def test_one_item_pair_is_the_accountants_single_item_pair(n, d, s, m):
+    """One ball uniform over s items is one item sent with lambda = 1 over d / s super-items."""
+    for eps in (0.25, 0.5, 1.0, 2.0):
+        accountant = accounting.user_delta(eps, 1.0, 1, n, m, d // s)
+        assert one_item_delta(n, d, s, m, eps) == pytest.approx(accountant, rel=1e-9,
+                                                                abs=1e-300)
+
+
+def test_infeasible_variant_is_left_out():
+    # 40 users over 4,000 items: no blanket up to the cap lets them send all 4 items
+    # at eps = 0.5, but one uniformly chosen item can still be hidden.
+    n, d, s, eps = 40, 4000, 4, 0.5
+    delta = 0.01 / n
+    with pytest.raises(accounting.UnprotectableLevelError):
+        calibrate_blanket(n, d, s, eps, delta, "all-items")
+    choice = balls_into_bins_config(n, d, s, eps, delta)
+    assert choice.config.variant == "one-item"
+    assert [variant for variant, _, _ in choice.alternatives] == ["one-item"]
+    assert one_item_delta(n, d, s, choice.config.m, eps) <= delta
 
 
 def test_subexp_shuffle_calibration_checked_by_accountant():
@@ -224,20 +259,24 @@ def test_balls_into_bins_choice_picks_the_smaller_expected_error():
     assert choice.config.variant == min(variants, key=variants.get)
 
 
-def _exact_count_distribution(sets, d, slots, gamma):
-    """Exact distribution of the count vector: one uniform ball per user, plus blanket."""
-    dist = {tuple([0] * d): 1.0}
+def _exact_view_distribution(sets, d, slots, gamma):
+    """Exact law of the server's full view: (item histogram, null count).
+
+    One ball uniform over each user's set, plus ``slots`` blanket slots, each null
+    with probability 1 - gamma and a uniform item otherwise.
+    """
+    dist = {(tuple([0] * d), 0): 1.0}
 
     def add(dist, outcomes):
         new = defaultdict(float)
-        for counts, p in dist.items():
+        for (counts, nulls), p in dist.items():
             for item, q in outcomes:
                 if item is None:
-                    new[counts] += p * q
+                    new[(counts, nulls + 1)] += p * q
                 else:
                     c = list(counts)
                     c[item] += 1
-                    new[tuple(c)] += p * q
+                    new[(tuple(c), nulls)] += p * q
         return new
 
     for user_set in sets:
@@ -247,18 +286,98 @@ def _exact_count_distribution(sets, d, slots, gamma):
     return dist
 
 
+@pytest.mark.parametrize(("d", "s", "n"), [(4, 2, 3), (6, 3, 2), (5, 2, 3)])
 @pytest.mark.parametrize("m", [1.0, 0.6, 1.5])
-def test_one_item_pair_bounds_the_exact_protocol(m):
-    """Brute force: the protocol's true divergence never exceeds the accountant's pair."""
-    d, s, n = 4, 2, 3
+def test_one_item_pair_bounds_the_full_view(d, s, n, m):
+    """Brute force: the protocol's divergence on the full view never exceeds the pair's.
+
+    Every pair of victim sets (disjoint and overlapping) against two backgrounds.
+    """
     slots = math.ceil(m)
     gamma = m / slots
-    others = [[(0, 2), (1, 3)], [(0, 1), (0, 1)], [(2, 3), (2, 3)]]
-    for other_sets in others:
-        p = _exact_count_distribution([(0, 1), *other_sets], d, n * slots, gamma)
-        q = _exact_count_distribution([(2, 3), *other_sets], d, n * slots, gamma)
-        for eps in (0.5, 1.0, 2.0):
-            e = math.exp(eps)
-            exact = sum(max(0.0, p.get(c, 0.0) - e * q.get(c, 0.0)) for c in set(p) | set(q))
-            bound = one_item_delta(n, d, s, m, eps)
-            assert exact <= bound + 1e-12, (other_sets, eps, exact, bound)
+    sets = list(itertools.combinations(range(d), s))
+    victim = sets[0]
+    bounds = {eps: one_item_delta(n, d, s, m, eps) for eps in (0.25, 0.5, 1.0, 2.0)}
+    closest = 0.0
+    for other in sets[1:]:
+        for background in ([sets[0]] * (n - 1), [sets[-1]] * (n - 1)):
+            p = _exact_view_distribution([victim, *background], d, n * slots, gamma)
+            q = _exact_view_distribution([other, *background], d, n * slots, gamma)
+            assert sum(p.values()) == pytest.approx(1.0)
+            for eps, bound in bounds.items():
+                e = math.exp(eps)
+                exact = sum(max(0.0, p.get(v, 0.0) - e * q.get(v, 0.0)) for v in set(p) | set(q))
+                assert exact <= bound + 1e-12, (other, background, eps, exact, bound)
+                closest = max(closest, exact / bound)
+    assert closest > 0.3  # the bound is not vacuous: some pair of inputs comes close
+
+
+def _exact_rates(d: int, s: int, k: int, eps: float) -> dict[str, float]:
+    """PrivSet's rates with exact rational binomials (the definition, no simplification)."""
+    e = Fraction(math.exp(eps))
+    total = math.comb(d, k)
+    omega = e * (total - math.comb(d - s, k)) + math.comb(d - s, k)
+    with_j, with_j_miss = math.comb(d - 1, k - 1), math.comb(d - 1 - s, k - 1)
+    beta = (e - 1) * (math.comb(d - s, k) - math.comb(d - 2 * s, k)) / omega
+    return {"p_true": float(e * with_j / omega),
+            "p_false": float((e * (with_j - with_j_miss) + with_j_miss) / omega),
+            "hit_probability": float(e * (total - math.comb(d - s, k)) / omega),
+            "beta": float(beta)}
+
+
+@pytest.mark.parametrize(("d", "s"), [(200, 8), (1000, 4), (64, 30)])
+def test_privset_rates_equal_exact_binomials_on_larger_domains(d, s):
+    for k in sorted({1, 2, 5, d // 3, d - 2 * s, d - s - 1, d - s} & set(range(1, d - s + 1))):
+        for eps in (0.5, 2.0, 6.0):
+            mech = SubsetExponential(d, s, eps, k)
+            exact = _exact_rates(d, s, k, eps)
+            assert mech.p_true == pytest.approx(exact["p_true"], rel=1e-11)
+            assert mech.p_false == pytest.approx(exact["p_false"], rel=1e-11, abs=1e-300)
+            assert mech.hit_probability == pytest.approx(exact["hit_probability"], rel=1e-11)
+            assert mech.variation_ratio_parameters()[1] == pytest.approx(
+                exact["beta"], rel=1e-10, abs=1e-300)
+
+
+def test_optimal_subset_scans_every_size():
+    d, s, eps = 150, 5, 1.3
+    best = optimal_subset(d, s, eps)
+    variances = [SubsetExponential(d, s, eps, k).total_variance(1) for k in range(1, d - s + 1)]
+    assert best.total_variance(1) == pytest.approx(min(variances), rel=1e-12)
+    assert best.subset_size == 1 + int(np.argmin(variances))
+
+
+def test_large_domain_privset_planning_takes_seconds():
+    """Regression: a 16,470-item file (privacy domain 16,474) used to hang in planning.
+
+    The subset sizes were searched with exact big-integer binomials for every k;
+    both PrivSet baselines must now be planned in a few seconds, and the chosen
+    subset sizes must beat their neighbours.
+    """
+    d, s, n = 16_470 + 4, 4, 5000
+    started = time.perf_counter()
+    local = subexp_local_mechanism(d, s, LOCAL_EPSILON)
+    shuffled = subexp_shuffle_mechanism(n, d, s, UNIFORM_EPSILON, 0.01 / n)
+    elapsed = time.perf_counter() - started
+    assert elapsed < 10.0, elapsed
+    k = local.subset_size
+    assert 1 < k < d - s
+    for other in (k - 1, k + 1, k // 2, 2 * k):
+        rival = SubsetExponential(d, s, LOCAL_EPSILON, other)
+        assert rival.total_variance(n) >= local.total_variance(n)
+    assert 0.0 < local.p_false < local.p_true < 1.0
+    assert local.p_true == pytest.approx(math.exp(LOCAL_EPSILON) * k / d / local.normalizer)
+    p, beta, q = shuffled.variation_ratio_parameters()
+    assert shuffled.epsilon > UNIFORM_EPSILON
+    assert amplified_delta(shuffled, n, UNIFORM_EPSILON) <= 0.01 / n
+    assert 0.0 < beta < 1.0 and p == q
+
+
+def test_privset_samples_a_large_domain(rng):
+    d, s, k = 16_474, 4, 476
+    mech = SubsetExponential(d, s, 2.0, k)
+    items = np.tile(np.array([5, 900, 16_000, 16_473]), (400, 1))
+    counts = mech.sample_counts(items, rng)
+    assert counts.sum() == 400 * k
+    held = counts[[5, 900, 16_000, 16_473]]
+    sd = math.sqrt(400 * mech.p_true * (1 - mech.p_true))
+    assert abs(held.mean() - 400 * mech.p_true) < 5 * sd

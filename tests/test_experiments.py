@@ -1,4 +1,8 @@
-"""Experiment plumbing: settings, planning, determinism across workers, ours against its bound."""
+"""Experiment plumbing: settings, planning, determinism across workers, ours against its bound.
+
+Planning a panel runs the user-level accountant many times (about 10 s for a
+small panel), so the tests that plan are marked slow.
+"""
 
 from __future__ import annotations
 
@@ -8,21 +12,30 @@ import math
 import numpy as np
 import pytest
 
+from segshuffle.core import accounting
+from segshuffle.core.blanket import BlanketMode
 from segshuffle.core.estimator import estimate_frequencies
 from segshuffle.core.optimizer import optimize
 from segshuffle.core.simulate import simulate_counts
 from segshuffle.datasets import synthetic_source
+from segshuffle.experiments.balls_into_bins import one_item_delta
 from segshuffle.experiments.methods import (
     BASELINES,
     METHODS,
     OURS,
+    OURS_INDEPENDENT,
+    OURS_MODES,
     assign_levels,
     paper_weight,
     plan_panel,
     run_repeat,
     stream,
 )
-from segshuffle.experiments.report import panel_rows, summarize_rows, summary_markdown
+from segshuffle.experiments.report import (
+    panel_rows,
+    summarize_rows,
+    summary_markdown,
+)
 from segshuffle.experiments.runner import run_figures
 from segshuffle.experiments.settings import (
     FIGURES,
@@ -68,37 +81,73 @@ def test_paper_weights_favour_liberal_and_large_levels():
     assert paper_weight(4000, 1.0, d, s, delta) > paper_weight(1000, 1.0, d, s, delta)
 
 
+def test_methods_name_both_blanket_modes():
+    assert (*BASELINES, OURS, OURS_INDEPENDENT) == METHODS
+    assert OURS_MODES == {OURS: BlanketMode.SLOTS, OURS_INDEPENDENT: BlanketMode.INDEPENDENT}
+
+
 @pytest.fixture(scope="module")
 def small_plan():
     return plan_panel("test|synthetic|S1|n=3000|s=4", 3000, 4, 32, 32, SHARES["S1"],
-                      (0.3, 1.0, 3.0))
+                      (0.3, 1.0, 3.0, 20.0))
 
 
+@pytest.mark.slow
 def test_plan_uses_the_accountant(small_plan):
     plan = small_plan
+    n, s, d = 3000, 4, 32
     assert plan.counts == (750, 1500, 750)
     assert plan.delta == pytest.approx(0.01 / 3000)
-    assert [p.m for p in plan.ours[:-1]] == [0.3, 1.0, 3.0]
-    assert plan.ours[-1].optimal and not any(p.optimal for p in plan.ours[:-1])
-    best = min(plan.ours, key=lambda p: p.mse_bound)
-    assert best.optimal or best.mse_bound >= plan.ours[-1].mse_bound * (1 - 1e-9)
-    for point in plan.ours:
-        assert all(0.0 < lam <= 1.0 for lam in point.lambdas)
-        assert list(point.lambdas) == sorted(point.lambdas)  # liberal levels send more
+    assert [p.m for p in plan.ours[:-1]] == [0.3, 1.0, 3.0, 20.0]
+    # The independent blanket is swept only up to m = d / 2.
+    assert [p.m for p in plan.ours_independent[:-1]] == [0.3, 1.0, 3.0]
+    for method, mode in OURS_MODES.items():
+        points = plan.points(method)
+        assert points[-1].optimal and not any(p.optimal for p in points[:-1])
+        best = min(points, key=lambda p: p.mse_bound)
+        assert best.optimal or best.mse_bound >= points[-1].mse_bound * (1 - 1e-9)
+        for point in points:
+            assert all(0.0 < lam <= 1.0 for lam in point.lambdas)
+            assert list(point.lambdas) == sorted(point.lambdas)  # liberal levels send more
+            expected = s + (d if mode is BlanketMode.INDEPENDENT else math.ceil(point.m))
+            assert point.ciphertexts == expected
+            # Every level's guarantee, re-checked by the user-level accountant on the
+            # full view; the achieved epsilons never exceed the levels.
+            for level, lam, achieved in zip(plan.levels, point.lambdas, point.epsilons,
+                                            strict=True):
+                assert achieved is not None and achieved <= level * (1 + 1e-9)
+                assert accounting.user_level_holds(level, lam, s, plan.delta, n, point.m, d,
+                                                   mode=mode)
+                if lam < 1.0:  # on its constraint: a 1% larger rate breaks the level
+                    assert not accounting.user_level_holds(level, min(1.0, 1.01 * lam), s,
+                                                           plan.delta, n, point.m, d, mode=mode)
     assert sum(plan.sepmm_weights) == pytest.approx(1.0)
     assert plan.local.epsilon == 2.0 and plan.shuffled.epsilon > 0.5
+    # Balls-into-bins at the user level: every calibrated blanket re-checked.
+    for choice, users, level in ((plan.mm, n, 0.5),
+                                 *zip(plan.sepmm, plan.counts, plan.levels, strict=True)):
+        config = choice.config
+        if config.variant == "all-items":
+            assert accounting.user_level_holds(level, 1.0, s, plan.delta, users, config.m, d)
+        else:
+            assert one_item_delta(users, d, s, config.m, level) <= plan.delta
 
 
+@pytest.mark.slow
 def test_run_repeat_is_deterministic(small_plan):
     source = synthetic_source(32)
     first = run_repeat(small_plan, source, 11, 0)
     assert set(first) == set(METHODS)
     assert len(first[OURS]) == len(small_plan.ours)
+    assert len(first[OURS_INDEPENDENT]) == len(small_plan.ours_independent)
     assert first == run_repeat(small_plan, source, 11, 0)
     assert first != run_repeat(small_plan, source, 11, 1)
     assert all(v >= 0.0 for values in first.values() for v in values)
+    # The two modes draw from their own streams: equal parameters, different noise.
+    assert first[OURS][:3] != first[OURS_INDEPENDENT][:3]
 
 
+@pytest.mark.slow
 def test_results_do_not_depend_on_workers():
     figure = Figure(name="tiny", dataset="synthetic", shares_name="S3",
                     panels=(Panel(1500, 4),))
@@ -107,18 +156,49 @@ def test_results_do_not_depend_on_workers():
     parallel = run_figures([figure], jobs=2, **kwargs)
     assert serial[0].errors == parallel[0].errors
     rows = panel_rows(parallel[0])
-    assert [r["method"] for r in rows] == [*BASELINES, OURS, OURS, OURS]
+    assert [r["method"] for r in rows] == [*BASELINES, *[OURS] * 3, *[OURS_INDEPENDENT] * 3]
     assert all(r["m"] == "" for r in rows if r["method"] in BASELINES)
     assert all(r["repeats"] == "7" for r in rows)
+    for r in rows:
+        if r["method"] in OURS_MODES:
+            assert "eps=" in r["detail"] and "ciphertexts=" in r["detail"]
+    assert {r["detail"].split("ciphertexts=")[1] for r in rows
+            if r["method"] == OURS_INDEPENDENT} == {"132"}  # s + d = 4 + 128
     summary = summarize_rows(rows)
     assert len(summary) == 1 and summary[0].n == 1500
     assert summary[0].best_m in (0.5, 2.0)
+    assert summary[0].independent_mse == float(rows[-1]["mse"])
     assert "| tiny | 1500 | 4 |" in summary_markdown(summary)
 
 
+def _row(method: str, mse: float, m: str = "", optimal: str = "") -> dict[str, str]:
+    return {"figure": "f", "n": "100", "s": "2", "method": method, "m": m, "mse": str(mse),
+            "optimal": optimal}
+
+
+def test_summary_of_rows_with_and_without_the_independent_mode():
+    rows = [_row("mm-shuffle", 4.0), _row("subexp-local", 9.0),
+            _row(OURS, 3.0, "0.5", "false"), _row(OURS, 1.0, "1", "false"),
+            _row(OURS, 2.0, "1.2", "true")]
+    old = summarize_rows(rows)[0]
+    assert (old.best_m, old.best_mse, old.optimizer_m, old.best_baseline) == (
+        1.0, 1.0, 1.2, "mm-shuffle")
+    assert old.reduction == pytest.approx(0.75) and old.optimizer_reduction == 0.5
+    assert math.isnan(old.independent_mse) and math.isnan(old.independent_m)
+    rows += [_row(OURS_INDEPENDENT, 0.5, "1", "false"), _row(OURS_INDEPENDENT, 0.8, "0.7", "true")]
+    new = summarize_rows(rows)[0]
+    assert (new.independent_m, new.independent_mse, new.independent_best_mse) == (0.7, 0.8, 0.5)
+    assert new.independent_reduction == pytest.approx(0.8)
+    # Baselines are never mistaken for the segmented variants, nor the reverse.
+    assert new.best_baseline == "mm-shuffle" and new.best_mse == 1.0
+    table = summary_markdown([new])
+    assert "| 0.7 | 8.000e-01 |" in table and "| 80% |" in table
+
+
+@pytest.mark.parametrize("mode", list(BlanketMode))
 @pytest.mark.parametrize(("m", "shares"), [(0.5, (0.25, 0.5, 0.25)), (2.0, (0.5, 0.25, 0.25)),
                                            (6.0, (0.25, 0.25, 0.5))])
-def test_ours_stays_within_its_mse_bound(m, shares):
+def test_ours_stays_within_its_mse_bound(m, shares, mode):
     """The measured MSE of the segmented protocol never exceeds the paper's bound.
 
     The bound is on the error against the item distribution, so every repeat
@@ -127,7 +207,8 @@ def test_ours_stays_within_its_mse_bound(m, shares):
     """
     n, d, s = 4000, 24, 3
     counts = level_counts(n, shares)
-    params = optimize(counts, (0.5, 1.0, 2.0), d, s, 0.01 / n, blanket=m, lower_bounds=False)
+    params = optimize(counts, (0.5, 1.0, 2.0), d, s, 0.01 / n, blanket=m, lower_bounds=False,
+                      blanket_mode=mode)
     rng = np.random.default_rng(99)
     source = synthetic_source(d)
     truth = np.full(d, s / d)  # the distribution the synthetic users are drawn from
@@ -136,8 +217,8 @@ def test_ours_stays_within_its_mse_bound(m, shares):
         population = source.draw(n, s, rng)
         levels = assign_levels(tuple(counts), rng)
         holders = population.level_holders(levels, 3)
-        observed = simulate_counts(holders, params.lambdas, m, rng, users=n)
-        estimate = estimate_frequencies(observed, counts, params.lambdas, m)
+        observed = simulate_counts(holders, params.lambdas, m, rng, users=n, mode=mode)
+        estimate = estimate_frequencies(observed, counts, params.lambdas, m, mode=mode)
         errors.append(float(np.sum((estimate.values - truth) ** 2)))
     mean = float(np.mean(errors))
     se = float(np.std(errors, ddof=1)) / math.sqrt(len(errors))

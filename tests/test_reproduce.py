@@ -5,12 +5,13 @@ from __future__ import annotations
 import csv
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
 from segshuffle.cli.main import main
-from segshuffle.experiments.methods import BASELINES, OURS
+from segshuffle.experiments.methods import BASELINES, OURS, OURS_INDEPENDENT
 
 
 def _rows(path):
@@ -18,6 +19,7 @@ def _rows(path):
         return list(csv.DictReader(handle))
 
 
+@pytest.mark.slow
 def test_quick_msnbc_run_writes_csv_png_and_summary(tmp_path):
     out = tmp_path / "out"
     completed = subprocess.run(
@@ -34,9 +36,16 @@ def test_quick_msnbc_run_writes_csv_png_and_summary(tmp_path):
     for n in ("5000", "50000"):
         mine = [r for r in rows if r["n"] == n]
         assert [r["method"] for r in mine if r["method"] in BASELINES] == list(BASELINES)
-        ours = [r for r in mine if r["method"] == OURS]
-        assert [float(r["m"]) for r in ours if r["optimal"] == "false"] == [0.1, 0.3, 1, 3, 10]
-        assert sum(r["optimal"] == "true" for r in ours) == 1
+        for method in (OURS, OURS_INDEPENDENT):
+            ours = [r for r in mine if r["method"] == method]
+            assert [float(r["m"]) for r in ours if r["optimal"] == "false"] == [0.1, 0.3, 1, 3,
+                                                                                10]
+            assert sum(r["optimal"] == "true" for r in ours) == 1
+            # Achieved user-level epsilons never exceed the levels (0.5, 1, 2).
+            for r in ours:
+                eps = [float(e) for e in r["detail"].split("eps=")[1].split(";")[0].split("/")]
+                assert all(e <= level * (1 + 1e-6) for e, level in zip(eps, (0.5, 1.0, 2.0),
+                                                                         strict=True))
         assert all(r["m"] == "" for r in mine if r["method"] in BASELINES)
         assert all(float(r["mse"]) > 0 and r["repeats"] == "4" for r in mine)
         assert all(r["domain_size"] == "21" for r in mine)
@@ -45,6 +54,7 @@ def test_quick_msnbc_run_writes_csv_png_and_summary(tmp_path):
     assert (out / "msnbc-s1-summary.md").read_text().startswith("| figure |")
 
 
+@pytest.mark.slow
 def test_user_transaction_file(tmp_path, capsys):
     # A user's own data replaces MSNBC in the msnbc-* figures.
     rng = np.random.default_rng(3)
@@ -61,6 +71,45 @@ def test_user_transaction_file(tmp_path, capsys):
     assert {r["domain_size"] for r in rows} == {"14"}  # 10 items + 4 padding items
     assert {r["shares"] for r in rows} == {"S2"}
     assert {r["n"] for r in rows} == {"3000"}
+    assert {r["method"] for r in rows} == {*BASELINES, OURS, OURS_INDEPENDENT}
+
+
+@pytest.mark.slow
+def test_large_domain_file_is_planned_quickly(tmp_path):
+    """Regression: a retail-like file (16,470 items) hung for over 20 minutes in planning.
+
+    The PrivSet baselines searched their subset size with exact big-integer
+    binomials for every k (now milliseconds, tests/test_baselines.py).  The whole
+    run, planning dominated by the user-level accountant plus one repeat, takes
+    15-50 s depending on the machine's load.
+    """
+    rng = np.random.default_rng(8)
+    items = 16_470
+    popularity = 1.0 / np.arange(1, items + 1) ** 1.1
+    popularity /= popularity.sum()
+    lines = [" ".join(map(str, range(items)))]  # every id appears at least once
+    for size in np.clip(rng.geometric(0.12, size=6000), 1, 40):
+        lines.append(" ".join(map(str, rng.choice(items, size=size, replace=False,
+                                                  p=popularity))))
+    data = tmp_path / "baskets.txt"
+    data.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    started = time.perf_counter()
+    completed = subprocess.run(
+        [sys.executable, "-m", "segshuffle.cli.main", "reproduce", "--figure", "msnbc-s1",
+         "--data", str(data), "--users", "5000", "--grid", "1", "--repeats", "1",
+         "--jobs", "1", "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )
+    elapsed = time.perf_counter() - started
+    assert completed.returncode == 0, completed.stderr
+    assert elapsed < 240.0, elapsed  # the hang lasted over 20 minutes
+    rows = _rows(out / "msnbc-s1.csv")
+    assert {r["domain_size"] for r in rows} == {"16474"}  # 16,470 items + 4 padding items
+    assert {r["method"] for r in rows} == {*BASELINES, OURS, OURS_INDEPENDENT}
+    local = next(r for r in rows if r["method"] == "subexp-local")
+    assert int(local["detail"].split("k=")[1].split()[0]) > 1  # a real subset-size search
+    assert all(float(r["mse"]) > 0 for r in rows)
 
 
 @pytest.mark.parametrize(

@@ -4,30 +4,50 @@ Balls-into-bins with d bins and s special bins: each user throws one ball into
 one of its s special bins, chosen uniformly, and every user adds blanket balls
 that land uniformly on the d bins.  For set-valued data the special bins of a user
 are the s items of its set, so a user sends **one item of its set, chosen
-uniformly** (a "ball") plus the blanket.  In our blanket form (the same as the
-segmented protocol's, SPEC section 2) each user fills ceil(m) slots, each sending a
-uniform item with probability gamma = m / ceil(m).
+uniformly** (a "ball") plus the blanket.  In our blanket form (the slot blanket of
+the segmented protocol, SPEC section 2) each user fills ceil(m) slots, each sending
+a uniform item with probability gamma = m / ceil(m).
 
-**Privacy** (variation-ratio reduction, parameters p = +inf, beta = 1, q = d / s
-from the amplification table of Wang et al., PVLDB 2024).  The victim's ball lands
-on any one of its s items with probability 1/s, a blanket slot on that item with
-probability gamma / d, so the ratio bound is q = d / (s gamma) per slot
-(Theorem "random-number blanket": q/gamma over n ceil(m) slots).  The count pair
-is therefore P = (B0 + 1, B1), Q = (B0, B1 + 1) with (B0, B1) multinomial over
-N = n ceil(m) - 1 slots with probability r = s gamma / d each: a *user-level*
-guarantee, no group privacy needed since each user sends one data message.
+**Privacy of the one-item variant: a single-message bound on the full view.**
+Every (E, delta) below is user level, on everything the server sees: the
+histogram of the decrypted messages and the number of null ones.  Each user sends
+exactly one data message, whose law R(x) puts 1/s on each item of x; a blanket
+slot puts gamma / d on each item.  So R has the variation-ratio parameters
+p = +inf, beta = 1 and q = d / (s gamma) against the slots (Wang et al., PVLDB
+2024, the balls-into-bins entry of their table, with the slot rate gamma), and
+their reduction bounds the view of any two inputs x, x' by the pair
+
+    P = (B0 + 1, B1),   Q = (B0, B1 + 1),   (B0, B1) ~ Multinomial(N; r, r),
+    N = n ceil(m) - 1,  r = s gamma / d,
+
+i.e. ``variation_ratio_pair(inf, 1, d ceil(m) / (s m), n ceil(m))``.  The null
+count adds nothing: the victim always sends its one message, so the number of
+null slots is a function of the histogram's total.  For disjoint x, x' the pair
+is exact: with A, B the messages on the items of x and of x', the split of A over
+x is Multinomial(A; 1/s, ...) under both inputs (one uniform ball plus a uniform
+multinomial blanket is a uniform multinomial), likewise for B, and the rest of the
+view depends on the victim only through A + B.  The pair is the accountant's
+two-bin pair of one item sent with lambda = 1 over a domain of d / s items: when
+s divides d it equals ``accounting.user_delta(E, 1, 1, n, m, d // s)``.  The
+tests check that identity and the bound against a brute-force enumeration of the
+full view (histogram and null count; disjoint and overlapping sets).  The
+reduction needs q >= 2, i.e. d >= 2 s.
+
+**The all-items variant.**  Each user sends all s items (s balls) plus the slot
+blanket: the segmented protocol with every lambda = 1.  Its user-level delta is
+the accountant's bound on the full view
+(:func:`segshuffle.core.accounting.user_delta` with lambda = 1: the victim's s
+items compose as s disjoint item pairs, no group privacy), and its smallest
+blanket is :func:`segshuffle.core.accounting.full_signal_blanket`.
 
 **Estimator.**  C_j = number of balls on item j.  E[C_j] = n w_j / s + n m / d, so
 
     W^_j = s (C_j - n m / d) / n
 
-is unbiased for w_j.
+is unbiased for w_j (all-items: W^_j = (C_j - n m / d) / n).
 
-:func:`calibrate_blanket` finds, with the exact accountant, the smallest m giving
-(eps, delta) at the user level.  The module also offers the variant in which each
-user sends **all** s items (s balls, one per item), protected item by item and
-composed by group privacy: that is the segmented protocol with every lambda = 1,
-calibrated by :func:`segshuffle.core.accounting.full_signal_blanket`.
+:func:`calibrate_blanket` finds the smallest m giving (eps, delta) at the user
+level in either variant.
 """
 
 from __future__ import annotations
@@ -39,6 +59,7 @@ from typing import Literal
 import numpy as np
 
 from ..core import accounting
+from ..core.blanket import MAX_BLANKET_RATE
 from ..core.hockey_stick import CountPair, delta_for, poisson_pair, variation_ratio_pair
 from ..core.randomizers import blanket_probability, blanket_slots
 from ..core.validation import require_domain, require_int, require_non_negative
@@ -48,7 +69,7 @@ VARIANTS: tuple[Variant, ...] = ("one-item", "all-items")
 
 
 def pair_for(users: int, domain_size: int, set_size: int, m: float) -> CountPair:
-    """The user-level count pair of the one-item variant (module docstring).
+    """The user-level count pair of the one-item variant on the full view (module docstring).
 
     variation_ratio_pair(p = inf, beta = 1, q = d ceil(m) / (s m), n ceil(m)): the
     n ceil(m) "users" of the reduction are the blanket slots.
@@ -68,14 +89,15 @@ def one_item_delta(users: int, domain_size: int, set_size: int, m: float, eps: f
 def calibrate_blanket(users: int, domain_size: int, set_size: int, epsilon: float,
                       delta: float, variant: Variant = "one-item",
                       rtol: float = 1e-6) -> float:
-    """Smallest blanket rate m giving user-level (epsilon, delta), by the exact accountant.
+    """Smallest blanket rate m giving user-level (epsilon, delta) on the full view.
 
-    ``one-item``: within a bucket ceil(m) = c the divergence falls as m grows
-    (more mass per slot on the victim's items); at integer m = c it falls with c
-    (more trials at the same rate).  So the first feasible integer is found by
-    doubling and bisection and m by bisection inside its bucket.  The returned m is
-    verified feasible.  ``all-items`` delegates to
-    :func:`segshuffle.core.accounting.full_signal_blanket`.
+    ``one-item``: within a bucket ceil(m) = c the divergence of :func:`pair_for`
+    falls as m grows (more mass per slot on the victim's items); at integer m = c
+    it falls with c (more trials at the same rate).  So the first feasible integer
+    is found by doubling and bisection and m by bisection inside its bucket.  The
+    returned m is verified feasible.  ``all-items`` is the segmented protocol with
+    lambda = 1: :func:`segshuffle.core.accounting.full_signal_blanket` (slot
+    blanket, user-level bound).
     """
     n = require_int("number of users", users, 2)
     d, s = require_domain(domain_size, set_size)
@@ -90,8 +112,10 @@ def calibrate_blanket(users: int, domain_size: int, set_size: int, epsilon: floa
     hi = 1
     while not feasible(float(hi)):
         hi *= 2
-        if hi > 1 << 24:
-            raise ValueError("no blanket rate protects the balls-into-bins protocol")
+        if hi > MAX_BLANKET_RATE:
+            raise accounting.UnprotectableLevelError(
+                f"no blanket rate up to {MAX_BLANKET_RATE:g} protects the one-item "
+                f"balls-into-bins protocol at eps = {epsilon:g}")
     lo = hi // 2
     while hi - lo > 1:
         mid = (lo + hi) // 2

@@ -1,18 +1,22 @@
-"""Calibrating the baselines with the exact accountant.
+"""Calibrating the baselines: every guarantee is user level, on the server's full view.
 
 - :func:`subexp_shuffle_mechanism`: the subset exponential randomizer in the
   single-message shuffle model.  For a subset size k, the amplified guarantee of
   n shuffled eps0-LDP reports is bounded by the variation-ratio pair with the
-  randomizer's (p, beta, q) (see :mod:`segshuffle.experiments.privset`).  The
+  randomizer's (p, beta, q) (see :mod:`segshuffle.experiments.privset`): a proven
+  bound for one message per user, which is what the server sees.  The
   divergence grows with eps0, so the largest eps0 meeting the central target
   (eps, delta) is found by bisection on delta(eps) <= delta; the subset size is
   then the k whose (k, eps0(k)) has the smallest summed variance V.  Every local
   eps0 at least as small as the target is trivially enough (an eps-LDP report is
   (eps, 0)-DP after shuffling), so eps0 >= eps always.
 - :func:`balls_into_bins_config`: the balls-into-bins protocol at its smallest
-  calibrated blanket rate, in whichever variant (one item per user, q = d / s; or
-  all items, group privacy) has the smaller expected MSE against the users' own
-  frequencies (formulas in :func:`expected_bib_mse`).
+  calibrated blanket rate, in whichever variant has the smaller expected MSE
+  against the users' own frequencies (formulas in :func:`expected_bib_mse`): one
+  item per user (a single data message; its two-bin pair is the exact full view,
+  :mod:`segshuffle.experiments.balls_into_bins`) or all s items (the segmented
+  protocol with lambda = 1, calibrated by the user-level accountant
+  :func:`segshuffle.core.accounting.full_signal_blanket`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ..core.accounting import UnprotectableLevelError
 from ..core.hockey_stick import delta_for, variation_ratio_pair
 from ..core.randomizers import blanket_probability, blanket_slots
 from .balls_into_bins import VARIANTS, BallsIntoBins, Variant, calibrate_blanket
@@ -119,11 +124,24 @@ class BallsIntoBinsChoice:
 @lru_cache(maxsize=256)
 def balls_into_bins_config(users: int, domain_size: int, set_size: int, epsilon: float,
                            delta: float) -> BallsIntoBinsChoice:
-    """Balls-into-bins at (epsilon, delta) user level, in its better variant."""
+    """Balls-into-bins at user-level (epsilon, delta), in its better variant.
+
+    A variant that no blanket rate protects (all-items beyond the accountant's cap
+    :data:`segshuffle.core.blanket.MAX_BLANKET_RATE`, e.g. a few thousand users
+    over a domain of thousands of items) is left out; ValueError when neither
+    variant can be protected.
+    """
     options = []
+    refusals = []
     for variant in VARIANTS:
-        m = calibrate_blanket(users, domain_size, set_size, epsilon, delta, variant)
+        try:
+            m = calibrate_blanket(users, domain_size, set_size, epsilon, delta, variant)
+        except UnprotectableLevelError as exc:
+            refusals.append(f"{variant}: {exc}")
+            continue
         options.append((variant, m, expected_bib_mse(users, domain_size, set_size, m, variant)))
+    if not options:
+        raise ValueError("no balls-into-bins variant can be protected: " + "; ".join(refusals))
     variant, m, mse = min(options, key=lambda o: o[2])
     return BallsIntoBinsChoice(
         config=BallsIntoBins(domain_size, set_size, m, variant),

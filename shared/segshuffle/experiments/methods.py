@@ -8,14 +8,23 @@ Names (used in every output):
   eps0 as large as the variation-ratio amplification allows
   (:func:`~segshuffle.experiments.calibration.subexp_shuffle_mechanism`);
 - ``mm-shuffle``: balls-into-bins, every user at (0.5, delta), blanket calibrated by
-  the exact accountant (:mod:`~segshuffle.experiments.balls_into_bins`);
+  the user-level accountant (:mod:`~segshuffle.experiments.balls_into_bins`);
 - ``sepmm-shuffle``: balls-into-bins run separately by the users of each level k at
   (E_k, delta), with delta = 0.01 / n for the whole population; the K estimators
   are averaged;
 - ``weighted-sepmm-shuffle``: the same, averaged with the paper's weights
   1 / sqrt(d s^2 log(1/delta) / (n_k E_k)^2 + s / n_k), normalised to sum to 1;
-- ``ours``: the segmented protocol at each swept m (lambdas from the optimizer with m
-  fixed), and at the optimizer's m*.
+- ``ours``: the segmented protocol with the paper's slot blanket at each swept m
+  (lambdas from the optimizer with m fixed), and at the optimizer's m*;
+- ``ours-independent``: the segmented protocol with the independent blanket (each
+  user sends each item as blanket with probability m / d; exact accounting), at
+  each swept m <= d and at its own optimizer's m*.
+
+Every (E, delta) above is a user-level guarantee on the server's full view:
+the two segmented variants and the all-items balls-into-bins variant through
+:mod:`segshuffle.core.accounting`; the single-message baselines (one-item
+balls-into-bins, shuffled PrivSet) through single-message pairs that are proven
+bounds for one message per user.
 
 Planning (:func:`plan_panel`) runs every accountant search; it depends only on
 public parameters (n, d, s, levels, shares, delta), never on the data.  Running
@@ -32,8 +41,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..core.blanket import BlanketMode, messages_per_user
 from ..core.estimator import estimate_frequencies
-from ..core.optimizer import optimize
+from ..core.optimizer import OptimizationResult, optimize
 from ..core.simulate import simulate_counts
 from ..datasets.population import DatasetSource, Population
 from .balls_into_bins import BallsIntoBins
@@ -47,6 +57,7 @@ from .privset import SubsetExponential
 from .settings import LEVELS, LOCAL_EPSILON, UNIFORM_EPSILON, delta_for_users, level_counts
 
 OURS = "ours"
+OURS_INDEPENDENT = "ours-independent"
 BASELINES: tuple[str, ...] = (
     "subexp-local",
     "subexp-shuffle",
@@ -54,17 +65,34 @@ BASELINES: tuple[str, ...] = (
     "sepmm-shuffle",
     "weighted-sepmm-shuffle",
 )
-METHODS: tuple[str, ...] = (*BASELINES, OURS)
+#: The segmented protocol in each blanket mode: method name -> mode.
+OURS_MODES: dict[str, BlanketMode] = {
+    OURS: BlanketMode.SLOTS,
+    OURS_INDEPENDENT: BlanketMode.INDEPENDENT,
+}
+OURS_METHODS: tuple[str, ...] = tuple(OURS_MODES)
+METHODS: tuple[str, ...] = (*BASELINES, *OURS_METHODS)
+
+#: Random-stream tag of each segmented variant (tags 1-4 are the baselines').
+_OURS_TAGS: dict[str, int] = {OURS: 5, OURS_INDEPENDENT: 6}
 
 
 @dataclass(frozen=True)
 class OursPoint:
-    """One blanket rate of the segmented protocol and the optimizer's lambdas there."""
+    """One blanket rate of the segmented protocol and the optimizer's lambdas there.
+
+    ``epsilons`` are the achieved user-level guarantees per level (upper bounds
+    from :mod:`segshuffle.core.accounting`, at most the levels); ``ciphertexts``
+    the data ciphertexts of one fixed-size submission (s + ceil(m) slots, or s + d
+    in the independent mode).
+    """
 
     m: float
     lambdas: tuple[float, ...]
     mse_bound: float
     optimal: bool  # the optimizer's own m*
+    epsilons: tuple[float | None, ...] = ()
+    ciphertexts: int = 0
 
 
 @dataclass(frozen=True)
@@ -85,6 +113,15 @@ class PanelPlan:
     sepmm: tuple[BallsIntoBinsChoice, ...]
     sepmm_weights: tuple[float, ...]
     ours: tuple[OursPoint, ...]
+    ours_independent: tuple[OursPoint, ...] = ()
+
+    def points(self, method: str) -> tuple[OursPoint, ...]:
+        """The planned points of one segmented variant (``ours`` or ``ours-independent``)."""
+        if method == OURS:
+            return self.ours
+        if method == OURS_INDEPENDENT:
+            return self.ours_independent
+        raise ValueError(f"{method!r} is not a segmented variant")
 
 
 def paper_weight(n_k: int, level: float, domain_size: int, set_size: int,
@@ -112,18 +149,38 @@ def plan_panel(key: str, n: int, set_size: int, domain_size: int, item_count: in
     raw = [paper_weight(n_k, level, d, s, delta) for n_k, level in zip(counts, levels,
                                                                         strict=True)]
     weights = tuple(w / sum(raw) for w in raw)
-    points = []
-    for m in grid:
-        result = optimize(list(counts), levels, d, s, delta, blanket=m, lower_bounds=False)
-        points.append(OursPoint(m=m, lambdas=result.lambdas, mse_bound=result.mse_bound,
-                                optimal=False))
-    best = optimize(list(counts), levels, d, s, delta, lower_bounds=False)
-    points.append(OursPoint(m=best.m, lambdas=best.lambdas, mse_bound=best.mse_bound,
-                            optimal=True))
+    variants = {method: _plan_ours(counts, levels, d, s, delta, grid, mode)
+                for method, mode in OURS_MODES.items()}
     return PanelPlan(key=key, n=n, set_size=s, domain_size=d, item_count=item_count,
                      delta=delta, levels=tuple(levels), counts=counts, local=local,
                      shuffled=shuffled, mm=mm, sepmm=sepmm, sepmm_weights=weights,
-                     ours=tuple(points))
+                     ours=variants[OURS], ours_independent=variants[OURS_INDEPENDENT])
+
+
+def _plan_ours(counts: tuple[int, ...], levels: tuple[float, ...], d: int, s: int,
+               delta: float, grid: tuple[float, ...], mode: BlanketMode
+               ) -> tuple[OursPoint, ...]:
+    """The segmented protocol in one blanket mode: every swept m, then the optimizer's m*.
+
+    The optimizer takes the independent blanket only up to m = d / 2 (a per-item
+    rate of 1/2, the most variable Binomial blanket; past it the blanket grows
+    more predictable); swept values above d / 2 are skipped in that mode.
+    """
+    def point(result: OptimizationResult, optimal: bool) -> OursPoint:
+        return OursPoint(m=result.m, lambdas=result.lambdas, mse_bound=result.mse_bound,
+                         optimal=optimal, epsilons=result.epsilons,
+                         ciphertexts=messages_per_user(s, result.m, d, mode))
+
+    points = []
+    for m in grid:
+        if mode is BlanketMode.INDEPENDENT and m > d / 2:
+            continue
+        result = optimize(list(counts), levels, d, s, delta, blanket=m, lower_bounds=False,
+                          blanket_mode=mode)
+        points.append(point(result, optimal=False))
+    best = optimize(list(counts), levels, d, s, delta, lower_bounds=False, blanket_mode=mode)
+    points.append(point(best, optimal=True))
+    return tuple(points)
 
 
 def stream(seed: int, key: str, repeat: int, *tags: int) -> np.random.Generator:
@@ -152,7 +209,10 @@ def _balls_into_bins_estimate(config: BallsIntoBins, population: Population,
 
 def run_repeat(plan: PanelPlan, source: DatasetSource, seed: int, repeat: int
                ) -> dict[str, list[float]]:
-    """One repeat of a panel: the squared error of every method (``ours``: one per point)."""
+    """One repeat of a panel: the squared error of every method.
+
+    The segmented variants have one error per planned point (swept m, then m*).
+    """
     data_rng = stream(seed, plan.key, repeat, 0)
     population = source.draw(plan.n, plan.set_size, data_rng)
     if population.domain_size != plan.domain_size:
@@ -182,11 +242,14 @@ def run_repeat(plan: PanelPlan, source: DatasetSource, seed: int, repeat: int
     errors["weighted-sepmm-shuffle"] = [_squared_error(weighted, truth, d_real)]
 
     holders = population.level_holders(levels, len(plan.levels))
-    ours = []
-    for index, point in enumerate(plan.ours):
-        rng = stream(seed, plan.key, repeat, 5, index)
-        counts = simulate_counts(holders, point.lambdas, point.m, rng, users=plan.n)
-        estimate = estimate_frequencies(counts, list(plan.counts), point.lambdas, point.m)
-        ours.append(_squared_error(estimate.values, truth, d_real))
-    errors[OURS] = ours
+    for method, mode in OURS_MODES.items():
+        measured = []
+        for index, point in enumerate(plan.points(method)):
+            rng = stream(seed, plan.key, repeat, _OURS_TAGS[method], index)
+            counts = simulate_counts(holders, point.lambdas, point.m, rng, users=plan.n,
+                                     mode=mode)
+            estimate = estimate_frequencies(counts, list(plan.counts), point.lambdas, point.m,
+                                            mode=mode)
+            measured.append(_squared_error(estimate.values, truth, d_real))
+        errors[method] = measured
     return errors

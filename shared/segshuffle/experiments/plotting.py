@@ -1,8 +1,9 @@
 """Figures: MSE against the blanket rate m, one panel per (n, s), log axes.
 
-``ours`` is a line over the swept m (with the paper's MSE bound dashed and the
-optimizer's m* as a star); every baseline is a horizontal line at its measured
-MSE.  Rendering uses matplotlib's Agg backend (no display needed).
+``ours`` (slot blanket) and ``ours-independent`` (independent blanket) are lines
+over the swept m (each with the paper's MSE bound dotted and its optimizer's m*
+as a star); every baseline is a horizontal line at its measured MSE.  Rendering
+uses matplotlib's Agg backend (no display needed).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from .methods import BASELINES, OURS
+from .methods import BASELINES, OURS, OURS_INDEPENDENT
 
 _STYLE = {
     "subexp-local": ("tab:gray", ":"),
@@ -22,6 +23,12 @@ _STYLE = {
     "mm-shuffle": ("tab:blue", "--"),
     "sepmm-shuffle": ("tab:orange", "--"),
     "weighted-sepmm-shuffle": ("tab:green", "-."),
+}
+
+#: Colour, star marker and label of each segmented variant.
+_OURS_STYLE = {
+    OURS: ("tab:red", "*", "ours (slot blanket)"),
+    OURS_INDEPENDENT: ("tab:purple", "P", "ours-independent"),
 }
 
 
@@ -39,17 +46,18 @@ def plot_figure(rows: list[dict[str, str]], path: Path, title: str) -> None:
                              squeeze=False)
     for ax, (s, n) in zip(axes.ravel(), panels, strict=False):
         mine = [r for r in rows if int(r["n"]) == n and int(r["s"]) == s]
-        sweep = sorted((r for r in mine if r["method"] == OURS and r["optimal"] != "true"),
-                       key=lambda r: float(r["m"]))
-        ms = [float(r["m"]) for r in sweep]
-        ax.plot(ms, [float(r["mse"]) for r in sweep], "o-", color="tab:red", lw=2, ms=4,
-                label="ours (measured)")
-        ax.plot(ms, [float(r["mse_bound"]) for r in sweep], ":", color="tab:red", lw=1,
-                alpha=0.7, label="ours (MSE bound)")
-        for r in mine:
-            if r["method"] == OURS and r["optimal"] == "true":
-                ax.plot([float(r["m"])], [float(r["mse"])], "*", color="black", ms=12,
-                        label=f"ours at optimizer m*={float(r['m']):.2g}")
+        for method, (color, marker, label) in _OURS_STYLE.items():
+            sweep = sorted((r for r in mine if r["method"] == method and r["optimal"] != "true"),
+                           key=lambda r: float(r["m"]))
+            ms = [float(r["m"]) for r in sweep]
+            ax.plot(ms, [float(r["mse"]) for r in sweep], "o-", color=color, lw=2, ms=4,
+                    label=f"{label} (measured)")
+            ax.plot(ms, [float(r["mse_bound"]) for r in sweep], ":", color=color, lw=1,
+                    alpha=0.7, label=f"{label} (MSE bound)")
+            for r in mine:
+                if r["method"] == method and r["optimal"] == "true":
+                    ax.plot([float(r["m"])], [float(r["mse"])], marker, color="black",
+                            mfc=color, ms=12, label=f"{label} at its m*={float(r['m']):.2g}")
         for r in mine:
             if r["method"] in BASELINES:
                 color, style = _STYLE[r["method"]]

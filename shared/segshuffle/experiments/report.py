@@ -1,7 +1,7 @@
 """Turning panel results into CSV rows and per-panel summaries.
 
-CSV columns (one row per method and panel; ``ours`` one row per swept m plus the
-optimizer's m*, flagged ``optimal``):
+CSV columns (one row per method and panel; ``ours`` and ``ours-independent`` one
+row per swept m plus the optimizer's m*, flagged ``optimal``):
 
 ``figure, dataset, shares, method, n, s, domain_size, m, mse, mse_std, repeats,
 mse_bound, messages_per_user, optimal, detail``
@@ -9,9 +9,11 @@ mse_bound, messages_per_user, optimal, detail``
 ``m`` is empty for baselines; ``mse`` is the mean over repeats of
 sum_j (W^_j - w_j)^2 over the real items (padding items excluded), w the sampled
 users' own frequencies; ``mse_std`` the standard deviation over repeats;
-``mse_bound`` the paper's bound for ``ours`` and the analytic expectation for the
-balls-into-bins and subset-exponential baselines; ``detail`` the calibrated
-parameters.
+``mse_bound`` the paper's bound for the segmented variants and the analytic
+expectation for the balls-into-bins and subset-exponential baselines;
+``messages_per_user`` the expected non-null messages per user; ``detail`` the
+calibrated parameters (segmented variants: the lambdas, the achieved user-level
+epsilons per level and the data ciphertexts of one fixed-size submission).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .methods import BASELINES, OURS, PanelPlan
+from .methods import BASELINES, OURS, OURS_INDEPENDENT, OURS_METHODS, PanelPlan
 from .runner import PanelResult, expected_messages_ours, summarize
 
 COLUMNS = ("figure", "dataset", "shares", "method", "n", "s", "domain_size", "m", "mse",
@@ -71,15 +73,18 @@ def panel_rows(result: PanelResult) -> list[dict[str, str]]:
         rows.append({**common, "method": method, "m": "", "mse": _fmt(mean),
                      "mse_std": _fmt(std), "mse_bound": _fmt(expected),
                      "messages_per_user": _fmt(messages), "optimal": "", "detail": detail})
-    for index, point in enumerate(plan.ours):
-        mean, std = summarize([e[index] for e in result.errors[OURS]])
-        lambdas = "/".join(f"{lam:.4g}" for lam in point.lambdas)
-        rows.append({**common, "method": OURS, "m": _fmt(point.m), "mse": _fmt(mean),
-                     "mse_std": _fmt(std), "mse_bound": _fmt(point.mse_bound),
-                     "messages_per_user": _fmt(expected_messages_ours(plan, point.lambdas,
-                                                                      point.m)),
-                     "optimal": "true" if point.optimal else "false",
-                     "detail": f"lambdas={lambdas}"})
+    for method in OURS_METHODS:
+        for index, point in enumerate(plan.points(method)):
+            mean, std = summarize([e[index] for e in result.errors[method]])
+            lambdas = "/".join(f"{lam:.4g}" for lam in point.lambdas)
+            epsilons = "/".join("-" if e is None else f"{e:.4g}" for e in point.epsilons)
+            rows.append({**common, "method": method, "m": _fmt(point.m), "mse": _fmt(mean),
+                         "mse_std": _fmt(std), "mse_bound": _fmt(point.mse_bound),
+                         "messages_per_user": _fmt(expected_messages_ours(
+                             plan, point.lambdas, point.m)),
+                         "optimal": "true" if point.optimal else "false",
+                         "detail": f"lambdas={lambdas}; eps={epsilons}; "
+                                   f"ciphertexts={point.ciphertexts}"})
     return rows
 
 
@@ -98,7 +103,11 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 @dataclass(frozen=True)
 class PanelSummary:
-    """The headline numbers of one panel."""
+    """The headline numbers of one panel.
+
+    ``independent_*`` describe ``ours-independent`` (NaN when the rows have none,
+    e.g. results written before that variant existed).
+    """
 
     figure: str
     n: int
@@ -109,6 +118,9 @@ class PanelSummary:
     optimizer_mse: float
     best_baseline: str
     best_baseline_mse: float
+    independent_m: float = math.nan  # its optimizer's m*
+    independent_mse: float = math.nan  # measured at that m*
+    independent_best_mse: float = math.nan  # the lowest over its sweep and m*
 
     @property
     def reduction(self) -> float:
@@ -118,6 +130,16 @@ class PanelSummary:
     @property
     def optimizer_reduction(self) -> float:
         return 1.0 - self.optimizer_mse / self.best_baseline_mse
+
+    @property
+    def independent_reduction(self) -> float:
+        """1 - (ours-independent at its m*) / (best baseline)."""
+        return 1.0 - self.independent_mse / self.best_baseline_mse
+
+
+def _optimal_row(rows: list[dict[str, str]], method: str) -> dict[str, str] | None:
+    chosen = [r for r in rows if r["method"] == method and r["optimal"] == "true"]
+    return chosen[0] if chosen else None
 
 
 def summarize_rows(rows: list[dict[str, str]]) -> list[PanelSummary]:
@@ -131,15 +153,21 @@ def summarize_rows(rows: list[dict[str, str]]) -> list[PanelSummary]:
     for figure, n, s in keys:
         mine = [r for r in rows if (r["figure"], int(r["n"]), int(r["s"])) == (figure, n, s)]
         sweep = [r for r in mine if r["method"] == OURS and r["optimal"] != "true"]
-        chosen = [r for r in mine if r["method"] == OURS and r["optimal"] == "true"]
+        chosen = _optimal_row(mine, OURS)
+        independent = [r for r in mine if r["method"] == OURS_INDEPENDENT]
+        independent_star = _optimal_row(mine, OURS_INDEPENDENT)
         baselines = [r for r in mine if r["method"] in BASELINES]
         best = min(sweep, key=lambda r: float(r["mse"]))
         top = min(baselines, key=lambda r: float(r["mse"]))
         summaries.append(PanelSummary(
             figure=figure, n=n, s=s, best_m=float(best["m"]), best_mse=float(best["mse"]),
-            optimizer_m=float(chosen[0]["m"]) if chosen else math.nan,
-            optimizer_mse=float(chosen[0]["mse"]) if chosen else math.nan,
+            optimizer_m=float(chosen["m"]) if chosen else math.nan,
+            optimizer_mse=float(chosen["mse"]) if chosen else math.nan,
             best_baseline=top["method"], best_baseline_mse=float(top["mse"]),
+            independent_m=float(independent_star["m"]) if independent_star else math.nan,
+            independent_mse=float(independent_star["mse"]) if independent_star else math.nan,
+            independent_best_mse=min((float(r["mse"]) for r in independent),
+                                     default=math.nan),
         ))
     return summaries
 
@@ -148,14 +176,17 @@ def summary_markdown(summaries: list[PanelSummary]) -> str:
     """A markdown table of the panel summaries."""
     lines = [
         "| figure | n | s | best swept m | ours MSE there | optimizer m* | ours MSE at m* "
-        "| best baseline | its MSE | reduction (sweep) | reduction (m*) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |",
+        "| ours-independent m* | its MSE | best baseline | its MSE | reduction (sweep) "
+        "| reduction (m*) | reduction (independent m*) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: "
+        "| ---: | ---: |",
     ]
     for p in summaries:
         lines.append(
             f"| {p.figure} | {p.n} | {p.s} | {p.best_m:.3g} | {p.best_mse:.3e} | "
-            f"{p.optimizer_m:.3g} | {p.optimizer_mse:.3e} | {p.best_baseline} | "
+            f"{p.optimizer_m:.3g} | {p.optimizer_mse:.3e} | {p.independent_m:.3g} | "
+            f"{p.independent_mse:.3e} | {p.best_baseline} | "
             f"{p.best_baseline_mse:.3e} | {100 * p.reduction:.0f}% | "
-            f"{100 * p.optimizer_reduction:.0f}% |"
+            f"{100 * p.optimizer_reduction:.0f}% | {100 * p.independent_reduction:.0f}% |"
         )
     return "\n".join(lines) + "\n"

@@ -26,7 +26,7 @@ import numpy as np
 from ..datasets.msnbc import load_msnbc
 from ..datasets.population import CollectionSource, DatasetSource, synthetic_source
 from ..datasets.transactions import SetCollection, load_transactions
-from .methods import BASELINES, OURS, PanelPlan, plan_panel, run_repeat
+from .methods import METHODS, PanelPlan, plan_panel, run_repeat
 from .settings import SYNTHETIC_ITEMS, Figure, Panel
 
 #: Repeats per phase-2 task: small enough to balance two workers, large enough that
@@ -66,7 +66,7 @@ def domain_of(figure: Figure, panel: Panel, data: DataChoice) -> tuple[int, int]
 
 @dataclass
 class PanelResult:
-    """Per-repeat squared errors of one panel, keyed by method (``ours``: one per point)."""
+    """Per-repeat squared errors of one panel, keyed by method (segmented: one per point)."""
 
     figure: Figure
     panel: Panel
@@ -177,7 +177,7 @@ def run_figures(
 
     for index, result in enumerate(results):
         ordered = [per_repeat[index][r] for r in range(repeats)]
-        for method in (*BASELINES, OURS):
+        for method in METHODS:
             result.errors[method] = [outcome[method] for outcome in ordered]
     say("done")
     return results
