@@ -89,3 +89,17 @@ def test_aggregated_view_by_enumeration() -> None:
     q_view[:, j:] = joint[:, :-j]
     exact = float(np.maximum(p - math.exp(eps) * q_view, 0.0).sum())
     assert aggregated_shift_delta(n_slots, q, j, eps) == pytest.approx(exact, rel=1e-9)
+
+
+def test_single_item_full_view_matches_enumeration() -> None:
+    # The exhibited s = 1 view (a, b, non-null rest) against the brute-force enumerator.
+    from segshuffle.core.accounting import blanket_geometry
+    from segshuffle.core.full_view import single_item_full_view_delta
+    from tests.full_view import slot_full_view_delta
+
+    for users, m, d, lam, eps in ((5, 1.5, 4, 0.5, 1.0), (4, 0.5, 5, 0.9, 0.5),
+                                  (6, 2.0, 4, 0.5, 2.0), (8, 0.25, 4, 0.5, 4.0)):
+        n_slots, r = blanket_geometry(users, m, d, lower=True)
+        gamma = m / math.ceil(m)
+        assert single_item_full_view_delta(eps, lam, n_slots, r, gamma) == pytest.approx(
+            slot_full_view_delta(eps, lam, users, m, d, (0,), (1,)), rel=1e-9)

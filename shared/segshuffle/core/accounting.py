@@ -52,7 +52,7 @@ from scipy import stats
 
 from . import validation
 from .blanket import MAX_BLANKET_RATE, BlanketMode, parse_mode, require_blanket_rate
-from .full_view import slot_view_lower_delta
+from .full_view import single_item_full_view_delta, slot_view_lower_delta
 from .hockey_stick import (
     EPSILON_CAP,
     CountPair,
@@ -237,13 +237,16 @@ def user_delta(level: float, lam: float, set_size: int, users: int, m: float,
 
 
 def user_delta_lower(level: float, lam: float, set_size: int, users: int, m: float,
-                     domain_size: int, *, mode: str | BlanketMode = BlanketMode.SLOTS
-                     ) -> float:
+                     domain_size: int, *, mode: str | BlanketMode = BlanketMode.SLOTS,
+                     full_view: bool = True) -> float:
     """The divergence at E = ``level`` of an exhibited dataset's view: a lower bound.
 
     Slot blanket: the larger of the two-bin pair of one differing item (any
     gamma) and, when gamma = 1 and 2s <= d, the aggregated view of
-    :func:`segshuffle.core.full_view.slot_view_lower_delta` (exact for s = 1).
+    :func:`segshuffle.core.full_view.slot_view_lower_delta` (exact for s = 1);
+    for s = 1 and gamma < 1 the exact full view of
+    :func:`segshuffle.core.full_view.single_item_full_view_delta` where its grid
+    is affordable (``full_view=False`` skips it: a cheaper, smaller lower bound).
     Independent blanket: the exact composition, discretised optimistically.
     """
     mode = parse_mode(mode)
@@ -257,8 +260,13 @@ def user_delta_lower(level: float, lam: float, set_size: int, users: int, m: flo
         return composed_pair(law, lam, pairs, upper=False).delta(level)
     n_slots, r = blanket_geometry(users, m, domain_size, lower=True)
     value = delta_for(poisson_pair(lam, n_slots, r), level)
-    if n_slots > 0 and blanket_probability(m) == 1.0 and 2 * set_size <= domain_size:
+    gamma = blanket_probability(m)
+    if n_slots > 0 and gamma == 1.0 and 2 * set_size <= domain_size:
         value = max(value, slot_view_lower_delta(level, lam, set_size, n_slots, r))
+    elif n_slots > 0 and set_size == 1 and full_view:
+        exact = single_item_full_view_delta(level, lam, n_slots, r, gamma)
+        if exact is not None:
+            value = max(value, exact)
     return value
 
 
@@ -319,7 +327,7 @@ def user_epsilon(lam: float, set_size: int, delta: float, users: int, m: float,
     delta_user falls as E grows, so the feasible set is an interval [E*, cap].
     ``None`` when even the cap does not reach delta.  With ``lower=True`` the
     exhibited dataset's divergence is used instead: the result is then a lower
-    bound, the largest E (to 1e-8 relative) that the server can still tell apart
+    bound, the largest E (to 1e-5 relative) that the server can still tell apart
     at delta.  ``hint``, a value believed feasible, narrows the search.
     """
     mode = parse_mode(mode)
@@ -327,21 +335,51 @@ def user_epsilon(lam: float, set_size: int, delta: float, users: int, m: float,
     delta = validation.require_probability_open("delta", delta)
     _check(users, m, domain_size, set_size, mode)
 
-    def excess(level: float) -> float:
-        if lower:
-            value = user_delta_lower(level, lam, set_size, users, m, domain_size, mode=mode)
-        else:
-            value = user_delta(level, lam, set_size, users, m, domain_size, mode=mode,
-                               delta=delta)
-        return value - delta
+    if lower:
+        return _lower_epsilon(lam, set_size, delta, users, m, domain_size, mode, hint)
 
-    if excess(0.0) <= 0.0:
-        return 0.0
-    if hint is not None and 0.0 < hint < EPSILON_CAP and excess(hint) <= 0.0:
-        return _smallest_feasible(excess, 0.0, hint, rtol=EPSILON_RTOL)
+    def excess(level: float) -> float:
+        return user_delta(level, lam, set_size, users, m, domain_size, mode=mode,
+                          delta=delta) - delta
+
+    return _smallest_feasible_level(excess, hint, EPSILON_RTOL)
+
+
+def _smallest_feasible_level(excess, hint: float | None, rtol: float,
+                             floor: float = 0.0) -> float | None:
+    """Smallest E in [floor, cap] with excess(E) <= 0 (excess falls with E), or None."""
+    if excess(floor) <= 0.0:
+        return floor
+    if hint is not None and floor < hint < EPSILON_CAP and excess(hint) <= 0.0:
+        return _smallest_feasible(excess, floor, hint, rtol=rtol)
     if excess(EPSILON_CAP) > 0.0:
         return None
-    return _smallest_feasible(excess, 0.0, EPSILON_CAP, rtol=EPSILON_RTOL)
+    return _smallest_feasible(excess, floor, EPSILON_CAP, rtol=rtol)
+
+
+#: Relative precision of the lower-bound search over the exact full view (costlier).
+_FULL_VIEW_RTOL = 1e-5
+
+
+@lru_cache(maxsize=1024)
+def _lower_epsilon(lam: float, set_size: int, delta: float, users: int, m: float,
+                   domain_size: int, mode: BlanketMode, hint: float | None) -> float | None:
+    """The exhibited lower bound on epsilon; levels sharing a lambda share it (cached).
+
+    The cheap lower bound (no exact s = 1 full view) comes first; the exact full
+    view, when it applies, can only move the answer up from there.
+    """
+    def excess(level: float, full_view: bool) -> float:
+        return user_delta_lower(level, lam, set_size, users, m, domain_size, mode=mode,
+                                full_view=full_view) - delta
+
+    cheap = _smallest_feasible_level(lambda e: excess(e, False), hint, EPSILON_RTOL)
+    applies = (mode is BlanketMode.SLOTS and set_size == 1
+               and 0.0 < blanket_probability(m) < 1.0)
+    if not applies or cheap is None:
+        return cheap
+    return _smallest_feasible_level(lambda e: excess(e, True), hint, _FULL_VIEW_RTOL,
+                                    floor=cheap)
 
 
 def audit(users: int, domain_size: int, set_size: int, m: float, lam: float, delta: float,

@@ -109,3 +109,72 @@ def slot_view_lower_delta(eps: float, lam: float, set_size: int, n_slots: int,
     weights = stats.binom.pmf(np.arange(set_size + 1), set_size, lam)
     return math.fsum(float(weights[j]) * aggregated_shift_delta(n_slots, set_size * r, j, eps)
                      for j in range(1, set_size + 1) if weights[j] > 0.0)
+
+
+#: The most (total, rest) cells :func:`single_item_full_view_delta` sums before giving up.
+MAX_FULL_VIEW_CELLS = 200_000
+
+
+def _rest_pmf(rest: np.ndarray, trials: np.ndarray, p: float) -> np.ndarray:
+    """Binomial(trials, p) pmf at ``rest`` (rows: trials), 0 where trials < 0."""
+    valid = trials >= 0
+    pmf = stats.binom.pmf(rest[None, :], np.maximum(trials, 0)[:, None], p)
+    return np.where(valid[:, None], np.nan_to_num(pmf), 0.0)
+
+
+def single_item_full_view_delta(eps: float, lam: float, n_slots: int, r: float,
+                                gamma: float) -> float | None:
+    """The exact full view of the s = 1 exhibited dataset, for any gamma: a lower bound.
+
+    Each of the N = ``n_slots`` slots lands on j0 or j1 with probability r each,
+    elsewhere with rho = gamma - 2r, and is null otherwise.  The server sees
+    (a, b, R): the counts on j0 and j1 and the non-null count elsewhere (the
+    split of R over the other items is uniform in both worlds).  With
+    u = B0 + B1 ~ Binomial(N, 2r), R | u ~ Binomial(N - u, rho / (1 - 2r)) and
+    B0 | u ~ Binomial(u, 1/2), the victim adding its item to a with probability
+    lambda gives, per total t = a + b and rest R,
+
+        P(a | t, R) ~ A h_t(a) + B h_{t-1}(a - 1),   Q(a | t, R) ~ A h_t(a) + B h_{t-1}(a),
+        A = (1 - lambda) W(t) g_t(R),   B = lambda W(t - 1) g_{t-1}(R),
+
+    where h is the Binomial(., 1/2) pmf, W the pmf of u and g_u that of R given u.
+    Since h_{t-1}(a - 1) = (2a/t) h_t(a), the ratio P/Q = (kt/2 + a)/(kt/2 + t - a),
+    k = A / B, grows with a: the set P > e^E Q is a > [(e^E - 1) k t/2 + e^E t]/(1 + e^E),
+    summed with binomial tails as in :mod:`segshuffle.core.hockey_stick`.  Mass
+    outside the windows is left out, so the value never exceeds the exact one.
+    ``None`` when the grid would exceed :data:`MAX_FULL_VIEW_CELLS`.
+    """
+    if n_slots == 0 or r == 0.0 or lam == 0.0:
+        return 0.0
+    u, w_u, _ = _total_window(n_slots, min(2.0 * r, 1.0))
+    rest_p = min(max((gamma - 2.0 * r) / (1.0 - 2.0 * r), 0.0), 1.0) if r < 0.5 else 0.0
+    t = np.arange(max(int(u[0]), 0), int(u[-1]) + 2)  # totals seen: blanket u plus 0 or 1
+    trials = n_slots - t
+    mean = trials * rest_p
+    sigma = np.sqrt(np.maximum(trials * rest_p * (1.0 - rest_p), 0.0))
+    lo = max(0, int(np.floor(np.min(mean - _WINDOW_SIGMAS * sigma))) - 2)
+    hi = int(np.ceil(np.max(mean + _WINDOW_SIGMAS * sigma))) + 3
+    rest = np.arange(lo, hi + 1)
+    if t.size * rest.size > MAX_FULL_VIEW_CELLS:
+        return None
+    w_t = np.interp(t, u, w_u, left=0.0, right=0.0)
+    w_prev = np.interp(t - 1, u, w_u, left=0.0, right=0.0)
+    g_t = _rest_pmf(rest, n_slots - t, rest_p)
+    g_prev = _rest_pmf(rest, n_slots - t + 1, rest_p)
+    big_a = (1.0 - lam) * w_t[:, None] * g_t
+    big_b = lam * w_prev[:, None] * g_prev
+    e = math.exp(eps)
+    tt = np.broadcast_to(t[:, None], big_a.shape).astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        k = np.where(big_b > 0.0, big_a / big_b, np.inf)
+        x = ((e - 1.0) * k * tt / 2.0 + e * tt) / (1.0 + e)
+    x = np.where(np.isfinite(x), x, tt + 1.0)
+    a_star = np.clip(np.floor(x) + 1.0, 0.0, tt + 1.0).astype(np.int64)
+    t_int = np.broadcast_to(t[:, None], big_a.shape).astype(np.int64)
+    previous = np.maximum(t_int - 1, 0)
+    s_t = _half_tail(t_int.ravel(), a_star.ravel()).reshape(a_star.shape)
+    s_prev_lo = _half_tail(previous.ravel(), (a_star - 1).ravel()).reshape(a_star.shape)
+    s_prev_hi = _half_tail(previous.ravel(), a_star.ravel()).reshape(a_star.shape)
+    p_set = big_a * s_t + big_b * s_prev_lo
+    q_set = big_a * s_t + big_b * s_prev_hi
+    return float(np.sum(np.maximum(p_set - e * q_set, 0.0)))
