@@ -18,7 +18,8 @@ from segshuffle.core.estimator import estimate_frequencies
 from segshuffle.core.optimizer import optimize
 from segshuffle.core.simulate import simulate_counts
 from segshuffle.datasets import synthetic_source
-from segshuffle.experiments.balls_into_bins import one_item_delta
+from segshuffle.experiments import compare
+from segshuffle.experiments.balls_into_bins import calibrate_blanket, one_item_delta
 from segshuffle.experiments.methods import (
     BASELINES,
     METHODS,
@@ -224,3 +225,42 @@ def test_ours_stays_within_its_mse_bound(m, shares, mode):
     se = float(np.std(errors, ddof=1)) / math.sqrt(len(errors))
     assert mean <= params.mse_bound + 3 * se
     assert mean >= 0.3 * params.mse_bound  # the bound is not vacuous either
+
+
+def _ours_row(m: float, lambdas: tuple[float, ...], *, n: int = 1000, s: int = 2, d: int = 21,
+              detail_extra: str = "") -> dict[str, str]:
+    detail = "lambdas=" + "/".join(repr(lam) for lam in lambdas) + detail_extra
+    return {"figure": "f", "dataset": "synthetic", "shares": "S1", "method": OURS,
+            "n": str(n), "s": str(s), "domain_size": str(d), "m": repr(m), "mse": "1e-3",
+            "optimal": "true", "detail": detail}
+
+
+def test_detail_fields_of_old_and_new_rows():
+    assert compare.parse_detail("lambdas=0.5336/1/1") == {"lambdas": "0.5336/1/1"}
+    assert compare.parse_detail("lambdas=0.2/1/1; eps=0.5/0.9/0.9; ciphertexts=7") == {
+        "lambdas": "0.2/1/1", "eps": "0.5/0.9/0.9", "ciphertexts": "7"}
+    assert compare.ours_parameters(_ours_row(2.5, (0.25, 1.0))) == (2.5, (0.25, 1.0))
+    assert compare.baseline_parameters("all-items m=8.288") == ("all-items", 8.288)
+
+
+def test_audit_of_old_parameters_finds_an_overstated_level():
+    """A rate above the sound lambda_k certifies less than the level it claimed, and one
+    at lambda_k certifies the level (to the searches' precision)."""
+    n, s, d, m = 1000, 2, 21, 1.0
+    delta = 0.01 / n
+    sound = accounting.max_lambda(0.5, s, delta, n, m, d)
+    assert 0.0 < sound < 0.5
+    at, above = compare.audited_epsilons(_ours_row(m, (sound, 1.5 * sound)))
+    assert at == pytest.approx(0.5, rel=1e-6)
+    assert above is not None and above > 0.52
+
+
+def test_audit_of_the_mm_baseline():
+    n, d, s, eps = 1000, 21, 2, 0.5
+    delta = 0.01 / n
+    for variant in ("one-item", "all-items"):
+        m = calibrate_blanket(n, d, s, eps, delta, variant)
+        row = {"n": str(n), "s": str(s), "domain_size": str(d), "detail": f"{variant} m={m!r}"}
+        assert compare.audited_bib_epsilon(row) == pytest.approx(eps, rel=1e-4)
+        row["detail"] = f"{variant} m={2 * m!r}"  # more blanket, a stronger guarantee
+        assert compare.audited_bib_epsilon(row) < 0.9 * eps
