@@ -65,7 +65,7 @@ def _replace(flag: str, value: str) -> list[str]:
 @pytest.mark.parametrize(
     ("arguments", "fragment"),
     [
-        (_replace("--levels", "0.5,0,2"), "privacy level must be > 0"),
+        (_replace("--levels", "0.5,0,2"), "privacy level must be in [0.01, 30]"),
         (_replace("--levels", "1,0.5,2"), "strictly increasing"),
         (_replace("--delta", "1.5"), "delta must be in (0, 1)"),
         (_replace("--delta", "0"), "delta must be in (0, 1)"),

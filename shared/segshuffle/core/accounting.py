@@ -51,7 +51,7 @@ import numpy as np
 from scipy import stats
 
 from . import validation
-from .blanket import MAX_BLANKET_RATE, BlanketMode, parse_mode, require_blanket_rate
+from .blanket import BlanketMode, parse_mode, require_blanket_rate
 from .full_view import single_item_full_view_delta, slot_view_lower_delta
 from .hockey_stick import (
     EPSILON_CAP,
@@ -65,6 +65,7 @@ from .hockey_stick import (
 from .poisson_comparison import dominated_poisson_mean
 from .privacy_loss import DEFAULT_STEP, BinLaw, ComposedLoss, composed_pair
 from .randomizers import blanket_probability, blanket_slots
+from .rules import MAX_BLANKET_RATE, MAX_LEVEL
 
 #: Relative precision of the epsilon searches (the CLI contract asks for 1e-4).
 EPSILON_RTOL = 1e-8
@@ -79,6 +80,18 @@ POISSON_SLACK_SHARE = 1e-3
 #: coarser and with an uncertified Poisson comparison, several times faster.  Never
 #: used for a published value: the optimizer recomputes every lambda at DEFAULT_STEP.
 COARSE_STEP = 1e-3
+
+#: Safety margins on every certified delta: delta_user is reported as
+#: value (1 + CERTIFIED_RELATIVE_MARGIN) + CERTIFIED_ABSOLUTE_MARGIN.  The per-total sums
+#: lose at most ~1e-11 relative to cancellation in P_t - e^E Q_t (measured against
+#: 50-digit arithmetic), the FFT rounding is bounded separately, so rounding can never
+#: put a published value below the exact one.
+CERTIFIED_RELATIVE_MARGIN = 1e-9
+CERTIFIED_ABSOLUTE_MARGIN = 1e-15
+
+#: Upper bounds count at most this many expected blanket messages on one item; counting
+#: fewer is conservative (less blanket, larger delta) and keeps every window bounded.
+ACCOUNTED_BLANKET_PER_ITEM = 1e7
 
 #: Target delta assumed for the slack when a caller asks for a bare delta_user.
 _DEFAULT_DELTA = 1e-9
@@ -181,11 +194,32 @@ class SlotBlanketBound:
         return min(1.0, float(np.dot(weights, self.taus(eps))))
 
 
+def _require_epsilon(eps: float) -> float:
+    """An epsilon at which a divergence is evaluated: in [0, MAX_LEVEL]."""
+    value = validation.require_finite("privacy level", eps)
+    if not 0.0 <= value <= MAX_LEVEL:
+        raise ValueError(f"privacy level must be in [0, {MAX_LEVEL:g}], got {eps!r}")
+    return value
+
+
+def _certified(value: float) -> float:
+    """An upper bound widened by the documented rounding margins, at most 1."""
+    return min(1.0, value * (1.0 + CERTIFIED_RELATIVE_MARGIN) + CERTIFIED_ABSOLUTE_MARGIN)
+
+
+def _accounted_trials(trials: int, p: float) -> int:
+    """min(trials, ACCOUNTED_BLANKET_PER_ITEM / p): fewer blanket trials, never more."""
+    if p <= 0.0:
+        return trials
+    return min(trials, math.floor(ACCOUNTED_BLANKET_PER_ITEM / p))
+
+
 @lru_cache(maxsize=256)
 def _slot_bound(users: int, m: float, domain_size: int, set_size: int, slack: float,
                 step: float = DEFAULT_STEP) -> SlotBlanketBound:
     n_slots, r = blanket_geometry(users, m, domain_size)
-    return SlotBlanketBound(n_slots, r, set_size, domain_size, slack, step)
+    return SlotBlanketBound(_accounted_trials(n_slots, r), r, set_size, domain_size, slack,
+                            step)
 
 
 def clear_caches() -> None:
@@ -197,13 +231,17 @@ def clear_caches() -> None:
 
 
 def _independent_law(users: int, m: float, domain_size: int, *, lower: bool) -> BinLaw:
-    """One item's blanket count: Binomial(n_min - 1, m/d); Binomial(n_min, m/d) for lower bounds."""
-    trials = users if lower else users - 1
-    return BinLaw(mean=trials * m / domain_size, trials=trials)
+    """One item's blanket count: Binomial(n_min - 1, m/d); Binomial(n_min, m/d) for lower bounds.
+
+    Upper bounds count at most ACCOUNTED_BLANKET_PER_ITEM expected messages.
+    """
+    p = m / domain_size
+    trials = users if lower else _accounted_trials(users - 1, p)
+    return BinLaw(mean=trials * p, trials=trials)
 
 
 def _check(users: int, m: float, domain_size: int, set_size: int, mode: BlanketMode) -> None:
-    validation.require_int("users", users, 1)
+    validation.require_users("users", users)
     validation.require_domain(domain_size, set_size)
     require_blanket_rate(m, domain_size, mode)
 
@@ -219,7 +257,7 @@ def user_delta(level: float, lam: float, set_size: int, users: int, m: float,
     upper bound).
     """
     mode = parse_mode(mode)
-    validation.require_non_negative("privacy level", level)
+    _require_epsilon(level)
     lam = validation.require_unit_interval("lambda", lam)
     _check(users, m, domain_size, set_size, mode)
     if lam == 0.0:
@@ -228,12 +266,12 @@ def user_delta(level: float, lam: float, set_size: int, users: int, m: float,
     if mode is BlanketMode.SLOTS:
         bound = _slot_bound(users, m, domain_size, set_size, POISSON_SLACK_SHARE * target,
                             step)
-        return bound.user_delta(level, lam)
+        return _certified(bound.user_delta(level, lam))
     pairs = min(set_size, domain_size // 2)
     if pairs == 0:
         return 0.0
     law = _independent_law(users, m, domain_size, lower=False)
-    return composed_pair(law, lam, pairs, upper=True, step=step).delta(level)
+    return _certified(composed_pair(law, lam, pairs, upper=True, step=step).delta(level))
 
 
 def user_delta_lower(level: float, lam: float, set_size: int, users: int, m: float,
@@ -257,8 +295,12 @@ def user_delta_lower(level: float, lam: float, set_size: int, users: int, m: flo
     if mode is BlanketMode.INDEPENDENT:
         pairs = min(set_size, domain_size // 2)
         law = _independent_law(users, m, domain_size, lower=True)
+        if law.mean > ACCOUNTED_BLANKET_PER_ITEM:
+            return 0.0  # too large a blanket to evaluate; 0 is a (trivial) lower bound
         return composed_pair(law, lam, pairs, upper=False).delta(level)
     n_slots, r = blanket_geometry(users, m, domain_size, lower=True)
+    if n_slots * r > ACCOUNTED_BLANKET_PER_ITEM:
+        return 0.0  # as above
     value = delta_for(poisson_pair(lam, n_slots, r), level)
     gamma = blanket_probability(m)
     if n_slots > 0 and gamma == 1.0 and 2 * set_size <= domain_size:
@@ -274,7 +316,7 @@ def user_level_holds(level: float, lam: float, set_size: int, delta: float, user
                      m: float, domain_size: int, *,
                      mode: str | BlanketMode = BlanketMode.SLOTS) -> bool:
     """Whether a user at level E sending with rate ``lam`` is (E, delta)-DP on the full view."""
-    delta = validation.require_probability_open("delta", delta)
+    delta = validation.require_delta(delta)
     return user_delta(level, lam, set_size, users, m, domain_size, mode=mode,
                       delta=delta) <= delta
 
@@ -293,8 +335,8 @@ def max_lambda(level: float, set_size: int, delta: float, users: int, m: float,
     (``step``: the loss grid, see :func:`user_delta`).
     """
     mode = parse_mode(mode)
-    level = validation.require_positive("privacy level", level)
-    delta = validation.require_probability_open("delta", delta)
+    level = validation.require_level("privacy level", level)
+    delta = validation.require_delta(delta)
     _check(users, m, domain_size, set_size, mode)
 
     if mode is BlanketMode.SLOTS:
@@ -303,7 +345,7 @@ def max_lambda(level: float, set_size: int, delta: float, users: int, m: float,
 
         def excess(lam: float) -> float:
             weights = _binomial_weights(set_size, lam)[1:]
-            return min(1.0, float(np.dot(weights, taus))) - delta
+            return _certified(float(np.dot(weights, taus))) - delta
     else:
         def excess(lam: float) -> float:
             return user_delta(level, lam, set_size, users, m, domain_size, mode=mode,
@@ -332,7 +374,7 @@ def user_epsilon(lam: float, set_size: int, delta: float, users: int, m: float,
     """
     mode = parse_mode(mode)
     lam = validation.require_unit_interval("lambda", lam)
-    delta = validation.require_probability_open("delta", delta)
+    delta = validation.require_delta(delta)
     _check(users, m, domain_size, set_size, mode)
 
     if lower:
@@ -405,8 +447,8 @@ def full_signal_blanket(level: float, set_size: int, delta: float, users: int,
     returned m is verified feasible (except that last case).
     """
     mode = parse_mode(mode)
-    level = validation.require_positive("privacy level", level)
-    delta = validation.require_probability_open("delta", delta)
+    level = validation.require_level("privacy level", level)
+    delta = validation.require_delta(delta)
     _check(users, 0.0, domain_size, set_size, mode)
 
     def excess(m: float) -> float:

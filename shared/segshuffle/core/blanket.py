@@ -27,11 +27,8 @@ from __future__ import annotations
 import math
 from enum import StrEnum
 
+from .rules import MAX_BLANKET_RATE, MAX_MESSAGES_PER_USER
 from .validation import require_int, require_non_negative
-
-#: The largest blanket rate m any campaign may use (messages per user beyond it are not
-#: deployable; a level that needs more cannot be protected by this protocol).
-MAX_BLANKET_RATE = 4096.0
 
 
 class BlanketMode(StrEnum):
@@ -51,9 +48,11 @@ def parse_mode(mode: str | BlanketMode) -> BlanketMode:
 
 
 def require_blanket_rate(m: float, domain_size: int, mode: str | BlanketMode) -> float:
-    """m >= 0, and m <= d in the independent mode (a rate per item cannot exceed 1)."""
+    """0 <= m <= MAX_BLANKET_RATE, and m <= d in the independent mode (a rate per item <= 1)."""
     mode = parse_mode(mode)
     m = require_non_negative("blanket rate m", m)
+    if m > MAX_BLANKET_RATE:
+        raise ValueError(f"blanket rate m must be at most {MAX_BLANKET_RATE:g}, got {m!r}")
     if mode is BlanketMode.INDEPENDENT and m > domain_size:
         raise ValueError(
             f"blanket rate m must be at most the privacy domain size {domain_size} in the "
@@ -77,8 +76,15 @@ def blanket_slots(m: float, domain_size: int, mode: str | BlanketMode) -> int:
 
 def messages_per_user(set_size: int, m: float, domain_size: int,
                       mode: str | BlanketMode) -> int:
-    """Data ciphertexts in one fixed-size round-2 submission: s + blanket slots."""
-    return require_int("set size", set_size, 1) + blanket_slots(m, domain_size, mode)
+    """Data ciphertexts in one fixed-size round-2 submission: s + blanket slots.
+
+    Refused (ValueError) above MAX_MESSAGES_PER_USER.
+    """
+    count = require_int("set size", set_size, 1) + blanket_slots(m, domain_size, mode)
+    if count > MAX_MESSAGES_PER_USER:
+        raise ValueError(f"{count} messages per user exceed the cap of {MAX_MESSAGES_PER_USER} "
+                         f"({parse_mode(mode).value} blanket, m = {m:g}, d = {domain_size})")
+    return count
 
 
 def slot_probability(m: float, domain_size: int, mode: str | BlanketMode) -> float:

@@ -219,6 +219,12 @@ def delta_for(pair: CountPair, eps: float) -> float:
         x = (base + t * (e * own - other)) / ((own - other) * (1.0 + e))
     x = np.where(np.isfinite(x), x, t + 1.0)
     a_star = np.clip(np.floor(x) + 1.0, 0.0, t + 1.0).astype(np.int64)
+    if k0 == 0.0 and other == 0.0:
+        # Every message is the victim's or the blanket's: x = t e / (1 + e) = t - y with
+        # y = t / (1 + e) > 0, so a* = t + 1 - ceil(y) <= t exactly.  Computing t - y in
+        # floating point rounds to t once e / (1 + e) rounds to 1 (eps >~ 36.7), which
+        # would drop the b = 0 atom of infinite privacy loss.
+        a_star = (t + 1 - np.ceil(t / (1.0 + e))).astype(np.int64)
     # S_{t-1}(a*) by the incomplete beta function, S_{t-1}(a* - 1) by adding the pmf at
     # a* - 1, and S_t(a*) by Pascal's rule as the mean of the two: only sums of
     # non-negative terms, so no precision is lost, and one incomplete beta per t instead

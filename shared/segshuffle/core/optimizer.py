@@ -52,6 +52,7 @@ from .blanket import (
 )
 from .estimator import mse_bound
 from .privacy_loss import DEFAULT_STEP
+from .rules import MAX_MESSAGES_PER_USER, accounting_users
 
 #: Number of levels whose lambda is computed exactly during the m search when K is large.
 ANCHOR_LEVELS = 24
@@ -106,11 +107,6 @@ class OptimizationResult:
         data = asdict(self)
         return {key: list(value) if isinstance(value, tuple) else value
                 for key, value in data.items()}
-
-
-def accounting_users(users: float, dropout_tolerance: float) -> int:
-    """n_min = ceil((1 - tau) n): the users whose blanket is guaranteed (SPEC section 5)."""
-    return max(1, math.ceil((1.0 - dropout_tolerance) * users - 1e-9))
 
 
 class _LambdaSolver:
@@ -172,7 +168,9 @@ def _anchor_indices(count: int) -> list[int]:
 def _candidate_blankets(low: float, high: float) -> list[float]:
     """Grid over (0, high]: every bucket between low and high, plus a few points below low."""
     candidates = {high, low}
-    candidates.update(low * f for f in (0.5, 0.8))
+    # Below the smallest full-signal rate every level sends less than its full signal,
+    # but the bound can still be lowest there (small populations): a geometric sweep.
+    candidates.update(np.geomspace(max(low * 1e-3, 1e-4), low, 10).tolist() if low > 0 else [])
     first, last = max(1, math.ceil(low)), max(1, math.ceil(high))
     if last - first <= 16:
         for bucket in range(first, last + 1):
@@ -212,11 +210,12 @@ def optimize(
     levels = validation.require_levels(levels)
     counts = validation.require_level_counts(level_counts, len(levels))
     d, s = validation.require_domain(domain_size, set_size)
-    delta = validation.require_probability_open("delta", delta)
+    delta = validation.require_delta(delta)
     tau = validation.require_tolerance("dropout tolerance", dropout_tolerance)
     users = math.fsum(counts)
     if users < 2:
         raise ValueError(f"need at least 2 users, got {users:g}")
+    validation.require_users("users", math.ceil(users))
     n_min = accounting_users(users, tau)
     solver = _LambdaSolver(levels, s, delta, n_min, d, mode)
     ceiling = _blanket_ceiling(mode, s, d, max_messages_per_user)
@@ -233,8 +232,8 @@ def optimize(
     if blanket is not None:
         m = require_blanket_rate(blanket, d, mode)
         if m > ceiling:
-            raise ValueError(f"blanket rate m = {m:g} exceeds the budget of "
-                             f"{max_messages_per_user} messages per user")
+            raise ValueError(f"blanket rate m = {m:g} exceeds the limit of "
+                             f"{max_messages_per_user or MAX_MESSAGES_PER_USER} messages per user")
     else:
         if len(levels) <= ANCHOR_LEVELS:
             level_blankets = tuple(signal_blanket(e) for e in levels)
@@ -290,14 +289,15 @@ def _blanket_ceiling(mode: BlanketMode, set_size: int, domain_size: int,
     """The largest m the search may consider: the protocol cap, d, and the message budget."""
     # Past m = d/2 the independent blanket gets more predictable, not less.
     ceiling = MAX_BLANKET_RATE if mode is BlanketMode.SLOTS else domain_size / 2.0
-    if max_messages_per_user is None:
-        return ceiling
-    budget = validation.require_int("messages per user", max_messages_per_user, 1)
+    budget = validation.require_int(
+        "messages per user",
+        MAX_MESSAGES_PER_USER if max_messages_per_user is None else max_messages_per_user, 1)
+    budget = min(budget, MAX_MESSAGES_PER_USER)
     room = budget - set_size
     if mode is BlanketMode.INDEPENDENT:
         if set_size + domain_size > budget:
             raise ValueError(f"the independent blanket sends s + d = {set_size + domain_size} "
-                             f"messages per user, above the budget of {budget}")
+                             f"messages per user, above the limit of {budget}")
         return ceiling
     if room < 0:
         raise ValueError(f"a budget of {budget} messages per user is below the set size "

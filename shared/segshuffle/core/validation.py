@@ -10,6 +10,8 @@ import math
 from collections.abc import Sequence
 from itertools import pairwise
 
+from . import rules
+
 
 def require_finite(name: str, value: float) -> float:
     """Return ``value`` as a float, or raise if it is not a finite real number."""
@@ -77,11 +79,22 @@ def require_int(name: str, value: object, minimum: int) -> int:
     return number
 
 
+def require_level(name: str, level: float) -> float:
+    """One privacy level: a finite epsilon in [MIN_LEVEL, MAX_LEVEL]."""
+    value = require_finite(name, level)
+    if not rules.MIN_LEVEL <= value <= rules.MAX_LEVEL:
+        raise ValueError(f"{name} must be in [{rules.MIN_LEVEL:g}, {rules.MAX_LEVEL:g}], "
+                         f"got {level!r}")
+    return value
+
+
 def require_levels(levels: Sequence[float]) -> list[float]:
-    """Privacy levels E_1 < ... < E_K, each a positive finite epsilon."""
-    values = [require_positive("every privacy level", e) for e in levels]
+    """Privacy levels E_1 < ... < E_K, each in [MIN_LEVEL, MAX_LEVEL], K <= MAX_LEVELS."""
+    values = [require_level("every privacy level", e) for e in levels]
     if not values:
         raise ValueError("levels must list at least one privacy level")
+    if len(values) > rules.MAX_LEVELS:
+        raise ValueError(f"at most {rules.MAX_LEVELS} privacy levels, got {len(values)}")
     for previous, current in pairwise(values):
         if current <= previous:
             raise ValueError(
@@ -111,10 +124,32 @@ def require_level_counts(counts: Sequence[float], count: int) -> list[float]:
     return values
 
 
+def require_users(name: str, users: object, minimum: int = 1) -> int:
+    """A user count: an integer in [minimum, MAX_USERS]."""
+    if isinstance(users, float) and math.isfinite(users) and users > rules.MAX_USERS:
+        raise ValueError(f"{name} must be at most {rules.MAX_USERS:.0e}, got {users!r}")
+    n = require_int(name, users, minimum)
+    if n > rules.MAX_USERS:
+        raise ValueError(f"{name} must be at most {rules.MAX_USERS:.0e}, got {users!r}")
+    return n
+
+
+def require_delta(delta: float) -> float:
+    """A target delta in [MIN_DELTA, 1)."""
+    value = require_probability_open("delta", delta)
+    if value < rules.MIN_DELTA:
+        raise ValueError(f"delta must be at least {rules.MIN_DELTA:g}, got {delta!r}")
+    return value
+
+
 def require_domain(domain_size: object, set_size: object) -> tuple[int, int]:
-    """Domain size d >= 2 and set size 1 <= s <= d."""
+    """Domain size 2 <= d <= MAX_DOMAIN_SIZE and set size 1 <= s <= min(d, MAX_SET_SIZE)."""
     d = require_int("domain size", domain_size, 2)
     s = require_int("set size", set_size, 1)
+    if d > rules.MAX_DOMAIN_SIZE:
+        raise ValueError(f"domain size must be at most {rules.MAX_DOMAIN_SIZE}, got {d}")
+    if s > rules.MAX_SET_SIZE:
+        raise ValueError(f"set size must be at most {rules.MAX_SET_SIZE}, got {s}")
     if s > d:
         raise ValueError(f"set size ({s}) must not exceed the domain size ({d})")
     return d, s

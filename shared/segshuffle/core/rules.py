@@ -1,0 +1,97 @@
+"""Protocol rules that the server, the shuffler and every client compute identically.
+
+Each quantity here is decided by one party and checked by another, so each has
+exactly one definition:
+
+- **n_min**, the users whose blanket the accounting counts on and below which the
+  shuffler never releases round 2: ceil((1 - tau) n), evaluated in exact rational
+  arithmetic on the binary value of tau (so 0.45 of 100 users is 55 everywhere, with
+  no floating-point fudge that two implementations could choose differently);
+- the **default delta** of a campaign that leaves it unset: 0.01 / n for the round-1
+  participant count n, and the largest delta a client accepts by default: 1 / n;
+- the **caps** on everything a campaign can make a client or a service compute or send.
+  Inputs beyond them are refused with a ValueError naming the cap; below them every
+  accounting call finishes in seconds.
+
+Message geometry (blanket slots, messages per user) is in :mod:`segshuffle.core.blanket`.
+This module imports nothing from the package, so every other module may import it.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+#: Largest privacy level (user-level epsilon).  Beyond ~36 e^eps loses the precision the
+#: divergence needs, and nobody needs more.
+MAX_LEVEL = 30.0
+
+#: Smallest privacy level: below it no deployable blanket protects a user at all.
+MIN_LEVEL = 0.01
+
+#: Most privacy levels in one campaign (fully personalised budgets are in scope).
+MAX_LEVELS = 10_000
+
+#: Most users one campaign accounts for.
+MAX_USERS = 10**12
+
+#: Largest privacy domain (items, padding included) and set size.
+MAX_DOMAIN_SIZE = 1_000_000
+MAX_SET_SIZE = 64
+
+#: Largest blanket rate m: a level that needs more cannot be protected by this protocol.
+MAX_BLANKET_RATE = 1024.0
+
+#: Most data ciphertexts one user sends in round 2 (s + blanket slots).
+MAX_MESSAGES_PER_USER = 4096
+
+#: Smallest delta a campaign may target; the accountant's absolute rounding allowances
+#: (FFT, ~1e-13 at the worst) must stay negligible against it.
+MIN_DELTA = 1e-12
+
+#: A campaign's default delta is DEFAULT_DELTA_FACTOR / n.
+DEFAULT_DELTA_FACTOR = 0.01
+
+__all__ = [
+    "DEFAULT_DELTA_FACTOR",
+    "MAX_BLANKET_RATE",
+    "MAX_DOMAIN_SIZE",
+    "MAX_LEVEL",
+    "MAX_LEVELS",
+    "MAX_MESSAGES_PER_USER",
+    "MAX_SET_SIZE",
+    "MAX_USERS",
+    "MIN_DELTA",
+    "MIN_LEVEL",
+    "accounting_users",
+    "client_delta_ceiling",
+    "default_delta",
+]
+
+
+def accounting_users(users: float, dropout_tolerance: float) -> int:
+    """n_min = max(1, ceil((1 - tau) n)), exact in rational arithmetic (module docstring).
+
+    ``users`` may be fractional (debiased level estimates); both arguments are taken
+    at their exact binary values.
+    """
+    if not (math.isfinite(users) and users >= 0):
+        raise ValueError(f"users must be a finite number >= 0, got {users!r}")
+    if not (math.isfinite(dropout_tolerance) and 0.0 <= dropout_tolerance < 1.0):
+        raise ValueError(f"dropout tolerance must be in [0, 1), got {dropout_tolerance!r}")
+    exact = (1 - Fraction(dropout_tolerance)) * Fraction(users)
+    return max(1, math.ceil(exact))
+
+
+def default_delta(users: float) -> float:
+    """The delta of a campaign that leaves it unset: 0.01 / n (n round-1 participants)."""
+    if not (math.isfinite(users) and users >= 1):
+        raise ValueError(f"users must be at least 1, got {users!r}")
+    return DEFAULT_DELTA_FACTOR / users
+
+
+def client_delta_ceiling(users: float) -> float:
+    """The largest delta a client accepts unless its app sets another ceiling: 1 / n."""
+    if not (math.isfinite(users) and users >= 1):
+        raise ValueError(f"users must be at least 1, got {users!r}")
+    return 1.0 / users
