@@ -5,8 +5,9 @@ exactly one definition:
 
 - **n_min**, the users whose blanket the accounting counts on and below which the
   shuffler never releases round 2: ceil((1 - tau) n), evaluated in exact rational
-  arithmetic on the binary value of tau (so 0.45 of 100 users is 55 everywhere, with
-  no floating-point fudge that two implementations could choose differently);
+  arithmetic on tau's shortest round-trip decimal, the text it has in every JSON
+  document (so tau = 0.45 of 100 users is 55 and tau = 0.7 of 10 users is 3 everywhere,
+  with no floating-point fudge that two implementations could choose differently);
 - the **default delta** of a campaign that leaves it unset: 0.01 / n for the round-1
   participant count n, and the largest delta a client accepts by default: 1 / n;
 - the **caps** on everything a campaign can make a client or a service compute or send.
@@ -72,14 +73,14 @@ __all__ = [
 def accounting_users(users: float, dropout_tolerance: float) -> int:
     """n_min = max(1, ceil((1 - tau) n)), exact in rational arithmetic (module docstring).
 
-    ``users`` may be fractional (debiased level estimates); both arguments are taken
-    at their exact binary values.
+    ``users`` may be fractional (debiased level estimates).  Both numbers are taken
+    at their shortest round-trip decimal (``repr``), as a JSON document writes them.
     """
     if not (math.isfinite(users) and users >= 0):
         raise ValueError(f"users must be a finite number >= 0, got {users!r}")
     if not (math.isfinite(dropout_tolerance) and 0.0 <= dropout_tolerance < 1.0):
         raise ValueError(f"dropout tolerance must be in [0, 1), got {dropout_tolerance!r}")
-    exact = (1 - Fraction(dropout_tolerance)) * Fraction(users)
+    exact = (1 - Fraction(repr(float(dropout_tolerance)))) * Fraction(repr(float(users)))
     return max(1, math.ceil(exact))
 
 
