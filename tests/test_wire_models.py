@@ -8,10 +8,12 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from segshuffle.core.rules import MAX_MESSAGES_PER_USER
 from segshuffle.wire.models import (
     CIPHERTEXT_B64_LENGTH,
     CIPHERTEXT_LENGTH,
     MAX_CHUNK_CIPHERTEXTS,
+    MAX_MESSAGES_PER_SUBMISSION,
     BatchChunk,
     CampaignConfig,
     CampaignCreate,
@@ -225,8 +227,9 @@ def test_independent_mode_round_trips_and_is_bound_by_the_hashes():
     [
         ({"blanket_mode": "uniform"}, "'slots' or 'independent'"),
         ({"blanket_mode": None}, "'slots' or 'independent'"),
-        # s + D = 2 + 8192 + 2 data messages per user do not fit one submission
-        ({"blanket_mode": "independent", "domain_size": 8192}, "data messages per user"),
+        # s + D = 2 + 8192 + 2 data messages per user exceed the protocol's cap
+        ({"blanket_mode": "independent", "domain_size": 8192},
+         "one data message per item of the privacy domain"),
         ({"blanket_mode": "independent",
           "insecure_parameters": {"m": 12.5, "lambdas": [1.0, 1.0]}},
          "at most the privacy domain size 12"),
@@ -238,11 +241,15 @@ def test_bad_blanket_modes_are_refused(change, message):
 
 
 def test_independent_mode_accepts_its_largest_domain_and_rate():
-    largest = 8192 - 2 - 2  # s + D = 8192 with D = d + s
+    cap = min(MAX_MESSAGES_PER_USER, MAX_MESSAGES_PER_SUBMISSION)
+    largest = cap - 2 - 2  # s + D = cap with D = d + s
     config = CampaignCreate.model_validate(
         {**BASE, "blanket_mode": "independent", "domain_size": largest,
          "insecure_parameters": {"m": 12.0, "lambdas": [1.0, 1.0]}}).to_config()
-    assert config.privacy_domain_size + config.set_size == 8192
+    assert config.privacy_domain_size + config.set_size == cap
+    with pytest.raises(ValidationError, match="smaller domain"):
+        CampaignCreate.model_validate(
+            {**BASE, "blanket_mode": "independent", "domain_size": largest + 1})
     slots = CampaignCreate.model_validate(
         {**BASE, "insecure_parameters": {"m": 12.5, "lambdas": [1.0, 1.0]}}).to_config()
     assert slots.blanket_mode == "slots"

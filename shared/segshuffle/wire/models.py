@@ -276,14 +276,20 @@ class CampaignCreate(RequestModel):
         if privacy_domain > MAX_DOMAIN_SIZE:
             raise ValueError(f"the domain including padding must not exceed {MAX_DOMAIN_SIZE}")
         if self.blanket_mode == BlanketMode.INDEPENDENT:
-            # the largest submission of the mode: every one of the D items has a slot
-            largest = _blanket.messages_per_user(self.set_size, float(privacy_domain),
-                                                 privacy_domain, self.blanket_mode)
+            # Every positive rate m gives the same submission: one slot per item of the
+            # D-item privacy domain (m = 1 <= D stands for all of them).
+            refusal = ("the independent blanket mode sends one data message per item of the "
+                       f"privacy domain (D = {privacy_domain}) besides the s items")
+            try:
+                largest = _blanket.messages_per_user(self.set_size, 1.0, privacy_domain,
+                                                     self.blanket_mode)
+            except ValueError as exc:  # beyond the protocol's cap on messages per user
+                raise ValueError(f"{refusal}: {exc}; use blanket_mode 'slots' or a smaller "
+                                 "domain") from None
             if largest > MAX_MESSAGES_PER_SUBMISSION:
-                raise ValueError(
-                    f"the independent blanket mode sends s + D = {largest} data messages per "
-                    f"user, more than {MAX_MESSAGES_PER_SUBMISSION}; use blanket_mode "
-                    "'slots' or a smaller domain")
+                raise ValueError(f"{refusal}: {largest} messages, more than one submission "
+                                 f"takes ({MAX_MESSAGES_PER_SUBMISSION}); use blanket_mode "
+                                 "'slots' or a smaller domain")
         if self.insecure_parameters is not None:
             if len(self.insecure_parameters.lambdas) != len(self.levels):
                 raise ValueError("insecure_parameters.lambdas needs one rate per level")
