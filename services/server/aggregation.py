@@ -36,11 +36,9 @@ from segshuffle.core import blanket
 from segshuffle.core.accounting import user_epsilon
 from segshuffle.core.estimator import estimate_frequencies, mse_bound, project_to_simplex
 from segshuffle.core.levels import debias_histogram
-from segshuffle.core.optimizer import LOWER_BOUND_LEVELS, accounting_users, optimize
+from segshuffle.core.optimizer import LOWER_BOUND_LEVELS, optimize
+from segshuffle.core.rules import accounting_users, default_delta
 from segshuffle.wire.models import CampaignConfig, PublishedParameters
-
-DEFAULT_DELTA_FACTOR = 0.01
-"""delta defaults to 0.01 / n (n: round-1 participants)."""
 
 
 def level_counts(config: CampaignConfig, observed: Sequence[int]) -> list[float]:
@@ -80,7 +78,7 @@ def publish_parameters(config: CampaignConfig, config_hash: str, key_id: str,
     """
     users = int(sum(observed_levels))
     counts = level_counts(config, observed_levels)
-    delta = config.delta if config.delta is not None else DEFAULT_DELTA_FACTOR / users
+    delta = config.delta if config.delta is not None else default_delta(users)
     if not 0.0 < delta < 1.0:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
     domain = config.privacy_domain_size

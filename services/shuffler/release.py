@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import random
 
+from segshuffle.core import rules
 from segshuffle.wire.models import BatchChunk, CampaignView, b64url_encode
 
 from .storage import RoundRecord, Storage
@@ -49,7 +49,7 @@ def required_participants(view: CampaignView, round_number: int, floor: int,
     required = max(view.config.min_users, floor)
     if round_number == 2:
         if round1_participants is not None:
-            n_min = math.ceil((1.0 - view.config.dropout_tolerance) * round1_participants)
+            n_min = rules.accounting_users(round1_participants, view.config.dropout_tolerance)
             required = max(required, n_min)
         if view.parameters is not None:
             required = max(required, view.parameters.accounting_users)

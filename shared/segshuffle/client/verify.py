@@ -29,9 +29,8 @@ refused unless the caller explicitly allows them.
 from __future__ import annotations
 
 import functools
-import math
 
-from segshuffle.core import accounting, blanket
+from segshuffle.core import accounting, blanket, rules
 from segshuffle.core.blanket import BlanketMode
 from segshuffle.crypto import PinnedKey, public_key_from_config
 from segshuffle.wire.models import CampaignView, HpkeConfig, PublishedParameters
@@ -131,7 +130,7 @@ def verify_parameters(
         problems.append(f"blanket mode ({p.blanket_mode}, the campaign uses "
                         f"{config.blanket_mode})")
     problems.extend(_geometry_problems(p, mode))
-    if p.users < 1 or p.accounting_users != math.ceil((1.0 - p.dropout_tolerance) * p.users):
+    if p.users < 1 or p.accounting_users != rules.accounting_users(p.users, p.dropout_tolerance):
         problems.append("user counts")
     if not all(0.0 <= lam <= 1.0 for lam in p.lambdas):
         problems.append("Poisson rates")
