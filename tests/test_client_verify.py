@@ -4,6 +4,7 @@ would not protect the user's level, or that does not match what round 1 pinned."
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -182,3 +183,77 @@ def test_live_client_refuses_and_sends_nothing(published: Published) -> None:
             client.submit_data([1, 2])
     assert submissions == []
     real.close()
+
+
+def _with_default_delta(view: CampaignView, delta: float) -> tuple[CampaignView, str]:
+    """The same campaign as if it had left delta unset, with ``delta`` published."""
+    assert view.parameters is not None
+    config = view.config.model_copy(update={"delta": None})
+    config_hash = config.hash_hex()
+    forged = view.parameters.model_copy(update={"delta": delta, "config_hash": config_hash})
+    return view.model_copy(update={"config": config, "config_hash": config_hash,
+                                   "parameters": forged,
+                                   "parameters_hash": forged.hash_hex()}), config_hash
+
+
+def test_default_delta_follows_the_documented_rule(published: Published) -> None:
+    view = published.view
+    assert view.parameters is not None
+    honest, config_hash = _with_default_delta(view, 0.01 / view.parameters.users)
+    verify_parameters(honest, level_index=0, key_id=view.key_id, config_hash=config_hash)
+    # A campaign that leaves delta unset does not let the server pick any delta: 0.3
+    # with no blanket, or 0.01 at full rate, used to pass.
+    for delta, changes in ((0.3, {"m": 0.0, "blanket_slots": 0,
+                                  "messages_per_user": view.parameters.set_size}),
+                           (0.01, {"lambdas": [1.0, 1.0]})):
+        forged, config_hash = _with_default_delta(view, delta)
+        forged = _tampered(forged, **changes)
+        with pytest.raises(VerificationError, match="delta"):
+            verify_parameters(forged, level_index=1, key_id=view.key_id,
+                              config_hash=config_hash)
+
+
+def test_delta_above_the_clients_ceiling_is_refused(published: Published) -> None:
+    view = published.view
+    with pytest.raises(VerificationError, match="ceiling"):
+        verify_parameters(view, level_index=0, key_id=view.key_id,
+                          config_hash=view.config_hash, delta_ceiling=1e-5)
+
+
+def test_raised_delta_is_refused(published: Published) -> None:
+    view = published.view
+    with pytest.raises(VerificationError, match="delta"):
+        _verify(_tampered(view, delta=2e-4), view)
+
+
+def test_another_levels_weakness_is_refused_by_every_client(published: Published) -> None:
+    # The server raises level 0's rate only; a client at level 1 must refuse too, or the
+    # server learns who sits at level 0 from who drops out.
+    view = published.view
+    assert view.parameters is not None
+    lambdas = list(view.parameters.lambdas)
+    lambdas[0] = 1.0
+    forged = _tampered(view, lambdas=lambdas)
+    assert view.parameters.lambdas[0] < 1.0  # the honest level-0 rate is below full signal
+    with pytest.raises(VerificationError, match=r"would not protect level 0\.5"):
+        _verify(forged, view, level=1)
+
+
+def test_lowered_blanket_is_refused(published: Published) -> None:
+    view = published.view
+    assert view.parameters is not None
+    m = view.parameters.m / 4
+    forged = _tampered(view, m=m, blanket_slots=math.ceil(m),
+                       messages_per_user=view.parameters.set_size + math.ceil(m))
+    with pytest.raises(VerificationError, match="would not protect"):
+        _verify(forged, view, level=1)
+
+
+def test_inflated_slots_or_messages_are_refused(published: Published) -> None:
+    view = published.view
+    assert view.parameters is not None
+    for changes in ({"blanket_slots": view.parameters.blanket_slots + 5},
+                    {"messages_per_user": view.parameters.messages_per_user + 5},
+                    {"m": 5000.0, "blanket_slots": 5000, "messages_per_user": 5002}):
+        with pytest.raises(VerificationError, match=r"blanket rate|messages per user"):
+            _verify(_tampered(view, **changes), view)

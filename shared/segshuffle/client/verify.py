@@ -10,17 +10,19 @@ Round 2 (:func:`verify_parameters`): the published parameters
   and key id as round 1 (a swapped key or campaign would split the anonymity
   set or redirect messages);
 - are consistent with the configuration (levels, set size, privacy domain,
-  delta, dropout tolerance, fixed size, level privacy, blanket mode: parameters
-  for another mode than the configuration's are refused), with the geometry of
-  :mod:`segshuffle.core.blanket` for that mode (``blanket_slots`` = ceil(m), or
-  D = the privacy domain size in the independent mode, where m <= D;
-  ``messages_per_user = s + blanket_slots``) and
-  ``accounting_users = ceil((1 - tau) users)``;
-- give *this user's level* its guarantee: the user-level (E_k, delta) condition
-  of SPEC section 3 holds for the published lambda_k, m, n_min, privacy domain
-  and blanket mode (:func:`segshuffle.core.accounting.user_level_holds`), and the
-  achieved epsilon (:func:`segshuffle.core.accounting.user_epsilon`) is at most
-  E_k.  Tampered parameters such as lambda = 1 with m = 0 fail here.
+  dropout tolerance, fixed size, level privacy, blanket mode: parameters for another
+  mode than the configuration's are refused), with the geometry of
+  :mod:`segshuffle.core.blanket` for that mode and its caps (``blanket_slots`` =
+  ceil(m), or D in the independent mode; ``messages_per_user = s + blanket_slots``)
+  and with the rules of :mod:`segshuffle.core.rules` (``accounting_users`` = n_min);
+- use the campaign's delta, or the default rule's 0.01 / n when the campaign left
+  it unset, and no more than the client's ceiling (1 / n unless the app sets one);
+- protect *every* level, not only this user's: delta_user(E_k) <= delta holds on
+  the server's full view for each published lambda_k at the published m, n_min,
+  privacy domain and blanket mode (:func:`segshuffle.core.accounting.user_level_holds`).
+  Parameters are the same for everyone; a server that under-protects one level
+  would learn who sits at it from who refuses.  Tampered parameters such as
+  lambda = 1 with m = 0 fail here.
 
 Parameters published with ``insecure: true`` (a test-only server flag) are
 refused unless the caller explicitly allows them.
@@ -36,8 +38,6 @@ from segshuffle.crypto import PinnedKey, public_key_from_config
 from segshuffle.wire.models import CampaignView, HpkeConfig, PublishedParameters
 
 from .errors import VerificationError
-
-_RELATIVE_SLACK = 1e-9
 
 
 def verify_campaign(view: CampaignView, hpke: HpkeConfig, campaign_id: str) -> PinnedKey:
@@ -62,14 +62,36 @@ def verify_campaign(view: CampaignView, hpke: HpkeConfig, campaign_id: str) -> P
 
 
 @functools.lru_cache(maxsize=256)
-def _level_check(level: float, lam: float, set_size: int, delta: float, users: int,
-                 m: float, domain_size: int, mode: BlanketMode) -> tuple[bool, float | None]:
-    """(condition holds, achieved epsilon); cached: a population shares parameters."""
-    holds = accounting.user_level_holds(level, lam, set_size, delta, users, m, domain_size,
-                                        mode=mode)
-    achieved = accounting.user_epsilon(lam, set_size, delta, users, m, domain_size,
-                                       hint=level, mode=mode)
-    return holds, achieved
+def _unprotected_levels(levels: tuple[float, ...], lambdas: tuple[float, ...], set_size: int,
+                        delta: float, users: int, m: float, domain_size: int,
+                        mode: BlanketMode) -> tuple[str, ...]:
+    """Every level whose published rate does not meet delta_user(E_k) <= delta.
+
+    All levels, not only the caller's: parameters are the same for everyone, and a
+    server that under-protects one level would learn who sits at it from who drops
+    out.  Cached: a population shares one parameter set.
+    """
+    failing = []
+    for level, lam in zip(levels, lambdas, strict=True):
+        if not accounting.user_level_holds(level, lam, set_size, delta, users, m,
+                                           domain_size, mode=mode):
+            bound = accounting.user_delta(level, lam, set_size, users, m, domain_size,
+                                          mode=mode, delta=delta)
+            failing.append(f"level {level:g} (lambda={lam:g}: delta_user={bound:.3g})")
+    return tuple(failing)
+
+
+def _delta_problems(p: PublishedParameters, configured: float | None,
+                    ceiling: float | None) -> list[str]:
+    """delta must be the campaign's, or the default rule's, and within the client's ceiling."""
+    expected = configured if configured is not None else rules.default_delta(p.users)
+    problems = []
+    if p.delta != expected:
+        problems.append(f"delta ({p.delta:g}, the campaign's rule gives {expected:g})")
+    limit = rules.client_delta_ceiling(p.users) if ceiling is None else ceiling
+    if p.delta > limit:
+        problems.append(f"delta ({p.delta:g} is above this client's ceiling {limit:g})")
+    return problems
 
 
 def _geometry_problems(p: PublishedParameters, mode: BlanketMode) -> list[str]:
@@ -95,8 +117,12 @@ def verify_parameters(
     key_id: str,
     config_hash: str,
     allow_insecure: bool = False,
+    delta_ceiling: float | None = None,
 ) -> PublishedParameters:
-    """Round-2 checks for a user at ``level_index``; returns the verified parameters."""
+    """Round-2 checks for a user at ``level_index``; returns the verified parameters.
+
+    ``delta_ceiling`` is the largest delta the app accepts (default 1 / n).
+    """
     p = view.parameters
     if p is None or view.parameters_hash is None:
         raise VerificationError("the round-2 parameters are not published")
@@ -121,8 +147,6 @@ def verify_parameters(
         problems.append("privacy domain")
     if p.fixed_size != config.fixed_size or p.level_privacy != config.level_privacy:
         problems.append("message format")
-    if config.delta is not None and p.delta != config.delta:
-        problems.append("delta")
     if p.dropout_tolerance != config.dropout_tolerance:
         problems.append("dropout tolerance")
     mode = blanket.parse_mode(config.blanket_mode)
@@ -130,12 +154,15 @@ def verify_parameters(
         problems.append(f"blanket mode ({p.blanket_mode}, the campaign uses "
                         f"{config.blanket_mode})")
     problems.extend(_geometry_problems(p, mode))
-    if p.users < 1 or p.accounting_users != rules.accounting_users(p.users, p.dropout_tolerance):
+    if (not 1 <= p.users <= rules.MAX_USERS
+            or p.accounting_users != rules.accounting_users(p.users, p.dropout_tolerance)):
         problems.append("user counts")
     if not all(0.0 <= lam <= 1.0 for lam in p.lambdas):
         problems.append("Poisson rates")
-    if not 0.0 < p.delta < 1.0:
+    if not rules.MIN_DELTA <= p.delta < 1.0:
         problems.append("delta")
+    elif 1 <= p.users <= rules.MAX_USERS:
+        problems.extend(_delta_problems(p, config.delta, delta_ceiling))
     if problems:
         raise VerificationError("the published parameters are inconsistent with the "
                                 f"campaign: {', '.join(problems)}")
@@ -145,18 +172,15 @@ def verify_parameters(
         if allow_insecure:
             return p
         raise VerificationError("the server published insecure (unaccounted) parameters")
-    level = config.levels[level_index]
-    lam = p.lambdas[level_index]
     try:
-        holds, achieved = _level_check(level, lam, s, p.delta, p.accounting_users, p.m,
-                                       p.privacy_domain_size, mode)
+        failing = _unprotected_levels(tuple(config.levels), tuple(p.lambdas), s, p.delta,
+                                      p.accounting_users, p.m, p.privacy_domain_size, mode)
     except ValueError as exc:
         raise VerificationError(f"the published parameters cannot be accounted: {exc}") from None
-    if not holds or achieved is None or achieved > level * (1.0 + _RELATIVE_SLACK):
-        shown = "not achievable" if achieved is None else f"{achieved:.6g}"
+    if failing:
         raise VerificationError(
-            f"the published parameters would not protect level {level:g}: with lambda="
-            f"{lam:g}, m={p.m:g} ({mode.value} blanket), n_min={p.accounting_users}, "
-            f"d={p.privacy_domain_size} the achieved epsilon is {shown} at delta={p.delta:g}"
+            f"the published parameters would not protect {', '.join(failing)} at "
+            f"delta={p.delta:g} with m={p.m:g} ({mode.value} blanket), "
+            f"n_min={p.accounting_users}, d={p.privacy_domain_size}"
         )
     return p

@@ -42,6 +42,7 @@ from pydantic import (
 )
 
 from segshuffle.core import blanket as _blanket
+from segshuffle.core import rules
 from segshuffle.core.blanket import BlanketMode
 
 # --- sizes -------------------------------------------------------------------------------
@@ -60,15 +61,16 @@ CIPHERTEXT_B64_LENGTH = math.ceil(CIPHERTEXT_LENGTH * 4 / 3)
 """Characters of an unpadded base64url ciphertext: 107."""
 PUBLIC_KEY_B64_LENGTH = math.ceil(ENC_LENGTH * 4 / 3)
 
-MAX_DOMAIN_SIZE = 1 << 24
+MAX_DOMAIN_SIZE = rules.MAX_DOMAIN_SIZE
 """Largest item domain (including padding ids) a campaign may declare."""
 MAX_ITEM_NAMES = 100_000
 MAX_ITEM_NAME_LENGTH = 200
-MAX_SET_SIZE = 1024
-MAX_LEVELS = 10_000
-MAX_LEVEL_EPSILON = 30.0
-"""Privacy levels above this are refused: accounting caps epsilon searches at 30."""
-MAX_MESSAGES_PER_SUBMISSION = 8192
+MAX_SET_SIZE = rules.MAX_SET_SIZE
+MAX_LEVELS = rules.MAX_LEVELS
+MAX_LEVEL_EPSILON = rules.MAX_LEVEL
+"""Privacy levels above this are refused (the protocol's cap, :mod:`segshuffle.core.rules`)."""
+MIN_LEVEL_EPSILON = rules.MIN_LEVEL
+MAX_MESSAGES_PER_SUBMISSION = rules.MAX_MESSAGES_PER_USER
 """Data ciphertexts one round-2 submission may carry (``messages_per_user``: s + ceil(m),
 or s + d in the independent blanket mode)."""
 MAX_CHUNK_CIPHERTEXTS = 20_000
@@ -214,7 +216,7 @@ class InsecureParameters(RequestModel):
     check count integrity end to end (e.g. lambda = 1 and m = 0).
     """
 
-    m: float = Field(ge=0.0, le=1024.0, allow_inf_nan=False)
+    m: float = Field(ge=0.0, le=rules.MAX_BLANKET_RATE, allow_inf_nan=False)
     lambdas: list[Probability] = Field(min_length=1, max_length=MAX_LEVELS)
 
 
@@ -226,7 +228,8 @@ def _check_levels(levels: list[float]) -> list[float]:
 
 
 Levels = Annotated[
-    list[Annotated[float, Field(gt=0.0, le=MAX_LEVEL_EPSILON, allow_inf_nan=False)]],
+    list[Annotated[float, Field(ge=MIN_LEVEL_EPSILON, le=MAX_LEVEL_EPSILON,
+                                allow_inf_nan=False)]],
     Field(min_length=1, max_length=MAX_LEVELS),
     AfterValidator(_check_levels),
 ]
@@ -250,7 +253,7 @@ class CampaignCreate(RequestModel):
     domain_size: int | None = Field(default=None, ge=2, le=MAX_DOMAIN_SIZE)
     set_size: int = Field(ge=1, le=MAX_SET_SIZE)
     levels: Levels
-    delta: float | None = Field(default=None, gt=0.0, lt=1.0, allow_inf_nan=False)
+    delta: float | None = Field(default=None, ge=rules.MIN_DELTA, lt=1.0, allow_inf_nan=False)
     min_users: int = Field(ge=2, le=MAX_USERS)
     dropout_tolerance: float = Field(default=0.1, ge=0.0, lt=1.0, allow_inf_nan=False)
     level_privacy: float | None = Field(default=None, gt=0.0, le=MAX_LEVEL_EPSILON,
