@@ -16,6 +16,7 @@ from segshuffle.core import accounting
 from segshuffle.core.blanket import BlanketMode
 from segshuffle.core.estimator import estimate_frequencies
 from segshuffle.core.optimizer import optimize
+from segshuffle.core.rules import MAX_MESSAGES_PER_USER
 from segshuffle.core.simulate import simulate_counts
 from segshuffle.datasets import synthetic_source
 from segshuffle.experiments import compare
@@ -26,6 +27,7 @@ from segshuffle.experiments.methods import (
     OURS,
     OURS_INDEPENDENT,
     OURS_MODES,
+    _plan_ours,
     assign_levels,
     paper_weight,
     plan_panel,
@@ -177,6 +179,12 @@ def _row(method: str, mse: float, m: str = "", optimal: str = "") -> dict[str, s
             "optimal": optimal}
 
 
+def test_no_independent_variant_beyond_the_message_cap():
+    # s + d above the cap on ciphertexts per user: the variant is not planned at all.
+    d = MAX_MESSAGES_PER_USER - 3
+    assert _plan_ours((10, 10), (0.5, 1.0), d, 4, 1e-3, (1.0,), BlanketMode.INDEPENDENT) == ()
+
+
 def test_summary_of_rows_with_and_without_the_independent_mode():
     rows = [_row("mm-shuffle", 4.0), _row("subexp-local", 9.0),
             _row(OURS, 3.0, "0.5", "false"), _row(OURS, 1.0, "1", "false"),
@@ -194,6 +202,7 @@ def test_summary_of_rows_with_and_without_the_independent_mode():
     assert new.best_baseline == "mm-shuffle" and new.best_mse == 1.0
     table = summary_markdown([new])
     assert "| 0.7 | 8.000e-01 |" in table and "| 80% |" in table
+    assert summary_markdown([old]).rstrip().endswith("| 50% | - |")
 
 
 @pytest.mark.parametrize("mode", list(BlanketMode))

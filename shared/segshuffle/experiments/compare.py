@@ -89,6 +89,11 @@ def _eps(values: Sequence[float | None]) -> str:
     return "/".join(">cap" if v is None else f"{v:.3g}" for v in values)
 
 
+def _eps_text(text: str) -> str:
+    """Epsilons as stored in a CSV detail (``-``: above the cap), to 3 digits."""
+    return "/".join(f"{float(v):.3g}" if v != "-" else ">cap" for v in text.split("/") if v)
+
+
 def _lambdas(values: Sequence[float]) -> str:
     return "/".join(f"{v:.3g}" for v in values)
 
@@ -120,10 +125,6 @@ def ours_table(old_rows: Sequence[Row], new_rows: Sequence[Row]) -> str:
             f"{_lambdas(new_lambdas)} | {new_mse:.3e} | {_eps_text(new_eps)} | "
             f"{_change(old_mse, new_mse)} |")
     return "\n".join(lines) + "\n"
-
-
-def _eps_text(text: str) -> str:
-    return "/".join(f"{float(v):.3g}" if v != "-" else ">cap" for v in text.split("/") if v)
 
 
 def headline_table(old_rows: Sequence[Row], new_rows: Sequence[Row]) -> str:
@@ -164,11 +165,15 @@ def _percent(value: float) -> str:
 def mm_table(old_rows: Sequence[Row], new_rows: Sequence[Row]) -> str:
     """``mm-shuffle`` (every user at 0.5): old and new blanket, and what the old one certifies.
 
-    The baseline does not depend on the shares, so one line per (dataset, n, s).
+    The baseline's parameters do not depend on the shares, so one line per
+    (dataset, n, s); its MSE is the first figure's (S1, the first in the files).
     """
     def by_panel(rows: Sequence[Row]) -> dict[tuple[str, int, int], Row]:
-        return {(r["dataset"], int(r["n"]), int(r["s"])): r
-                for r in rows if r["method"] == "mm-shuffle"}
+        first: dict[tuple[str, int, int], Row] = {}
+        for r in rows:
+            if r["method"] == "mm-shuffle":
+                first.setdefault((r["dataset"], int(r["n"]), int(r["s"])), r)
+        return first
 
     old, new = by_panel(old_rows), by_panel(new_rows)
     lines = [

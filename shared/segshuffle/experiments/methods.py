@@ -18,7 +18,8 @@ Names (used in every output):
   (lambdas from the optimizer with m fixed), and at the optimizer's m*;
 - ``ours-independent``: the segmented protocol with the independent blanket (each
   user sends each item as blanket with probability m / d; exact accounting), at
-  each swept m <= d and at its own optimizer's m*.
+  each swept m <= d / 2 and at its own optimizer's m*; absent where s + d
+  ciphertexts per user exceed the protocol's cap.
 
 Every (E, delta) above is a user-level guarantee on the server's full view:
 the two segmented variants and the all-items balls-into-bins variant through
@@ -44,6 +45,7 @@ import numpy as np
 from ..core.blanket import BlanketMode, messages_per_user
 from ..core.estimator import estimate_frequencies
 from ..core.optimizer import OptimizationResult, optimize
+from ..core.rules import MAX_MESSAGES_PER_USER
 from ..core.simulate import simulate_counts
 from ..datasets.population import DatasetSource, Population
 from .balls_into_bins import BallsIntoBins
@@ -164,8 +166,13 @@ def _plan_ours(counts: tuple[int, ...], levels: tuple[float, ...], d: int, s: in
 
     The optimizer takes the independent blanket only up to m = d / 2 (a per-item
     rate of 1/2, the most variable Binomial blanket; past it the blanket grows
-    more predictable); swept values above d / 2 are skipped in that mode.
+    more predictable); swept values above d / 2 are skipped in that mode.  A
+    domain whose independent blanket would exceed the protocol's cap on messages
+    per user (s + d > :data:`segshuffle.core.rules.MAX_MESSAGES_PER_USER`) has no
+    independent variant at all: no points.
     """
+    if mode is BlanketMode.INDEPENDENT and s + d > MAX_MESSAGES_PER_USER:
+        return ()
     def point(result: OptimizationResult, optimal: bool) -> OursPoint:
         return OursPoint(m=result.m, lambdas=result.lambdas, mse_bound=result.mse_bound,
                          optimal=optimal, epsilons=result.epsilons,

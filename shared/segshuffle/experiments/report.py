@@ -172,8 +172,13 @@ def summarize_rows(rows: list[dict[str, str]]) -> list[PanelSummary]:
     return summaries
 
 
+def _or_dash(value: float, spec: str, suffix: str = "") -> str:
+    """``value`` formatted, or ``-`` when it is NaN (a variant the panel does not have)."""
+    return "-" if math.isnan(value) else f"{value:{spec}}{suffix}"
+
+
 def summary_markdown(summaries: list[PanelSummary]) -> str:
-    """A markdown table of the panel summaries."""
+    """A markdown table of the panel summaries (``-``: no ``ours-independent`` in the panel)."""
     lines = [
         "| figure | n | s | best swept m | ours MSE there | optimizer m* | ours MSE at m* "
         "| ours-independent m* | its MSE | best baseline | its MSE | reduction (sweep) "
@@ -184,9 +189,10 @@ def summary_markdown(summaries: list[PanelSummary]) -> str:
     for p in summaries:
         lines.append(
             f"| {p.figure} | {p.n} | {p.s} | {p.best_m:.3g} | {p.best_mse:.3e} | "
-            f"{p.optimizer_m:.3g} | {p.optimizer_mse:.3e} | {p.independent_m:.3g} | "
-            f"{p.independent_mse:.3e} | {p.best_baseline} | "
+            f"{p.optimizer_m:.3g} | {p.optimizer_mse:.3e} | {_or_dash(p.independent_m, '.3g')} | "
+            f"{_or_dash(p.independent_mse, '.3e')} | {p.best_baseline} | "
             f"{p.best_baseline_mse:.3e} | {100 * p.reduction:.0f}% | "
-            f"{100 * p.optimizer_reduction:.0f}% | {100 * p.independent_reduction:.0f}% |"
+            f"{100 * p.optimizer_reduction:.0f}% | "
+            f"{_or_dash(100 * p.independent_reduction, '.0f', '%')} |"
         )
     return "\n".join(lines) + "\n"
