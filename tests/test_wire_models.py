@@ -179,10 +179,10 @@ def test_response_models_ignore_unknown_members_and_view_context_hashes():
 
 # --- blanket mode -------------------------------------------------------------------------
 
-# Hashes of the default (slots) configuration and parameters from before ``blanket_mode``
-# existed: a default campaign must keep them.
-BASE_CONFIG_HASH = "6090783669082a7ae9c680dca61f9bb7dfc060ab78c7ce9cd2cc792645c68ca5"
-BASE_PARAMETERS_HASH = "18a1d515e186a35c493c9b0475780347433f7208b32109e9f2c306b3a94f6f01"
+# Hashes (RFC 8785 canonical JSON) of the default (slots) configuration and parameters,
+# which carry no ``blanket_mode`` member: naming the default must not change them.
+BASE_CONFIG_HASH = "7b8640f0a057340bc65dba17d25a70c2af1da7f548daeeca5e6c047d7cd9c08b"
+BASE_PARAMETERS_HASH = "bef6d68ccf855e79e1b7e3306a6403a2e55c8dbc7f2ebe92cad6383300c9e735"
 
 
 def test_default_blanket_mode_keeps_the_hashes_and_is_omitted_from_dumps():

@@ -9,15 +9,18 @@ fields, so a client keeps working when a server adds a member.
 Hashes that bind messages to their context (SPEC section 7): ``config_hash`` is
 SHA-256 of the canonical JSON of the campaign's :class:`CampaignConfig`;
 ``parameters_hash`` the same of the :class:`PublishedParameters`.  Canonical JSON is
-``json.dumps(obj, sort_keys=True, separators=(",", ":"))`` of the model's JSON-mode
-dump (:func:`canonical_json`, :func:`context_hash`).  Hashes travel as lowercase hex;
-the HPKE ``info`` uses the 32 raw bytes.
+the JSON Canonicalization Scheme of RFC 8785 (JCS) applied to the model's JSON-mode
+dump (:func:`canonical_json`, :func:`context_hash`; docs/wire.md, "Canonical
+JSON"), so that an implementation in any language derives the same bytes: numbers
+as ECMAScript writes them (``1`` for 1.0, ``0.000002`` for 2e-06), strings in
+UTF-8 with only the mandatory escapes, members sorted by their UTF-16 code units.
+Hashes travel as lowercase hex; the HPKE ``info`` uses the 32 raw bytes.
 
 The blanket mode (:mod:`segshuffle.core.blanket`) travels as ``blanket_mode`` in
 the configuration and the parameters.  Its default, ``"slots"``, is left out of
-their dumps, so a default campaign hashes as it did before the field existed;
-an ``"independent"`` campaign's hashes bind the mode, and a client that does not
-know the field fails the hash check instead of sending the wrong geometry.
+their dumps; an ``"independent"`` campaign's hashes bind the mode, and a client
+that does not know the field fails the hash check instead of sending the wrong
+geometry.
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ import base64
 import binascii
 import hashlib
 import itertools
-import json
 import math
+import re
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
@@ -152,15 +155,116 @@ if set(get_args(BlanketModeName)) != {mode.value for mode in BlanketMode}:  # pr
 # --- canonical JSON and hashes ------------------------------------------------------------
 
 
-def canonical_json(obj: BaseModel | Any) -> bytes:
-    """``json.dumps(obj, sort_keys=True, separators=(",", ":"))`` as UTF-8.
+MAX_SAFE_INTEGER = 2**53 - 1
+"""Largest integer canonical JSON takes: every JSON number is an IEEE 754 double (RFC 8785)."""
 
-    A model is first dumped in JSON mode, so ints declared as floats appear as
-    floats and the result does not depend on how the values arrived.
+_JCS_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n",
+                "\r": "\\r", "\t": "\\t"}
+_JCS_ESCAPES.update({chr(c): f"\\u{c:04x}" for c in range(0x20) if chr(c) not in _JCS_ESCAPES})
+_JCS_ESCAPED = re.compile('[\\x00-\\x1f"\\\\]')
+
+
+def _jcs_number(value: float) -> str:
+    """ECMAScript's Number::toString of a finite double (ECMA-262 7.1.12.1, RFC 8785 3.2.2.3).
+
+    Python's ``repr`` gives the shortest digit string that reads back as the same
+    double (the digits ECMAScript requires); only their layout differs.
+    """
+    if not math.isfinite(value):
+        raise ValueError(f"canonical JSON has no representation of {value!r}")
+    if value == 0:
+        return "0"  # -0 too
+    if value < 0:
+        return "-" + _jcs_number(-value)
+    mantissa, _, exponent_text = float.__repr__(float(value)).partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    digits = (whole + fraction).lstrip("0")
+    exponent = int(exponent_text or "0") - len(fraction)  # value = int(digits) * 10^exponent
+    stripped = digits.rstrip("0")
+    exponent += len(digits) - len(stripped)
+    digits = stripped
+    k = len(digits)
+    n = exponent + k  # value = 0.digits * 10^n
+    if k <= n <= 21:
+        return digits + "0" * (n - k)
+    if 0 < n <= 21:
+        return f"{digits[:n]}.{digits[n:]}"
+    if -6 < n <= 0:
+        return f"0.{'0' * -n}{digits}"
+    sign = "+" if n - 1 >= 0 else "-"
+    head = digits[0] if k == 1 else f"{digits[0]}.{digits[1:]}"
+    return f"{head}e{sign}{abs(n - 1)}"
+
+
+def _jcs_string(text: str) -> str:
+    """A JSON string with only the escapes RFC 8785 3.2.2.2 prescribes (no ``\\u`` for
+    non-ASCII); lone surrogates are refused, as I-JSON (RFC 7493) requires."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("canonical JSON strings must be valid Unicode (no lone "
+                         "surrogates)") from None
+    return '"' + _JCS_ESCAPED.sub(lambda match: _JCS_ESCAPES[match.group(0)], text) + '"'
+
+
+def _utf16_order(key: str) -> bytes:
+    """Sort key of a member name: its UTF-16 code units (RFC 8785 3.2.3)."""
+    return key.encode("utf-16-be")
+
+
+def _jcs(value: Any, out: list[str]) -> None:
+    if value is None:
+        out.append("null")
+    elif value is True:
+        out.append("true")
+    elif value is False:
+        out.append("false")
+    elif isinstance(value, int):
+        if abs(value) > MAX_SAFE_INTEGER:
+            raise ValueError(f"integer {value} is beyond what a JSON number (an IEEE 754 "
+                             "double) holds exactly")
+        out.append(str(int(value)))
+    elif isinstance(value, float):
+        out.append(_jcs_number(value))
+    elif isinstance(value, str):
+        out.append(_jcs_string(value))
+    elif isinstance(value, (list, tuple)):
+        out.append("[")
+        for index, element in enumerate(value):
+            if index:
+                out.append(",")
+            _jcs(element, out)
+        out.append("]")
+    elif isinstance(value, dict):
+        out.append("{")
+        if not all(isinstance(key, str) for key in value):
+            raise TypeError("canonical JSON member names must be strings")
+        for index, key in enumerate(sorted(value, key=_utf16_order)):
+            if index:
+                out.append(",")
+            out.append(_jcs_string(key))
+            out.append(":")
+            _jcs(value[key], out)
+        out.append("}")
+    else:
+        raise TypeError(f"canonical JSON cannot encode {type(value).__name__}")
+
+
+def canonical_json(obj: BaseModel | Any) -> bytes:
+    """The RFC 8785 (JCS) canonical form of ``obj``, as UTF-8 bytes.
+
+    A model is first dumped in JSON mode.  JSON values are ``None``, booleans,
+    integers of at most 2^53 - 1 in magnitude, finite floats, strings, lists (or
+    tuples) and dicts with string keys; anything else raises :class:`TypeError`,
+    NaN, infinities, larger integers and lone surrogates :class:`ValueError`.
+    Integers and integral floats are the same number (``1`` and ``1.0`` both give
+    ``1``), so the result does not depend on how the values arrived.
     """
     if isinstance(obj, BaseModel):
         obj = obj.model_dump(mode="json")
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+    out: list[str] = []
+    _jcs(obj, out)
+    return "".join(out).encode("utf-8")
 
 
 def context_hash(obj: BaseModel | Any) -> bytes:
@@ -191,8 +295,8 @@ class ResponseModel(BaseModel):
 class _DefaultBlanketModeOmitted(ResponseModel):
     """A hashed model whose ``blanket_mode`` is left out of every dump when it is the default.
 
-    Keeps the canonical JSON, hence the hash, of a ``"slots"`` campaign what it was
-    before the field existed; reading such a dump fills the default back in.
+    The canonical JSON, hence the hash, of a ``"slots"`` campaign has no
+    ``blanket_mode`` member; reading such a dump fills the default back in.
     """
 
     blanket_mode: BlanketModeName = DEFAULT_BLANKET_MODE
