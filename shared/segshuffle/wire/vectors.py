@@ -1,0 +1,374 @@
+"""Test vectors of the wire protocol (docs/wire.md), written to docs/test-vectors.json.
+
+Run ``python -m segshuffle.wire.vectors`` to print them, ``--out PATH`` to write
+them, ``--check PATH`` to compare a file with a fresh generation (exit status 1
+on any difference).  Everything is deterministic:
+
+- the server key, every plaintext nonce and every HPKE ephemeral key are derived
+  from fixed labels with SHA-256 (:func:`_derived`);
+- HPKE base-mode sealing is done here, step by step after RFC 9180 sections 4.1,
+  5.1 and 5.2, with a given ephemeral key (:func:`seal_with_ephemeral`): the
+  library's ``Suite.encrypt`` always draws a fresh one.  The result is an
+  ordinary HPKE ciphertext that any RFC 9180 implementation opens;
+- the round-2 parameters come from the optimizer (:func:`optimized_parameters`),
+  whose last bits may depend on the platform, so :func:`build_vectors` can take
+  already published documents and regenerate everything else from them.
+
+Sections of the file:
+
+``hpke``
+    one entry per message: ``campaign_id``, ``round``, ``key_id``,
+    ``context_hash`` (hex), ``info`` (hex), ``private_key`` and ``public_key``
+    (hex, raw X25519), ``ephemeral_private_key`` (hex), ``ciphertext``
+    (base64url, no padding), ``plaintext`` (hex), ``kind`` (``level``, ``item``
+    or ``null``), ``value`` and ``role`` (level, data item, blanket item,
+    padding item, null slot).
+``canonical_json``
+    ``{description, object, canonical, sha256}``: RFC 8785 canonical forms.
+``parameters``
+    campaigns with their configuration and published parameters, both hashes,
+    and the verdict of the client's check (docs/protocol.md section 6) for every
+    level: ``holds`` is delta_user(E_k) <= delta at the published lambda_k.
+
+This module uses only the protocol core, :mod:`segshuffle.crypto` and the wire
+models: no server stack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import hmac
+import json
+import struct
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from segshuffle.core import accounting, blanket
+from segshuffle.core.blanket import BlanketMode
+from segshuffle.core.optimizer import optimize
+from segshuffle.core.rules import accounting_users, default_delta
+from segshuffle.crypto import (
+    build_info,
+    key_id_for,
+    private_key_bytes,
+    private_key_from_bytes,
+    public_key_bytes,
+    public_key_from_bytes,
+)
+from segshuffle.wire.models import (
+    AEAD_ID_AES_128_GCM,
+    KDF_ID_HKDF_SHA256,
+    KEM_ID_X25519,
+    CampaignConfig,
+    CampaignCreate,
+    PublishedParameters,
+    b64url_encode,
+    canonical_json,
+)
+from segshuffle.wire.plaintext import NONCE_LENGTH, Kind, encode_plaintext
+
+FORMAT = "segshuffle test vectors v1"
+DEFAULT_PATH = Path("docs/test-vectors.json")
+
+# --- deterministic HPKE (RFC 9180 base mode, DHKEM(X25519, HKDF-SHA256), AES-128-GCM) ---
+
+_KEM_SUITE_ID = b"KEM" + struct.pack(">H", KEM_ID_X25519)
+_HPKE_SUITE_ID = b"HPKE" + struct.pack(">HHH", KEM_ID_X25519, KDF_ID_HKDF_SHA256,
+                                       AEAD_ID_AES_128_GCM)
+_AEAD_KEY_LENGTH = 16
+_AEAD_NONCE_LENGTH = 12
+_HASH_LENGTH = 32
+
+
+def _labeled_extract(suite_id: bytes, salt: bytes, label: bytes, ikm: bytes) -> bytes:
+    """RFC 9180 LabeledExtract with HKDF-SHA256."""
+    return hmac.new(salt, b"HPKE-v1" + suite_id + label + ikm, hashlib.sha256).digest()
+
+
+def _labeled_expand(suite_id: bytes, prk: bytes, label: bytes, info: bytes,
+                    length: int) -> bytes:
+    """RFC 9180 LabeledExpand with HKDF-SHA256 (one block: ``length`` <= 32)."""
+    if not 0 < length <= _HASH_LENGTH:
+        raise ValueError("this expansion yields at most one SHA-256 block")
+    labeled = struct.pack(">H", length) + b"HPKE-v1" + suite_id + label + info
+    return hmac.new(prk, labeled + b"\x01", hashlib.sha256).digest()[:length]
+
+
+def seal_with_ephemeral(recipient_public_key: bytes, info: bytes, plaintext: bytes,
+                        ephemeral_private_key: bytes) -> bytes:
+    """HPKE base-mode ``enc || ct`` with a given ephemeral key (RFC 9180 4.1, 5.1, 5.2).
+
+    For test vectors only: a real message must use a fresh ephemeral key
+    (:func:`segshuffle.crypto.seal`); reusing one with another plaintext under the
+    same key and ``info`` reuses the AEAD key and nonce.
+    """
+    ephemeral = X25519PrivateKey.from_private_bytes(ephemeral_private_key)
+    recipient = public_key_from_bytes(recipient_public_key)
+    enc = public_key_bytes(ephemeral)
+    dh = ephemeral.exchange(recipient)
+    eae_prk = _labeled_extract(_KEM_SUITE_ID, b"", b"eae_prk", dh)
+    shared_secret = _labeled_expand(_KEM_SUITE_ID, eae_prk, b"shared_secret",
+                                    enc + recipient_public_key, _HASH_LENGTH)
+    psk_id_hash = _labeled_extract(_HPKE_SUITE_ID, b"", b"psk_id_hash", b"")
+    info_hash = _labeled_extract(_HPKE_SUITE_ID, b"", b"info_hash", info)
+    context = b"\x00" + psk_id_hash + info_hash  # mode_base
+    secret = _labeled_extract(_HPKE_SUITE_ID, shared_secret, b"secret", b"")
+    key = _labeled_expand(_HPKE_SUITE_ID, secret, b"key", context, _AEAD_KEY_LENGTH)
+    base_nonce = _labeled_expand(_HPKE_SUITE_ID, secret, b"base_nonce", context,
+                                 _AEAD_NONCE_LENGTH)
+    # sequence number 0: the nonce is base_nonce itself; empty associated data
+    return enc + AESGCM(key).encrypt(base_nonce, plaintext, b"")
+
+
+def _derived(label: str, length: int = 32) -> bytes:
+    """``length`` bytes of SHA-256 of a fixed label: the vectors' only source of "randomness"."""
+    return hashlib.sha256(f"segshuffle test vectors/{label}".encode()).digest()[:length]
+
+
+SERVER_PRIVATE_KEY = _derived("server key")
+"""The raw X25519 private key of every vector (never use it for anything else)."""
+
+# --- campaigns ---------------------------------------------------------------------------
+
+ITEMS = ["café", "naïve", "Zürich", "東京", "emoji 😀", 'say "hi"', "back\\slash", "plain"]
+"""Item names: non-ASCII, astral-plane, and characters JSON must escape."""
+LEVELS = [0.5, 1.0, 2.0]
+LEVEL_COUNTS = [250, 500, 250]
+"""Round-1 histogram n_k the published parameters are computed from (n = 1000)."""
+
+
+def campaign_config(mode: BlanketMode) -> CampaignConfig:
+    """The configuration of the vectors' campaign in blanket ``mode``."""
+    return CampaignCreate.model_validate({
+        "id": f"vectors-{mode.value}", "items": ITEMS, "set_size": 2,
+        "levels": LEVELS, "min_users": 100, "dropout_tolerance": 0.1,
+        "blanket_mode": mode.value,
+    }).to_config()
+
+
+def optimized_parameters(config: CampaignConfig, key_id: str) -> PublishedParameters:
+    """What a server publishes after a round 1 with :data:`LEVEL_COUNTS` (exact level counts).
+
+    The same steps as the server's round-1 completion: delta by the campaign's
+    rule, the optimizer in the campaign's blanket mode, n_min from the dropout
+    tolerance.
+    """
+    users = sum(LEVEL_COUNTS)
+    delta = config.delta if config.delta is not None else default_delta(users)
+    mode = blanket.parse_mode(config.blanket_mode)
+    domain = config.privacy_domain_size
+    s = config.set_size
+    result = optimize([float(c) for c in LEVEL_COUNTS], config.levels, domain, s, delta,
+                      dropout_tolerance=config.dropout_tolerance, blanket_mode=mode)
+    m = float(result.m)
+    return PublishedParameters(
+        campaign_id=config.id, key_id=key_id, config_hash=config.hash_hex(),
+        levels=list(config.levels), m=m, blanket_mode=mode.value,
+        blanket_slots=blanket.blanket_slots(m, domain, mode),
+        lambdas=[float(x) for x in result.lambdas], domain_size=config.domain_size,
+        privacy_domain_size=domain, padding_items=config.padding_items, set_size=s,
+        messages_per_user=blanket.messages_per_user(s, m, domain, mode),
+        fixed_size=config.fixed_size, level_privacy=config.level_privacy,
+        delta=float(delta), users=users,
+        accounting_users=accounting_users(float(users), config.dropout_tolerance),
+        dropout_tolerance=config.dropout_tolerance,
+        epsilons=[None if e is None else float(e) for e in result.epsilons],
+        epsilons_lower=[None if e is None else float(e) for e in result.epsilons_lower],
+        mse_bound=float(result.mse_bound), insecure=False,
+    )
+
+
+def tampered_parameters(honest: PublishedParameters) -> PublishedParameters:
+    """``honest`` with the strictest level's rate raised to 1: a client must refuse it."""
+    lambdas = [1.0, *honest.lambdas[1:]]
+    return honest.model_copy(update={"lambdas": lambdas})
+
+
+def level_verdicts(parameters: PublishedParameters) -> list[dict[str, Any]]:
+    """For each level: does the published lambda_k meet delta_user(E_k) <= delta?"""
+    mode = blanket.parse_mode(parameters.blanket_mode)
+    rows = []
+    for level, lam in zip(parameters.levels, parameters.lambdas, strict=True):
+        arguments = (level, lam, parameters.set_size)
+        holds = accounting.user_level_holds(
+            *arguments, parameters.delta, parameters.accounting_users, parameters.m,
+            parameters.privacy_domain_size, mode=mode)
+        bound = accounting.user_delta(
+            *arguments, parameters.accounting_users, parameters.m,
+            parameters.privacy_domain_size, mode=mode, delta=parameters.delta)
+        rows.append({"level": level, "lambda": lam, "delta_user": bound, "holds": holds})
+    return rows
+
+
+# --- sections ----------------------------------------------------------------------------
+
+
+def _hpke_vector(config: CampaignConfig, round_: int, context: bytes, kind: Kind, value: int,
+                 role: str, index: int) -> dict[str, Any]:
+    private = private_key_from_bytes(SERVER_PRIVATE_KEY)
+    public = public_key_bytes(private)
+    key_id = key_id_for(public)
+    info = build_info(config.id, round_, key_id, context)
+    nonce = _derived(f"nonce/{index}", NONCE_LENGTH)
+    plaintext = encode_plaintext(kind, value, nonce)
+    ephemeral = _derived(f"ephemeral key/{index}")
+    ciphertext = seal_with_ephemeral(public, info, plaintext, ephemeral)
+    return {
+        "campaign_id": config.id, "round": round_, "key_id": key_id,
+        "context_hash": context.hex(), "info": info.hex(),
+        "private_key": private_key_bytes(private).hex(), "public_key": public.hex(),
+        "ephemeral_private_key": ephemeral.hex(), "ciphertext": b64url_encode(ciphertext),
+        "plaintext": plaintext.hex(), "kind": kind.name.lower(), "value": value, "role": role,
+    }
+
+
+def hpke_section(campaigns: Sequence[tuple[CampaignConfig, PublishedParameters]]
+                 ) -> list[dict[str, Any]]:
+    """Sealed messages of both rounds: level, data, blanket, padding and null messages."""
+    vectors = []
+    for config, parameters in campaigns:
+        d = config.domain_size
+        config_hash = bytes.fromhex(config.hash_hex())
+        parameters_hash = bytes.fromhex(parameters.hash_hex())
+        messages = [
+            (1, config_hash, Kind.LEVEL, 0, "level (round 1)"),
+            (1, config_hash, Kind.LEVEL, len(config.levels) - 1, "level (round 1)"),
+            (2, parameters_hash, Kind.LEVEL, 1, "level (round 2, level stream)"),
+            (2, parameters_hash, Kind.ITEM, 3, "data item"),
+            (2, parameters_hash, Kind.ITEM, d - 1, "blanket item"),
+            (2, parameters_hash, Kind.ITEM, d, "padding item (id d)"),
+            (2, parameters_hash, Kind.ITEM, d + config.set_size - 1,
+             "padding item (id d + s - 1)"),
+            (2, parameters_hash, Kind.NULL, 0, "null slot"),
+        ]
+        for round_, context, kind, value, role in messages:
+            vectors.append(_hpke_vector(config, round_, context, kind, value, role,
+                                        len(vectors)))
+    return vectors
+
+
+CANONICAL_CASES: list[tuple[str, Any]] = [
+    ("integral floats are written as integers", [1.0, -2.0, 0.0, -0.0, 100.0, 1e20]),
+    ("exponent form from 1e21 and below 1e-6",
+     [1e21, 1.5e21, 1e-7, 2.5e-7, 1.7976931348623157e308, 5e-324, -1e-100]),
+    ("no exponent between 1e-6 and 1e21", [2e-06, 1e-6, 0.000123, 123456789012345680000.0]),
+    ("shortest round-trip digits", [0.1, 0.1 + 0.2, 1 / 3, 333333333.3333333, 2 / 3 * 1e-9]),
+    ("integers", [0, 1, -1, 9007199254740991, -9007199254740991]),
+    ("literals", [True, False, None]),
+    ("strings: UTF-8, only the mandatory escapes",
+     ["café", "東京", "😀", 'quote " backslash \\ slash /', "\b\f\n\r\t\x00\x1f\x7f",
+      "\u2028\u2029", ""]),
+    ("member names sorted by UTF-16 code units",
+     {"€": 3, "😀": 4, "ﬁ": 5, "é": 2, "a": 1, "B": 0, "aa": 6, "": 7}),
+    ("nested objects and arrays",
+     {"outer": {"z": [1.0, {"b": 2e-06, "a": [[], {}]}], "a": {"ñ": None}}, "list": []}),
+]
+
+
+def canonical_section(extra: Sequence[tuple[str, Any]] = ()) -> list[dict[str, Any]]:
+    """RFC 8785 canonical forms of :data:`CANONICAL_CASES` and of ``extra`` documents."""
+    rows = []
+    for description, obj in [*CANONICAL_CASES, *extra]:
+        canonical = canonical_json(obj)
+        rows.append({"description": description, "object": obj,
+                     "canonical": canonical.decode("utf-8"),
+                     "sha256": hashlib.sha256(canonical).hexdigest()})
+    return rows
+
+
+def _parameters_case(description: str, config: CampaignConfig,
+                     parameters: PublishedParameters) -> dict[str, Any]:
+    verdicts = level_verdicts(parameters)
+    return {
+        "description": description,
+        "config": config.model_dump(mode="json"), "config_hash": config.hash_hex(),
+        "parameters": parameters.model_dump(mode="json"),
+        "parameters_hash": parameters.hash_hex(),
+        "level_verdicts": verdicts,
+        "client_accepts": all(row["holds"] for row in verdicts),
+    }
+
+
+def build_vectors(published: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """Every section; ``published`` maps a campaign id to its already published parameters.
+
+    Without it the optimizer computes them (:func:`optimized_parameters`).
+    """
+    key_id = key_id_for(public_key_bytes(private_key_from_bytes(SERVER_PRIVATE_KEY)))
+    campaigns = []
+    for mode in (BlanketMode.SLOTS, BlanketMode.INDEPENDENT):
+        config = campaign_config(mode)
+        if published is not None and config.id in published:
+            parameters = PublishedParameters.model_validate(published[config.id])
+        else:
+            parameters = optimized_parameters(config, key_id)
+        campaigns.append((config, parameters))
+    (slots_config, slots_parameters), (independent_config, independent_parameters) = campaigns
+    cases = [
+        _parameters_case("slots blanket, optimized for n = 1000 (250, 500, 250 per level)",
+                         slots_config, slots_parameters),
+        _parameters_case("independent blanket, optimized for the same round 1",
+                         independent_config, independent_parameters),
+        _parameters_case("tampered: the strictest level's lambda raised to 1 (hash "
+                         "recomputed); a client must refuse", slots_config,
+                         tampered_parameters(slots_parameters)),
+    ]
+    documents = [("a campaign configuration", slots_config.model_dump(mode="json")),
+                 ("published parameters", slots_parameters.model_dump(mode="json"))]
+    return {
+        "format": FORMAT,
+        "specification": "docs/wire.md",
+        "hpke": hpke_section(campaigns),
+        "canonical_json": canonical_section(documents),
+        "parameters": cases,
+    }
+
+
+def published_parameters_of(vectors: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """The honest published parameters of a vectors file, by campaign id."""
+    return {case["parameters"]["campaign_id"]: case["parameters"]
+            for case in vectors["parameters"] if case["client_accepts"]}
+
+
+def dumps(vectors: Mapping[str, Any]) -> str:
+    """The file's text: indented, UTF-8 (no ``\\u`` escapes), one trailing newline."""
+    return json.dumps(vectors, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m segshuffle.wire.vectors [--out PATH | --check PATH] [--reoptimize]``."""
+    parser = argparse.ArgumentParser(prog="python -m segshuffle.wire.vectors",
+                                     description=__doc__.splitlines()[0])
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--out", type=Path, help="write the vectors to this file")
+    target.add_argument("--check", type=Path,
+                        help="exit with status 1 unless this file equals a fresh generation")
+    parser.add_argument("--reoptimize", action="store_true",
+                        help="with --out or --check: recompute the published parameters "
+                             "instead of taking them from the existing file")
+    args = parser.parse_args(argv)
+    existing = args.check or args.out
+    published = None
+    if existing is not None and existing.exists() and not args.reoptimize:
+        published = published_parameters_of(json.loads(existing.read_text("utf-8")))
+    text = dumps(build_vectors(published))
+    if args.check is not None:
+        if args.check.read_text("utf-8") != text:
+            print(f"{args.check} differs from the generated vectors", file=sys.stderr)
+            return 1
+        return 0
+    if args.out is not None:
+        args.out.write_text(text, "utf-8")
+        return 0
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
