@@ -1,8 +1,10 @@
 """Wire messages: fixed-length plaintexts, HTTP bodies and problem types (docs/architecture.md).
 
 - :mod:`~segshuffle.wire.plaintext`: the 32-byte plaintext of every message.
-- :mod:`~segshuffle.wire.models`: pydantic models of every HTTP body, canonical JSON and
-  context hashes.
+- :mod:`~segshuffle.wire.models`: pydantic models of every HTTP body, canonical JSON
+  (RFC 8785) and context hashes.
+- :mod:`~segshuffle.wire.vectors`: the test vectors of docs/wire.md
+  (``python -m segshuffle.wire.vectors``).
 - :mod:`~segshuffle.wire.problems`: the ``urn:segshuffle:error:*`` problem types and the
   FastAPI handlers that answer every error as RFC 9457 ``application/problem+json``.
 """
