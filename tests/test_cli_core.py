@@ -17,6 +17,7 @@ def run_cli(*arguments: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_optimize_json() -> None:
     done = run_cli(*OPTIMIZE, "--json")
     assert done.returncode == 0, done.stderr
@@ -27,6 +28,7 @@ def test_optimize_json() -> None:
     assert all(e <= level for e, level in zip(payload["epsilons"], [0.5, 1, 2], strict=True))
 
 
+@pytest.mark.slow
 def test_optimize_large_population_json() -> None:
     arguments = list(OPTIMIZE)
     arguments[arguments.index("5000")] = "50000"

@@ -22,6 +22,8 @@ from segshuffle.wire.models import CampaignView, HpkeConfig, RoundStatus
 
 from .test_e2e_support import run_rounds
 
+pytestmark = pytest.mark.slow  # both services as real processes
+
 CID = "verify"
 USERS = 60
 

@@ -35,6 +35,7 @@ def test_bundled_file_is_the_documented_one():
     assert digest in readme and "CC BY 4.0" in readme and "thanks to msnbc.com" in readme
 
 
+@pytest.mark.slow
 def test_msnbc_matches_the_published_statistics(msnbc):
     # Statistics from the dataset's README: users, set sizes and per-category holders.
     assert msnbc.n_users == MSNBC_USERS
@@ -143,6 +144,7 @@ def test_fit_population_has_fit_sets_distribution(rng):
     assert set(reference) == set(big)
 
 
+@pytest.mark.slow
 def test_collection_source_samples_without_replacement(msnbc, rng):
     source = CollectionSource("msnbc", msnbc)
     population = source.draw(5000, 4, rng)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # real service processes end to end
+
 
 def _demo_environment(marker: str) -> dict[str, str]:
     """The caller's environment without SEGSHUFFLE_* settings, plus a marker that the

@@ -14,6 +14,8 @@ from segshuffle.client.population import Population
 
 from .test_e2e_support import decoded_counts, run_rounds
 
+pytestmark = pytest.mark.slow  # real service processes end to end
+
 USERS = 300
 
 

@@ -14,11 +14,14 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import pytest
 
 from segshuffle.client.localstack import LocalStack
 from segshuffle.client.population import Population
 
 from .test_e2e_support import decoded_counts, run_rounds
+
+pytestmark = pytest.mark.slow  # real service processes end to end
 
 USERS = 240
 ITEMS = 12
@@ -51,10 +54,14 @@ def test_kill_nine_and_restart_loses_nothing(tmp_path: Path) -> None:
         stack.kill("server")
         answer = stack.release("crash", 1, wait=False)
         assert answer["messages"] == USERS and answer["chunks"] == 5
-        time.sleep(0.5)  # forwarding is failing and backing off
+        # forwarding fails and backs off: poll until the round status says why
+        deadline = time.monotonic() + 30
         status = _participants(stack, 1)
+        while "server unreachable" not in str(status["last_error"]):
+            assert time.monotonic() < deadline, status
+            time.sleep(0.1)
+            status = _participants(stack, 1)
         assert status["state"] == "releasing"
-        assert "server unreachable" in str(status["last_error"])
         stack.kill("shuffler")
         stack.start_service("server")
         stack.start_service("shuffler")  # resumes the release on startup

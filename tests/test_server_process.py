@@ -124,6 +124,7 @@ def test_full_flow_across_a_kill_and_restart(directory):
     assert not any(c in text for c in round1 + round2["data"])
 
 
+@pytest.mark.slow
 def test_refuses_to_start_without_tokens(directory):
     environment = {k: v for k, v in os.environ.items() if not k.startswith("SEGSHUFFLE_")}
     environment["SEGSHUFFLE_SERVER_DATABASE"] = str(directory / "x.sqlite3")

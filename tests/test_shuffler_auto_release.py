@@ -8,11 +8,14 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from segshuffle.client.localstack import LocalStack
 from segshuffle.client.population import Population
 
 from .test_e2e_support import run_rounds
+
+pytestmark = pytest.mark.slow  # real service processes end to end
 
 
 def _state(stack: LocalStack, round_number: int) -> dict[str, object]:

@@ -16,6 +16,8 @@ from segshuffle.client import Client
 from segshuffle.client.localstack import LocalStack
 from segshuffle.wire.models import CIPHERTEXT_B64_LENGTH, b64url_encode
 
+pytestmark = pytest.mark.slow  # both services as real processes
+
 CID = "bad"
 PROBLEM = "application/problem+json"
 
@@ -39,9 +41,10 @@ def _status(stack: LocalStack, http: httpx.Client, round_number: int = 1) -> dic
                 .json())
 
 
-def _stored(stack: LocalStack) -> int:
+def _stored(stack: LocalStack, cid: str = CID) -> int:
     with sqlite3.connect(stack.database_path("shuffler")) as db:
-        return int(db.execute("SELECT COUNT(*) FROM pending").fetchone()[0])
+        return int(db.execute("SELECT COUNT(*) FROM pending WHERE campaign_id = ?",
+                              (cid,)).fetchone()[0])
 
 
 def _problem(response: httpx.Response, status: int, name: str) -> None:
@@ -125,39 +128,50 @@ def test_refusals_leave_the_state_unchanged(stack: LocalStack, http: httpx.Clien
     assert (_status(stack, http)["participants"], _stored(stack)) == (2, 2)
 
 
-def test_round_two_checks_the_submission_size(stack: LocalStack, http: httpx.Client,
-                                              user: Client) -> None:
-    for level in (0, 1):  # with the garbage level sent above, 3 valid levels are needed
-        with Client(stack.server_url, stack.shuffler_url, CID) as late:
-            late.campaign()
-            late.enroll()
-            late.submit_level(level)
-    stack.release(CID, 1, timeout=60)
-    parameters = user.fetch_parameters()
-    expected = parameters.messages_per_user
-    ct = b64url_encode(bytes(80))
-    token = user.session.token
-    _problem(_submit(stack, http, token, round_number=2,
-                     json={"level": ct, "data": [ct] * (expected + 1)}), 422,
-             "wrong-submission-size")
-    _problem(_submit(stack, http, token, round_number=1, json={"level": ct}), 409,
-             "wrong-phase")
-    # the server counts only valid level messages: 3 of the 4 participants
-    assert stack.campaign(CID).parameters.users == 3  # type: ignore[union-attr]
-    assert _status(stack, http, 2)["participants"] == 0
-    sent = user.submit_data([1, 2, 3])
-    assert len(sent.slots) == expected
-    assert _status(stack, http, 2)["participants"] == 1
-    _problem(_submit(stack, http, token, round_number=2,
-                     json={"level": ct, "data": [ct] * expected}), 409, "already-submitted")
-    assert _status(stack, http, 2)["participants"] == 1
-    # dropouts: round 2 is never released below n_min = ceil((1 - tau) n1), n1 = 4 here
-    status = _status(stack, http, 2)
-    assert status["required"] == 4
-    response = http.post(f"{stack.shuffler_url}/v1/campaigns/{CID}/rounds/2/release",
-                         headers={"Authorization": f"Bearer {stack.operator_token}"})
-    _problem(response, 409, "not-enough-participants")
-    assert _status(stack, http, 2)["state"] == "open"
+def test_round_two_checks_the_submission_size(stack: LocalStack, http: httpx.Client) -> None:
+    """Round 2 on a campaign of its own: one garbage level and three valid ones."""
+    cid = "size"
+    stack.create_campaign({"id": cid, "domain_size": 8, "set_size": 2,
+                           "levels": [1.0, 2.0], "min_users": 3})
+    users = [Client(stack.server_url, stack.shuffler_url, cid) for _ in range(3)]
+    try:
+        for index, member in enumerate(users):
+            member.campaign()
+            member.enroll()
+            member.submit_level((index + 1) % 2)
+        garbage = http.post(f"{stack.shuffler_url}/v1/campaigns/{cid}/enrollments",
+                            json={}).json()["token"]
+        ct = b64url_encode(bytes(80))
+        assert _submit(stack, http, garbage, cid=cid, json={"level": ct}).status_code == 201
+        stack.release(cid, 1, timeout=60)
+        user = users[0]
+        parameters = user.fetch_parameters()
+        expected = parameters.messages_per_user
+        token = user.session.token
+        _problem(_submit(stack, http, token, round_number=2, cid=cid,
+                         json={"level": ct, "data": [ct] * (expected + 1)}), 422,
+                 "wrong-submission-size")
+        _problem(_submit(stack, http, token, round_number=1, cid=cid, json={"level": ct}),
+                 409, "wrong-phase")
+        # the server counts only valid level messages: 3 of the 4 participants
+        assert stack.campaign(cid).parameters.users == 3  # type: ignore[union-attr]
+        assert _status_of(stack, http, cid)["participants"] == 0
+        sent = user.submit_data([1, 2, 3])
+        assert len(sent.slots) == expected
+        assert _status_of(stack, http, cid)["participants"] == 1
+        _problem(_submit(stack, http, token, round_number=2, cid=cid,
+                         json={"level": ct, "data": [ct] * expected}), 409,
+                 "already-submitted")
+        assert _status_of(stack, http, cid)["participants"] == 1
+        # dropouts: round 2 is never released below n_min = ceil((1 - tau) n1), n1 = 4 here
+        assert _status_of(stack, http, cid)["required"] == 4
+        response = http.post(f"{stack.shuffler_url}/v1/campaigns/{cid}/rounds/2/release",
+                             headers={"Authorization": f"Bearer {stack.operator_token}"})
+        _problem(response, 409, "not-enough-participants")
+        assert _status_of(stack, http, cid)["state"] == "open"
+    finally:
+        for member in users:
+            member.close()
 
 
 def test_health_and_openapi(stack: LocalStack, http: httpx.Client) -> None:
