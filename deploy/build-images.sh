@@ -98,8 +98,8 @@ build_wheelhouse() {
     rm -rf "$wheels"
     mkdir -p "$wheels"
     log "pip wheel: project dependencies into $wheels"
-    # Runtime requirements of the project plus the build backend, so that the image build can
-    # install the project from source with --no-index.
+    # Runtime requirements of the project with the server extra, plus the build backend, so
+    # that the image build can install the project from source with --no-index.
     # Pin the image to the versions the project is tested with: the development venv's
     # versions serve as constraints (SEGSHUFFLE_CONSTRAINTS names another file; "none" lets
     # pip pick the newest).
@@ -115,7 +115,7 @@ build_wheelhouse() {
         constraints=(--constraint "$constraints_file")
     fi
     "$venv/bin/pip" wheel --quiet --disable-pip-version-check --wheel-dir "$wheels" \
-        "${constraints[@]}" "setuptools>=68" wheel pip "$repo"
+        "${constraints[@]}" "setuptools>=68" wheel pip "${repo}[server]"
     # The project's own wheel is rebuilt from the copied source inside the image.
     rm -f "$wheels"/segshuffle-*.whl
     log "wheelhouse: $(find "$wheels" -name '*.whl' | wc -l) wheels"

@@ -2,7 +2,7 @@
 """Load test of a running segshuffle deployment: thousands of users through both rounds.
 
 Each repeat creates a fresh campaign on the server (admin token), then plays N simulated
-users with the client SDK's population simulator (:class:`segshuffle.client.population.
+users with the client SDK's population simulator (:class:`segshuffle.testing.population.
 Population`: every user fetches and verifies the campaign, enrolls at the shuffler, sends
 its sealed level; after the release, fetches and verifies the published parameters and
 sends its sealed data), releasing each round with the operator token and waiting for the
@@ -165,7 +165,7 @@ def _deadline_left(deadline: float) -> float:
 async def run_once(args: argparse.Namespace, workload: Workload, repeat: int,
                    deadline: float) -> tuple[str, dict[str, float]]:
     """One campaign through both rounds; returns its id and the figures of :data:`METRICS`."""
-    from segshuffle.client.population import Population, stderr_progress
+    from segshuffle.testing.population import Population, stderr_progress
 
     rng = np.random.default_rng(None if args.seed is None else args.seed + repeat)
     items, domain_size, padding = workload.population(rng)

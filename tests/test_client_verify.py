@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from segshuffle.client import Client, VerificationError
-from segshuffle.client.localstack import LocalStack
-from segshuffle.client.population import Population
 from segshuffle.client.session import UserSession
 from segshuffle.client.verify import verify_campaign, verify_parameters
+from segshuffle.testing.localstack import LocalStack
+from segshuffle.testing.population import Population
 from segshuffle.wire.models import CampaignView, HpkeConfig, RoundStatus
 
 from .test_e2e_support import run_rounds

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from segshuffle.client import VerificationError
-from segshuffle.client.localstack import LocalStack
-from segshuffle.client.population import Population
+from segshuffle.testing.localstack import LocalStack
+from segshuffle.testing.population import Population
 
 from .test_e2e_support import decoded_counts, run_rounds
 

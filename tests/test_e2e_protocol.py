@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from segshuffle.client.localstack import LocalStack
-from segshuffle.client.population import Population
+from segshuffle.testing.localstack import LocalStack
+from segshuffle.testing.population import Population
 from segshuffle.wire.models import CIPHERTEXT_LENGTH, PublishedParameters, Results, b64url_decode
 
 from .test_e2e_support import RecordingProxy, decoded_counts, run_rounds

@@ -16,8 +16,8 @@ import httpx
 import numpy as np
 import pytest
 
-from segshuffle.client.localstack import LocalStack
-from segshuffle.client.population import Population
+from segshuffle.testing.localstack import LocalStack
+from segshuffle.testing.population import Population
 
 from .test_e2e_support import decoded_counts, run_rounds
 

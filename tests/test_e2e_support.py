@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from segshuffle.client.population import Population
+from segshuffle.testing.population import Population
 from segshuffle.wire.models import PublishedParameters, Results
 
 _HOP_BY_HOP = {"host", "content-length", "connection", "transfer-encoding", "keep-alive"}

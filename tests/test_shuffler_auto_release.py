@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from segshuffle.client.localstack import LocalStack
-from segshuffle.client.population import Population
+from segshuffle.testing.localstack import LocalStack
+from segshuffle.testing.population import Population
 
 from .test_e2e_support import run_rounds
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from segshuffle.client import Client
-from segshuffle.client.localstack import LocalStack
+from segshuffle.testing.localstack import LocalStack
 from segshuffle.wire.models import CIPHERTEXT_B64_LENGTH, b64url_encode
 
 pytestmark = pytest.mark.slow  # both services as real processes

@@ -7,12 +7,12 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from pydantic import BaseModel, ConfigDict
 
+from segshuffle.services.http_edge import BodySizeLimit, install_problem_handlers
 from segshuffle.wire.problems import (
     PROBLEM_MEDIA_TYPE,
     PROBLEM_TYPES,
-    BodySizeLimit,
     Problem,
-    install_problem_handlers,
+    ProblemType,
     problem_uri,
 )
 
@@ -59,6 +59,12 @@ def test_every_type_is_a_urn():
     assert all(p.uri == f"urn:segshuffle:error:{n}" for n, p in PROBLEM_TYPES.items())
     with pytest.raises(KeyError):
         Problem("no-such-type", "x")
+
+
+def test_problem_types_are_an_enum_of_distinct_names():
+    assert len(PROBLEM_TYPES) == len(ProblemType)
+    assert Problem(ProblemType.WRONG_PHASE, "x").body() == Problem("wrong-phase", "x").body()
+    assert ProblemType.WRONG_PHASE.status == 409 and ProblemType.WRONG_PHASE.title
 
 
 def test_raised_problem(client):

@@ -2,7 +2,7 @@
 
 Every request is authenticated before its body is read, bodies are parsed by the
 strict models of :mod:`segshuffle.wire.models`, and every error is an RFC 9457
-problem (:mod:`segshuffle.wire.problems`).  The operations themselves live in
+problem (:mod:`segshuffle.services.http_edge`).  The operations themselves live in
 :class:`~segshuffle.services.server.service.ServerService` and run in the thread
 pool, so decryption and optimization never block the event loop.
 
@@ -26,6 +26,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from segshuffle import __version__
+from segshuffle.services.http_edge import BodySizeLimit, install_problem_handlers
 from segshuffle.wire.models import (
     ID_PATTERN,
     BatchChunk,
@@ -36,7 +37,7 @@ from segshuffle.wire.models import (
     HpkeConfig,
     Results,
 )
-from segshuffle.wire.problems import BodySizeLimit, Problem, install_problem_handlers
+from segshuffle.wire.problems import Problem
 
 from .decrypt import Decryptor
 from .keys import KeyStore

@@ -8,7 +8,7 @@
 | ``POST /v1/campaigns/{cid}/rounds/{round}/release`` | operator (Bearer operator token) |
 | ``GET /livez``, ``GET /readyz``, ``GET /docs`` | anyone |
 
-Every refusal is an RFC 9457 problem (:mod:`segshuffle.wire.problems`) and leaves
+Every refusal is an RFC 9457 problem (:mod:`segshuffle.services.http_edge`) and leaves
 the state unchanged: a submission is stored in one transaction after every
 check has passed.  Nothing about a request's origin is kept or logged: the
 access log is off, log lines carry campaign ids, rounds and counts only.
@@ -30,6 +30,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
 from segshuffle import __version__
+from segshuffle.services.http_edge import BodySizeLimit, install_problem_handlers
 from segshuffle.wire.models import (
     CampaignView,
     EnrollmentRequest,
@@ -41,7 +42,7 @@ from segshuffle.wire.models import (
     SubmissionReceipt,
     b64url_decode,
 )
-from segshuffle.wire.problems import BodySizeLimit, Problem, install_problem_handlers
+from segshuffle.wire.problems import Problem
 
 from .enrollment import (
     AuthenticationError,

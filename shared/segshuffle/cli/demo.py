@@ -1,9 +1,9 @@
 """``segshuffle demo``: the whole protocol over real HTTP on this machine.
 
 Starts the server and the shuffler as uvicorn subprocesses on free loopback ports
-with storage in a temporary directory (:class:`segshuffle.client.localstack.LocalStack`),
+with storage in a temporary directory (:class:`segshuffle.testing.localstack.LocalStack`),
 creates a campaign (in the blanket mode ``--blanket-mode`` names, SPEC section 3),
-runs N simulated users (:mod:`segshuffle.client.population`)
+runs N simulated users (:mod:`segshuffle.testing.population`)
 through round 1, has the shuffler release it (the server optimizes and publishes
 m and the lambda_k), runs round 2, releases it, and reads the server's estimates.
 
@@ -111,8 +111,11 @@ def _say(args: argparse.Namespace, message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import fastapi  # noqa: F401  (the services the demo starts need the server extra)
+    import uvicorn  # noqa: F401
+
     from segshuffle.client.errors import ClientError
-    from segshuffle.client.localstack import LocalStack
+    from segshuffle.testing.localstack import LocalStack
 
     levels = list(args.levels)
     shares = list(args.shares) if args.shares is not None else [1.0 / len(levels)] * len(levels)
@@ -163,7 +166,7 @@ def _raise_interrupt(*_: object) -> None:
 async def _rounds(args: argparse.Namespace, stack: Any, data: DemoData,
                   shares: list[float], timings: dict[str, float]) -> dict[str, Any]:
     from segshuffle.client.errors import ClientError
-    from segshuffle.client.population import Population, stderr_progress
+    from segshuffle.testing.population import Population, stderr_progress
 
     population = Population.with_shares(
         stack.server_url, stack.shuffler_url, CAMPAIGN_ID, data.sets, shares,

@@ -27,6 +27,14 @@ SUBCOMMANDS = {
 
 EXIT_USAGE = 2
 
+#: Optional top-level modules and the extra that installs them.
+OPTIONAL_MODULES = {
+    "fastapi": "server",
+    "starlette": "server",
+    "uvicorn": "server",
+    "matplotlib": "experiments",
+}
+
 
 class CommandError(Exception):
     """A failure the user can act on; printed as one line, exit status 2."""
@@ -38,6 +46,16 @@ class _OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         raise SystemExit(EXIT_USAGE)
+
+
+def missing_module_message(exc: ModuleNotFoundError) -> str:
+    """One line naming the extra that provides a missing optional module."""
+    top = (exc.name or "").split(".")[0]
+    extra = OPTIONAL_MODULES.get(top)
+    if extra is None:
+        return str(exc)
+    return (f"this command needs the '{extra}' extra (module {top!r} is missing): "
+            f"pip install 'segshuffle[{extra}]'")
 
 
 def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
@@ -69,11 +87,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser(selected)
     except ModuleNotFoundError as exc:  # a subcommand whose optional parts are missing
-        sys.stderr.write(f"segshuffle: error: {exc}\n")
+        sys.stderr.write(f"segshuffle: error: {missing_module_message(exc)}\n")
         return EXIT_USAGE
     args = parser.parse_args(arguments)
     try:
         return int(args.handler(args) or 0)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in OPTIONAL_MODULES:
+            raise
+        sys.stderr.write(f"segshuffle: error: {missing_module_message(exc)}\n")
+        return EXIT_USAGE
     except (ValueError, CommandError) as exc:
         sys.stderr.write(f"segshuffle: error: {exc}\n")
         return EXIT_USAGE

@@ -65,6 +65,9 @@ def _common(parser: argparse.ArgumentParser, default_port: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import fastapi  # noqa: F401  (both services need the server extra)
+    import uvicorn  # noqa: F401
+
     common = {"host": args.host, "port": args.port, "database": args.database,
               "log_level": args.log_level}
     if args.service == "shuffler":

@@ -1,10 +1,12 @@
-"""Client SDK: sync and async clients of the shuffler and server, and a population simulator.
+"""Client SDK: sync and async clients of the shuffler and server.
 
 - :class:`Client` / :class:`AsyncClient`: one user in one campaign, both rounds
   (:mod:`.sync`, :mod:`.aio`), with verification of everything the server
   publishes (:mod:`.verify`) before any data leaves the client.
 - :mod:`.messages`: the randomizers and the sealing of each message.
-- :mod:`.population`: many simulated users at once against live services.
+
+Operator and test tooling (local services, simulated populations) lives in
+:mod:`segshuffle.testing`, outside the SDK.
 """
 
 from .aio import AsyncClient

@@ -1,7 +1,7 @@
 """The asynchronous client: the same API as :class:`~segshuffle.client.Client`, on
 ``httpx.AsyncClient``; several users can share one connection pool (``http=``) and one
 :class:`~segshuffle.client.session.PublicCache` (``cache=``), which is how
-:mod:`segshuffle.client.population` simulates thousands of users.
+:mod:`segshuffle.testing.population` simulates thousands of users.
 
 Retries and verification behave exactly as in :mod:`segshuffle.client.sync` (this
 module mirrors it method for method).

@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 import httpx
 import numpy as np
 
-from .aio import AsyncClient
-from .errors import ClientError
-from .messages import SentRound1, SentRound2
-from .session import PublicCache, RetryPolicy
+from segshuffle.client.aio import AsyncClient
+from segshuffle.client.errors import ClientError
+from segshuffle.client.messages import SentRound1, SentRound2
+from segshuffle.client.session import PublicCache, RetryPolicy
 
 Progress = Callable[[str, int, int], None]
 

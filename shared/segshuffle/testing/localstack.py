@@ -27,10 +27,9 @@ from typing import Any
 
 import httpx
 
+from segshuffle.client.errors import ServiceError
+from segshuffle.client.session import parse, service_error
 from segshuffle.wire.models import CampaignView, Results
-
-from .errors import ServiceError
-from .session import parse, service_error
 
 SERVICES = ("server", "shuffler")
 _PORT_LINE = re.compile(r"(server|shuffler) listening on port (\d+)")

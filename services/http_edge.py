@@ -1,0 +1,226 @@
+"""The HTTP edge both services share: problem handlers, body limits, bearer tokens, health.
+
+Everything framework-specific about errors lives here, so the wire layer
+(:mod:`segshuffle.wire.problems`) stays free of FastAPI and Starlette:
+
+- :func:`install_problem_handlers` turns :class:`~segshuffle.wire.problems.Problem`,
+  FastAPI's request validation errors, Starlette's 404/405 and any unexpected exception
+  into an RFC 9457 ``application/problem+json`` body (never a bare 500);
+- :class:`BodySizeLimit` answers oversize bodies with ``body-too-large`` before they are
+  read into memory;
+- :func:`bearer_token` parses ``Authorization: Bearer ...``;
+- :func:`health_router` serves ``/livez`` and ``/readyz``.
+
+Error bodies never echo request input: validation errors list only the location and
+message.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from segshuffle import __version__
+from segshuffle.wire.problems import PROBLEM_MEDIA_TYPE, Problem
+
+_log = logging.getLogger("segshuffle.problems")
+
+
+def problem_response(problem: Problem) -> JSONResponse:
+    """The ``application/problem+json`` response of a :class:`Problem`."""
+    return JSONResponse(
+        problem.body(),
+        status_code=problem.status,
+        media_type=PROBLEM_MEDIA_TYPE,
+        headers=problem.headers or None,
+    )
+
+
+def validation_problem(exc: RequestValidationError) -> Problem:
+    """Malformed JSON -> malformed-body (400); anything else -> invalid-field (422)."""
+    errors = list(exc.errors())
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return Problem("malformed-body", "the request body is not valid JSON")
+    if any(e.get("type") == "model_attributes_type" and tuple(e.get("loc", ())) == ("body",)
+           for e in errors):
+        return Problem("invalid-field", "the request body must be a JSON object",
+                       extra={"errors": [{"loc": ["body"], "msg": "must be a JSON object"}]})
+    listed = [
+        {"loc": [str(part) for part in e.get("loc", ())], "msg": str(e.get("msg", "invalid"))}
+        for e in errors[:20]
+    ]
+    first = listed[0] if listed else {"loc": [], "msg": "invalid"}
+    where = ".".join(p for p in first["loc"] if p != "body") or "body"
+    return Problem("invalid-field", f"{where}: {first['msg']}", extra={"errors": listed})
+
+
+#: Problems for the HTTP errors the framework itself raises (routing, body size, media type).
+FRAMEWORK_PROBLEMS: dict[int, tuple[str, str]] = {
+    400: ("malformed-body", "bad request"),
+    401: ("unauthorized", "missing or invalid credentials"),
+    403: ("forbidden", "operation not allowed"),
+    404: ("not-found", "no such resource"),
+    405: ("method-not-allowed", "method not allowed on this resource"),
+    413: ("body-too-large", "the request body is too large"),
+    415: ("unsupported-media-type", "the request body must be JSON"),
+}
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    """Make every error of ``app`` an RFC 9457 problem body (never a bare 500)."""
+
+    async def on_problem(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, Problem)
+        return problem_response(exc)
+
+    async def on_validation(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return problem_response(validation_problem(exc))
+
+    async def on_http(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        status = exc.status_code
+        if status in FRAMEWORK_PROBLEMS:
+            problem = Problem(*FRAMEWORK_PROBLEMS[status])
+        elif 400 <= status < 500:
+            problem = Problem("invalid-field", "invalid request", status=status)
+        else:
+            problem = Problem("internal", "internal error", status=status)
+        response = problem_response(problem)
+        if exc.headers:
+            for key, value in exc.headers.items():
+                response.headers[key] = value
+        return response
+
+    async def on_unexpected(_: Request, exc: Exception) -> JSONResponse:
+        _log.error("unexpected error: %s", type(exc).__name__, exc_info=exc)
+        return problem_response(Problem("internal", "internal error"))
+
+    app.add_exception_handler(Problem, on_problem)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(Exception, on_unexpected)
+
+
+class BodySizeLimit:
+    """ASGI middleware: refuse request bodies over ``max_bytes`` with ``body-too-large``.
+
+    Checks ``Content-Length`` up front and counts streamed bytes (chunked
+    transfer), so an oversize body is never buffered whole.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_large = Problem(
+            "body-too-large", f"the request body exceeds {self.max_bytes} bytes"
+        )
+        for key, value in scope.get("headers", ()):
+            if key == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    await problem_response(
+                        Problem("malformed-body", "invalid Content-Length")
+                    )(scope, receive, send)
+                    return
+                if declared > self.max_bytes:
+                    await problem_response(too_large)(scope, receive, send)
+                    return
+        received = 0
+        response_started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise _BodyTooLarge()
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal response_started
+            if message["type"] == "http.response.start":
+                response_started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _BodyTooLarge:
+            if not response_started:
+                await problem_response(too_large)(scope, receive, send)
+
+
+class _BodyTooLarge(StarletteHTTPException):
+    """Raised inside :class:`BodySizeLimit` when a streamed body passes the limit.
+
+    An HTTP 413 exception, so that body parsing re-raises it unchanged and the
+    problem handler answers ``body-too-large`` even when it is caught inside.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(status_code=413)
+
+
+def install_edge(app: FastAPI, max_body_bytes: int) -> None:
+    """Problem handlers and the body size limit on ``app``."""
+    install_problem_handlers(app)
+    app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header; None for anything else."""
+    if not authorization:
+        return None
+    scheme, _, value = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    return value.strip()
+
+
+class Health(BaseModel):
+    """Body of ``/livez`` and ``/readyz``."""
+
+    status: str
+    version: str = __version__
+
+
+def health_router(ready: Callable[[], Awaitable[None]], *,
+                  with_version: bool = True) -> APIRouter:
+    """``GET /livez`` (always ok) and ``GET /readyz`` (``ready`` raises a Problem if not).
+
+    ``with_version`` adds the package version to the body (and documents the
+    :class:`Health` model); without it the body is just ``{"status": ...}``.
+    """
+    router = APIRouter(tags=["health"])
+
+    def answer(status: str) -> Any:
+        return Health(status=status) if with_version else {"status": status}
+
+    model: Any = Health if with_version else dict[str, str]
+
+    @router.get("/livez", response_model=model)
+    async def livez() -> Any:
+        return answer("ok")
+
+    @router.get("/readyz", response_model=model,
+                responses={503: {"description": "storage or the other service unavailable"}})
+    async def readyz() -> Any:
+        await ready()
+        return answer("ready")
+
+    return router
