@@ -36,7 +36,12 @@ from segshuffle.experiments.calibration import (
     subexp_local_mechanism,
     subexp_shuffle_mechanism,
 )
-from segshuffle.experiments.privset import SubsetExponential, _subset_counts, optimal_subset
+from segshuffle.experiments.privset import (
+    SubsetExponential,
+    _ordered_outside,
+    _subset_counts,
+    optimal_subset,
+)
 from segshuffle.experiments.settings import LOCAL_EPSILON, UNIFORM_EPSILON
 
 
@@ -84,7 +89,8 @@ def test_privset_beta_is_the_largest_total_variation():
     assert mech.variation_ratio_parameters()[1] == pytest.approx(largest, rel=1e-12)
 
 
-@pytest.mark.parametrize(("d", "k"), [(10, 4), (40, 30)])  # rank sampling; partial sort
+# rank arithmetic; partial sort of keys; first distinct values of uniform draws
+@pytest.mark.parametrize(("d", "k"), [(10, 4), (40, 30), (2000, 60)])
 def test_privset_sampler_matches_rates(rng, d, k):
     mech = SubsetExponential(d, 3, 1.2, k)
     n = 100_000
@@ -99,6 +105,27 @@ def test_privset_sampler_matches_rates(rng, d, k):
             assert abs(counts[j] / n - mech.p_true) < 5 * sd_t
         else:
             assert abs(counts[j] / n - mech.p_false) < 5 * sd_f
+
+
+def test_outside_items_of_a_large_domain_are_a_uniform_ordered_sample(rng):
+    """The first-distinct sampler (k small against d): uniform first pick, uniform pairs."""
+    d, k, n = 1000, 40, 40_000
+    x = np.array([3, 50, 51, 999])
+    picked = _ordered_outside(np.tile(x, (n, 1)), k, d, rng)
+    assert picked.shape == (n, k)
+    assert not np.isin(picked, x).any()
+    assert all(np.unique(row).size == k for row in picked[:200])
+    free = d - x.size
+    first = np.bincount(picked[:, 0], minlength=d)
+    assert first[x].sum() == 0
+    expected = n / free
+    assert np.abs(first[np.setdiff1d(np.arange(d), x)] - expected).max() < 5.5 * math.sqrt(
+        expected)
+    # Pair inclusion k (k - 1) / (free (free - 1)), for pairs around the items of x.
+    for a, b in ((0, 1), (4, 52), (998, 2)):
+        both = np.count_nonzero((picked == a).any(axis=1) & (picked == b).any(axis=1))
+        rate = k * (k - 1) / (free * (free - 1))
+        assert abs(both - n * rate) < 5 * math.sqrt(n * rate)
 
 
 def test_privset_reports_are_uniform_given_their_overlap(rng):

@@ -201,7 +201,8 @@ class SubsetExponential:
         probs = probs / probs.sum()
         inside = rng.choice(sizes, size=n, p=probs)
         counts = np.zeros(d, dtype=np.int64)
-        block = max(1, 4_000_000 // d)
+        # Rows per block: about 4 million array cells whichever way the outside is drawn.
+        block = max(1, 4_000_000 // min(d, _distinct_draws(k, d - s)))
         for lo in range(0, n, block):
             hi = min(n, lo + block)
             counts += _subset_counts(items[lo:hi], inside[lo:hi], d, k, rng)
@@ -227,8 +228,46 @@ def _subset_counts(items: np.ndarray, inside: np.ndarray, d: int, k: int,
 
 
 #: Up to this subset size, outside items are drawn by rank arithmetic (O(k (k + s)) vector
-#: operations); above it, by partial sorting of random keys over the domain (O(d)).
+#: operations); above it, by first appearances among uniform draws when the subset is a
+#: small part of the free ranks, otherwise by partial sorting of random keys (O(d)).
 _RANK_SAMPLING_MAX = 24
+
+
+def _distinct_draws(k: int, free: int) -> int:
+    """Uniform draws per row for k distinct ranks out of ``free``, with a wide margin.
+
+    Among t uniform draws the expected number of repeats is about t^2 / (2 free); the
+    margin 2 k^2 / free + 16 leaves several standard deviations of room, so a redraw is
+    rare (and harmless: it is a rejection step, see :func:`_first_distinct`).
+    """
+    return k + math.ceil(2 * k * k / max(free, 1)) + 16
+
+
+def _first_distinct(rows: int, k: int, free: int, rng: np.random.Generator) -> np.ndarray:
+    """(rows, k) ranks in [0, free): in each row, the first k distinct values of uniform draws.
+
+    The values of an i.i.d. uniform sequence, in order of first appearance, are a
+    uniformly random ordering of a uniformly random set (the law is invariant under
+    any permutation of the values), and so are its first k once there are at least k
+    distinct values; rows with fewer are drawn again, an event that is also invariant
+    under value permutations, so the rejection keeps the law uniform.
+    """
+    draws = _distinct_draws(k, free)
+    out = np.empty((rows, k), dtype=np.int64)
+    pending = np.arange(rows)
+    while pending.size:
+        values = rng.integers(0, free, size=(pending.size, draws), dtype=np.int64)
+        order = np.argsort(values, axis=1, kind="stable")  # ties keep draw order
+        ordered = np.take_along_axis(values, order, axis=1)
+        first = np.ones_like(ordered, dtype=bool)
+        first[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+        fresh = np.zeros_like(first)
+        np.put_along_axis(fresh, order, first, axis=1)  # first appearances, in draw order
+        keep = fresh & (np.cumsum(fresh, axis=1) <= k)
+        full = keep.sum(axis=1) == k
+        out[pending[full]] = values[full][keep[full]].reshape(-1, k)
+        pending = pending[~full]
+    return out
 
 
 def _ordered_outside(items: np.ndarray, k: int, d: int, rng: np.random.Generator) -> np.ndarray:
@@ -239,17 +278,26 @@ def _ordered_outside(items: np.ndarray, k: int, d: int, rng: np.random.Generator
     Small k: draw the j-th pick as a uniform rank u among the d - s - j ranks left,
     turn it into the u-th rank not yet taken (walking the taken ranks in increasing
     order, each one at or below the candidate pushes it up by one), then turn ranks
-    into items the same way, walking the sorted items of x.
+    into items the same way, walking the sorted items of x.  Larger k, small against
+    the d - s free ranks (a 16,000-item domain with k in the hundreds): the first k
+    distinct values of a few more than k uniform draws (:func:`_first_distinct`),
+    O(k log k) per user instead of O(d).  Otherwise: random keys over the domain,
+    partially sorted.
     """
     items = np.sort(items, axis=1)
     n, s = items.shape
+    free = d - s
+    if k > _RANK_SAMPLING_MAX and 4 * _distinct_draws(k, free) <= free:
+        # The r-th free rank is the item r + #{c : x_c - c <= r} (x sorted increasingly).
+        ranks = _first_distinct(n, k, free, rng)
+        shifted = items - np.arange(s)[None, :]
+        return ranks + (shifted[:, None, :] <= ranks[:, :, None]).sum(axis=2)
     if k > _RANK_SAMPLING_MAX:
         keys = rng.random((n, d))
         keys[np.arange(n)[:, None], items] = np.inf
         smallest = np.argpartition(keys, k - 1, axis=1)[:, :k]
         order = np.argsort(np.take_along_axis(keys, smallest, axis=1), axis=1)
         return np.take_along_axis(smallest, order, axis=1)
-    free = d - s
     picked = np.empty((n, k), dtype=np.int64)
     taken = np.empty((n, 0), dtype=np.int64)  # sorted ranks picked so far
     for j in range(k):
