@@ -26,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from segshuffle import __version__
-from segshuffle.services.http_edge import BodySizeLimit, install_problem_handlers
+from segshuffle.services.http_edge import bearer_token, health_router, install_edge
 from segshuffle.wire.models import (
     ID_PATTERN,
     BatchChunk,
@@ -78,20 +78,12 @@ async def read_body(request: Request, model: type[ModelT]) -> ModelT:
                       extra={"errors": listed}) from None
 
 
-def _bearer(request: Request) -> str | None:
-    header = request.headers.get("authorization")
-    if header is None:
-        return None
-    scheme, _, token = header.partition(" ")
-    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
-
-
 def authorize(settings: Settings, request: Request, role: Role) -> None:
     """Require the bearer token of ``role``; the other role's token is ``forbidden``.
 
     Both tokens are compared in constant time, whatever the outcome.
     """
-    token = (_bearer(request) or "").encode()
+    token = (bearer_token(request.headers.get("authorization")) or "").encode()
     is_admin = hmac.compare_digest(token, settings.admin_token.encode())
     is_shuffler = hmac.compare_digest(token, settings.shuffler_token.encode())
     if (role == "admin" and is_admin) or (role == "shuffler" and is_shuffler):
@@ -145,8 +137,7 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.service = service
     app.state.settings = settings
-    install_problem_handlers(app)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    install_edge(app, settings.max_body_bytes)
 
     @app.middleware("http")
     async def log_requests(request: Request,
@@ -157,19 +148,15 @@ def create_app(settings: Settings) -> FastAPI:
                  (time.perf_counter() - started) * 1e3)
         return response
 
-    @app.get("/livez", tags=["health"])
-    async def livez() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.get("/readyz", tags=["health"])
-    async def readyz() -> dict[str, str]:
+    async def ready() -> None:
         try:
             ready = await run_in_threadpool(repository.ping) and keys.writable()
         except Exception:  # the database is gone or locked: not ready
             ready = False
         if not ready:
             raise Problem("unavailable", "storage is not available")
-        return {"status": "ready"}
+
+    app.include_router(health_router(ready, with_version=False))
 
     @app.post("/v1/campaigns", status_code=201, response_model=CampaignView,
               tags=["campaigns"], openapi_extra=_body(CampaignCreate))

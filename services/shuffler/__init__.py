@@ -8,7 +8,10 @@ Modules, one job each:
 - :mod:`.enrollment`: the pluggable :class:`EnrollmentPolicy` and its default.
 - :mod:`.upstream`: the HTTP link to the server.
 - :mod:`.release`: release thresholds, chunked forwarding with retries, resumption.
-- :mod:`.app`: the FastAPI application (:func:`create_app`).
+- :mod:`.service`: :class:`~.service.ShufflerService`, the operations without HTTP.
+- :mod:`.app`: the FastAPI application (:func:`create_app`): routers and auth
+  dependencies over the service, with the edge shared with the server
+  (:mod:`segshuffle.services.http_edge`).
 - :mod:`.main`: :func:`run` under uvicorn with the access log off.
 """
 

@@ -8,98 +8,83 @@
 | ``POST /v1/campaigns/{cid}/rounds/{round}/release`` | operator (Bearer operator token) |
 | ``GET /livez``, ``GET /readyz``, ``GET /docs`` | anyone |
 
-Every refusal is an RFC 9457 problem (:mod:`segshuffle.services.http_edge`) and leaves
-the state unchanged: a submission is stored in one transaction after every
-check has passed.  Nothing about a request's origin is kept or logged: the
-access log is off, log lines carry campaign ids, rounds and counts only.
+The routes only authenticate (as dependencies), parse bodies and call the
+:class:`~.service.ShufflerService`.  Every refusal is an RFC 9457 problem
+(:mod:`segshuffle.services.http_edge`) and leaves the state unchanged: a
+submission is stored in one transaction after every check has passed.  Nothing
+about a request's origin is kept or logged: the access log is off, log lines
+carry campaign ids, rounds and counts only.
 """
 
 from __future__ import annotations
 
-import asyncio
-import hmac
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from fastapi import FastAPI, Header, Query, Request
-from fastapi.concurrency import run_in_threadpool
+from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
 from segshuffle import __version__
-from segshuffle.services.http_edge import BodySizeLimit, install_problem_handlers
+from segshuffle.services.http_edge import Health, bearer_token, health_router, install_edge
 from segshuffle.wire.models import (
-    CampaignView,
     EnrollmentRequest,
     EnrollmentResponse,
     ReleaseResponse,
     Round1Submission,
     Round2Submission,
-    RoundStatus,
     SubmissionReceipt,
-    b64url_decode,
 )
 from segshuffle.wire.problems import Problem
 
-from .enrollment import (
-    AuthenticationError,
-    EnrollmentPolicy,
-    EnrollmentRefusedError,
-    OneTimeTokenEnrollment,
-)
-from .release import DATA, LEVELS, Releaser, required_participants
+from .enrollment import EnrollmentPolicy, OneTimeTokenEnrollment
+from .release import Releaser
+from .service import PHASE_OF_ROUND, ShufflerRoundStatus, ShufflerService, unauthorized
 from .settings import Settings
-from .storage import (
-    OPEN,
-    AlreadySubmittedError,
-    NotEnoughParticipantsError,
-    RoundClosedError,
-    Storage,
-)
-from .upstream import ServerLink, UpstreamError
+from .storage import Storage
+from .upstream import ServerLink
 
 log = logging.getLogger("segshuffle.shuffler")
 
-PHASE_OF_ROUND = {1: "round1", 2: "round2"}
+__all__ = ["PHASE_OF_ROUND", "Health", "ShufflerRoundStatus", "create_app"]
 
 
-class ShufflerRoundStatus(RoundStatus):
-    """:class:`RoundStatus` plus the release state: ``open``, ``releasing`` or ``released``."""
-
-    state: Literal["open", "releasing", "released"]
-    batch_id: str | None = None
-    last_error: str | None = None
-    """While releasing: why the latest delivery attempt failed (the shuffler keeps trying)."""
-
-
-class Health(BaseModel):
-    status: str
-    version: str = __version__
-
-
-def _bearer(authorization: str | None) -> str | None:
-    if not authorization:
-        return None
-    scheme, _, value = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not value.strip():
-        return None
-    return value.strip()
-
-
-def _unauthorized(detail: str) -> Problem:
-    return Problem("unauthorized", detail, headers={"WWW-Authenticate": 'Bearer realm="shuffler"'})
-
-
-def _check_round(round_number: int) -> int:
+# -- request parsing and authentication (dependencies) ---------------------------------
+def round_number_of(round_number: int) -> int:
+    """The ``round_number`` path parameter, 1 or 2."""
     if round_number not in (1, 2):
         raise Problem("unknown-round", f"rounds are 1 and 2, got {round_number}")
     return round_number
 
 
-async def _json_body(request: Request, model: type[BaseModel]) -> Any:
+def user_token(authorization: Annotated[str | None, Header()] = None) -> str:
+    """The user's bearer token (not yet checked against the campaign)."""
+    token = bearer_token(authorization)
+    if token is None:
+        raise unauthorized("a user token is required (Authorization: Bearer ...)")
+    return token
+
+
+def service_of(request: Request) -> ShufflerService:
+    """The application's :class:`ShufflerService`."""
+    service: ShufflerService = request.app.state.service
+    return service
+
+
+def operator(request: Request,
+             authorization: Annotated[str | None, Header()] = None) -> None:
+    """Require the operator's bearer token."""
+    service_of(request).check_operator(bearer_token(authorization))
+
+
+Round = Annotated[int, Depends(round_number_of)]
+Service = Annotated[ShufflerService, Depends(service_of)]
+
+
+async def json_body(request: Request, model: type[BaseModel]) -> Any:
     """Parse and validate a JSON body strictly; errors become problems via the handlers."""
     media = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
     if media not in {"application/json", ""} and not media.endswith("+json"):
@@ -117,6 +102,54 @@ def _openapi_body(*models: type[BaseModel]) -> dict[str, Any]:
     schema = schemas[0] if len(schemas) == 1 else {"oneOf": schemas}
     return {"requestBody": {"required": True,
                             "content": {"application/json": {"schema": schema}}}}
+
+
+# -- routes ----------------------------------------------------------------------------
+users = APIRouter(prefix="/v1/campaigns/{campaign_id}", tags=["users"])
+rounds = APIRouter(prefix="/v1/campaigns/{campaign_id}/rounds/{round_number}", tags=["rounds"])
+
+
+@users.post("/enrollments", status_code=201, response_model=EnrollmentResponse,
+            openapi_extra={"requestBody": {"required": False, "content": {
+                "application/json": {"schema": EnrollmentRequest.model_json_schema()}}}})
+async def enroll(campaign_id: str, request: Request, service: Service) -> EnrollmentResponse:
+    raw = await request.body()
+    body = (await json_body(request, EnrollmentRequest)) if raw.strip() else \
+        EnrollmentRequest()
+    token = await service.enroll(campaign_id, body.invitation)
+    return EnrollmentResponse(campaign_id=campaign_id, token=token)
+
+
+@users.post("/rounds/{round_number}/submissions", status_code=201,
+            response_model=SubmissionReceipt,
+            openapi_extra=_openapi_body(Round1Submission, Round2Submission))
+async def submit(campaign_id: str, round_number: Round,
+                 token: Annotated[str, Depends(user_token)], request: Request,
+                 service: Service) -> SubmissionReceipt:
+    model = Round1Submission if round_number == 1 else Round2Submission
+    body = await json_body(request, model)
+    await service.submit(campaign_id, round_number, token, body)
+    return SubmissionReceipt(campaign_id=campaign_id, round=round_number, accepted=True)
+
+
+@rounds.get("", response_model=ShufflerRoundStatus)
+async def round_status(campaign_id: str, round_number: Round,
+                       service: Service) -> ShufflerRoundStatus:
+    return await service.round_status(campaign_id, round_number)
+
+
+@rounds.post("/release", response_model=ReleaseResponse, status_code=202,
+             responses={200: {"description": "released and acknowledged by the server"},
+                        202: {"description": "closed and being forwarded"}})
+async def release_round(
+    campaign_id: str,
+    round_number: Round,
+    _: Annotated[None, Depends(operator)],
+    service: Service,
+    wait: Annotated[bool, Query(description="answer once the server has the batch")] = False,
+) -> JSONResponse:
+    answer, acknowledged = await service.release(campaign_id, round_number, wait)
+    return JSONResponse(answer.model_dump(mode="json"), status_code=200 if acknowledged else 202)
 
 
 def create_app(
@@ -137,17 +170,16 @@ def create_app(
                                 cache_seconds=settings.campaign_cache_seconds)
     releaser = Releaser(storage, server, chunk_size=settings.chunk_size,
                         backoff_initial=backoff_initial, backoff_max=backoff_max)
+    service = ShufflerService(settings, storage, policy, server, releaser)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        resumed = releaser.resume_all()
+        resumed = service.start()
         log.info("shuffler ready (%d release(s) resumed)", resumed)
         try:
             yield
         finally:
-            await releaser.shutdown()
-            await server.aclose()
-            storage.close()
+            await service.close()
 
     app = FastAPI(
         title="segshuffle shuffler",
@@ -156,204 +188,12 @@ def create_app(
                     "of the segmented multi-message shuffle protocol.",
         lifespan=lifespan,
     )
-    install_problem_handlers(app)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    install_edge(app, settings.max_body_bytes)
+    app.state.service = service
     app.state.storage = storage
     app.state.releaser = releaser
     app.state.settings = settings
-
-    async def campaign_view(campaign_id: str, *, fresh: bool = False) -> CampaignView:
-        try:
-            view = await server.campaign(campaign_id, fresh=fresh)
-        except UpstreamError as exc:
-            log.warning("campaign view unavailable: campaign=%s (%s)", campaign_id, exc)
-            raise Problem("upstream-failed", "the server could not be reached") from None
-        if view is None:
-            raise Problem("unknown-campaign", f"no campaign {campaign_id!r}")
-        return view
-
-    async def view_in_phase(campaign_id: str, round_number: int) -> CampaignView:
-        """The campaign view, refreshed once if the cached phase does not fit the round."""
-        wanted = PHASE_OF_ROUND[round_number]
-        view = await campaign_view(campaign_id)
-        if view.phase != wanted:
-            view = await campaign_view(campaign_id, fresh=True)
-        if view.phase != wanted:
-            raise Problem("wrong-phase",
-                          f"campaign {campaign_id!r} is in phase {view.phase!r}, "
-                          f"round {round_number} needs {wanted!r}",
-                          extra={"phase": view.phase})
-        return view
-
-    def required_for(view: CampaignView, round_number: int) -> int:
-        round1 = storage.round_record(view.id, 1) if round_number == 2 else None
-        return required_participants(view, round_number, settings.min_users,
-                                      None if round1 is None else round1.participants)
-
-    def check_operator(authorization: str | None) -> None:
-        token = _bearer(authorization)
-        if token is None:
-            raise _unauthorized("the operator token is required")
-        if not hmac.compare_digest(token.encode(), settings.operator_token.encode()):
-            raise Problem("forbidden", "these credentials may not release rounds")
-
-    async def release(view: CampaignView, round_number: int) -> tuple[Any, bool]:
-        """Start (or find) the release of a round; returns (record, newly_started)."""
-        existing = await run_in_threadpool(storage.round_record, view.id, round_number)
-        if existing is not None:
-            return existing, False
-        required = await run_in_threadpool(required_for, view, round_number)
-        try:
-            record = await run_in_threadpool(releaser.start, view.id, round_number, required)
-        except NotEnoughParticipantsError as exc:
-            raise Problem("not-enough-participants", str(exc),
-                          extra={"participants": exc.participants,
-                                 "required": exc.required}) from None
-        return record, True
-
-    # -- health ------------------------------------------------------------------------
-    @app.get("/livez", response_model=Health, tags=["health"])
-    async def livez() -> Health:
-        return Health(status="ok")
-
-    @app.get("/readyz", response_model=Health, tags=["health"],
-             responses={503: {"description": "storage or server unavailable"}})
-    async def readyz() -> Health:
-        try:
-            ok = await run_in_threadpool(storage.ping)
-        except Exception:  # a closed or broken database
-            ok = False
-        if not ok:
-            raise Problem("unavailable", "the database is not available")
-        if not await server.alive():
-            raise Problem("unavailable", "the server cannot be reached")
-        return Health(status="ready")
-
-    # -- enrollment --------------------------------------------------------------------
-    @app.post("/v1/campaigns/{campaign_id}/enrollments", status_code=201,
-              response_model=EnrollmentResponse, tags=["users"],
-              openapi_extra={"requestBody": {"required": False, "content": {
-                  "application/json": {"schema": EnrollmentRequest.model_json_schema()}}}})
-    async def enroll(campaign_id: str, request: Request) -> EnrollmentResponse:
-        raw = await request.body()
-        body = (await _json_body(request, EnrollmentRequest)) if raw.strip() else \
-            EnrollmentRequest()
-        view = await campaign_view(campaign_id)
-        if view.phase == "done":
-            raise Problem("wrong-phase", f"campaign {campaign_id!r} is finished")
-        try:
-            token = await run_in_threadpool(policy.enroll, campaign_id, body.invitation)
-        except EnrollmentRefusedError as exc:
-            raise Problem("forbidden", str(exc)) from None
-        return EnrollmentResponse(campaign_id=campaign_id, token=token)
-
-    # -- submissions -------------------------------------------------------------------
-    @app.post("/v1/campaigns/{campaign_id}/rounds/{round_number}/submissions",
-              status_code=201, response_model=SubmissionReceipt, tags=["users"],
-              openapi_extra=_openapi_body(Round1Submission, Round2Submission))
-    async def submit(
-        campaign_id: str,
-        round_number: int,
-        request: Request,
-        authorization: Annotated[str | None, Header()] = None,
-    ) -> SubmissionReceipt:
-        _check_round(round_number)
-        token = _bearer(authorization)
-        if token is None:
-            raise _unauthorized("a user token is required (Authorization: Bearer ...)")
-        model = Round1Submission if round_number == 1 else Round2Submission
-        body = await _json_body(request, model)
-        view = await campaign_view(campaign_id)
-        try:
-            participant = await run_in_threadpool(policy.authenticate, campaign_id, token)
-        except AuthenticationError as exc:
-            raise _unauthorized(str(exc)) from None
-        view = await view_in_phase(campaign_id, round_number)
-        streams: dict[str, list[bytes]] = {LEVELS: [b64url_decode(body.level)]}
-        if isinstance(body, Round2Submission):
-            parameters = view.parameters
-            if parameters is None:  # pragma: no cover - phase round2 implies parameters
-                raise Problem("wrong-phase", "round-2 parameters are not published yet")
-            expected = parameters.messages_per_user
-            sent = len(body.data)
-            if (parameters.fixed_size and sent != expected) or sent > expected:
-                raise Problem(
-                    "wrong-submission-size",
-                    f"round 2 takes {'exactly' if parameters.fixed_size else 'at most'} "
-                    f"{expected} data messages, got {sent}",
-                    extra={"expected": expected, "received": sent},
-                )
-            streams[DATA] = [b64url_decode(c) for c in body.data]
-        try:
-            count = await run_in_threadpool(storage.submit, campaign_id, round_number,
-                                            participant, streams)
-        except AlreadySubmittedError as exc:
-            raise Problem("already-submitted", str(exc)) from None
-        except RoundClosedError as exc:
-            raise Problem("wrong-phase", str(exc)) from None
-        if settings.auto_release and count >= settings.auto_release:
-            await auto_release(view, round_number)
-        return SubmissionReceipt(campaign_id=campaign_id, round=round_number, accepted=True)
-
-    async def auto_release(view: CampaignView, round_number: int) -> None:
-        try:
-            record, started = await release(view, round_number)
-        except Problem:
-            return  # not enough participants for the campaign's threshold yet
-        if started:
-            log.info("automatic release: campaign=%s round=%d", view.id, round_number)
-            releaser.schedule(record)
-
-    # -- rounds ------------------------------------------------------------------------
-    @app.get("/v1/campaigns/{campaign_id}/rounds/{round_number}",
-             response_model=ShufflerRoundStatus, tags=["rounds"])
-    async def round_status(campaign_id: str, round_number: int) -> ShufflerRoundStatus:
-        _check_round(round_number)
-        view = await campaign_view(campaign_id)
-        participants = await run_in_threadpool(storage.participants, campaign_id, round_number)
-        record = await run_in_threadpool(storage.round_record, campaign_id, round_number)
-        required = await run_in_threadpool(required_for, view, round_number)
-        state = OPEN if record is None else record.state
-        return ShufflerRoundStatus(
-            campaign_id=campaign_id, round=round_number, participants=participants,
-            required=required, released=state == "released", state=state,  # type: ignore[arg-type]
-            batch_id=None if record is None else record.batch_id,
-            last_error=releaser.last_error.get((campaign_id, round_number))
-            if state == "releasing" else None,
-        )
-
-    @app.post("/v1/campaigns/{campaign_id}/rounds/{round_number}/release",
-              response_model=ReleaseResponse, status_code=202, tags=["rounds"],
-              responses={200: {"description": "released and acknowledged by the server"},
-                         202: {"description": "closed and being forwarded"}})
-    async def release_round(
-        campaign_id: str,
-        round_number: int,
-        authorization: Annotated[str | None, Header()] = None,
-        wait: Annotated[bool, Query(description="answer once the server has the batch")] = False,
-    ) -> JSONResponse:
-        _check_round(round_number)
-        check_operator(authorization)
-        view = await campaign_view(campaign_id)
-        existing = await run_in_threadpool(storage.round_record, campaign_id, round_number)
-        if existing is None:
-            view = await view_in_phase(campaign_id, round_number)
-        record, _ = await release(view, round_number)
-        status = 200 if record.state == "released" else 202
-        if record.state != "released":
-            task = releaser.schedule(record)
-            if wait:
-                try:
-                    record = await asyncio.wait_for(asyncio.shield(task),
-                                                    settings.release_wait)
-                    status = 200
-                except TimeoutError:
-                    pass  # still forwarding: 202, the round status shows why
-        body = ReleaseResponse(
-            campaign_id=campaign_id, round=round_number, batch_id=record.batch_id,
-            messages=sum(record.stream_sizes.values()),
-            chunks=sum(record.chunk_count(s) for s in record.stream_sizes),
-        )
-        return JSONResponse(body.model_dump(mode="json"), status_code=status)
-
+    app.include_router(health_router(service.ready))
+    app.include_router(users)
+    app.include_router(rounds)
     return app

@@ -5,6 +5,7 @@
   (RFC 8785) and context hashes.
 - :mod:`~segshuffle.wire.vectors`: the test vectors of docs/wire.md
   (``python -m segshuffle.wire.vectors``).
-- :mod:`~segshuffle.wire.problems`: the ``urn:segshuffle:error:*`` problem types and the
-  FastAPI handlers that answer every error as RFC 9457 ``application/problem+json``.
+- :mod:`~segshuffle.wire.problems`: the ``urn:segshuffle:error:*`` problem types of the
+  RFC 9457 ``application/problem+json`` error bodies (no web framework; the services'
+  handlers are in :mod:`segshuffle.services.http_edge`).
 """

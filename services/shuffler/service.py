@@ -1,0 +1,239 @@
+"""The shuffler's operations, independent of HTTP: :class:`ShufflerService`.
+
+The HTTP layer (:mod:`.app`) authenticates, parses bodies and calls these methods; they
+check the campaign's phase through the server link, store submissions in one transaction
+after every check has passed, and start or resume releases.  Refusals are raised as
+:class:`~segshuffle.wire.problems.Problem`.  Blocking storage calls run in the thread pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from typing import Any, Literal
+
+from starlette.concurrency import run_in_threadpool
+
+from segshuffle.wire.models import (
+    CampaignView,
+    ReleaseResponse,
+    Round1Submission,
+    Round2Submission,
+    RoundStatus,
+    b64url_decode,
+)
+from segshuffle.wire.problems import Problem
+
+from .enrollment import AuthenticationError, EnrollmentPolicy, EnrollmentRefusedError
+from .release import DATA, LEVELS, Releaser, required_participants
+from .settings import Settings
+from .storage import (
+    OPEN,
+    AlreadySubmittedError,
+    NotEnoughParticipantsError,
+    RoundClosedError,
+    Storage,
+)
+from .upstream import ServerLink, UpstreamError
+
+log = logging.getLogger("segshuffle.shuffler")
+
+PHASE_OF_ROUND = {1: "round1", 2: "round2"}
+
+
+class ShufflerRoundStatus(RoundStatus):
+    """:class:`RoundStatus` plus the release state: ``open``, ``releasing`` or ``released``."""
+
+    state: Literal["open", "releasing", "released"]
+    batch_id: str | None = None
+    last_error: str | None = None
+    """While releasing: why the latest delivery attempt failed (the shuffler keeps trying)."""
+
+
+def unauthorized(detail: str) -> Problem:
+    """``unauthorized`` with the shuffler's ``WWW-Authenticate`` challenge."""
+    return Problem("unauthorized", detail, headers={"WWW-Authenticate": 'Bearer realm="shuffler"'})
+
+
+class ShufflerService:
+    """Enrollment, submissions, round status and release over storage and the server link."""
+
+    def __init__(self, settings: Settings, storage: Storage, policy: EnrollmentPolicy,
+                 server: ServerLink, releaser: Releaser) -> None:
+        self.settings = settings
+        self.storage = storage
+        self.policy = policy
+        self.server = server
+        self.releaser = releaser
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self) -> int:
+        """Resume unacknowledged releases; returns how many."""
+        return self.releaser.resume_all()
+
+    async def close(self) -> None:
+        """Stop forwarding, close the server link and the storage."""
+        await self.releaser.shutdown()
+        await self.server.aclose()
+        self.storage.close()
+
+    async def ready(self) -> None:
+        """Raise ``unavailable`` unless the database answers and the server is reachable."""
+        try:
+            ok = await run_in_threadpool(self.storage.ping)
+        except Exception:  # a closed or broken database
+            ok = False
+        if not ok:
+            raise Problem("unavailable", "the database is not available")
+        if not await self.server.alive():
+            raise Problem("unavailable", "the server cannot be reached")
+
+    # -- checks ------------------------------------------------------------------------
+    def check_operator(self, token: str | None) -> None:
+        """Require the operator token (compared in constant time)."""
+        if token is None:
+            raise unauthorized("the operator token is required")
+        if not hmac.compare_digest(token.encode(), self.settings.operator_token.encode()):
+            raise Problem("forbidden", "these credentials may not release rounds")
+
+    async def campaign_view(self, campaign_id: str, *, fresh: bool = False) -> CampaignView:
+        """The server's public view of a campaign (cached by the link)."""
+        try:
+            view = await self.server.campaign(campaign_id, fresh=fresh)
+        except UpstreamError as exc:
+            log.warning("campaign view unavailable: campaign=%s (%s)", campaign_id, exc)
+            raise Problem("upstream-failed", "the server could not be reached") from None
+        if view is None:
+            raise Problem("unknown-campaign", f"no campaign {campaign_id!r}")
+        return view
+
+    async def view_in_phase(self, campaign_id: str, round_number: int) -> CampaignView:
+        """The campaign view, refreshed once if the cached phase does not fit the round."""
+        wanted = PHASE_OF_ROUND[round_number]
+        view = await self.campaign_view(campaign_id)
+        if view.phase != wanted:
+            view = await self.campaign_view(campaign_id, fresh=True)
+        if view.phase != wanted:
+            raise Problem("wrong-phase",
+                          f"campaign {campaign_id!r} is in phase {view.phase!r}, "
+                          f"round {round_number} needs {wanted!r}",
+                          extra={"phase": view.phase})
+        return view
+
+    def required_for(self, view: CampaignView, round_number: int) -> int:
+        """The release threshold of a round (docs/architecture.md, "Shuffler details")."""
+        round1 = self.storage.round_record(view.id, 1) if round_number == 2 else None
+        return required_participants(view, round_number, self.settings.min_users,
+                                      None if round1 is None else round1.participants)
+
+    # -- operations --------------------------------------------------------------------
+    async def enroll(self, campaign_id: str, invitation: str | None) -> str:
+        """A one-time user token for the campaign, if the enrollment policy agrees."""
+        view = await self.campaign_view(campaign_id)
+        if view.phase == "done":
+            raise Problem("wrong-phase", f"campaign {campaign_id!r} is finished")
+        try:
+            return str(await run_in_threadpool(self.policy.enroll, campaign_id, invitation))
+        except EnrollmentRefusedError as exc:
+            raise Problem("forbidden", str(exc)) from None
+
+    async def submit(self, campaign_id: str, round_number: int, token: str,
+                     body: Round1Submission | Round2Submission) -> None:
+        """Store one user's submission of a round after every check has passed."""
+        await self.campaign_view(campaign_id)
+        try:
+            participant = await run_in_threadpool(self.policy.authenticate, campaign_id, token)
+        except AuthenticationError as exc:
+            raise unauthorized(str(exc)) from None
+        view = await self.view_in_phase(campaign_id, round_number)
+        streams: dict[str, list[bytes]] = {LEVELS: [b64url_decode(body.level)]}
+        if isinstance(body, Round2Submission):
+            parameters = view.parameters
+            if parameters is None:  # pragma: no cover - phase round2 implies parameters
+                raise Problem("wrong-phase", "round-2 parameters are not published yet")
+            expected = parameters.messages_per_user
+            sent = len(body.data)
+            if (parameters.fixed_size and sent != expected) or sent > expected:
+                raise Problem(
+                    "wrong-submission-size",
+                    f"round 2 takes {'exactly' if parameters.fixed_size else 'at most'} "
+                    f"{expected} data messages, got {sent}",
+                    extra={"expected": expected, "received": sent},
+                )
+            streams[DATA] = [b64url_decode(c) for c in body.data]
+        try:
+            count = await run_in_threadpool(self.storage.submit, campaign_id, round_number,
+                                            participant, streams)
+        except AlreadySubmittedError as exc:
+            raise Problem("already-submitted", str(exc)) from None
+        except RoundClosedError as exc:
+            raise Problem("wrong-phase", str(exc)) from None
+        if self.settings.auto_release and count >= self.settings.auto_release:
+            await self._auto_release(view, round_number)
+
+    async def _start_release(self, view: CampaignView, round_number: int) -> tuple[Any, bool]:
+        """Start (or find) the release of a round; returns (record, newly_started)."""
+        existing = await run_in_threadpool(self.storage.round_record, view.id, round_number)
+        if existing is not None:
+            return existing, False
+        required = await run_in_threadpool(self.required_for, view, round_number)
+        try:
+            record = await run_in_threadpool(self.releaser.start, view.id, round_number,
+                                             required)
+        except NotEnoughParticipantsError as exc:
+            raise Problem("not-enough-participants", str(exc),
+                          extra={"participants": exc.participants,
+                                 "required": exc.required}) from None
+        return record, True
+
+    async def _auto_release(self, view: CampaignView, round_number: int) -> None:
+        try:
+            record, started = await self._start_release(view, round_number)
+        except Problem:
+            return  # not enough participants for the campaign's threshold yet
+        if started:
+            log.info("automatic release: campaign=%s round=%d", view.id, round_number)
+            self.releaser.schedule(record)
+
+    async def round_status(self, campaign_id: str, round_number: int) -> ShufflerRoundStatus:
+        """Participants, threshold and release state of a round."""
+        view = await self.campaign_view(campaign_id)
+        participants = await run_in_threadpool(self.storage.participants, campaign_id,
+                                               round_number)
+        record = await run_in_threadpool(self.storage.round_record, campaign_id, round_number)
+        required = await run_in_threadpool(self.required_for, view, round_number)
+        state = OPEN if record is None else record.state
+        return ShufflerRoundStatus(
+            campaign_id=campaign_id, round=round_number, participants=participants,
+            required=required, released=state == "released", state=state,  # type: ignore[arg-type]
+            batch_id=None if record is None else record.batch_id,
+            last_error=self.releaser.last_error.get((campaign_id, round_number))
+            if state == "releasing" else None,
+        )
+
+    async def release(self, campaign_id: str, round_number: int,
+                      wait: bool) -> tuple[ReleaseResponse, bool]:
+        """Close, permute and forward a round; returns (answer, acknowledged by the server)."""
+        view = await self.campaign_view(campaign_id)
+        existing = await run_in_threadpool(self.storage.round_record, campaign_id,
+                                           round_number)
+        if existing is None:
+            view = await self.view_in_phase(campaign_id, round_number)
+        record, _ = await self._start_release(view, round_number)
+        done = record.state == "released"
+        if not done:
+            task = self.releaser.schedule(record)
+            if wait:
+                try:
+                    record = await asyncio.wait_for(asyncio.shield(task),
+                                                    self.settings.release_wait)
+                    done = True
+                except TimeoutError:
+                    pass  # still forwarding: 202, the round status shows why
+        answer = ReleaseResponse(
+            campaign_id=campaign_id, round=round_number, batch_id=record.batch_id,
+            messages=sum(record.stream_sizes.values()),
+            chunks=sum(record.chunk_count(s) for s in record.stream_sizes),
+        )
+        return answer, done
