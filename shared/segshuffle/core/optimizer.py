@@ -41,6 +41,7 @@ from .accounting import (
     UnprotectableLevelError,
     full_signal_blanket,
     max_lambda,
+    user_delta,
     user_epsilon,
 )
 from .blanket import (
@@ -51,6 +52,7 @@ from .blanket import (
     require_blanket_rate,
 )
 from .estimator import mse_bound
+from .hockey_stick import _smallest_feasible
 from .privacy_loss import DEFAULT_STEP
 from .rules import MAX_MESSAGES_PER_USER, accounting_users
 
@@ -61,7 +63,7 @@ ANCHOR_LEVELS = 24
 SEARCH_XTOL = 1e-3
 
 #: Relative precision of the full-signal rates m_k, which only bracket the m search.
-SEARCH_RTOL = 1e-3
+SEARCH_RTOL = 1e-2
 
 #: Levels for which the lower-bound epsilons are reported by default.
 LOWER_BOUND_LEVELS = 64
@@ -243,6 +245,11 @@ def optimize(
         m = _search_blanket(solver, users, s, counts, low, high, level_blankets or (), mode)
 
     lambdas = solver.all_exact(m, LAMBDA_XTOL)
+    if blanket is None and m > 0.0 and all(lam >= 1.0 for lam in lambdas):
+        # Every level sends its full signal: the bound only falls with m down to the
+        # strictest level's full-signal rate, which the coarse steering grid overstates.
+        m = _lowest_full_signal_blanket(solver, levels[0], m)
+        lambdas = solver.all_exact(m, LAMBDA_XTOL)
     epsilons = _achieved_epsilons(levels, lambdas, s, delta, n_min, m, d, mode)
     if lower_bounds is None:
         lower_bounds = len(levels) <= LOWER_BOUND_LEVELS
@@ -282,6 +289,32 @@ def optimize(
         messages_per_user=messages_per_user(s, m, d, mode),
         alternative=alternative,
     )
+
+
+def _lowest_full_signal_blanket(solver: _LambdaSolver, strictest: float, m: float) -> float:
+    """The smallest m' <= m (to 1e-3 relative) at which the strictest level keeps lambda = 1.
+
+    A root search with the certified accountant on log delta_user(E, lambda = 1),
+    close to linear in m, so a few evaluations do: between m and 5% below it,
+    without leaving m's bucket ceil(m) in the slot mode (the bound jumps there).
+    The result is verified feasible.
+    """
+    seen: dict[float, float] = {}
+
+    def excess(rate: float) -> float:
+        if rate not in seen:
+            value = user_delta(strictest, 1.0, solver.set_size, solver.users, rate,
+                               solver.domain_size, mode=solver.mode, delta=solver.delta)
+            seen[rate] = math.log(max(value, 1e-300)) - math.log(solver.delta)
+        return seen[rate]
+
+    floor = math.ceil(m) - 1.0 if solver.mode is BlanketMode.SLOTS else 0.0
+    lo = max(math.nextafter(floor, math.inf), 0.95 * m)
+    if lo >= m:  # m itself is feasible: every lambda is 1 there
+        return m
+    if excess(lo) <= 0.0:
+        return lo
+    return _smallest_feasible(excess, lo, m, rtol=1e-3)
 
 
 def _blanket_ceiling(mode: BlanketMode, set_size: int, domain_size: int,

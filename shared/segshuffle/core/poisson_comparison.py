@@ -113,12 +113,17 @@ def dominated_poisson_mean(trials: int, q: float, slack: float, *, verified: boo
         return 0.0, 0.0
     lo, hi = _window_bounds(trials, q)
     points = _COARSE_POINTS if verified else _COARSE_POINTS // 4
-    coarse = _window(trials, q, max(1, (hi - lo + 1) // points))
+    stride = max(1, (hi - lo + 1) // points)
+    full = _window(trials, q) if verified else None
+    if full is not None:  # subsample the full window rather than evaluate twice
+        keep = np.append(np.arange(0, full[0].size, stride), full[0].size - 1)
+        coarse = (full[0][keep], full[1][keep], full[2])
+    else:
+        coarse = _window(trials, q, stride)
     lo = _largest_admissible(lambda nu: _excess_on(*coarse, nu) <= slack, trials * q, q,
                              1e-3 if verified else 2e-2)
-    if not verified:
+    if full is None:
         return lo, _excess_on(*coarse, lo)
-    full = _window(trials, q)
     step = max(q * math.sqrt(trials * q), 1e-9 * trials * q) / 64.0
     while (eta := _excess_on(*full, lo)) > slack:
         lo = max(0.0, lo - step)

@@ -295,7 +295,9 @@ def _composed(pair: LossDistribution, times: int, upper: bool,
         remaining = times - done
         size = pmf.size + remaining * (pair.pmf.size - 1)
         n = fft.next_fast_len(size, real=True)
-        if done == 1 and spectrum is not None and spectrum[0] >= size:
+        if done == 1:  # the whole power of one transform
+            if spectrum is None or spectrum[0] < size:
+                spectrum = (n, fft.rfft(pair.pmf, n))
             n, transformed = spectrum
             raw = fft.irfft(transformed**times, n)[:size]
         else:
