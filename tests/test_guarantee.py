@@ -98,7 +98,7 @@ def test_n_min_has_one_exact_definition() -> None:
 @given(users=st.integers(1, 10**9), tau=st.floats(0.0, 0.99))
 def test_n_min_is_the_ceiling_of_the_exact_product(users: int, tau: float) -> None:
     n_min = rules.accounting_users(users, tau)
-    exact = (1 - Fraction(tau)) * users
+    exact = (1 - Fraction(repr(tau))) * users  # tau as its JSON text
     assert n_min >= exact and (n_min - 1 < exact or n_min == 1)
     assert optimize([users / 2, users / 2], [1.0, 2.0], 17, 1, 1e-6, dropout_tolerance=tau,
                     blanket=1.0, lower_bounds=False).accounting_users == n_min if (
