@@ -3,9 +3,11 @@
 Everything framework-specific about errors lives here, so the wire layer
 (:mod:`segshuffle.wire.problems`) stays free of FastAPI and Starlette:
 
-- :func:`install_problem_handlers` turns :class:`~segshuffle.wire.problems.Problem`,
-  FastAPI's request validation errors, Starlette's 404/405 and any unexpected exception
-  into an RFC 9457 ``application/problem+json`` body (never a bare 500);
+- :func:`install_problem_handlers` turns :class:`~segshuffle.wire.problems.Problem`, the
+  services' domain errors (:mod:`segshuffle.services.errors`, mapped to problem types in
+  one table, :data:`DOMAIN_PROBLEMS`), FastAPI's request validation errors, Starlette's
+  404/405 and any unexpected exception into an RFC 9457 ``application/problem+json`` body
+  (never a bare 500);
 - :class:`BodySizeLimit` answers oversize bodies with ``body-too-large`` before they are
   read into memory;
 - :func:`bearer_token` parses ``Authorization: Bearer ...``;
@@ -29,7 +31,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from segshuffle import __version__
-from segshuffle.wire.problems import PROBLEM_MEDIA_TYPE, Problem
+from segshuffle.services import errors
+from segshuffle.wire.problems import PROBLEM_MEDIA_TYPE, Problem, ProblemType
 
 _log = logging.getLogger("segshuffle.problems")
 
@@ -62,6 +65,34 @@ def validation_problem(exc: RequestValidationError) -> Problem:
     return Problem("invalid-field", f"{where}: {first['msg']}", extra={"errors": listed})
 
 
+#: The problem type of every domain error the service layers raise.
+DOMAIN_PROBLEMS: dict[type[errors.DomainError], ProblemType] = {
+    errors.InvalidRequestError: ProblemType.INVALID_FIELD,
+    errors.NotFoundError: ProblemType.NOT_FOUND,
+    errors.UnknownCampaignError: ProblemType.UNKNOWN_CAMPAIGN,
+    errors.WrongPhaseError: ProblemType.WRONG_PHASE,
+    errors.AlreadyExistsError: ProblemType.ALREADY_EXISTS,
+    errors.AlreadySubmittedError: ProblemType.ALREADY_SUBMITTED,
+    errors.ConflictError: ProblemType.CONFLICT,
+    errors.IncompleteBatchError: ProblemType.INCOMPLETE_BATCH,
+    errors.UnauthorizedError: ProblemType.UNAUTHORIZED,
+    errors.ForbiddenError: ProblemType.FORBIDDEN,
+    errors.InsecureRefusedError: ProblemType.INSECURE_REFUSED,
+    errors.WrongSubmissionSizeError: ProblemType.WRONG_SUBMISSION_SIZE,
+    errors.NotEnoughParticipantsError: ProblemType.NOT_ENOUGH_PARTICIPANTS,
+    errors.OptimizationFailedError: ProblemType.OPTIMIZATION_FAILED,
+    errors.UnavailableError: ProblemType.UNAVAILABLE,
+    errors.UpstreamFailedError: ProblemType.UPSTREAM_FAILED,
+}
+
+
+def domain_problem(exc: errors.DomainError) -> Problem:
+    """The problem document of a domain error, by :data:`DOMAIN_PROBLEMS`."""
+    problem_type = next((DOMAIN_PROBLEMS[cls] for cls in type(exc).__mro__
+                         if cls in DOMAIN_PROBLEMS), ProblemType.INTERNAL)
+    return Problem(problem_type, exc.detail, extra=exc.extra, headers=exc.headers)
+
+
 #: Problems for the HTTP errors the framework itself raises (routing, body size, media type).
 FRAMEWORK_PROBLEMS: dict[int, tuple[str, str]] = {
     400: ("malformed-body", "bad request"),
@@ -80,6 +111,10 @@ def install_problem_handlers(app: FastAPI) -> None:
     async def on_problem(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, Problem)
         return problem_response(exc)
+
+    async def on_domain_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, errors.DomainError)
+        return problem_response(domain_problem(exc))
 
     async def on_validation(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
@@ -105,6 +140,7 @@ def install_problem_handlers(app: FastAPI) -> None:
         return problem_response(Problem("internal", "internal error"))
 
     app.add_exception_handler(Problem, on_problem)
+    app.add_exception_handler(errors.DomainError, on_domain_error)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(Exception, on_unexpected)

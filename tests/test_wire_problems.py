@@ -106,3 +106,16 @@ def test_body_too_large(client):
 
     response = client.post("/echo", content=chunks(), headers={"content-type": "application/json"})
     assert_problem(response, "body-too-large", 413)
+
+
+def test_every_domain_error_has_one_problem_type():
+    from segshuffle.services import errors
+    from segshuffle.services.http_edge import DOMAIN_PROBLEMS, domain_problem
+
+    classes = {cls for cls in vars(errors).values()
+               if isinstance(cls, type) and issubclass(cls, errors.DomainError)
+               and cls is not errors.DomainError}
+    assert classes == set(DOMAIN_PROBLEMS)
+    body = domain_problem(errors.WrongPhaseError("not now", extra={"phase": "done"})).body()
+    assert body["type"] == problem_uri("wrong-phase") and body["phase"] == "done"
+    assert body["status"] == 409 and body["detail"] == "not now"

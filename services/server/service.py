@@ -1,4 +1,5 @@
-"""The server's operations, independent of HTTP: each raises :class:`Problem` on refusal.
+"""The server's operations, independent of HTTP: each raises a domain error
+(:mod:`segshuffle.services.errors`) on refusal.
 
 Calls are synchronous (the HTTP layer runs them in its thread pool).  A
 per-campaign lock serialises the writes of one campaign (chunk storage, round
@@ -31,6 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from segshuffle.crypto import build_info, key_config, private_key_bytes, public_key_from_bytes
+from segshuffle.services import errors
 from segshuffle.wire.models import (
     BatchChunk,
     BatchCompletion,
@@ -46,7 +48,7 @@ from segshuffle.wire.models import (
     b64url_decode,
 )
 from segshuffle.wire.plaintext import Kind
-from segshuffle.wire.problems import Problem, problem_uri
+from segshuffle.wire.problems import problem_uri
 
 from .aggregation import decode_results, histogram, publish_parameters
 from .decrypt import Decryptor, Outcome
@@ -93,12 +95,12 @@ class ServerService:
 
     def create_campaign(self, request: CampaignCreate) -> CampaignView:
         if request.insecure_parameters is not None and not self.allow_insecure_parameters:
-            raise Problem("insecure-refused",
-                          "insecure_parameters needs a server started with the insecure flag")
+            raise errors.InsecureRefusedError(
+                "insecure_parameters needs a server started with the insecure flag")
         config = request.to_config()
         with self._lock(config.id):
             if self.repository.campaign(config.id) is not None:
-                raise Problem("already-exists", f"campaign {config.id!r} already exists")
+                raise errors.AlreadyExistsError(f"campaign {config.id!r} already exists")
             key = self.keys.create(config.id)
             hpke = key_config(key)
             try:
@@ -106,7 +108,7 @@ class ServerService:
                     config.id, config.model_dump(mode="json"), config.hash_hex(), hpke.key_id,
                     b64url_decode(hpke.public_key))
             except ConflictError as exc:
-                raise Problem("already-exists", str(exc)) from None
+                raise errors.AlreadyExistsError(str(exc)) from None
         log.info("campaign %s created: d=%d s=%d K=%d %s blanket, key %s", config.id,
                  config.domain_size, config.set_size, len(config.levels), config.blanket_mode,
                  hpke.key_id)
@@ -115,7 +117,7 @@ class ServerService:
     def campaign(self, campaign_id: str) -> CampaignRecord:
         record = self.repository.campaign(campaign_id)
         if record is None:
-            raise Problem("unknown-campaign", f"no campaign {campaign_id!r}")
+            raise errors.UnknownCampaignError(f"no campaign {campaign_id!r}")
         return record
 
     @staticmethod
@@ -140,7 +142,7 @@ class ServerService:
         configuration, key and published parameters are immutable)."""
         phase = self.repository.phase(campaign_id)
         if phase is None:
-            raise Problem("unknown-campaign", f"no campaign {campaign_id!r}")
+            raise errors.UnknownCampaignError(f"no campaign {campaign_id!r}")
         cached = self._views.get(campaign_id)
         if cached is not None and cached[0] == phase:
             return cached[1]
@@ -152,9 +154,9 @@ class ServerService:
     def results(self, campaign_id: str) -> Results:
         record = self.campaign(campaign_id)
         if record.phase != "done" or record.results is None:
-            raise Problem("wrong-phase", f"campaign {campaign_id!r} is in phase {record.phase}; "
-                          "results exist once round 2 is complete",
-                          extra={"phase": record.phase})
+            raise errors.WrongPhaseError(f"campaign {campaign_id!r} is in phase {record.phase}; "
+                                         "results exist once round 2 is complete",
+                                         extra={"phase": record.phase})
         return Results.model_validate(record.results)
 
     # -- batch intake ------------------------------------------------------------------------
@@ -168,17 +170,18 @@ class ServerService:
                      chunk: BatchChunk) -> None:
         """Refusals that do not depend on the messages (checked before and after decrypting)."""
         if chunk.stream not in STREAMS_BY_ROUND[round_]:
-            raise Problem("invalid-field", f"round {round_} has no {chunk.stream!r} stream")
+            raise errors.InvalidRequestError(f"round {round_} has no {chunk.stream!r} stream")
         if record.phase != f"round{round_}":
-            raise Problem("wrong-phase", f"campaign {record.id!r} is in phase {record.phase}, "
-                          f"not accepting round-{round_} batches", extra={"phase": record.phase})
+            raise errors.WrongPhaseError(f"campaign {record.id!r} is in phase {record.phase}, "
+                                         f"not accepting round-{round_} batches",
+                                         extra={"phase": record.phase})
         pinned = self.repository.batch(record.id, round_)
         if pinned is not None and pinned[0] != batch_id:
-            raise Problem("conflict", f"round {round_} is receiving another batch")
+            raise errors.ConflictError(f"round {round_} is receiving another batch")
         existing = self.repository.stream_chunks(record.id, round_, chunk.stream)
         if existing and existing[0][1] != chunk.chunk_count:
-            raise Problem("conflict", f"stream {chunk.stream!r} has chunk_count "
-                          f"{existing[0][1]}, not {chunk.chunk_count}")
+            raise errors.ConflictError(f"stream {chunk.stream!r} has chunk_count "
+                                       f"{existing[0][1]}, not {chunk.chunk_count}")
 
     def _stored_receipt(self, record: CampaignRecord, round_: int, batch_id: str,
                         chunk: BatchChunk, digest: bytes) -> ChunkReceipt | None:
@@ -187,11 +190,11 @@ class ServerService:
             return None
         if stored.batch_id != batch_id or stored.digest != digest:
             if record.phase != f"round{round_}":
-                raise Problem("wrong-phase", f"campaign {record.id!r} is in phase "
-                              f"{record.phase}, not accepting round-{round_} batches",
-                              extra={"phase": record.phase})
-            raise Problem("conflict", f"chunk {chunk.chunk_index} of stream {chunk.stream!r} "
-                          "was already delivered with different content")
+                raise errors.WrongPhaseError(
+                    f"campaign {record.id!r} is in phase {record.phase}, "
+                    f"not accepting round-{round_} batches", extra={"phase": record.phase})
+            raise errors.ConflictError(f"chunk {chunk.chunk_index} of stream {chunk.stream!r} "
+                                       "was already delivered with different content")
         return ChunkReceipt.model_validate({**stored.receipt, "duplicate": True})
 
     def store_chunk(self, campaign_id: str, round_: int, batch_id: str,
@@ -206,7 +209,7 @@ class ServerService:
         try:
             private_key = private_key_bytes(self.keys.get(record.id))
         except (OSError, ValueError):
-            raise Problem("unavailable", "the campaign's private key is not available") from None
+            raise errors.UnavailableError("the campaign's private key is not available") from None
         outcomes = self.decryptor.open(private_key, self._info(record, round_), ciphertexts)
         config = CampaignConfig.model_validate(record.config)
         accepted, failures = classify(outcomes, chunk.stream, len(config.levels),
@@ -238,7 +241,7 @@ class ServerService:
                     campaign_id, round_, batch_id, chunk.stream, chunk.chunk_index,
                     chunk.chunk_count, digest, accepted, make_receipt)
             except ConflictError as exc:
-                raise Problem("conflict", str(exc)) from None
+                raise errors.ConflictError(str(exc)) from None
         return ChunkReceipt.model_validate(receipt)
 
     # -- round completion --------------------------------------------------------------------
@@ -249,14 +252,14 @@ class ServerService:
             pinned = self.repository.batch(campaign_id, round_)
             if pinned is None or pinned[0] != batch_id:
                 if record.phase != f"round{round_}":
-                    raise Problem("wrong-phase", f"campaign {campaign_id!r} is in phase "
-                                  f"{record.phase}", extra={"phase": record.phase})
-                raise Problem("not-found", f"no batch {batch_id!r} in round {round_}")
+                    raise errors.WrongPhaseError(f"campaign {campaign_id!r} is in phase "
+                                                 f"{record.phase}", extra={"phase": record.phase})
+                raise errors.NotFoundError(f"no batch {batch_id!r} in round {round_}")
             if pinned[1] is not None:
                 return BatchCompletion.model_validate(pinned[1])
             if record.phase != f"round{round_}":
-                raise Problem("wrong-phase", f"campaign {campaign_id!r} is in phase "
-                              f"{record.phase}", extra={"phase": record.phase})
+                raise errors.WrongPhaseError(f"campaign {campaign_id!r} is in phase "
+                                             f"{record.phase}", extra={"phase": record.phase})
             summaries, failures, omitted = self._summaries(campaign_id, round_)
             config = CampaignConfig.model_validate(record.config)
             observed = histogram(self.repository.counts(campaign_id, round_, "levels"),
@@ -274,7 +277,7 @@ class ServerService:
                     self._finish_round2(record, config, batch_id, observed, participants,
                                         completion, summaries)
             except ConflictError as exc:
-                raise Problem("conflict", str(exc)) from None
+                raise errors.ConflictError(str(exc)) from None
             return BatchCompletion.model_validate(completion)
 
     def _summaries(self, campaign_id: str, round_: int
@@ -289,11 +292,11 @@ class ServerService:
             if expected is None or present != list(range(expected)):
                 missing = ([] if expected is None else
                            sorted(set(range(expected)) - set(present))[:100])
-                raise Problem("incomplete-batch",
-                              f"stream {stream!r} is incomplete"
-                              + ("" if expected is None else f": {len(present)} of {expected}"
-                                 " chunks"),
-                              extra={"stream": stream, "missing_chunks": missing})
+                raise errors.IncompleteBatchError(
+                    f"stream {stream!r} is incomplete"
+                    + ("" if expected is None else f": {len(present)} of {expected}"
+                       " chunks"),
+                    extra={"stream": stream, "missing_chunks": missing})
             receipts = [receipt for _, _, receipt in chunks]
             tally = Counter[str]()
             for receipt in receipts:
@@ -317,15 +320,15 @@ class ServerService:
                        observed: list[int], participants: int,
                        completion: dict[str, Any]) -> None:
         if participants < config.min_users:
-            raise Problem("not-enough-participants",
-                          f"round 1 has {participants} valid level messages, the campaign "
-                          f"needs at least {config.min_users}",
-                          extra={"participants": participants, "required": config.min_users})
+            raise errors.NotEnoughParticipantsError(
+                f"round 1 has {participants} valid level messages, the campaign "
+                f"needs at least {config.min_users}",
+                extra={"participants": participants, "required": config.min_users})
         try:
             parameters, summary = publish_parameters(config, record.config_hash,
                                                      record.key_id, observed)
         except ValueError as exc:
-            raise Problem("optimization-failed", str(exc)) from None
+            raise errors.OptimizationFailedError(str(exc)) from None
         parameters_hash = parameters.hash_hex()
         completion.update(phase="round2", parameters_hash=parameters_hash)
         self.repository.finish_round1(record.id, batch_id, completion,
@@ -342,11 +345,11 @@ class ServerService:
         assert record.parameters is not None and record.round1 is not None
         parameters = PublishedParameters.model_validate(record.parameters)
         if participants < parameters.accounting_users:
-            raise Problem("not-enough-participants",
-                          f"round 2 has {participants} valid level messages; privacy was "
-                          f"accounted for at least {parameters.accounting_users}",
-                          extra={"participants": participants,
-                                 "required": parameters.accounting_users})
+            raise errors.NotEnoughParticipantsError(
+                f"round 2 has {participants} valid level messages; privacy was "
+                f"accounted for at least {parameters.accounting_users}",
+                extra={"participants": participants,
+                       "required": parameters.accounting_users})
         data_counts = self.repository.counts(record.id, 2, "data")
         items = histogram(data_counts, config.privacy_domain_size)
         results = decode_results(config, parameters, record.round1, observed, items)

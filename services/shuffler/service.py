@@ -3,7 +3,7 @@
 The HTTP layer (:mod:`.app`) authenticates, parses bodies and calls these methods; they
 check the campaign's phase through the server link, store submissions in one transaction
 after every check has passed, and start or resume releases.  Refusals are raised as
-:class:`~segshuffle.wire.problems.Problem`.  Blocking storage calls run in the thread pool.
+domain errors (:mod:`segshuffle.services.errors`).  Blocking storage calls run in the thread pool.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from starlette.concurrency import run_in_threadpool
 
+from segshuffle.services import errors
 from segshuffle.wire.models import (
     CampaignView,
     ReleaseResponse,
@@ -23,7 +24,6 @@ from segshuffle.wire.models import (
     RoundStatus,
     b64url_decode,
 )
-from segshuffle.wire.problems import Problem
 
 from .enrollment import AuthenticationError, EnrollmentPolicy, EnrollmentRefusedError
 from .release import DATA, LEVELS, Releaser, required_participants
@@ -51,9 +51,9 @@ class ShufflerRoundStatus(RoundStatus):
     """While releasing: why the latest delivery attempt failed (the shuffler keeps trying)."""
 
 
-def unauthorized(detail: str) -> Problem:
+def unauthorized(detail: str) -> errors.UnauthorizedError:
     """``unauthorized`` with the shuffler's ``WWW-Authenticate`` challenge."""
-    return Problem("unauthorized", detail, headers={"WWW-Authenticate": 'Bearer realm="shuffler"'})
+    return errors.UnauthorizedError(detail, headers={"WWW-Authenticate": 'Bearer realm="shuffler"'})
 
 
 class ShufflerService:
@@ -85,9 +85,9 @@ class ShufflerService:
         except Exception:  # a closed or broken database
             ok = False
         if not ok:
-            raise Problem("unavailable", "the database is not available")
+            raise errors.UnavailableError("the database is not available")
         if not await self.server.alive():
-            raise Problem("unavailable", "the server cannot be reached")
+            raise errors.UnavailableError("the server cannot be reached")
 
     # -- checks ------------------------------------------------------------------------
     def check_operator(self, token: str | None) -> None:
@@ -95,7 +95,7 @@ class ShufflerService:
         if token is None:
             raise unauthorized("the operator token is required")
         if not hmac.compare_digest(token.encode(), self.settings.operator_token.encode()):
-            raise Problem("forbidden", "these credentials may not release rounds")
+            raise errors.ForbiddenError("these credentials may not release rounds")
 
     async def campaign_view(self, campaign_id: str, *, fresh: bool = False) -> CampaignView:
         """The server's public view of a campaign (cached by the link)."""
@@ -103,9 +103,9 @@ class ShufflerService:
             view = await self.server.campaign(campaign_id, fresh=fresh)
         except UpstreamError as exc:
             log.warning("campaign view unavailable: campaign=%s (%s)", campaign_id, exc)
-            raise Problem("upstream-failed", "the server could not be reached") from None
+            raise errors.UpstreamFailedError("the server could not be reached") from None
         if view is None:
-            raise Problem("unknown-campaign", f"no campaign {campaign_id!r}")
+            raise errors.UnknownCampaignError(f"no campaign {campaign_id!r}")
         return view
 
     async def view_in_phase(self, campaign_id: str, round_number: int) -> CampaignView:
@@ -115,10 +115,10 @@ class ShufflerService:
         if view.phase != wanted:
             view = await self.campaign_view(campaign_id, fresh=True)
         if view.phase != wanted:
-            raise Problem("wrong-phase",
-                          f"campaign {campaign_id!r} is in phase {view.phase!r}, "
-                          f"round {round_number} needs {wanted!r}",
-                          extra={"phase": view.phase})
+            raise errors.WrongPhaseError(
+                f"campaign {campaign_id!r} is in phase {view.phase!r}, "
+                f"round {round_number} needs {wanted!r}",
+                extra={"phase": view.phase})
         return view
 
     def required_for(self, view: CampaignView, round_number: int) -> int:
@@ -132,11 +132,11 @@ class ShufflerService:
         """A one-time user token for the campaign, if the enrollment policy agrees."""
         view = await self.campaign_view(campaign_id)
         if view.phase == "done":
-            raise Problem("wrong-phase", f"campaign {campaign_id!r} is finished")
+            raise errors.WrongPhaseError(f"campaign {campaign_id!r} is finished")
         try:
             return str(await run_in_threadpool(self.policy.enroll, campaign_id, invitation))
         except EnrollmentRefusedError as exc:
-            raise Problem("forbidden", str(exc)) from None
+            raise errors.ForbiddenError(str(exc)) from None
 
     async def submit(self, campaign_id: str, round_number: int, token: str,
                      body: Round1Submission | Round2Submission) -> None:
@@ -151,12 +151,11 @@ class ShufflerService:
         if isinstance(body, Round2Submission):
             parameters = view.parameters
             if parameters is None:  # pragma: no cover - phase round2 implies parameters
-                raise Problem("wrong-phase", "round-2 parameters are not published yet")
+                raise errors.WrongPhaseError("round-2 parameters are not published yet")
             expected = parameters.messages_per_user
             sent = len(body.data)
             if (parameters.fixed_size and sent != expected) or sent > expected:
-                raise Problem(
-                    "wrong-submission-size",
+                raise errors.WrongSubmissionSizeError(
                     f"round 2 takes {'exactly' if parameters.fixed_size else 'at most'} "
                     f"{expected} data messages, got {sent}",
                     extra={"expected": expected, "received": sent},
@@ -166,9 +165,9 @@ class ShufflerService:
             count = await run_in_threadpool(self.storage.submit, campaign_id, round_number,
                                             participant, streams)
         except AlreadySubmittedError as exc:
-            raise Problem("already-submitted", str(exc)) from None
+            raise errors.AlreadySubmittedError(str(exc)) from None
         except RoundClosedError as exc:
-            raise Problem("wrong-phase", str(exc)) from None
+            raise errors.WrongPhaseError(str(exc)) from None
         if self.settings.auto_release and count >= self.settings.auto_release:
             await self._auto_release(view, round_number)
 
@@ -182,15 +181,15 @@ class ShufflerService:
             record = await run_in_threadpool(self.releaser.start, view.id, round_number,
                                              required)
         except NotEnoughParticipantsError as exc:
-            raise Problem("not-enough-participants", str(exc),
-                          extra={"participants": exc.participants,
+            raise errors.NotEnoughParticipantsError(
+                str(exc), extra={"participants": exc.participants,
                                  "required": exc.required}) from None
         return record, True
 
     async def _auto_release(self, view: CampaignView, round_number: int) -> None:
         try:
             record, started = await self._start_release(view, round_number)
-        except Problem:
+        except errors.NotEnoughParticipantsError:
             return  # not enough participants for the campaign's threshold yet
         if started:
             log.info("automatic release: campaign=%s round=%d", view.id, round_number)
