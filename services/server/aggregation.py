@@ -1,11 +1,12 @@
-"""What the server computes at the end of each round (SPEC sections 2-6); no I/O here.
+"""What the server computes at the end of each round (docs/protocol.md sections 2-5); no I/O here.
 
 Round 1 (:func:`publish_parameters`): the level histogram (n_1..n_K), debiased when
 levels were reported through eps_p randomized response (clipped at 0), goes to
 :func:`segshuffle.core.optimizer.optimize` with delta (default 0.01/n), the privacy
-domain d + s (padding ids included, SPEC section 6) and the dropout tolerance tau,
-which accounts with n_min = ceil((1 - tau) n) users (SPEC section 5), and the
-campaign's blanket mode.  The outcome is the immutable
+domain d + s (padding ids d..d+s-1 included, docs/architecture.md, "Plaintext") and
+the dropout tolerance tau, which accounts with n_min = ceil((1 - tau) n) users
+(docs/protocol.md section 2, dropouts), and the campaign's blanket mode.  The outcome
+is the immutable
 :class:`~segshuffle.wire.models.PublishedParameters`, whose ``blanket_slots`` and
 ``messages_per_user`` come from :mod:`segshuffle.core.blanket` (ceil(m) slots, or
 one per item of the privacy domain in the independent mode); the shuffler checks

@@ -1,7 +1,7 @@
 """Who may submit: enrollment and authentication behind one small interface.
 
 The shuffler must authenticate users so that each contributes at most one
-submission per round (SPEC section 1), yet keep nothing that identifies them.
+submission per round (docs/protocol.md section 1), yet keep nothing that identifies them.
 :class:`EnrollmentPolicy` is the seam where a deployment plugs in its own
 identity system (device attestation, an SSO-issued credential, privacy pass
 tokens...): it turns whatever the user presents at enrollment into a bearer

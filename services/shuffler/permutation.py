@@ -1,7 +1,7 @@
 """The shuffle itself: a uniformly random permutation from the operating system's CSPRNG.
 
-SPEC section 1 requires the shuffler to release a round's messages "as one
-uniformly random permutation".  We use the Fisher-Yates (Durstenfeld) shuffle:
+docs/protocol.md section 1 requires the shuffler to release each round "as one uniformly
+random permutation".  We use the Fisher-Yates (Durstenfeld) shuffle:
 for i = n-1 down to 1, swap element i with element j drawn uniformly from
 {0, ..., i}.  Each of the n! orderings arises from exactly one sequence of
 draws, so with exactly uniform draws the permutation is exactly uniform.

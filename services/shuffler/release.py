@@ -1,6 +1,6 @@
 """Releasing a round: fix the permutation, forward it in chunks, complete, resume after a crash.
 
-A release has two steps (SPEC sections 1 and 5):
+A release has two steps (docs/protocol.md sections 1 and 2):
 
 1. :meth:`Releaser.start` closes the round in one database transaction, only if
    it has at least the required number of distinct participants, and stores

@@ -5,7 +5,7 @@ One database file in WAL mode; every state change is one transaction, so a
 (WAL with ``synchronous=NORMAL`` survives process crashes; ``FULL`` also
 survives power loss).
 
-Unlinkability by construction (SPEC section 1, "strips every identifier and all
+Unlinkability by construction (docs/protocol.md section 1: the shuffler "strips identities and
 metadata"):
 
 - ``tokens`` holds only SHA-256 hashes of user tokens, never a token.

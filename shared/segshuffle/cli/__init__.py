@@ -1,1 +1,1 @@
-"""The ``segshuffle`` command line (SPEC section 8)."""
+"""The ``segshuffle`` command line (README.md, "Command line")."""

@@ -1,4 +1,6 @@
-"""``segshuffle audit``: achieved user-level epsilon of one (m, lambda) setting (SPEC section 8)."""
+"""``segshuffle audit``: achieved user-level epsilon of one (m, lambda) setting.
+
+The accounting is docs/protocol.md section 4."""
 
 from __future__ import annotations
 

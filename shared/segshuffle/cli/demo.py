@@ -2,14 +2,14 @@
 
 Starts the server and the shuffler as uvicorn subprocesses on free loopback ports
 with storage in a temporary directory (:class:`segshuffle.testing.localstack.LocalStack`),
-creates a campaign (in the blanket mode ``--blanket-mode`` names, SPEC section 3),
+creates a campaign (in the blanket mode ``--blanket-mode`` names, docs/protocol.md section 3),
 runs N simulated users (:mod:`segshuffle.testing.population`)
 through round 1, has the shuffler release it (the server optimizes and publishes
 m and the lambda_k), runs round 2, releases it, and reads the server's estimates.
 
 The truth is the share of users holding each item of the privacy domain after the
-users fitted their sets to s items (what the estimator is unbiased for, SPEC
-sections 2 and 6); ``mse`` is sum_j (W^_j - w_j)^2 over that domain, the quantity
+users fitted their sets to s items (what the estimator is unbiased for,
+docs/protocol.md section 2); ``mse`` is sum_j (W^_j - w_j)^2 over that domain, the quantity
 the paper's bound ``mse_bound`` controls.  Everything is shut down on exit, on
 error and on Ctrl-C.
 """
@@ -265,7 +265,7 @@ def _human(report: dict[str, Any], top: int) -> str:
         lines.append(f"  level {level:g}: lambda={report['lambdas'][k]:.4f}, "
                      f"users={report['level_counts'][k]:g}, achieved eps="
                      f"{'n/a' if eps is None else f'{eps:.4f}'}")
-    real = report["domain_size"]  # padding items follow the real ones (SPEC section 6)
+    real = report["domain_size"]  # padding ids d..d+s-1 follow the real ones
     order = np.argsort(report["truth"][:real])[::-1][:top]
     lines.append(f"top {len(order)} items: true share vs estimate +- standard error")
     lines.extend(_item_line(report, int(j)) for j in order)

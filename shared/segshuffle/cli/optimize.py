@@ -1,4 +1,6 @@
-"""``segshuffle optimize``: choose m and the lambda_k for a population (SPEC section 8)."""
+"""``segshuffle optimize``: choose m and the lambda_k for a population.
+
+The optimizer is docs/protocol.md section 5."""
 
 from __future__ import annotations
 

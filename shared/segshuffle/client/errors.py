@@ -32,5 +32,5 @@ class VerificationError(ClientError):
 
     Raised when the campaign's hashes do not match its content, the key is not the
     pinned one, or the published round-2 parameters would not give this user's
-    level its guarantee (SPEC section 3).
+    level its guarantee (docs/protocol.md section 6).
     """

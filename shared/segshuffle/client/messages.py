@@ -1,9 +1,9 @@
-"""Building a user's sealed submissions (paper Algorithm 2; SPEC sections 2, 5, 6 and 7).
+"""Building a user's sealed submissions (paper Algorithm 2; docs/protocol.md sections 2-3).
 
 Round 1: one level message carrying the level index, or, when the campaign uses
 eps_p level privacy, the index after K-ary randomized response.
 
-Round 2: the same reported level again (the level stream of SPEC section 5 lets
+Round 2: the same reported level again (the level stream of docs/protocol.md section 2 lets
 the server count round-2 participants per level; repeating the round-1 report
 instead of randomizing afresh means the level stream reveals nothing beyond
 round 1), and the data slots:

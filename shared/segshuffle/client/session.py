@@ -176,7 +176,10 @@ class UserSession:
         return self.parameters
 
     def check_release_threshold(self, status: RoundStatus) -> None:
-        """The shuffler must hold round 2 until n_min users took part (SPEC section 5)."""
+        """The shuffler must hold round 2 until n_min users took part.
+
+        docs/protocol.md section 2, dropouts.
+        """
         assert self.parameters is not None
         if status.required < self.parameters.accounting_users:
             raise VerificationError(
