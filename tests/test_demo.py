@@ -109,6 +109,17 @@ def test_demo_independent_blanket_mode() -> None:
     assert result.returncode == 2 and "blanket-mode" in result.stderr
 
 
+def test_demo_with_a_dropout_tolerance_the_parties_agree_on_n_min() -> None:
+    """tau = 0.45 of 100 users: server, shuffler and clients all count n_min = 55 (one
+    computed 55 and the others 56 before, and every client refused round 2)."""
+    marker = uuid.uuid4().hex
+    result = _demo("--users", "100", "--dropout-tolerance", "0.45", "--json", marker=marker)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert report["accounting_users"] == 55
+    assert _children_gone(marker)
+
+
 def test_demo_human_summary() -> None:
     result = _demo("--users", "60", "--top", "3", "--dataset", "msnbc")
     assert result.returncode == 0, result.stderr[-2000:]
