@@ -142,10 +142,13 @@ def test_demo_bad_arguments_fail_in_one_line() -> None:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_demo_interrupted_shuts_everything_down(sig: int) -> None:
     marker = uuid.uuid4().hex
+    # A runner started in the background may ignore SIGINT, and the child would inherit
+    # that (Python then installs no KeyboardInterrupt handler): restore the default.
     process = subprocess.Popen(
         [sys.executable, "-m", "segshuffle.cli.main", "demo", "--users", "3000"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=_demo_environment(marker))
+        env=_demo_environment(marker),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert process.stderr is not None
     deadline = time.monotonic() + 60
     for line in process.stderr:  # wait until users are being simulated
