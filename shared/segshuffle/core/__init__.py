@@ -3,10 +3,18 @@
 Modules, one job each:
 
 - :mod:`~segshuffle.core.validation`: argument checks shared by the library and the CLI.
-- :mod:`~segshuffle.core.hockey_stick`: the hockey-stick divergence of the variation-ratio
-  count pair, evaluated per total count (SPEC section 3).
-- :mod:`~segshuffle.core.accounting`: item- and user-level guarantees of the protocol:
-  lambda search, epsilon search, upper and lower bounds.
+- :mod:`~segshuffle.core.rules`: what every party computes identically (n_min, default
+  delta) and the caps on every input.
+- :mod:`~segshuffle.core.blanket`: the two blanket modes and their message geometry.
+- :mod:`~segshuffle.core.hockey_stick`: the hockey-stick divergence of the two-bin count
+  pair, evaluated per total count.
+- :mod:`~segshuffle.core.privacy_loss`: discretised privacy loss distributions of item
+  pairs with independent bins, and their composition.
+- :mod:`~segshuffle.core.poisson_comparison`: the Poisson law a binomial blanket total
+  dominates up to a slack.
+- :mod:`~segshuffle.core.full_view`: divergences of exhibited datasets' views (lower bounds).
+- :mod:`~segshuffle.core.accounting`: user-level guarantees on the server's full view:
+  lambda search, epsilon search, upper and lower bounds (docs/protocol.md, section 4).
 - :mod:`~segshuffle.core.optimizer`: blanket rate m and Poisson rates lambda_k minimising
   the MSE bound (SPEC section 4, dropouts of section 5).
 - :mod:`~segshuffle.core.levels`: the level histogram, exact or through K-ary randomized
