@@ -59,7 +59,7 @@ def test_finite_p_pair_matches_brute_force(seed: int) -> None:
     [(1.0, 10_000, 0.04320), (4.0, 10_000, 0.41081), (4.0, 100_000, 0.11815)],
 )
 def test_finite_p_check_values(eps0: float, n_users: int, expected: float) -> None:
-    """SPEC section 3: general eps0-LDP randomizer, p = q = e^eps0, beta = (e^eps0-1)/(e^eps0+1).
+    """General eps0-LDP randomizer, p = q = e^eps0, beta = (e^eps0-1)/(e^eps0+1).
 
     The published values carry five decimals (0.04320 is 0.043206 here, the exact
     value to our 1e-9 search precision), so agreement is checked to 1e-5.

@@ -52,7 +52,7 @@ def test_insecure_campaign_counts_every_message_exactly(tmp_path):
         assert parameters["insecure"] is True
         assert parameters["epsilons"] == [None, None]  # lambda = 1 and no blanket: no privacy
         assert parameters["messages_per_user"] == s
-        # Padding (SPEC section 6): a user with fewer than s items adds padding ids d, d+1.
+        # Padding (docs/protocol.md section 2): fewer than s items get padding ids d, d+1.
         sealer = Sealer(view, 2)
         data, level_messages = [], []
         for level, items in zip(levels, sets, strict=True):

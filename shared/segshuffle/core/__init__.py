@@ -16,7 +16,7 @@ Modules, one job each:
 - :mod:`~segshuffle.core.accounting`: user-level guarantees on the server's full view:
   lambda search, epsilon search, upper and lower bounds (docs/protocol.md, section 4).
 - :mod:`~segshuffle.core.optimizer`: blanket rate m and Poisson rates lambda_k minimising
-  the MSE bound (SPEC section 4, dropouts of section 5).
+  the MSE bound (docs/protocol.md section 5, dropouts in section 2).
 - :mod:`~segshuffle.core.levels`: the level histogram, exact or through K-ary randomized
   response.
 - :mod:`~segshuffle.core.randomizers`: the client-side randomizers (Poisson, blanket,

@@ -1,4 +1,4 @@
-"""Round 2 decoding: unbiased item frequencies and their standard errors (SPEC section 2).
+"""Round 2 decoding: unbiased item frequencies and standard errors (docs/protocol.md section 2).
 
 With C_j the number of decoded messages equal to item j, n2 round-2 participants
 of whom n2_k chose level k, blanket rate m, Poisson rates lambda_k and d the

@@ -20,7 +20,7 @@ and the guarantee is delta(eps) = D_{e^eps}(P || Q) = sum_{a,b} max(0, P(a,b) - 
 
 Two instances matter:
 
-- the Poisson randomizer with a random-number blanket (SPEC section 3; paper Lemma
+- the Poisson randomizer with a random-number blanket (docs/protocol.md section 4; paper Lemma
   "Poisson reduction" with p = +inf, beta = lambda, q = d lambda and Theorem
   "random-number blanket"): ``own = lambda``, ``other = 0``, N = n ceil(m) - 1,
   r = gamma / d;
@@ -47,7 +47,7 @@ With S_c(k) = Pr[Binomial(c, 1/2) >= k] the per-t masses of the set a >= a* are
     Q_t = K0 w0(t) S_t(a*) + other w1(t) S_{t-1}(a* - 1) + own w1(t) S_{t-1}(a*)
 
 and delta(eps) = sum_t (P_t - e^eps Q_t).  For own = lambda, other = 0 this is the
-formula of SPEC section 3 (there u = c lambda / (1 - lambda)).  By the symmetry
+formula of docs/protocol.md section 4 (there u = c lambda / (1 - lambda)).  By the symmetry
 of the pair, D_{e^eps}(Q || P) is the same number.
 
 **Truncation.** Only totals in a window around the mean 2rN are summed.  Each
@@ -67,7 +67,7 @@ import numpy as np
 from scipy import optimize, special, stats
 
 #: Largest item-level epsilon any search considers.  e^eps has lost the
-#: precision the divergence needs well before eps ~ 36 (SPEC section 3).
+#: precision the divergence needs well before eps ~ 36 (docs/protocol.md section 4).
 EPSILON_CAP = 30.0
 
 #: Standard deviations on each side of the mean that the summation window spans
@@ -97,7 +97,7 @@ class CountPair:
 
 
 def poisson_pair(lam: float, n_slots: int, r: float) -> CountPair:
-    """The p = +inf pair of the Poisson randomizer with rate ``lam`` (SPEC section 3)."""
+    """The p = +inf pair of the Poisson randomizer with rate ``lam`` (docs/protocol.md sec. 4)."""
     if not 0.0 <= lam <= 1.0:
         raise ValueError(f"lambda must be in [0, 1], got {lam}")
     return CountPair(n_slots=int(n_slots), r=float(r), own=float(lam), other=0.0)

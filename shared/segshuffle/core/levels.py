@@ -1,4 +1,4 @@
-"""Round 1: the histogram of privacy levels (paper Algorithm 2, lines 1-5; SPEC section 2).
+"""Round 1: the histogram of privacy levels (paper Algorithm 2, lines 1-5; docs/protocol.md 2).
 
 By default levels are anonymised by the shuffler but not noised, so the
 histogram is exact.  Optionally each user reports its level index through K-ary
@@ -63,7 +63,7 @@ def debias_histogram(observed: Sequence[float] | np.ndarray, eps_p: float) -> np
     """Unbiased level counts from a randomized-response histogram, clipped at 0.
 
     With n reports, E[observed_k] = n_k p + (n - n_k) q, so
-    n^_k = (observed_k - n q) / (p - q).  Clipping at 0 (SPEC section 2) makes the
+    n^_k = (observed_k - n q) / (p - q).  Clipping at 0 (docs/protocol.md section 2) makes the
     estimate slightly biased upwards for rare levels; the optimizer only needs it
     to be close.
     """

@@ -1,4 +1,4 @@
-"""Choosing the blanket rate m and the Poisson rates lambda_k (SPEC section 4).
+"""Choosing the blanket rate m and the Poisson rates lambda_k (docs/protocol.md section 5).
 
 The paper's MSE bound (Section "Optimize Protocol Parameters") is
 
@@ -15,7 +15,7 @@ so it is not assumed unimodal: a grid over every bucket ceil(m) = c is evaluated
 first, then the best cell is refined with a bounded scalar search.  A few points
 below min_k m_k are tried too, since nothing forbids the optimum from lying there.
 
-Dropouts (SPEC section 5): privacy is accounted with n_min = ceil((1 - tau) n)
+Dropouts (docs/protocol.md section 2): privacy is accounted with n_min = ceil((1 - tau) n)
 users, the utility with the n expected participants.
 
 Levels may number in the thousands (fully personalised budgets).  The search then

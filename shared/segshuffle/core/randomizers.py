@@ -1,4 +1,4 @@
-"""Client-side randomizers of round 2 (paper Algorithm 2, lines 9-16; SPEC sections 2 and 6).
+"""Client-side randomizers of round 2 (paper Algorithm 2, lines 9-16; docs/protocol.md section 2).
 
 Items are integer ids in ``range(domain_size)``.  Nothing here touches the
 network or a clock; randomness comes from the caller's
@@ -44,7 +44,7 @@ def blanket_probability(m: float) -> float:
 def fit_set(
     items: Iterable[int], set_size: int, domain_size: int, rng: np.random.Generator
 ) -> np.ndarray:
-    """Make a user's item set exactly ``set_size`` items long (SPEC section 6).
+    """Make a user's item set exactly ``set_size`` items long (docs/protocol.md section 2).
 
     Duplicates are removed first.  A larger set is reduced to ``set_size`` items
     sampled uniformly without replacement.  A smaller set is padded with distinct
@@ -115,7 +115,7 @@ def fixed_size_slots(
     items: np.ndarray, lam: float, m: float, domain_size: int, rng: np.random.Generator, *,
     mode: str | BlanketMode = BlanketMode.SLOTS,
 ) -> list[int | None]:
-    """All round-2 slots of one user, ``len(items) + blanket_slots`` of them (SPEC section 7).
+    """All round-2 slots of one user, ``len(items) + blanket_slots`` of them (docs/wire.md).
 
     Slot i < s carries item i with probability lam, otherwise ``None`` (a null
     message the server discards).  The blanket slots follow ``mode``

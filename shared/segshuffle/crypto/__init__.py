@@ -1,4 +1,4 @@
-"""HPKE (RFC 9180) sealing and opening of protocol messages (SPEC section 7).
+"""HPKE (RFC 9180) sealing and opening of protocol messages (docs/wire.md).
 
 Everything lives in :mod:`segshuffle.crypto.hpke` and is re-exported here::
 

@@ -1,4 +1,4 @@
-"""HPKE (RFC 9180) base mode for protocol messages (SPEC section 7).
+"""HPKE (RFC 9180) base mode for protocol messages (docs/wire.md).
 
 Suite: DHKEM(X25519, HKDF-SHA256), HKDF-SHA256, AES-128-GCM (the suite DAP
 mandates), through :mod:`cryptography.hazmat.primitives.hpke`.  Every message is

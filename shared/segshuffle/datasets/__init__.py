@@ -4,7 +4,7 @@
   parser for transaction files (one user per line, whitespace-separated item ids);
 - :mod:`~segshuffle.datasets.msnbc`: the bundled MSNBC.com data (UCI, CC BY 4.0);
 - :mod:`~segshuffle.datasets.population`: populations of users holding exactly s items
-  (SPEC section 6), drawn from a collection or synthesised.
+  (docs/protocol.md section 2), drawn from a collection or synthesised.
 """
 
 from .msnbc import load_msnbc, msnbc_path

@@ -1,6 +1,6 @@
 """Populations of users holding exactly s items, ready for a protocol run.
 
-SPEC section 6: every user holds exactly s items.  A larger set is reduced to
+docs/protocol.md section 2: every user holds exactly s items.  A larger set is reduced to
 s items sampled uniformly without replacement; a smaller one is padded with
 distinct dummy items drawn uniformly from s reserved padding items appended to
 the domain, ids ``d .. d + s - 1``.  The privacy domain then has d + s items
@@ -78,7 +78,7 @@ def fit_population(
 ) -> np.ndarray:
     """Fit the sets of ``users`` (indices into ``collection``) to exactly ``set_size`` items.
 
-    Vectorised form of SPEC section 6 (see the module docstring): returns an
+    Vectorised form of docs/protocol.md section 2 (see the module docstring): returns an
     (len(users), set_size) int64 array of sorted rows over a domain of
     ``collection.item_count + set_size`` items.
     """

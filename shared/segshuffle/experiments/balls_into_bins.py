@@ -5,7 +5,7 @@ one of its s special bins, chosen uniformly, and every user adds blanket balls
 that land uniformly on the d bins.  For set-valued data the special bins of a user
 are the s items of its set, so a user sends **one item of its set, chosen
 uniformly** (a "ball") plus the blanket.  In our blanket form (the slot blanket of
-the segmented protocol, SPEC section 2) each user fills ceil(m) slots, each sending
+the segmented protocol, docs/protocol.md section 2) each user fills ceil(m) slots, each sending
 a uniform item with probability gamma = m / ceil(m).
 
 **Privacy of the one-item variant: a single-message bound on the full view.**

@@ -3,7 +3,7 @@
 - Levels E = (0.5, 1, 2); delta = 0.01 / n.
 - Level shares S1 = (25%, 50%, 25%), S2 = (50%, 25%, 25%), S3 = (25%, 25%, 50%).
 - MSNBC: n in {5000, 50000} users sampled without replacement, s = 4 items each
-  (padding/sampling of SPEC section 6, privacy domain 17 + 4 = 21).
+  (padding/sampling of docs/protocol.md section 2, privacy domain 17 + 4 = 21).
 - Synthetic: T = 128 items, s in {4, 8} uniform items per user, n in {5000, 50000}.
 - The blanket rate m of the segmented protocol is swept over 0.1 .. 10.
 

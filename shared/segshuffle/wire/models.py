@@ -6,7 +6,7 @@ base64url strings (no padding) of exactly :data:`CIPHERTEXT_B64_LENGTH` characte
 that decode to :data:`CIPHERTEXT_LENGTH` bytes.  Response bodies ignore unknown
 fields, so a client keeps working when a server adds a member.
 
-Hashes that bind messages to their context (SPEC section 7): ``config_hash`` is
+Hashes that bind messages to their context (docs/wire.md): ``config_hash`` is
 SHA-256 of the canonical JSON of the campaign's :class:`CampaignConfig`;
 ``parameters_hash`` the same of the :class:`PublishedParameters`.  Canonical JSON is
 the JSON Canonicalization Scheme of RFC 8785 (JCS) applied to the model's JSON-mode
@@ -345,10 +345,10 @@ class CampaignCreate(RequestModel):
     Give ``items`` (names, d = len(items)) or ``domain_size`` (d), or both when they
     agree.  ``delta`` defaults to 0.01/n with n known after round 1;
     ``level_privacy`` is ``null`` for exact level counts or eps_p for K-ary
-    randomized response; ``padding`` appends s padding ids to the domain (SPEC
-    section 6); ``blanket_mode`` is ``"slots"`` (ceil(m) slots, the default) or
+    randomized response; ``padding`` appends s padding ids to the domain (docs/protocol.md
+    section 2); ``blanket_mode`` is ``"slots"`` (ceil(m) slots, the default) or
     ``"independent"`` (one Bernoulli(m / D) slot per item of the privacy domain
-    of D items, SPEC section 3), whose s + D data ciphertexts per submission must
+    of D items, docs/protocol.md section 4), whose s + D data ciphertexts per submission must
     fit :data:`MAX_MESSAGES_PER_SUBMISSION`.
     """
 
@@ -459,11 +459,11 @@ class CampaignConfig(_DefaultBlanketModeOmitted):
 
 
 class PublishedParameters(_DefaultBlanketModeOmitted):
-    """Round-2 parameters, published once after round 1 and immutable (SPEC section 2).
+    """Round-2 parameters, published once after round 1 and immutable (docs/protocol.md section 2).
 
     ``privacy_domain_size`` D counts the padding ids; a user at level k sends
     ``messages_per_user = set_size + blanket_slots`` data ciphertexts when
-    ``fixed_size`` (SPEC section 7), where ``blanket_slots`` is ceil(m) in the
+    ``fixed_size`` (docs/wire.md), where ``blanket_slots`` is ceil(m) in the
     ``"slots"`` ``blanket_mode`` and D in the ``"independent"`` one
     (:func:`segshuffle.core.blanket.blanket_slots`; the mode is the campaign's and
     is omitted from the dump when it is the default).  ``users`` is the round-1 n,
@@ -690,7 +690,7 @@ class Round1Submission(RequestModel):
 
 
 class Round2Submission(RequestModel):
-    """Round 2: one sealed level message (dropouts, SPEC section 5) and the data messages."""
+    """Round 2: one sealed level message (dropouts, docs/protocol.md section 2) and the data."""
 
     level: Ciphertext
     data: list[Ciphertext] = Field(min_length=1, max_length=MAX_MESSAGES_PER_SUBMISSION)

@@ -1,4 +1,4 @@
-"""The fixed-length protocol plaintext (SPEC section 7; docs/architecture.md, "Plaintext").
+"""The fixed-length protocol plaintext (docs/wire.md; docs/architecture.md, "Plaintext").
 
 Every message of every kind is exactly :data:`PLAINTEXT_LENGTH` = 32 bytes, so the
 ciphertext length carries nothing about what a message is:
