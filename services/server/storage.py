@@ -31,9 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..sqlite_base import SYNCHRONOUS_MODES, Migration, open_database
+
 NULL_VALUE = -1
 """The ``counts`` row of a stream's null messages (they count for the results only)."""
-_SCHEMA = """
+_SCHEMA_1 = """
 CREATE TABLE IF NOT EXISTS campaigns (
     id TEXT PRIMARY KEY,
     config_json TEXT NOT NULL,
@@ -81,7 +83,10 @@ CREATE TABLE IF NOT EXISTS nonces (
 ) WITHOUT ROWID;
 """
 
-SYNCHRONOUS_MODES = ("NORMAL", "FULL", "EXTRA")
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "campaigns, batches, chunks, counts, nonces", _SCHEMA_1),
+)
+"""The server's schema, in order (:mod:`segshuffle.services.sqlite_base`); append only."""
 
 
 class ConflictError(Exception):
@@ -136,14 +141,8 @@ class Repository:
         if mode not in SYNCHRONOUS_MODES:
             raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, got {synchronous!r}")
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(f"PRAGMA synchronous={mode}")
-        self._db.execute("PRAGMA busy_timeout=10000")
-        self._db.executescript(_SCHEMA)
+        self._db = open_database(self.path, MIGRATIONS, service="server", synchronous=mode)
 
     def close(self) -> None:
         with self._lock:

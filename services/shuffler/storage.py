@@ -35,13 +35,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..sqlite_base import Migration, open_database
 from .permutation import random_permutation
 
 OPEN = "open"
 RELEASING = "releasing"
 RELEASED = "released"
 
-_SCHEMA = """
+_SCHEMA_1 = """
 CREATE TABLE IF NOT EXISTS tokens (
     token_hash BLOB PRIMARY KEY,
     campaign_id TEXT NOT NULL
@@ -90,6 +91,11 @@ CREATE TABLE IF NOT EXISTS acknowledged (
     PRIMARY KEY (batch_id, stream, chunk_index)
 ) WITHOUT ROWID;
 """
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "tokens, participations, pending, rounds, released, acknowledged", _SCHEMA_1),
+)
+"""The shuffler's schema, in order (:mod:`segshuffle.services.sqlite_base`); append only."""
 
 Permutation = Callable[[int], list[int]]
 
@@ -141,14 +147,9 @@ class Storage:
         if synchronous.upper() not in {"NORMAL", "FULL", "EXTRA"}:
             raise ValueError(f"synchronous must be NORMAL, FULL or EXTRA, got {synchronous!r}")
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
-        self._db.execute("PRAGMA busy_timeout=10000")
-        self._db.executescript(_SCHEMA)
+        self._db = open_database(self.path, MIGRATIONS, service="shuffler",
+                                 synchronous=synchronous.upper())
 
     def close(self) -> None:
         with self._lock:

@@ -1,0 +1,146 @@
+"""Shared SQLite setup of the services: connection pragmas and versioned migrations.
+
+Both services keep their state in one SQLite file each (docs/architecture.md).  This
+module opens that file the same way for both (WAL journal, the configured
+``synchronous`` mode, a 10 s busy timeout, autocommit so that every transaction is an
+explicit ``BEGIN IMMEDIATE``) and brings its schema to the latest version.
+
+The schema is an ordered tuple of :class:`Migration` per service.  The table
+``schema_version`` records every migration applied, one row per version; each
+migration and its row are written in one transaction, so a crash leaves the database
+at the version before or after it.  Migration 1 of each service is the schema as it
+was before versioning, written with ``IF NOT EXISTS``, so a database created before
+versioning is adopted at version 1 unchanged.  A database whose version is newer than
+the code knows is refused (:class:`SchemaVersionError`) rather than written to.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+SYNCHRONOUS_MODES = ("NORMAL", "FULL", "EXTRA")
+"""The ``PRAGMA synchronous`` modes the services accept."""
+
+_VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS schema_version (
+    version INTEGER PRIMARY KEY,
+    applied_at REAL NOT NULL
+)
+"""
+
+
+class SchemaVersionError(RuntimeError):
+    """The database was written by a newer version of the service than this one."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One step of a service's schema: its version number and its SQL script."""
+
+    version: int
+    description: str
+    script: str
+
+    def statements(self) -> Iterator[str]:
+        """The script's statements, one by one (split where SQLite says one is complete)."""
+        buffer = ""
+        for line in self.script.splitlines(keepends=True):
+            buffer += line
+            if sqlite3.complete_statement(buffer):
+                yield buffer.strip()
+                buffer = ""
+        if buffer.strip():
+            raise ValueError(f"migration {self.version} ends with an incomplete statement")
+
+
+def latest_version(migrations: Sequence[Migration]) -> int:
+    """The version a database reaches once every migration is applied."""
+    return migrations[-1].version if migrations else 0
+
+
+def _check_order(migrations: Sequence[Migration]) -> None:
+    versions = [m.version for m in migrations]
+    if versions != list(range(1, len(versions) + 1)):
+        raise ValueError(f"migrations must be numbered 1, 2, ... in order, got {versions}")
+
+
+def schema_version(db: sqlite3.Connection) -> int:
+    """The highest migration recorded in ``db`` (0 for a database never migrated)."""
+    db.execute(_VERSION_TABLE)
+    row = db.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
+
+
+def migrate(db: sqlite3.Connection, migrations: Sequence[Migration], *, service: str) -> int:
+    """Apply the pending migrations in order and return the resulting version.
+
+    Each migration runs in its own ``BEGIN IMMEDIATE`` transaction, and the version
+    is read again inside it, so two processes opening the same file apply each step
+    once.  Raises :class:`SchemaVersionError` if the database is at a version newer
+    than the latest of ``migrations``.
+    """
+    _check_order(migrations)
+    latest = latest_version(migrations)
+    db.execute(_VERSION_TABLE)
+    for migration in migrations:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            current = schema_version(db)
+            if current > latest:
+                raise SchemaVersionError(
+                    f"the {service} database is at schema version {current}, but this "
+                    f"version of the {service} only knows versions up to {latest}; "
+                    "refusing to start (upgrade the service or use another database)"
+                )
+            if current < migration.version:
+                for statement in migration.statements():
+                    db.execute(statement)
+                db.execute("INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
+                           (migration.version, time.time()))
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+    version = schema_version(db)
+    if version > latest:
+        raise SchemaVersionError(
+            f"the {service} database is at schema version {version}, but this version of "
+            f"the {service} only knows versions up to {latest}; refusing to start"
+        )
+    return version
+
+
+def connect(path: str | Path, *, synchronous: str = "NORMAL") -> sqlite3.Connection:
+    """Open ``path`` (creating its directory) with the pragmas both services use.
+
+    The connection is in autocommit mode (``isolation_level=None``): transactions are
+    explicit, and it may be used from several threads under the caller's lock.
+    """
+    mode = synchronous.upper()
+    if mode not in SYNCHRONOUS_MODES:
+        raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, got {synchronous!r}")
+    name = str(path)
+    if name != ":memory:":
+        Path(name).parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(name, isolation_level=None, check_same_thread=False)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute(f"PRAGMA synchronous={mode}")
+    db.execute("PRAGMA busy_timeout=10000")
+    return db
+
+
+def open_database(path: str | Path, migrations: Sequence[Migration], *, service: str,
+                  synchronous: str = "NORMAL") -> sqlite3.Connection:
+    """:func:`connect` and :func:`migrate`; the connection is closed if migrating fails."""
+    db = connect(path, synchronous=synchronous)
+    try:
+        migrate(db, migrations, service=service)
+    except BaseException:
+        db.close()
+        raise
+    return db
