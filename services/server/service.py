@@ -53,7 +53,13 @@ from segshuffle.wire.problems import problem_uri
 from .aggregation import decode_results, histogram, publish_parameters
 from .decrypt import Decryptor, Outcome
 from .keys import KeyStore
-from .storage import NULL_VALUE, AcceptedMessage, CampaignRecord, ConflictError, Repository
+from .storage_api import (
+    NULL_VALUE,
+    AcceptedMessage,
+    CampaignRecord,
+    ConflictError,
+    ServerStorage,
+)
 
 log = logging.getLogger("segshuffle.server")
 
@@ -77,7 +83,7 @@ def chunk_digest(batch_id: str, chunk: BatchChunk) -> bytes:
 class ServerService:
     """Campaigns, batch intake, round completion and results."""
 
-    def __init__(self, repository: Repository, keys: KeyStore, decryptor: Decryptor, *,
+    def __init__(self, repository: ServerStorage, keys: KeyStore, decryptor: Decryptor, *,
                  allow_insecure_parameters: bool = False) -> None:
         self.repository = repository
         self.keys = keys
@@ -176,12 +182,12 @@ class ServerService:
                                          f"not accepting round-{round_} batches",
                                          extra={"phase": record.phase})
         pinned = self.repository.batch(record.id, round_)
-        if pinned is not None and pinned[0] != batch_id:
+        if pinned is not None and pinned.batch_id != batch_id:
             raise errors.ConflictError(f"round {round_} is receiving another batch")
         existing = self.repository.stream_chunks(record.id, round_, chunk.stream)
-        if existing and existing[0][1] != chunk.chunk_count:
+        if existing and existing[0].chunk_count != chunk.chunk_count:
             raise errors.ConflictError(f"stream {chunk.stream!r} has chunk_count "
-                                       f"{existing[0][1]}, not {chunk.chunk_count}")
+                                       f"{existing[0].chunk_count}, not {chunk.chunk_count}")
 
     def _stored_receipt(self, record: CampaignRecord, round_: int, batch_id: str,
                         chunk: BatchChunk, digest: bytes) -> ChunkReceipt | None:
@@ -250,13 +256,13 @@ class ServerService:
         with self._lock(campaign_id):
             record = self.campaign(campaign_id)
             pinned = self.repository.batch(campaign_id, round_)
-            if pinned is None or pinned[0] != batch_id:
+            if pinned is None or pinned.batch_id != batch_id:
                 if record.phase != f"round{round_}":
                     raise errors.WrongPhaseError(f"campaign {campaign_id!r} is in phase "
                                                  f"{record.phase}", extra={"phase": record.phase})
                 raise errors.NotFoundError(f"no batch {batch_id!r} in round {round_}")
-            if pinned[1] is not None:
-                return BatchCompletion.model_validate(pinned[1])
+            if pinned.completion is not None:
+                return BatchCompletion.model_validate(pinned.completion)
             if record.phase != f"round{round_}":
                 raise errors.WrongPhaseError(f"campaign {campaign_id!r} is in phase "
                                              f"{record.phase}", extra={"phase": record.phase})
@@ -287,8 +293,8 @@ class ServerService:
         omitted = 0
         for stream in STREAMS_BY_ROUND[round_]:
             chunks = self.repository.stream_chunks(campaign_id, round_, stream)
-            expected = chunks[0][1] if chunks else None
-            present = [index for index, _, _ in chunks]
+            expected = chunks[0].chunk_count if chunks else None
+            present = [stored.chunk_index for stored in chunks]
             if expected is None or present != list(range(expected)):
                 missing = ([] if expected is None else
                            sorted(set(range(expected)) - set(present))[:100])
@@ -297,7 +303,7 @@ class ServerService:
                     + ("" if expected is None else f": {len(present)} of {expected}"
                        " chunks"),
                     extra={"stream": stream, "missing_chunks": missing})
-            receipts = [receipt for _, _, receipt in chunks]
+            receipts = [stored.receipt for stored in chunks]
             tally = Counter[str]()
             for receipt in receipts:
                 tally.update(receipt.get("failure_counts", {}))

@@ -27,14 +27,26 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..sqlite_base import SYNCHRONOUS_MODES, Migration, open_database
+from .storage_api import (
+    NULL_VALUE,
+    AcceptedMessage,
+    BatchRecord,
+    CampaignRecord,
+    ChunkRecord,
+    ConflictError,
+    MakeReceipt,
+    StoredChunk,
+)
 
-NULL_VALUE = -1
-"""The ``counts`` row of a stream's null messages (they count for the results only)."""
+__all__ = [
+    "MIGRATIONS", "NULL_VALUE", "AcceptedMessage", "BatchRecord", "CampaignRecord",
+    "ChunkRecord", "ConflictError", "Repository", "StoredChunk",
+]
+
 _SCHEMA_1 = """
 CREATE TABLE IF NOT EXISTS campaigns (
     id TEXT PRIMARY KEY,
@@ -89,42 +101,6 @@ MIGRATIONS: tuple[Migration, ...] = (
 """The server's schema, in order (:mod:`segshuffle.services.sqlite_base`); append only."""
 
 
-class ConflictError(Exception):
-    """The write conflicts with stored state (another batch, changed chunk, moved phase)."""
-
-
-@dataclass(frozen=True)
-class CampaignRecord:
-    """One row of ``campaigns`` with its JSON columns decoded."""
-
-    id: str
-    config: dict[str, Any]
-    config_hash: str
-    key_id: str
-    public_key: bytes
-    phase: str
-    parameters: dict[str, Any] | None
-    parameters_hash: str | None
-    round1: dict[str, Any] | None
-    results: dict[str, Any] | None
-
-
-@dataclass(frozen=True)
-class ChunkRecord:
-    batch_id: str
-    chunk_count: int
-    digest: bytes
-    receipt: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class AcceptedMessage:
-    """A message that decrypted and decoded: its value (None for a null) and nonce."""
-
-    value: int | None
-    nonce: bytes
-
-
 def _loads(text: str | None) -> dict[str, Any] | None:
     return None if text is None else json.loads(text)
 
@@ -134,7 +110,10 @@ def _dumps(obj: Any) -> str:
 
 
 class Repository:
-    """Thread-safe persistence of the server state (one connection, one lock)."""
+    """Thread-safe persistence of the server state (one connection, one lock).
+
+    The SQLite implementation of :class:`.storage_api.ServerStorage`.
+    """
 
     def __init__(self, path: str | Path, *, synchronous: str = "NORMAL") -> None:
         mode = synchronous.upper()
@@ -209,14 +188,14 @@ class Repository:
 
     # -- batches and chunks ------------------------------------------------------------------
 
-    def batch(self, campaign_id: str, round_: int) -> tuple[str, dict[str, Any] | None] | None:
+    def batch(self, campaign_id: str, round_: int) -> BatchRecord | None:
         """The pinned batch id of a round and its stored completion (None until complete)."""
         with self._lock:
             row = self._db.execute(
                 "SELECT batch_id, completion_json FROM batches WHERE campaign_id = ? AND round = ?",
                 (campaign_id, round_),
             ).fetchone()
-        return None if row is None else (row[0], _loads(row[1]))
+        return None if row is None else BatchRecord(batch_id=row[0], completion=_loads(row[1]))
 
     def chunk(self, campaign_id: str, round_: int, stream: str, chunk_index: int
               ) -> ChunkRecord | None:
@@ -231,16 +210,16 @@ class Repository:
         return ChunkRecord(batch_id=row[0], chunk_count=row[1], digest=bytes(row[2]),
                            receipt=json.loads(row[3]))
 
-    def stream_chunks(self, campaign_id: str, round_: int, stream: str
-                      ) -> list[tuple[int, int, dict[str, Any]]]:
-        """(chunk_index, chunk_count, receipt) of every stored chunk of a stream, by index."""
+    def stream_chunks(self, campaign_id: str, round_: int, stream: str) -> list[StoredChunk]:
+        """Every stored chunk of a stream (index, count, receipt), by index."""
         with self._lock:
             rows = self._db.execute(
                 "SELECT chunk_index, chunk_count, receipt_json FROM chunks WHERE"
                 " campaign_id = ? AND round = ? AND stream = ? ORDER BY chunk_index",
                 (campaign_id, round_, stream),
             ).fetchall()
-        return [(r[0], r[1], json.loads(r[2])) for r in rows]
+        return [StoredChunk(chunk_index=r[0], chunk_count=r[1], receipt=json.loads(r[2]))
+                for r in rows]
 
     def store_chunk(
         self,
@@ -252,7 +231,7 @@ class Repository:
         chunk_count: int,
         digest: bytes,
         accepted: Iterable[tuple[int, AcceptedMessage]],
-        make_receipt: Any,
+        make_receipt: MakeReceipt,
     ) -> dict[str, Any]:
         """Store one chunk atomically and return its receipt.
 

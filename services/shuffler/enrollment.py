@@ -21,7 +21,7 @@ import hmac
 import secrets
 from typing import Protocol
 
-from .storage import Storage
+from .storage_api import ShufflerStorage
 
 TOKEN_BYTES = 32
 _HASH_DOMAIN = b"segshuffle/v1/user-token\x00"
@@ -55,7 +55,7 @@ def token_hash(token: str) -> bytes:
 class OneTimeTokenEnrollment:
     """Default policy: random per-campaign tokens, optionally gated by a shared secret."""
 
-    def __init__(self, storage: Storage, secret: str | None = None) -> None:
+    def __init__(self, storage: ShufflerStorage, secret: str | None = None) -> None:
         self._storage = storage
         self._secret = secret or None
 

@@ -29,7 +29,7 @@ import random
 from segshuffle.core import rules
 from segshuffle.wire.models import BatchChunk, CampaignView, b64url_encode
 
-from .storage import RoundRecord, Storage
+from .storage_api import RoundRecord, ShufflerStorage
 from .upstream import ServerLink, UpstreamError
 
 log = logging.getLogger("segshuffle.shuffler")
@@ -77,7 +77,7 @@ class Backoff:
 class Releaser:
     """Starts releases and forwards them to the server, one task per batch."""
 
-    def __init__(self, storage: Storage, link: ServerLink, *, chunk_size: int,
+    def __init__(self, storage: ShufflerStorage, link: ServerLink, *, chunk_size: int,
                  backoff_initial: float = 0.1, backoff_max: float = 10.0) -> None:
         self.storage = storage
         self.link = link

@@ -28,12 +28,12 @@ from segshuffle.wire.models import (
 from .enrollment import AuthenticationError, EnrollmentPolicy, EnrollmentRefusedError
 from .release import DATA, LEVELS, Releaser, required_participants
 from .settings import Settings
-from .storage import (
+from .storage_api import (
     OPEN,
     AlreadySubmittedError,
     NotEnoughParticipantsError,
     RoundClosedError,
-    Storage,
+    ShufflerStorage,
 )
 from .upstream import ServerLink, UpstreamError
 
@@ -59,7 +59,7 @@ def unauthorized(detail: str) -> errors.UnauthorizedError:
 class ShufflerService:
     """Enrollment, submissions, round status and release over storage and the server link."""
 
-    def __init__(self, settings: Settings, storage: Storage, policy: EnrollmentPolicy,
+    def __init__(self, settings: Settings, storage: ShufflerStorage, policy: EnrollmentPolicy,
                  server: ServerLink, releaser: Releaser) -> None:
         self.settings = settings
         self.storage = storage

@@ -27,20 +27,31 @@ metadata"):
 from __future__ import annotations
 
 import json
-import math
 import secrets
 import sqlite3
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..sqlite_base import Migration, open_database
 from .permutation import random_permutation
+from .storage_api import (
+    OPEN,
+    RELEASED,
+    RELEASING,
+    AlreadySubmittedError,
+    NotEnoughParticipantsError,
+    Permutation,
+    RoundClosedError,
+    RoundRecord,
+    StorageError,
+)
 
-OPEN = "open"
-RELEASING = "releasing"
-RELEASED = "released"
+__all__ = [
+    "MIGRATIONS", "OPEN", "RELEASED", "RELEASING", "AlreadySubmittedError",
+    "NotEnoughParticipantsError", "Permutation", "RoundClosedError", "RoundRecord", "Storage",
+    "StorageError",
+]
 
 _SCHEMA_1 = """
 CREATE TABLE IF NOT EXISTS tokens (
@@ -97,51 +108,11 @@ MIGRATIONS: tuple[Migration, ...] = (
 )
 """The shuffler's schema, in order (:mod:`segshuffle.services.sqlite_base`); append only."""
 
-Permutation = Callable[[int], list[int]]
-
-
-class StorageError(Exception):
-    """Base class of the refusals below (each maps to one problem type)."""
-
-
-class AlreadySubmittedError(StorageError):
-    """This token has already submitted this round."""
-
-
-class RoundClosedError(StorageError):
-    """The round has been released: no further submissions."""
-
-
-class NotEnoughParticipantsError(StorageError):
-    """Fewer distinct participants than the release threshold."""
-
-    def __init__(self, participants: int, required: int) -> None:
-        super().__init__(
-            f"round has {participants} participants, at least {required} are required"
-        )
-        self.participants = participants
-        self.required = required
-
-
-@dataclass(frozen=True)
-class RoundRecord:
-    """A round that has been released (or is being forwarded)."""
-
-    campaign_id: str
-    round: int
-    state: str
-    batch_id: str
-    participants: int
-    chunk_size: int
-    stream_sizes: Mapping[str, int]
-
-    def chunk_count(self, stream: str) -> int:
-        """Chunks of ``stream``; an empty stream is still sent as one empty chunk."""
-        return max(1, math.ceil(self.stream_sizes[stream] / self.chunk_size))
-
-
 class Storage:
-    """Thread-safe access to the shuffler's database (one connection, one lock)."""
+    """Thread-safe access to the shuffler's database (one connection, one lock).
+
+    The SQLite implementation of :class:`.storage_api.ShufflerStorage`.
+    """
 
     def __init__(self, path: str | Path, *, synchronous: str = "NORMAL") -> None:
         if synchronous.upper() not in {"NORMAL", "FULL", "EXTRA"}:

@@ -1,0 +1,133 @@
+"""The shuffler's storage interface: records, refusals and the :class:`ShufflerStorage` Protocol.
+
+The service layer (:mod:`.service`, :mod:`.enrollment`, :mod:`.release`) types
+against :class:`ShufflerStorage` only; the SQLite implementation is
+:class:`.storage.Storage`.  Another backend implements the same methods with the
+same atomicity and the same unlinkability (no user column next to a ciphertext, no
+arrival order); the contract both must satisfy is ``tests/test_storage_contract.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+OPEN = "open"
+RELEASING = "releasing"
+RELEASED = "released"
+
+Permutation = Callable[[int], list[int]]
+"""``permutation(n)``: the release order of ``n`` ciphertexts (a permutation of range(n))."""
+
+
+class StorageError(Exception):
+    """Base class of the refusals below (each maps to one problem type)."""
+
+
+class AlreadySubmittedError(StorageError):
+    """This token has already submitted this round."""
+
+
+class RoundClosedError(StorageError):
+    """The round has been released: no further submissions."""
+
+
+class NotEnoughParticipantsError(StorageError):
+    """Fewer distinct participants than the release threshold."""
+
+    def __init__(self, participants: int, required: int) -> None:
+        super().__init__(
+            f"round has {participants} participants, at least {required} are required"
+        )
+        self.participants = participants
+        self.required = required
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """A round that has been released (or is being forwarded)."""
+
+    campaign_id: str
+    round: int
+    state: str
+    batch_id: str
+    participants: int
+    chunk_size: int
+    stream_sizes: Mapping[str, int]
+
+    def chunk_count(self, stream: str) -> int:
+        """Chunks of ``stream``; an empty stream is still sent as one empty chunk."""
+        return max(1, math.ceil(self.stream_sizes[stream] / self.chunk_size))
+
+
+class ShufflerStorage(Protocol):
+    """What the shuffler's service layer needs from its storage."""
+
+    def close(self) -> None:
+        """Release the storage's resources."""
+        ...
+
+    def ping(self) -> bool:
+        """Whether the storage answers a trivial query."""
+        ...
+
+    def add_token(self, campaign_id: str, token_hash: bytes) -> None:
+        """Record an issued token's hash for a campaign."""
+        ...
+
+    def token_campaign(self, token_hash: bytes) -> str | None:
+        """The campaign a token hash was issued for, or ``None`` if unknown."""
+        ...
+
+    def submit(self, campaign_id: str, round_number: int, token_hash: bytes,
+               streams: Mapping[str, Sequence[bytes]]) -> int:
+        """Store one user's submission atomically; returns the new participant count."""
+        ...
+
+    def participants(self, campaign_id: str, round_number: int) -> int:
+        """Distinct users who have submitted this round."""
+        ...
+
+    def has_submitted(self, campaign_id: str, round_number: int, token_hash: bytes) -> bool:
+        """Whether this token hash has submitted this round."""
+        ...
+
+    def pending_count(self, campaign_id: str, round_number: int, stream: str) -> int:
+        """Ciphertexts of a stream waiting for the release of an open round."""
+        ...
+
+    def round_record(self, campaign_id: str, round_number: int) -> RoundRecord | None:
+        """The release record of a round, ``None`` while it is open."""
+        ...
+
+    def start_release(self, campaign_id: str, round_number: int, *, minimum: int,
+                      chunk_size: int, streams: Sequence[str],
+                      permutation: Permutation = ...) -> RoundRecord:
+        """Close the round and fix its release order, atomically (idempotent)."""
+        ...
+
+    def chunk(self, record: RoundRecord, stream: str, index: int) -> list[bytes]:
+        """Ciphertexts of chunk ``index`` of ``stream``, in released order."""
+        ...
+
+    def acknowledge(self, record: RoundRecord, stream: str, index: int) -> None:
+        """Record that the server acknowledged a chunk."""
+        ...
+
+    def acknowledged(self, record: RoundRecord) -> set[tuple[str, int]]:
+        """The (stream, chunk index) pairs acknowledged so far."""
+        ...
+
+    def clear_acknowledgements(self, record: RoundRecord) -> None:
+        """Forget which chunks were acknowledged, so that all are sent again."""
+        ...
+
+    def finish_release(self, record: RoundRecord) -> RoundRecord:
+        """The server acknowledged the whole batch: mark released, drop the ciphertexts."""
+        ...
+
+    def releasing(self) -> list[RoundRecord]:
+        """Rounds whose forwarding has not been acknowledged yet."""
+        ...
