@@ -4,7 +4,6 @@ state unchanged (the participant count and the stored ciphertexts stay as they w
 from __future__ import annotations
 
 import math
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import httpx
 import pytest
 
 from segshuffle.client import Client
+from segshuffle.services.shuffler.storage import Storage
 from segshuffle.testing.localstack import LocalStack
 from segshuffle.wire.models import CIPHERTEXT_B64_LENGTH, b64url_encode
 
@@ -42,9 +42,13 @@ def _status(stack: LocalStack, http: httpx.Client, round_number: int = 1) -> dic
 
 
 def _stored(stack: LocalStack, cid: str = CID) -> int:
-    with sqlite3.connect(stack.database_path("shuffler")) as db:
-        return int(db.execute("SELECT COUNT(*) FROM pending WHERE campaign_id = ?",
-                              (cid,)).fetchone()[0])
+    """Ciphertexts waiting in the shuffler's storage for the campaign (every round, stream)."""
+    storage = Storage(stack.database_path("shuffler"))
+    try:
+        return sum(storage.pending_count(cid, round_number, stream)
+                   for round_number in (1, 2) for stream in ("levels", "data"))
+    finally:
+        storage.close()
 
 
 def _problem(response: httpx.Response, status: int, name: str) -> None:
