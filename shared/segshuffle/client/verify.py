@@ -73,10 +73,11 @@ def _unprotected_levels(levels: tuple[float, ...], lambdas: tuple[float, ...], s
     """
     failing = []
     for level, lam in zip(levels, lambdas, strict=True):
-        if not accounting.user_level_holds(level, lam, set_size, delta, users, m,
-                                           domain_size, mode=mode):
-            bound = accounting.user_delta(level, lam, set_size, users, m, domain_size,
-                                          mode=mode, delta=delta)
+        # delta_user <= delta is what user_level_holds checks; computed once, it is
+        # also what the refusal reports.
+        bound = accounting.user_delta(level, lam, set_size, users, m, domain_size,
+                                      mode=mode, delta=delta)
+        if not bound <= delta:
             failing.append(f"level {level:g} (lambda={lam:g}: delta_user={bound:.3g})")
     return tuple(failing)
 

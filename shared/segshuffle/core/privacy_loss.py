@@ -127,10 +127,6 @@ class LossDistribution:
     infinity: float
     noise: float = 0.0  # bound on the absolute rounding of each pmf entry
 
-    @property
-    def losses(self) -> np.ndarray:
-        return self.step * (self.offset + np.arange(self.pmf.size))
-
 
 def _grid_index(losses: np.ndarray, step: float, upper: bool) -> np.ndarray:
     """Grid indices of ``losses``, rounded up (upper) or down.
@@ -257,9 +253,6 @@ class ComposedLoss:
             value += self.inherited
         return min(value, 1.0)
 
-    def deltas(self, eps: np.ndarray) -> np.ndarray:
-        """:meth:`delta` at many epsilons."""
-        return np.array([self.delta(float(e)) for e in np.atleast_1d(eps)])
 
 
 def _sparse_convolve(x_offset: int, x: np.ndarray, y_offset: int, y: np.ndarray
@@ -274,9 +267,8 @@ def _sparse_convolve(x_offset: int, x: np.ndarray, y_offset: int, y: np.ndarray
     return x_offset + y_offset + low, pmf
 
 
-def _composed(pair: LossDistribution, times: int, upper: bool,
-              spectrum: tuple[int, np.ndarray] | None = None) -> ComposedLoss:
-    """The ``times``-fold composition of ``pair`` (``spectrum``: a reusable rfft of its pmf).
+def _composed(pair: LossDistribution, times: int, upper: bool) -> ComposedLoss:
+    """The ``times``-fold composition of ``pair``.
 
     While the atoms are few, compositions are summed atom by atom (exact); the
     remaining power is taken by FFT, whose rounding is bounded by
@@ -295,13 +287,10 @@ def _composed(pair: LossDistribution, times: int, upper: bool,
         remaining = times - done
         size = pmf.size + remaining * (pair.pmf.size - 1)
         n = fft.next_fast_len(size, real=True)
-        if done == 1:  # the whole power of one transform
-            if spectrum is None or spectrum[0] < size:
-                spectrum = (n, fft.rfft(pair.pmf, n))
-            n, transformed = spectrum
-            raw = fft.irfft(transformed**times, n)[:size]
-        else:
-            raw = fft.irfft(fft.rfft(pmf, n) * fft.rfft(pair.pmf, n) ** remaining, n)[:size]
+        pair_spectrum = fft.rfft(pair.pmf, n)
+        # Nothing summed yet: pmf is the pair itself, whose transform is at hand.
+        base = pair_spectrum if done == 1 else fft.rfft(pmf, n)
+        raw = fft.irfft(base * pair_spectrum**remaining, n)[:size]
         noise = _noise_floor(raw)
         pmf = np.maximum(raw, 0.0)
         offset += remaining * pair.offset
@@ -316,19 +305,6 @@ def _composed(pair: LossDistribution, times: int, upper: bool,
     return ComposedLoss(step=pair.step, first=int(offset + first_kept), tail_p=tail_p,
                         tail_q=tail_q, infinity=min(infinity, 1.0), noise=noise,
                         inherited=inherited, upper=upper)
-
-
-def compositions(pair: LossDistribution, counts: range | list[int], *, upper: bool
-                 ) -> dict[int, ComposedLoss]:
-    """The j-fold compositions of ``pair`` for every j in ``counts``, sharing one FFT."""
-    counts = list(counts)
-    if not counts:
-        return {}
-    largest = max(counts)
-    size = largest * (pair.pmf.size - 1) + 1
-    n = fft.next_fast_len(size, real=True)
-    spectrum = (n, fft.rfft(pair.pmf, n)) if largest > 1 else None
-    return {j: _composed(pair, j, upper, spectrum) for j in counts}
 
 
 @lru_cache(maxsize=512)
