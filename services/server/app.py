@@ -6,6 +6,9 @@ problem (:mod:`segshuffle.services.http_edge`).  The operations themselves live 
 :class:`~segshuffle.services.server.service.ServerService` and run in the thread
 pool, so decryption and optimization never block the event loop.
 
+The public documents (campaign view, key config) carry a strong ``ETag`` and
+``Cache-Control`` and answer ``If-None-Match`` with ``304`` (:mod:`..http_cache`).
+
 Logging: one line per request with method, path, status and duration; never a
 client address, a header, a token or a ciphertext (uvicorn's access log is off).
 """
@@ -26,6 +29,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from segshuffle import __version__
+from segshuffle.services.http_cache import document_response
 from segshuffle.services.http_edge import bearer_token, health_router, install_edge
 from segshuffle.wire.models import (
     ID_PATTERN,
@@ -50,6 +54,9 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 Role = Literal["admin", "shuffler"]
 _ID = re.compile(ID_PATTERN)
 _BODIES: dict[str, type[BaseModel]] = {}
+VIEW_MAX_AGE = 1
+"""Seconds a client or cache may keep a campaign view that can still change (the key
+config and a finished campaign's view are immutable: services/http_cache.py)."""
 
 
 def _body(model: type[BaseModel]) -> dict[str, Any]:
@@ -167,16 +174,20 @@ def create_app(settings: Settings) -> FastAPI:
         response.headers["Location"] = f"/v1/campaigns/{view.id}"
         return view
 
-    @app.get("/v1/campaigns/{campaign_id}", response_model=CampaignView, tags=["campaigns"])
-    async def get_campaign(campaign_id: str) -> Response:
-        body = await run_in_threadpool(service.view_json, _campaign_id(campaign_id))
-        return Response(body, media_type="application/json")
+    conditional = {304: {"description": "not modified (If-None-Match names the ETag)"}}
+
+    @app.get("/v1/campaigns/{campaign_id}", response_model=CampaignView, tags=["campaigns"],
+             responses=conditional)
+    async def get_campaign(request: Request, campaign_id: str) -> Response:
+        body, done = await run_in_threadpool(service.view_document, _campaign_id(campaign_id))
+        return document_response(request, body, immutable=done, max_age=VIEW_MAX_AGE)
 
     @app.get("/v1/campaigns/{campaign_id}/hpke-config", response_model=HpkeConfig,
-             tags=["campaigns"])
-    async def hpke_config(campaign_id: str) -> HpkeConfig:
+             tags=["campaigns"], responses=conditional)
+    async def hpke_config(request: Request, campaign_id: str) -> Response:
         record = await run_in_threadpool(service.campaign, _campaign_id(campaign_id))
-        return service.hpke_config(record)
+        body = service.hpke_config(record).model_dump_json().encode()
+        return document_response(request, body, immutable=True)
 
     @app.put("/v1/campaigns/{campaign_id}/rounds/{round_number}/batches/{batch_id}",
              response_model=ChunkReceipt, tags=["batches"], openapi_extra=_body(BatchChunk))

@@ -2,11 +2,20 @@
 
 | method, path | who |
 | --- | --- |
+| ``GET /v1/campaigns/{cid}`` | anyone: the server's campaign view, relayed byte for byte |
+| ``GET /v1/campaigns/{cid}/hpke-config`` | anyone: the server's key config, relayed |
 | ``POST /v1/campaigns/{cid}/enrollments`` | user, through the :class:`EnrollmentPolicy` |
 | ``POST /v1/campaigns/{cid}/rounds/{round}/submissions`` | user (Bearer user token) |
 | ``GET /v1/campaigns/{cid}/rounds/{round}`` | anyone: participant count, threshold, state |
 | ``POST /v1/campaigns/{cid}/rounds/{round}/release`` | operator (Bearer operator token) |
 | ``GET /livez``, ``GET /readyz``, ``GET /docs`` | anyone |
+
+Clients need no other service: the public documents come from the server through the
+shuffler's bounded single-flight cache (:mod:`.upstream`), with a strong ``ETag``,
+``Cache-Control`` and ``304`` answers to ``If-None-Match`` (:mod:`..http_cache`); the
+client verifies their hashes and key pin, so a shuffler cannot alter them undetected.
+Every route first checks the campaign id against ``ID_PATTERN`` (``unknown-campaign``
+otherwise), before any storage or upstream access.
 
 The routes only authenticate (as dependencies), parse bodies and call the
 :class:`~.service.ShufflerService`.  Every refusal is an RFC 9457 problem
@@ -19,20 +28,25 @@ carry campaign ids, rounds and counts only.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
 from segshuffle import __version__
+from segshuffle.services.http_cache import document_response
 from segshuffle.services.http_edge import Health, bearer_token, health_router, install_edge
 from segshuffle.wire.models import (
+    ID_PATTERN,
+    CampaignView,
     EnrollmentRequest,
     EnrollmentResponse,
+    HpkeConfig,
     ReleaseResponse,
     Round1Submission,
     Round2Submission,
@@ -45,7 +59,7 @@ from .release import Releaser
 from .service import PHASE_OF_ROUND, ShufflerRoundStatus, ShufflerService, unauthorized
 from .settings import Settings
 from .storage import Storage
-from .upstream import ServerLink
+from .upstream import KEY_CONFIG, VIEW, ServerLink
 
 log = logging.getLogger("segshuffle.shuffler")
 
@@ -53,6 +67,17 @@ __all__ = ["PHASE_OF_ROUND", "Health", "ShufflerRoundStatus", "create_app"]
 
 
 # -- request parsing and authentication (dependencies) ---------------------------------
+_ID = re.compile(ID_PATTERN)
+
+
+def valid_campaign_id(campaign_id: str) -> str:
+    """The ``campaign_id`` path parameter, which must match ``ID_PATTERN``; checked first
+    on every route, so no other id reaches storage, the enrollment policy or a URL."""
+    if not _ID.fullmatch(campaign_id):
+        raise Problem("unknown-campaign", "no such campaign (invalid campaign id)")
+    return campaign_id
+
+
 def round_number_of(round_number: int) -> int:
     """The ``round_number`` path parameter, 1 or 2."""
     if round_number not in (1, 2):
@@ -105,8 +130,31 @@ def _openapi_body(*models: type[BaseModel]) -> dict[str, Any]:
 
 
 # -- routes ----------------------------------------------------------------------------
-users = APIRouter(prefix="/v1/campaigns/{campaign_id}", tags=["users"])
-rounds = APIRouter(prefix="/v1/campaigns/{campaign_id}/rounds/{round_number}", tags=["rounds"])
+_CHECKED = [Depends(valid_campaign_id)]
+documents = APIRouter(prefix="/v1/campaigns/{campaign_id}", tags=["documents"],
+                      dependencies=_CHECKED)
+users = APIRouter(prefix="/v1/campaigns/{campaign_id}", tags=["users"], dependencies=_CHECKED)
+rounds = APIRouter(prefix="/v1/campaigns/{campaign_id}/rounds/{round_number}", tags=["rounds"],
+                   dependencies=_CHECKED)
+_CONDITIONAL = {304: {"description": "not modified (If-None-Match names the current ETag)"}}
+
+
+def _document(request: Request, service: ShufflerService, body: bytes, immutable: bool,
+              etag: str) -> Response:
+    max_age = max(1, int(service.settings.campaign_cache_seconds))
+    return document_response(request, body, immutable=immutable, max_age=max_age, etag=etag)
+
+
+@documents.get("", response_model=CampaignView, responses=_CONDITIONAL)
+async def campaign_view(campaign_id: str, request: Request, service: Service) -> Response:
+    document = await service.document(VIEW, campaign_id)
+    return _document(request, service, document.body, document.immutable, document.etag)
+
+
+@documents.get("/hpke-config", response_model=HpkeConfig, responses=_CONDITIONAL)
+async def key_config(campaign_id: str, request: Request, service: Service) -> Response:
+    document = await service.document(KEY_CONFIG, campaign_id)
+    return _document(request, service, document.body, document.immutable, document.etag)
 
 
 @users.post("/enrollments", status_code=201, response_model=EnrollmentResponse,
@@ -167,7 +215,10 @@ def create_app(
     )
     server = link or ServerLink(settings.server_url, settings.server_token,
                                 timeout=settings.forward_timeout,
-                                cache_seconds=settings.campaign_cache_seconds)
+                                cache_seconds=settings.campaign_cache_seconds,
+                                cache_entries=settings.document_cache_entries,
+                                max_connections=settings.upstream_connections,
+                                pool_timeout=settings.upstream_pool_timeout)
     releaser = Releaser(storage, server, chunk_size=settings.chunk_size,
                         backoff_initial=backoff_initial, backoff_max=backoff_max)
     service = ShufflerService(settings, storage, policy, server, releaser)
@@ -194,6 +245,7 @@ def create_app(
     app.state.releaser = releaser
     app.state.settings = settings
     app.include_router(health_router(service.ready))
+    app.include_router(documents)
     app.include_router(users)
     app.include_router(rounds)
     return app

@@ -35,7 +35,7 @@ from .storage_api import (
     RoundClosedError,
     ShufflerStorage,
 )
-from .upstream import ServerLink, UpstreamError
+from .upstream import Document, ServerLink, UpstreamError
 
 log = logging.getLogger("segshuffle.shuffler")
 
@@ -49,6 +49,16 @@ class ShufflerRoundStatus(RoundStatus):
     batch_id: str | None = None
     last_error: str | None = None
     """While releasing: why the latest delivery attempt failed (the shuffler keeps trying)."""
+
+
+def upstream_refusal(exc: UpstreamError) -> errors.DomainError:
+    """A failed upstream request as the client's problem: ``unavailable`` (503, retry in a
+    second) when the server cannot be reached or is saturated, ``upstream-failed`` (502)
+    when it gave a wrong answer."""
+    if exc.status is None or exc.status in (429, 503):
+        return errors.UnavailableError("the server cannot be reached right now",
+                                       headers={"Retry-After": "1"})
+    return errors.UpstreamFailedError("the server could not answer")
 
 
 def unauthorized(detail: str) -> errors.UnauthorizedError:
@@ -97,15 +107,22 @@ class ShufflerService:
         if not hmac.compare_digest(token.encode(), self.settings.operator_token.encode()):
             raise errors.ForbiddenError("these credentials may not release rounds")
 
+    async def document(self, kind: str, campaign_id: str, *, fresh: bool = False) -> Document:
+        """A public document of a campaign (``view`` or ``hpke-config``), as the server sent
+        it (cached by the link, one upstream request per miss whoever asks)."""
+        try:
+            document = await self.server.document(kind, campaign_id, fresh=fresh)
+        except UpstreamError as exc:
+            log.warning("campaign %s unavailable: campaign=%s (%s)", kind, campaign_id, exc)
+            raise upstream_refusal(exc) from None
+        if document is None:
+            raise errors.UnknownCampaignError(f"no campaign {campaign_id!r}")
+        return document
+
     async def campaign_view(self, campaign_id: str, *, fresh: bool = False) -> CampaignView:
         """The server's public view of a campaign (cached by the link)."""
-        try:
-            view = await self.server.campaign(campaign_id, fresh=fresh)
-        except UpstreamError as exc:
-            log.warning("campaign view unavailable: campaign=%s (%s)", campaign_id, exc)
-            raise errors.UpstreamFailedError("the server could not be reached") from None
-        if view is None:
-            raise errors.UnknownCampaignError(f"no campaign {campaign_id!r}")
+        view = (await self.document("view", campaign_id, fresh=fresh)).value
+        assert isinstance(view, CampaignView)
         return view
 
     async def view_in_phase(self, campaign_id: str, round_number: int) -> CampaignView:

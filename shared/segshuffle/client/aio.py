@@ -42,7 +42,6 @@ class AsyncClient:
 
     def __init__(
         self,
-        server_url: str,
         shuffler_url: str,
         campaign_id: str,
         *,
@@ -54,7 +53,6 @@ class AsyncClient:
         cache: PublicCache | None = None,
     ) -> None:
         self.session = UserSession(campaign_id, rng, allow_insecure=allow_insecure)
-        self.server_url = server_url.rstrip("/")
         self.shuffler_url = shuffler_url.rstrip("/")
         self.retry = retry or RetryPolicy()
         self.cache = cache
@@ -107,14 +105,14 @@ class AsyncClient:
 
     # -- API -----------------------------------------------------------------------------
     async def _view(self, *, fresh: bool = False) -> CampaignView:
-        url = self.server_url + self.session.campaign_path
+        url = self.shuffler_url + self.session.campaign_path
         return await self._get(CampaignView, url, "campaign", fresh=fresh)
 
     async def campaign(self) -> CampaignView:
         """Fetch the campaign view and key config, verify them, pin key id and config hash."""
         s = self.session
         view = await self._view()
-        hpke = await self._get(HpkeConfig, self.server_url + s.campaign_path + "/hpke-config",
+        hpke = await self._get(HpkeConfig, self.shuffler_url + s.campaign_path + "/hpke-config",
                                "key config")
         return s.accept_campaign(view, hpke)
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import numpy as np
@@ -136,7 +137,7 @@ class UserSession:
     # -- paths ---------------------------------------------------------------------------
     @property
     def campaign_path(self) -> str:
-        return f"/v1/campaigns/{self.campaign_id}"
+        return f"/v1/campaigns/{quote(self.campaign_id, safe='')}"
 
     def round_path(self, round_number: int) -> str:
         return f"{self.campaign_path}/rounds/{round_number}"

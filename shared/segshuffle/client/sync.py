@@ -2,13 +2,17 @@
 
 Typical use::
 
-    with Client(server_url, shuffler_url, "survey-1") as client:
+    with Client(shuffler_url, "survey-1") as client:
         client.campaign()                  # fetch + verify the configuration and key
         client.enroll()                    # a one-time token from the shuffler
         client.submit_level(level_index)   # round 1
         ...                                # the operator releases round 1
         client.fetch_parameters()          # verified for this user's level, or refused
         client.submit_data(my_items)       # round 2
+
+The client talks to the shuffler only.  The shuffler relays the server's public
+documents (the campaign view and key config) unmodified and the client verifies them
+(hashes, key pin, parameters), so the server never sees a client's address or timing.
 
 Every request that fails transiently (no answer, 5xx, 429) is retried with
 exponential backoff.  A submission retried after an ambiguous failure (the
@@ -50,7 +54,6 @@ class Client:
 
     def __init__(
         self,
-        server_url: str,
         shuffler_url: str,
         campaign_id: str,
         *,
@@ -62,7 +65,6 @@ class Client:
         cache: PublicCache | None = None,
     ) -> None:
         self.session = UserSession(campaign_id, rng, allow_insecure=allow_insecure)
-        self.server_url = server_url.rstrip("/")
         self.shuffler_url = shuffler_url.rstrip("/")
         self.retry = retry or RetryPolicy()
         self.cache = cache
@@ -115,14 +117,14 @@ class Client:
 
     # -- API -----------------------------------------------------------------------------
     def _view(self, *, fresh: bool = False) -> CampaignView:
-        url = self.server_url + self.session.campaign_path
+        url = self.shuffler_url + self.session.campaign_path
         return self._get(CampaignView, url, "campaign", fresh=fresh)
 
     def campaign(self) -> CampaignView:
         """Fetch the campaign view and key config, verify them, pin key id and config hash."""
         s = self.session
         view = self._view()
-        hpke = self._get(HpkeConfig, self.server_url + s.campaign_path + "/hpke-config",
+        hpke = self._get(HpkeConfig, self.shuffler_url + s.campaign_path + "/hpke-config",
                          "key config")
         return s.accept_campaign(view, hpke)
 
