@@ -181,9 +181,9 @@ async def submit(campaign_id: str, round_number: Round,
 
 
 @rounds.get("", response_model=ShufflerRoundStatus)
-async def round_status(campaign_id: str, round_number: Round,
-                       service: Service) -> ShufflerRoundStatus:
-    return await service.round_status(campaign_id, round_number)
+async def round_status(campaign_id: str, round_number: Round, service: Service) -> Response:
+    body = await service.round_status_json(campaign_id, round_number)
+    return Response(body, media_type="application/json")
 
 
 @rounds.post("/release", response_model=ReleaseResponse, status_code=202,

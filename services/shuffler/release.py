@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Callable
 
 from segshuffle.core import rules
 from segshuffle.wire.models import BatchChunk, CampaignView, b64url_encode
@@ -87,6 +88,13 @@ class Releaser:
         self._tasks: dict[tuple[str, int], asyncio.Task[RoundRecord]] = {}
         self.last_error: dict[tuple[str, int], str] = {}
         """Why the latest delivery attempt of a round failed (cleared on success)."""
+        self.on_change: Callable[[str, int], None] | None = None
+        """Called on the event loop with (campaign_id, round) when forwarding changes a
+        round's state (delivered, or a failed attempt)."""
+
+    def _changed(self, campaign_id: str, round_number: int) -> None:
+        if self.on_change is not None:
+            self.on_change(campaign_id, round_number)
 
     # -- step 1 ------------------------------------------------------------------------
     def start(self, campaign_id: str, round_number: int, required: int) -> RoundRecord:
@@ -141,6 +149,7 @@ class Releaser:
             if outcome:
                 finished = await asyncio.to_thread(self.storage.finish_release, record)
                 self.last_error.pop((record.campaign_id, record.round), None)
+                self._changed(record.campaign_id, record.round)
                 log.info("round released: campaign=%s round=%d", record.campaign_id,
                          record.round)
                 return finished
@@ -196,6 +205,7 @@ class Releaser:
                     backoff: Backoff) -> None:
         delay = backoff.next_delay()
         self.last_error[(record.campaign_id, record.round)] = f"{what}: {exc}"
+        self._changed(record.campaign_id, record.round)
         level = logging.INFO if exc.transient else logging.WARNING
         log.log(level, "forwarding %s of campaign=%s round=%d failed (%s); retry in %.2fs",
                 what, record.campaign_id, record.round, exc, delay)

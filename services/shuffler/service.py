@@ -25,6 +25,7 @@ from segshuffle.wire.models import (
     b64url_decode,
 )
 
+from .cache import Fetched, SingleFlightCache
 from .enrollment import AuthenticationError, EnrollmentPolicy, EnrollmentRefusedError
 from .release import DATA, LEVELS, Releaser, required_participants
 from .settings import Settings
@@ -76,6 +77,9 @@ class ShufflerService:
         self.policy = policy
         self.server = server
         self.releaser = releaser
+        self.statuses: SingleFlightCache[bytes] = SingleFlightCache(
+            max_entries=settings.document_cache_entries, ttl=settings.campaign_cache_seconds)
+        releaser.on_change = self.status_changed
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> int:
@@ -185,6 +189,7 @@ class ShufflerService:
             raise errors.AlreadySubmittedError(str(exc)) from None
         except RoundClosedError as exc:
             raise errors.WrongPhaseError(str(exc)) from None
+        self.status_changed(campaign_id, round_number)
         if self.settings.auto_release and count >= self.settings.auto_release:
             await self._auto_release(view, round_number)
 
@@ -201,6 +206,7 @@ class ShufflerService:
             raise errors.NotEnoughParticipantsError(
                 str(exc), extra={"participants": exc.participants,
                                  "required": exc.required}) from None
+        self.status_changed(view.id, round_number)
         return record, True
 
     async def _auto_release(self, view: CampaignView, round_number: int) -> None:
@@ -215,10 +221,8 @@ class ShufflerService:
     async def round_status(self, campaign_id: str, round_number: int) -> ShufflerRoundStatus:
         """Participants, threshold and release state of a round."""
         view = await self.campaign_view(campaign_id)
-        participants = await run_in_threadpool(self.storage.participants, campaign_id,
-                                               round_number)
-        record = await run_in_threadpool(self.storage.round_record, campaign_id, round_number)
-        required = await run_in_threadpool(self.required_for, view, round_number)
+        participants, record, required = await run_in_threadpool(
+            self._status_rows, view, round_number)
         state = OPEN if record is None else record.state
         return ShufflerRoundStatus(
             campaign_id=campaign_id, round=round_number, participants=participants,
@@ -227,6 +231,27 @@ class ShufflerService:
             last_error=self.releaser.last_error.get((campaign_id, round_number))
             if state == "releasing" else None,
         )
+
+    def _status_rows(self, view: CampaignView, round_number: int) -> tuple[int, Any, int]:
+        """The storage reads of a round status, in one trip to the thread pool."""
+        return (self.storage.participants(view.id, round_number),
+                self.storage.round_record(view.id, round_number),
+                self.required_for(view, round_number))
+
+    async def round_status_json(self, campaign_id: str, round_number: int) -> bytes:
+        """The serialized round status, shared by concurrent and repeated requests for up
+        to ``campaign_cache_seconds`` (single flight); submissions and releases of this
+        process refresh it at once, the progress of a release in the background within
+        that time."""
+        async def fetch() -> Fetched[bytes]:
+            status = await self.round_status(campaign_id, round_number)
+            return Fetched(status.model_dump_json().encode())
+
+        return (await self.statuses.get((campaign_id, round_number), fetch)).value
+
+    def status_changed(self, campaign_id: str, round_number: int) -> None:
+        """Forget the cached status of a round (after a submission or a release step)."""
+        self.statuses.discard((campaign_id, round_number))
 
     async def release(self, campaign_id: str, round_number: int,
                       wait: bool) -> tuple[ReleaseResponse, bool]:
