@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 from segshuffle.services.server import create_app as create_server
 from segshuffle.services.shuffler.app import create_app as create_shuffler
 from segshuffle.services.shuffler.settings import Settings as ShufflerSettings
-from segshuffle.services.shuffler.upstream import ServerLink, server_path
+from segshuffle.services.shuffler.upstream import ServerLink
 
 from .test_server_support import ADMIN, SHUFFLER_TOKEN, make_settings
 
@@ -229,6 +229,8 @@ def test_valid_id_still_enrolls(services: Services) -> None:
 
 
 def test_upstream_paths_are_escaped() -> None:
+    from segshuffle.services.shuffler.upstream import server_path
+
     assert server_path("c1") == "/v1/campaigns/c1"
     assert server_path("d1#x", "rounds", 1) == "/v1/campaigns/d1%23x/rounds/1"
     assert server_path("a/b?c=d\n") == "/v1/campaigns/a%2Fb%3Fc%3Dd%0A"
