@@ -46,6 +46,7 @@ from .service import PHASE_OF_ROUND, ShufflerRoundStatus, ShufflerService, unaut
 from .settings import Settings
 from .storage import Storage
 from .upstream import ServerLink
+from .vault import RoundKeys
 
 log = logging.getLogger("segshuffle.shuffler")
 
@@ -168,7 +169,8 @@ def create_app(
     server = link or ServerLink(settings.server_url, settings.server_token,
                                 timeout=settings.forward_timeout,
                                 cache_seconds=settings.campaign_cache_seconds)
-    releaser = Releaser(storage, server, chunk_size=settings.chunk_size,
+    keys = RoundKeys(settings.key_directory or f"{settings.database}.keys")
+    releaser = Releaser(storage, server, keys, chunk_size=settings.chunk_size,
                         backoff_initial=backoff_initial, backoff_max=backoff_max)
     service = ShufflerService(settings, storage, policy, server, releaser)
 
