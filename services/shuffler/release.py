@@ -33,12 +33,13 @@ import random
 import secrets
 
 from segshuffle.core import rules
+from segshuffle.services import errors
 from segshuffle.wire.models import BatchChunk, CampaignView, b64url_encode
 
 from .permutation import ReleaseOrder
 from .storage_api import RoundRecord, ShufflerStorage, StorageError
 from .upstream import ServerLink, UpstreamError
-from .vault import RoundKeys
+from .vault import RoundKeyMissingError, RoundKeys
 
 log = logging.getLogger("segshuffle.shuffler")
 
@@ -171,7 +172,20 @@ class Releaser:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def forward(self, record: RoundRecord) -> RoundRecord:
-        """Deliver every chunk, then ``complete``; retries until the server acknowledges."""
+        """Deliver every chunk, then ``complete``; retries until the server acknowledges.
+
+        Raises ``unavailable`` if the round key or a stored message is gone: such a round
+        can never be released, and retrying would only hide it.
+        """
+        try:
+            return await self._forward(record)
+        except (RoundKeyMissingError, StorageError) as exc:
+            self.last_error[(record.campaign_id, record.round)] = str(exc)
+            log.error("release of campaign=%s round=%d cannot proceed: %s",
+                      record.campaign_id, record.round, exc)
+            raise errors.UnavailableError(f"the round cannot be released: {exc}") from None
+
+    async def _forward(self, record: RoundRecord) -> RoundRecord:
         backoff = Backoff(self.backoff_initial, self.backoff_max)
         while True:
             done = await asyncio.to_thread(self.storage.acknowledged, record)
