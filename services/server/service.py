@@ -147,6 +147,7 @@ class ServerService:
             parameters=(PublishedParameters.model_validate(record.parameters)
                         if record.parameters is not None else None),
             parameters_hash=record.parameters_hash,
+            end_reason=record.end_reason,
         )
 
     def view_json(self, campaign_id: str) -> bytes:
@@ -166,9 +167,11 @@ class ServerService:
     def results(self, campaign_id: str) -> Results:
         record = self.campaign(campaign_id)
         if record.phase != "done" or record.results is None:
+            extra = {"phase": record.phase}
+            if record.end_reason is not None:
+                extra["end_reason"] = record.end_reason
             raise errors.WrongPhaseError(f"campaign {campaign_id!r} is in phase {record.phase}; "
-                                         "results exist once round 2 is complete",
-                                         extra={"phase": record.phase})
+                                         "results exist once round 2 is complete", extra=extra)
         return Results.model_validate(record.results)
 
     # -- batch intake ------------------------------------------------------------------------
@@ -302,26 +305,37 @@ class ServerService:
             "campaign_id": campaign_id, "round": round_, "batch_id": batch_id,
             "streams": summaries, "failures": failures, "failures_omitted": omitted,
         }
-        if round_ == 1:
-            parameters, summary = self._round1_parameters(record, config, observed)
-            parameters_hash = parameters.hash_hex()
-            completion.update(phase="round2", parameters_hash=parameters_hash)
-        else:
-            results = self._round2_results(record, config, observed, summaries)
-            completion.update(phase="done", parameters_hash=record.parameters_hash)
+        failure: str | None = None
+        try:
+            if round_ == 1:
+                parameters, summary = self._round1_parameters(record, config, observed)
+                parameters_hash = parameters.hash_hex()
+                completion.update(phase="round2", parameters_hash=parameters_hash)
+            else:
+                results = self._round2_results(record, config, observed, summaries)
+                completion.update(phase="done", parameters_hash=record.parameters_hash)
+        except (errors.NotEnoughParticipantsError, errors.OptimizationFailedError) as exc:
+            # The round cannot be finished, now or ever: close it as failed rather than
+            # refuse and be asked again forever.
+            failure = f"round {round_}: {exc.detail}"
+            completion.update(phase="failed", end_reason=failure)
         with self.repository.transaction() as tx:
             stored = tx.batch(campaign_id, round_)
             if stored is not None and stored.completion is not None:
                 return BatchCompletion.model_validate(stored.completion)
             self._require_phase(campaign_id, tx.phase(campaign_id), round_)
             tx.complete_batch(campaign_id, round_, completion)
-            if round_ == 1:
+            if failure is not None:
+                tx.end_campaign(campaign_id, "failed", failure)
+            elif round_ == 1:
                 tx.publish_parameters(campaign_id, parameters.model_dump(mode="json"),
                                       parameters_hash, summary)
             else:
                 tx.store_results(campaign_id, results)
             tx.delete_nonces(campaign_id, round_)  # they only served replay detection
-        if round_ == 1:
+        if failure is not None:
+            log.warning("campaign %s failed: %s", campaign_id, failure)
+        elif round_ == 1:
             log.info("campaign %s round 1 complete: n=%d n_min=%d m=%.6g (%s blanket, %d "
                      "messages per user), parameters published", campaign_id, parameters.users,
                      parameters.accounting_users, parameters.m, parameters.blanket_mode,
@@ -331,6 +345,27 @@ class ServerService:
                      campaign_id, sum(observed), results["round2_messages"],
                      results["dropped_messages"])
         return BatchCompletion.model_validate(completion)
+
+    def abort(self, campaign_id: str, reason: str) -> CampaignView:
+        """End a campaign that is collecting (round 1 or 2) without results (idempotent).
+
+        Every later chunk or completion of it is refused as ``wrong-phase``; the shuffler
+        learns the phase from the view and forgets the campaign's open rounds.
+        """
+        with self.repository.transaction() as tx:
+            phase = tx.phase(campaign_id)
+            if phase is None:
+                raise errors.UnknownCampaignError(f"no campaign {campaign_id!r}")
+            if phase in ("round1", "round2"):
+                tx.end_campaign(campaign_id, "aborted", reason)
+                for round_ in (1, 2):
+                    tx.delete_nonces(campaign_id, round_)
+            elif phase != "aborted":
+                raise errors.WrongPhaseError(f"campaign {campaign_id!r} has ended ({phase})",
+                                             extra={"phase": phase})
+        if phase != "aborted":
+            log.warning("campaign %s aborted: %s", campaign_id, reason)
+        return self.view(self.campaign(campaign_id))
 
     @staticmethod
     def _require_phase(campaign_id: str, phase: str | None, round_: int) -> None:

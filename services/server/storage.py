@@ -10,7 +10,8 @@ about a user:
 
 - ``campaigns``: the normalized configuration and its hash, the key id and public
   key (the private key lives in its own 0600 file, :mod:`.keys`), the phase, the
-  published round-2 parameters and the decoded results (JSON).
+  published round-2 parameters and the decoded results (JSON), or why the campaign
+  ended without results.
 - ``batches``: the one batch id pinned per (campaign, round) and, once complete, the
   stored completion answer (so a repeated ``complete`` is idempotent).
 - ``chunks``: one row per (campaign, round, stream, chunk index) with a digest of
@@ -94,8 +95,13 @@ CREATE TABLE IF NOT EXISTS nonces (
 ) WITHOUT ROWID;
 """
 
+_SCHEMA_2 = """
+ALTER TABLE campaigns ADD COLUMN end_reason TEXT;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "campaigns, batches, chunks, counts, nonces", _SCHEMA_1),
+    Migration(2, "why a failed or aborted campaign ended", _SCHEMA_2),
 )
 """The server's schema, in order (:mod:`segshuffle.services.sqlite_base`); append only."""
 
@@ -136,7 +142,8 @@ class Repository(SQLiteStore):
         with self._lock:
             row = self._db.execute(
                 "SELECT id, config_json, config_hash, key_id, public_key, phase, parameters_json,"
-                " parameters_hash, round1_json, results_json FROM campaigns WHERE id = ?",
+                " parameters_hash, round1_json, results_json, end_reason FROM campaigns"
+                " WHERE id = ?",
                 (campaign_id,),
             ).fetchone()
         if row is None:
@@ -145,6 +152,7 @@ class Repository(SQLiteStore):
             id=row[0], config=json.loads(row[1]), config_hash=row[2], key_id=row[3],
             public_key=bytes(row[4]), phase=row[5], parameters=_loads(row[6]),
             parameters_hash=row[7], round1=_loads(row[8]), results=_loads(row[9]),
+            end_reason=row[10],
         )
 
     def phase(self, campaign_id: str) -> str | None:
@@ -267,6 +275,10 @@ class SQLiteTransaction:
     def store_results(self, campaign_id: str, results: Mapping[str, Any]) -> None:
         self._db.execute("UPDATE campaigns SET phase = 'done', results_json = ? WHERE id = ?",
                          (_dumps(results), campaign_id))
+
+    def end_campaign(self, campaign_id: str, phase: str, reason: str) -> None:
+        self._db.execute("UPDATE campaigns SET phase = ?, end_reason = ? WHERE id = ?",
+                         (phase, reason, campaign_id))
 
     def delete_nonces(self, campaign_id: str, round_: int) -> None:
         self._db.execute("DELETE FROM nonces WHERE campaign_id = ? AND round = ?",

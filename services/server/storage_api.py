@@ -39,6 +39,7 @@ class CampaignRecord:
     parameters_hash: str | None
     round1: dict[str, Any] | None
     results: dict[str, Any] | None
+    end_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,10 @@ class ServerTransaction(Protocol):
 
     def store_results(self, campaign_id: str, results: Mapping[str, Any]) -> None:
         """Store the decoded results; phase ``done``."""
+        ...
+
+    def end_campaign(self, campaign_id: str, phase: str, reason: str) -> None:
+        """End the campaign without results: phase ``failed`` or ``aborted``, and why."""
         ...
 
     def delete_nonces(self, campaign_id: str, round_: int) -> None:
