@@ -13,15 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from segshuffle.services.server.storage import Repository
 from segshuffle.services.server.storage_api import (
     NULL_VALUE,
-    AcceptedMessage,
     BatchRecord,
+    ChunkRecord,
     ConflictError,
     ServerStorage,
     StoredChunk,
@@ -34,6 +33,8 @@ from segshuffle.services.shuffler.storage_api import (
     NotEnoughParticipantsError,
     RoundClosedError,
     ShufflerStorage,
+    StorageError,
+    StoredMessage,
 )
 
 SERVER_BACKENDS: dict[str, Callable[[Path], ServerStorage]] = {
@@ -60,22 +61,14 @@ def shuffler(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Shuffle
 
 # -- server ----------------------------------------------------------------------------------
 
-def _receipt(replays: list[int], kept: int) -> dict[str, Any]:
-    return {"replays": replays, "accepted": kept}
-
-
 def _create(server: ServerStorage, campaign_id: str = "c1") -> None:
     server.create_campaign(campaign_id, {"id": campaign_id, "n": 1}, "hash-" + campaign_id,
                            "key-1", b"public")
 
 
-def _store(server: ServerStorage, *, round_: int = 1, batch: str = "b1", stream: str = "levels",
-           index: int = 0, count: int = 2, messages: list[tuple[int | None, bytes]] | None = None
-           ) -> dict[str, Any]:
-    accepted = [(i, AcceptedMessage(value, nonce))
-                for i, (value, nonce) in enumerate(messages or [])]
-    return server.store_chunk("c1", round_, batch, stream, index, count,
-                              f"digest-{stream}-{index}".encode(), accepted, _receipt)
+def _chunk(batch: str = "b1", count: int = 2, tag: str = "x") -> ChunkRecord:
+    return ChunkRecord(batch_id=batch, chunk_count=count, digest=f"digest-{tag}".encode(),
+                       receipt={"tag": tag})
 
 
 def test_server_campaigns(server: ServerStorage) -> None:
@@ -93,61 +86,73 @@ def test_server_campaigns(server: ServerStorage) -> None:
     assert server.campaign_ids() == ["a0", "c1"]
 
 
-def test_server_chunks_pin_the_batch_count_values_and_drop_replays(server: ServerStorage) -> None:
+def test_server_transaction_pins_batches_nonces_counts_and_chunks(
+        server: ServerStorage) -> None:
     _create(server)
     assert server.batch("c1", 1) is None
-    receipt = _store(server, messages=[(0, b"n1"), (1, b"n2"), (None, b"n3"), (1, b"n1")])
-    assert receipt == {"replays": [3], "accepted": 3}
+    with server.transaction() as tx:
+        assert tx.phase("c1") == "round1" and tx.phase("nope") is None
+        assert tx.batch("c1", 1) is None
+        tx.pin_batch("c1", 1, "b1")
+        assert tx.batch("c1", 1) == BatchRecord("b1", None)
+        assert tx.insert_nonces("c1", 1, [b"n1", b"n2", b"n1"]) == [True, True, False]
+        assert tx.insert_nonces("c1", 1, [b"n2", b"n3"]) == [False, True]
+        assert tx.insert_nonces("c1", 2, [b"n1"]) == [True]  # rounds are separate
+        tx.add_counts("c1", 1, "levels", {0: 2, NULL_VALUE: 1})
+        tx.add_counts("c1", 1, "levels", {0: 1, 3: 4})
+        assert tx.chunk("c1", 1, "levels", 0) is None
+        tx.put_chunk("c1", 1, "levels", 0, _chunk())
+        assert tx.chunk("c1", 1, "levels", 0) == _chunk()
     assert server.batch("c1", 1) == BatchRecord("b1", None)
-    assert server.counts("c1", 1, "levels") == {0: 1, 1: 1, NULL_VALUE: 1}
-    stored = server.chunk("c1", 1, "levels", 0)
-    assert stored is not None
-    assert (stored.batch_id, stored.chunk_count, stored.digest, stored.receipt) == (
-        "b1", 2, b"digest-levels-0", receipt)
+    assert server.counts("c1", 1, "levels") == {0: 3, 3: 4, NULL_VALUE: 1}
+    assert server.counts("c1", 1, "data") == {}
+    assert server.chunk("c1", 1, "levels", 0) == _chunk()
     assert server.chunk("c1", 1, "levels", 1) is None
-    _store(server, index=1, messages=[(0, b"n4"), (0, b"n2")])
+    with server.transaction() as tx:
+        tx.put_chunk("c1", 1, "levels", 1, _chunk(tag="y"))
     assert server.stream_chunks("c1", 1, "levels") == [
-        StoredChunk(0, 2, receipt), StoredChunk(1, 2, {"replays": [1], "accepted": 1})]
-    assert server.counts("c1", 1, "levels") == {0: 2, 1: 1, NULL_VALUE: 1}
+        StoredChunk(0, 2, {"tag": "x"}), StoredChunk(1, 2, {"tag": "y"})]
     assert server.stream_chunks("c1", 1, "data") == []
-    with pytest.raises(ConflictError):
-        _store(server, index=0)
-    with pytest.raises(ConflictError):
-        _store(server, batch="b2", index=1)
-    with pytest.raises(ConflictError):
-        _store(server, round_=2, stream="data")
+
+
+def test_server_transaction_rolls_back_on_error(server: ServerStorage) -> None:
+    _create(server)
+    with pytest.raises(RuntimeError), server.transaction() as tx:
+        tx.pin_batch("c1", 1, "b1")
+        tx.insert_nonces("c1", 1, [b"n1"])
+        tx.add_counts("c1", 1, "levels", {0: 1})
+        raise RuntimeError("abandon")
+    assert server.batch("c1", 1) is None and server.counts("c1", 1, "levels") == {}
+    with server.transaction() as tx:
+        assert tx.insert_nonces("c1", 1, [b"n1"]) == [True]
 
 
 def test_server_round_completion(server: ServerStorage) -> None:
     _create(server)
-    _store(server, count=1, messages=[(0, b"n1")])
-    with pytest.raises(ConflictError):
-        server.finish_round1("c1", "other", {"done": 1}, {"p": 1}, "ph", {"r": 1})
-    server.finish_round1("c1", "b1", {"done": 1}, {"p": 1}, "ph", {"r": 1})
+    with server.transaction() as tx:
+        tx.pin_batch("c1", 1, "b1")
+        tx.insert_nonces("c1", 1, [b"n1"])
+    with server.transaction() as tx:
+        tx.complete_batch("c1", 1, {"done": 1})
+        tx.publish_parameters("c1", {"p": 1}, "ph", {"r": 1})
+        tx.delete_nonces("c1", 1)
     record = server.campaign("c1")
     assert record is not None
     assert (record.phase, record.parameters, record.parameters_hash, record.round1) == (
         "round2", {"p": 1}, "ph", {"r": 1})
+    assert server.phase("c1") == "round2"
     assert server.batch("c1", 1) == BatchRecord("b1", {"done": 1})
-    with pytest.raises(ConflictError):
-        server.finish_round1("c1", "b1", {"done": 1}, {"p": 1}, "ph", {"r": 1})
-    with pytest.raises(ConflictError):
-        _store(server, index=0, count=1)
-    _store(server, round_=2, batch="b2", stream="data", count=1, messages=[(3, b"n1")])
-    assert server.counts("c1", 2, "data") == {3: 1}
-    server.finish_round2("c1", "b2", {"done": 2}, {"estimate": [1]})
+    with server.transaction() as tx:
+        assert tx.insert_nonces("c1", 1, [b"n1"]) == [True]  # the round's nonces are gone
+        tx.pin_batch("c1", 2, "b2")
+        tx.complete_batch("c1", 2, {"done": 2})
+        tx.store_results("c1", {"estimate": [1]})
     record = server.campaign("c1")
     assert record is not None and (record.phase, record.results) == ("done", {"estimate": [1]})
     assert server.batch("c1", 2) == BatchRecord("b2", {"done": 2})
-    with pytest.raises(ConflictError):
-        server.finish_round2("c1", "b2", {"done": 2}, {"estimate": [1]})
 
 
 # -- shuffler --------------------------------------------------------------------------------
-
-def _reverse(n: int) -> list[int]:
-    return list(range(n))[::-1]
-
 
 def test_shuffler_tokens(shuffler: ShufflerStorage) -> None:
     assert shuffler.ping()
@@ -156,40 +161,57 @@ def test_shuffler_tokens(shuffler: ShufflerStorage) -> None:
     assert shuffler.token_campaign(b"t" * 32) == "c"
 
 
+def _rows(streams: dict[str, list[bytes]]) -> list[StoredMessage]:
+    """One message per value, row keys derived from the value (distinct, 16 bytes)."""
+    return [StoredMessage(stream, (stream.encode() + value).ljust(16, b"\x00"), value)
+            for stream, values in streams.items() for value in values]
+
+
+def _keys(packed: bytes) -> list[bytes]:
+    return [packed[i:i + 16] for i in range(0, len(packed), 16)]
+
+
 def test_shuffler_submissions(shuffler: ShufflerStorage) -> None:
     assert shuffler.participants("c", 1) == 0
-    assert shuffler.submit("c", 1, b"u1", {"levels": [b"a"], "data": [b"x", b"y"]}) == 1
-    assert shuffler.submit("c", 1, b"u2", {"levels": [b"b"], "data": []}) == 2
+    assert shuffler.submit("c", 1, b"u1", _rows({"levels": [b"a"], "data": [b"x", b"y"]})) == 1
+    assert shuffler.submit("c", 1, b"u2", _rows({"levels": [b"b"], "data": []})) == 2
     with pytest.raises(AlreadySubmittedError):
-        shuffler.submit("c", 1, b"u1", {"levels": [b"c"]})
+        shuffler.submit("c", 1, b"u1", _rows({"levels": [b"c"]}))
     assert shuffler.participants("c", 1) == 2 and shuffler.participants("c", 2) == 0
     assert shuffler.has_submitted("c", 1, b"u1") and not shuffler.has_submitted("c", 2, b"u1")
     assert shuffler.pending_count("c", 1, "levels") == 2
     assert shuffler.pending_count("c", 1, "data") == 2
     assert shuffler.round_record("c", 1) is None
+    assert shuffler.rounds_with_messages() == [("c", 1)]
 
 
 def test_shuffler_release_lifecycle(shuffler: ShufflerStorage) -> None:
     for i in range(3):
-        shuffler.submit("c", 1, f"u{i}".encode(), {"levels": [bytes([i])]})
+        shuffler.submit("c", 1, f"u{i}".encode(), _rows({"levels": [bytes([i])]}))
     with pytest.raises(NotEnoughParticipantsError) as refused:
-        shuffler.start_release("c", 1, minimum=4, chunk_size=2, streams=["levels", "data"])
+        shuffler.close_round("c", 1, minimum=4, batch_id="b0", chunk_size=2,
+                             streams=["levels", "data"])
     assert (refused.value.participants, refused.value.required) == (3, 4)
     assert shuffler.round_record("c", 1) is None
-    record = shuffler.start_release("c", 1, minimum=3, chunk_size=2,
-                                    streams=["levels", "data"], permutation=_reverse)
-    assert (record.campaign_id, record.round, record.state, record.participants,
-            record.chunk_size) == ("c", 1, RELEASING, 3, 2)
+    record = shuffler.close_round("c", 1, minimum=3, batch_id="b1", chunk_size=2,
+                                  streams=["levels", "data"])
+    assert (record.campaign_id, record.round, record.state, record.batch_id,
+            record.participants, record.chunk_size) == ("c", 1, RELEASING, "b1", 3, 2)
     assert dict(record.stream_sizes) == {"levels": 3, "data": 0}
     assert record.chunk_count("levels") == 2 and record.chunk_count("data") == 1
-    again = shuffler.start_release("c", 1, minimum=3, chunk_size=5, streams=["levels"])
+    again = shuffler.close_round("c", 1, minimum=3, batch_id="b2", chunk_size=5,
+                                 streams=["levels"])
     assert again == record == shuffler.round_record("c", 1)
-    assert shuffler.pending_count("c", 1, "levels") == 0
     with pytest.raises(RoundClosedError):
-        shuffler.submit("c", 1, b"late", {"levels": [b"z"]})
-    released = shuffler.chunk(record, "levels", 0) + shuffler.chunk(record, "levels", 1)
-    assert sorted(released) == [b"\x00", b"\x01", b"\x02"]
-    assert shuffler.chunk(record, "data", 0) == []
+        shuffler.submit("c", 1, b"late", _rows({"levels": [b"z"]}))
+    keys = _keys(shuffler.row_keys("c", 1, "levels"))
+    assert sorted(keys) == sorted(m.row_key for m in _rows({"levels": [b"\x00", b"\x01",
+                                                                       b"\x02"]}))
+    assert shuffler.sealed_messages("c", 1, "levels", keys[::-1]) == [
+        key[6:7] for key in keys[::-1]]  # in the order asked for
+    with pytest.raises(StorageError):
+        shuffler.sealed_messages("c", 1, "levels", [b"?" * 16])
+    assert shuffler.row_keys("c", 1, "data") == b""
     assert shuffler.releasing() == [record]
     shuffler.acknowledge(record, "levels", 0)
     shuffler.acknowledge(record, "levels", 0)
@@ -200,21 +222,19 @@ def test_shuffler_release_lifecycle(shuffler: ShufflerStorage) -> None:
     finished = shuffler.finish_release(record)
     assert finished.state == RELEASED and finished.batch_id == record.batch_id
     assert shuffler.round_record("c", 1) == finished
-    assert shuffler.releasing() == []
-    assert shuffler.chunk(record, "levels", 0) == []
+    assert shuffler.releasing() == [] and shuffler.rounds_with_messages() == []
+    assert shuffler.row_keys("c", 1, "levels") == b""
     assert shuffler.acknowledged(record) == set()
+    assert not shuffler.has_submitted("c", 1, b"u0")
+    assert shuffler.participants("c", 1) == 3
 
 
-def test_shuffler_release_uses_the_given_permutation(shuffler: ShufflerStorage) -> None:
-    sizes: list[int] = []
-
-    def permutation(n: int) -> list[int]:
-        sizes.append(n)
-        return _reverse(n)
-
-    shuffler.submit("c", 1, b"u", {"levels": [b"a", b"b", b"c"], "data": [b"x"]})
-    record = shuffler.start_release("c", 1, minimum=1, chunk_size=10,
-                                    streams=["levels", "data"], permutation=permutation)
-    assert sorted(sizes) == [1, 3]
-    assert sorted(shuffler.chunk(record, "levels", 0)) == [b"a", b"b", b"c"]
-    assert shuffler.chunk(record, "data", 0) == [b"x"]
+def test_shuffler_forgets_a_campaigns_tokens_after_round_two(shuffler: ShufflerStorage) -> None:
+    shuffler.add_token("c", b"t" * 32)
+    shuffler.add_token("d", b"u" * 32)
+    shuffler.submit("c", 2, b"t" * 32, _rows({"levels": [b"a"], "data": [b"x"]}))
+    record = shuffler.close_round("c", 2, minimum=1, batch_id="b", chunk_size=10,
+                                  streams=["levels", "data"])
+    shuffler.finish_release(record)
+    assert shuffler.token_campaign(b"t" * 32) is None
+    assert shuffler.token_campaign(b"u" * 32) == "d"

@@ -28,21 +28,26 @@ carry campaign ids, rounds and counts only.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from segshuffle import __version__
 from segshuffle.services.http_cache import document_response
-from segshuffle.services.http_edge import Health, bearer_token, health_router, install_edge
+from segshuffle.services.http_edge import (
+    Health,
+    bearer_token,
+    health_router,
+    install_edge,
+    read_json,
+)
+from segshuffle.services.http_edge import campaign_id as parse_campaign_id
+from segshuffle.services.http_edge import round_number as parse_round
 from segshuffle.wire.models import (
-    ID_PATTERN,
     CampaignView,
     EnrollmentRequest,
     EnrollmentResponse,
@@ -52,7 +57,6 @@ from segshuffle.wire.models import (
     Round2Submission,
     SubmissionReceipt,
 )
-from segshuffle.wire.problems import Problem
 
 from .enrollment import EnrollmentPolicy, OneTimeTokenEnrollment
 from .release import Releaser
@@ -60,6 +64,7 @@ from .service import PHASE_OF_ROUND, ShufflerRoundStatus, ShufflerService, unaut
 from .settings import Settings
 from .storage import Storage
 from .upstream import KEY_CONFIG, VIEW, ServerLink
+from .vault import RoundKeys
 
 log = logging.getLogger("segshuffle.shuffler")
 
@@ -67,22 +72,15 @@ __all__ = ["PHASE_OF_ROUND", "Health", "ShufflerRoundStatus", "create_app"]
 
 
 # -- request parsing and authentication (dependencies) ---------------------------------
-_ID = re.compile(ID_PATTERN)
-
-
 def valid_campaign_id(campaign_id: str) -> str:
     """The ``campaign_id`` path parameter, which must match ``ID_PATTERN``; checked first
     on every route, so no other id reaches storage, the enrollment policy or a URL."""
-    if not _ID.fullmatch(campaign_id):
-        raise Problem("unknown-campaign", "no such campaign (invalid campaign id)")
-    return campaign_id
+    return parse_campaign_id(campaign_id)
 
 
-def round_number_of(round_number: int) -> int:
+def round_number_of(round_number: str) -> int:
     """The ``round_number`` path parameter, 1 or 2."""
-    if round_number not in (1, 2):
-        raise Problem("unknown-round", f"rounds are 1 and 2, got {round_number}")
-    return round_number
+    return parse_round(round_number)
 
 
 def user_token(authorization: Annotated[str | None, Header()] = None) -> str:
@@ -107,19 +105,6 @@ def operator(request: Request,
 
 Round = Annotated[int, Depends(round_number_of)]
 Service = Annotated[ShufflerService, Depends(service_of)]
-
-
-async def json_body(request: Request, model: type[BaseModel]) -> Any:
-    """Parse and validate a JSON body strictly; errors become problems via the handlers."""
-    media = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
-    if media not in {"application/json", ""} and not media.endswith("+json"):
-        raise Problem("unsupported-media-type", "the request body must be application/json")
-    raw = await request.body()
-    try:
-        return model.model_validate_json(raw)
-    except ValidationError as exc:
-        errors = [{**e, "loc": ("body", *e.get("loc", ()))} for e in exc.errors()]
-        raise RequestValidationError(errors) from None
 
 
 def _openapi_body(*models: type[BaseModel]) -> dict[str, Any]:
@@ -162,7 +147,7 @@ async def key_config(campaign_id: str, request: Request, service: Service) -> Re
                 "application/json": {"schema": EnrollmentRequest.model_json_schema()}}}})
 async def enroll(campaign_id: str, request: Request, service: Service) -> EnrollmentResponse:
     raw = await request.body()
-    body = (await json_body(request, EnrollmentRequest)) if raw.strip() else \
+    body = (await read_json(request, EnrollmentRequest)) if raw.strip() else \
         EnrollmentRequest()
     token = await service.enroll(campaign_id, body.invitation)
     return EnrollmentResponse(campaign_id=campaign_id, token=token)
@@ -175,7 +160,7 @@ async def submit(campaign_id: str, round_number: Round,
                  token: Annotated[str, Depends(user_token)], request: Request,
                  service: Service) -> SubmissionReceipt:
     model = Round1Submission if round_number == 1 else Round2Submission
-    body = await json_body(request, model)
+    body = await read_json(request, model)
     await service.submit(campaign_id, round_number, token, body)
     return SubmissionReceipt(campaign_id=campaign_id, round=round_number, accepted=True)
 
@@ -219,7 +204,9 @@ def create_app(
                                 cache_entries=settings.document_cache_entries,
                                 max_connections=settings.upstream_connections,
                                 pool_timeout=settings.upstream_pool_timeout)
-    releaser = Releaser(storage, server, chunk_size=settings.chunk_size,
+    keys = RoundKeys(settings.key_directory or f"{settings.database}.keys")
+    releaser = Releaser(storage, server, keys, chunk_size=settings.chunk_size,
+                        retry_seconds=settings.release_retry_seconds,
                         backoff_initial=backoff_initial, backoff_max=backoff_max)
     service = ShufflerService(settings, storage, policy, server, releaser)
 

@@ -1,18 +1,25 @@
-"""Releasing a round: fix the permutation, forward it in chunks, complete, resume after a crash.
+"""Releasing a round: close it, forward it in chunks in its secret order, complete, forget.
 
-A release has two steps (docs/protocol.md sections 1 and 2):
+A release has three steps (docs/protocol.md sections 1 and 2):
 
-1. :meth:`Releaser.start` closes the round in one database transaction, only if
-   it has at least the required number of distinct participants, and stores
-   every stream in the order of a fresh CSPRNG permutation
-   (:meth:`Storage.start_release`).  From then on the batch is fixed.
+1. :meth:`Releaser.start` draws a batch id and closes the round in one database
+   transaction, only if it has at least the required number of distinct participants
+   (:meth:`ShufflerStorage.close_round`).  From then on the batch is fixed: no
+   message is added or removed.
 2. :meth:`Releaser.forward` sends each stream to the server in chunks of
-   ``chunk_size`` ciphertexts (``PUT .../batches/{batch_id}`` with
-   ``chunk_index``/``chunk_count``; the server stores a chunk idempotently per
-   (batch, stream, index)), records every acknowledged chunk, then calls
-   ``complete``.  Any failure is retried with capped exponential backoff and
-   jitter until the server acknowledges; a restart resumes every batch still in
-   the ``releasing`` state, skipping acknowledged chunks.
+   ``chunk_size`` ciphertexts, in the release order computed from the round key
+   (:mod:`.permutation`; the order exists only in memory and is recomputed
+   identically after a restart), each message unsealed from its stored form
+   (:mod:`.vault`).  ``PUT .../batches/{batch_id}`` carries ``chunk_index`` and
+   ``chunk_count``; the server stores a chunk idempotently per (batch, stream, index).
+   Every acknowledged chunk is recorded, then ``complete`` is called.  Network
+   errors, 5xx and 429 are retried with capped exponential backoff and jitter for at
+   most ``retry_seconds``; any other refusal stops forwarding (the round stays
+   ``releasing`` and says why; a new release request resumes it).  A restart resumes
+   every batch still in the ``releasing`` state, skipping acknowledged chunks.
+3. Once the server has finished the round (or closed it as failed, or the campaign
+   was aborted), the storage forgets the round's messages and participations and the
+   round key is destroyed (crypto-shredding).
 
 Required participants: round 1 needs ``max(min_users, floor)``; round 2 needs
 ``max(n_min, min_users, floor)`` with ``n_min = ceil((1 - tau) n1)``, n1 the
@@ -25,13 +32,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import secrets
+import time
 from collections.abc import Callable
 
 from segshuffle.core import rules
+from segshuffle.services import errors
 from segshuffle.wire.models import BatchChunk, CampaignView, b64url_encode
 
-from .storage_api import RoundRecord, ShufflerStorage
+from .permutation import ReleaseOrder
+from .storage_api import FAILED, RELEASED, RoundRecord, ShufflerStorage, StorageError
 from .upstream import ServerLink, UpstreamError
+from .vault import RoundKeyMissingError, RoundKeys
 
 log = logging.getLogger("segshuffle.shuffler")
 
@@ -78,13 +90,17 @@ class Backoff:
 class Releaser:
     """Starts releases and forwards them to the server, one task per batch."""
 
-    def __init__(self, storage: ShufflerStorage, link: ServerLink, *, chunk_size: int,
-                 backoff_initial: float = 0.1, backoff_max: float = 10.0) -> None:
+    def __init__(self, storage: ShufflerStorage, link: ServerLink, keys: RoundKeys, *,
+                 chunk_size: int, backoff_initial: float = 0.1, backoff_max: float = 10.0,
+                 retry_seconds: float = 6 * 3600.0) -> None:
         self.storage = storage
         self.link = link
+        self.keys = keys
+        self._orders: dict[tuple[str, str], ReleaseOrder] = {}
         self.chunk_size = chunk_size
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
+        self.retry_seconds = retry_seconds
         self._tasks: dict[tuple[str, int], asyncio.Task[RoundRecord]] = {}
         self.last_error: dict[tuple[str, int], str] = {}
         """Why the latest delivery attempt of a round failed (cleared on success)."""
@@ -99,9 +115,9 @@ class Releaser:
     # -- step 1 ------------------------------------------------------------------------
     def start(self, campaign_id: str, round_number: int, required: int) -> RoundRecord:
         """Close the round and fix its order (raises ``NotEnoughParticipantsError``)."""
-        record = self.storage.start_release(
-            campaign_id, round_number, minimum=required, chunk_size=self.chunk_size,
-            streams=streams_of(round_number),
+        record = self.storage.close_round(
+            campaign_id, round_number, minimum=required, batch_id=secrets.token_hex(16),
+            chunk_size=self.chunk_size, streams=streams_of(round_number),
         )
         log.info("round closed: campaign=%s round=%d participants=%d messages=%s",
                  campaign_id, round_number, record.participants,
@@ -117,11 +133,52 @@ class Releaser:
             task = asyncio.get_running_loop().create_task(
                 self.forward(record), name=f"forward {record.campaign_id}/{record.round}"
             )
+            # The outcome is logged and kept in last_error; nobody may be awaiting it.
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
             self._tasks[key] = task
         return task
 
+    def chunk(self, record: RoundRecord, stream: str, index: int) -> list[bytes]:
+        """The ciphertexts of chunk ``index`` of ``stream``, in release order, unsealed."""
+        slot = (record.batch_id, stream)
+        key = self.keys.get(record.campaign_id, record.round)
+        order = self._orders.get(slot)
+        if order is None:
+            row_keys = self.storage.row_keys(record.campaign_id, record.round, stream)
+            order = ReleaseOrder(key, row_keys)
+            if len(order) != record.stream_sizes[stream]:
+                raise StorageError(f"stream {stream!r} of the closed round has {len(order)} "
+                                   f"messages, {record.stream_sizes[stream]} were counted")
+            self._orders[slot] = order
+        start = index * record.chunk_size
+        row_keys = order.row_keys(start, start + record.chunk_size)
+        sealed = self.storage.sealed_messages(record.campaign_id, record.round, stream,
+                                              row_keys)
+        return [key.open(record.campaign_id, record.round, stream, row_key, stored)
+                for row_key, stored in zip(row_keys, sealed, strict=True)]
+
+    def finish(self, record: RoundRecord, state: str = RELEASED,
+               reason: str | None = None) -> RoundRecord:
+        """The round is over (released, or failed and why): forget it, destroy its key."""
+        finished = self.storage.finish_release(record, state=state, reason=reason)
+        self.keys.destroy(record.campaign_id, record.round)
+        for stream in record.stream_sizes:
+            self._orders.pop((record.batch_id, stream), None)
+        return finished
+
+    def forwarding(self, campaign_id: str, round_number: int) -> bool:
+        """Whether a forwarding task of the round is running."""
+        task = self._tasks.get((campaign_id, round_number))
+        return task is not None and not task.done()
+
     def resume_all(self) -> int:
-        """Schedule every batch left in the ``releasing`` state (after a restart)."""
+        """Schedule every batch left in the ``releasing`` state (after a restart).
+
+        Key files of rounds that hold no message any more are destroyed first.
+        """
+        swept = self.keys.sweep(self.storage.rounds_with_messages())
+        if swept:
+            log.info("destroyed %d round key(s) of finished rounds", swept)
         pending = self.storage.releasing()
         for record in pending:
             log.info("resuming release: campaign=%s round=%d", record.campaign_id, record.round)
@@ -135,7 +192,46 @@ class Releaser:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def forward(self, record: RoundRecord) -> RoundRecord:
-        """Deliver every chunk, then ``complete``; retries until the server acknowledges."""
+        """Deliver every chunk, then ``complete``, until the server has finished the round.
+
+        Network errors, 5xx and 429 are retried with backoff for at most
+        ``retry_seconds``; any other refusal stops forwarding at once.  A round the server
+        finished (or closed as failed, or whose campaign ended) is finished here too, and
+        forgotten.  A stopped forwarding keeps the round ``releasing`` with its reason in
+        :attr:`last_error`; a new release request resumes it.  Raises ``upstream-failed``
+        when stopped and ``unavailable`` when the round can never be sent (its key or a
+        stored message is gone).
+        """
+        slot = (record.campaign_id, record.round)
+        try:
+            return await self._forward_and_finish(record, slot)
+        finally:
+            self._changed(*slot)
+
+    async def _forward_and_finish(self, record: RoundRecord,
+                                  slot: tuple[str, int]) -> RoundRecord:
+        try:
+            state, reason = await self._forward(record)
+        except _StoppedError as stop:
+            self.last_error[slot] = f"stopped: {stop}"
+            log.error("forwarding of campaign=%s round=%d stopped: %s", *slot, stop)
+            raise errors.UpstreamFailedError(f"forwarding stopped: {stop}") from None
+        except (RoundKeyMissingError, StorageError) as exc:
+            self.last_error[slot] = str(exc)
+            log.error("release of campaign=%s round=%d cannot proceed: %s", *slot, exc)
+            raise errors.UnavailableError(f"the round cannot be released: {exc}") from None
+        finished = await asyncio.to_thread(self.finish, record, state, reason)
+        self.last_error.pop(slot, None)
+        if state == RELEASED:
+            log.info("round released: campaign=%s round=%d", *slot)
+        else:
+            log.warning("round ended without results: campaign=%s round=%d (%s)", *slot,
+                        reason)
+        return finished
+
+    async def _forward(self, record: RoundRecord) -> tuple[str, str | None]:
+        """Send until the round is over; returns its final state and reason."""
+        deadline = time.monotonic() + self.retry_seconds
         backoff = Backoff(self.backoff_initial, self.backoff_max)
         while True:
             done = await asyncio.to_thread(self.storage.acknowledged, record)
@@ -144,24 +240,20 @@ class Releaser:
                 for index in range(count):
                     if (stream, index) in done:
                         continue
-                    await self._send_chunk(record, stream, index, count, backoff)
-            outcome = await self._complete(record, backoff)
-            if outcome:
-                finished = await asyncio.to_thread(self.storage.finish_release, record)
-                self.last_error.pop((record.campaign_id, record.round), None)
-                self._changed(record.campaign_id, record.round)
-                log.info("round released: campaign=%s round=%d", record.campaign_id,
-                         record.round)
-                return finished
+                    ended = await self._send_chunk(record, stream, index, count, backoff,
+                                                   deadline)
+                    if ended is not None:
+                        return ended
+            outcome = await self._complete(record, backoff, deadline)
+            if outcome is not None:
+                return outcome
             # the server lacks chunks (it answered incomplete-batch): send them all again
-            await asyncio.to_thread(self._forget_acknowledgements, record)
-
-    def _forget_acknowledgements(self, record: RoundRecord) -> None:
-        self.storage.clear_acknowledgements(record)
+            await asyncio.to_thread(self.storage.clear_acknowledgements, record)
 
     async def _send_chunk(self, record: RoundRecord, stream: str, index: int, count: int,
-                          backoff: Backoff) -> None:
-        ciphertexts = await asyncio.to_thread(self.storage.chunk, record, stream, index)
+                          backoff: Backoff, deadline: float) -> tuple[str, str | None] | None:
+        """Deliver one chunk; ``None`` once acknowledged, the round's end if it is over."""
+        ciphertexts = await asyncio.to_thread(self.chunk, record, stream, index)
         chunk = BatchChunk(
             chunk_index=index, chunk_count=count, stream=stream,  # type: ignore[arg-type]
             ciphertexts=[b64url_encode(c) for c in ciphertexts],
@@ -171,42 +263,67 @@ class Releaser:
                 await self.link.put_chunk(record.campaign_id, record.round, record.batch_id,
                                           chunk)
             except UpstreamError as exc:
-                await self._wait(record, f"chunk {stream}/{index}", exc, backoff)
+                if exc.problem == "wrong-phase":
+                    ended = await self._ended(record)
+                    if ended is not None:
+                        return ended
+                await self._wait(record, f"chunk {stream}/{index}", exc, backoff, deadline)
                 continue
             backoff.reset()
             await asyncio.to_thread(self.storage.acknowledge, record, stream, index)
-            return
+            return None
 
-    async def _complete(self, record: RoundRecord, backoff: Backoff) -> bool:
-        """True once the server has finished the round; False if it lacks chunks."""
+    async def _complete(self, record: RoundRecord, backoff: Backoff,
+                        deadline: float) -> tuple[str, str | None] | None:
+        """The round's end once the server has finished it; ``None`` if it lacks chunks."""
         while True:
             try:
-                await self.link.complete(record.campaign_id, record.round, record.batch_id)
-                return True
+                completion = await self.link.complete(record.campaign_id, record.round,
+                                                      record.batch_id)
             except UpstreamError as exc:
                 if exc.problem == "incomplete-batch":
                     log.warning("server lacks chunks: campaign=%s round=%d; resending",
                                 record.campaign_id, record.round)
-                    return False
-                if exc.problem == "wrong-phase" and await self._round_finished(record):
-                    return True  # completed earlier; its acknowledgement was lost in a crash
-                await self._wait(record, "complete", exc, backoff)
+                    return None
+                if exc.problem == "wrong-phase":
+                    ended = await self._ended(record)
+                    if ended is not None:
+                        return ended  # e.g. completed earlier, the answer lost in a crash
+                await self._wait(record, "complete", exc, backoff, deadline)
+                continue
+            if completion.phase == "failed":
+                return FAILED, completion.end_reason
+            return RELEASED, None
 
-    async def _round_finished(self, record: RoundRecord) -> bool:
+    async def _ended(self, record: RoundRecord) -> tuple[str, str | None] | None:
+        """How the round ended, from the campaign's phase; ``None`` if it has not."""
         try:
             view = await self.link.campaign(record.campaign_id, fresh=True)
         except UpstreamError:
-            return False
+            return None
         if view is None:
-            return False
-        return view.phase == "done" or (record.round == 1 and view.phase == "round2")
+            return None
+        if view.phase == "done" or (record.round == 1 and view.phase == "round2"):
+            return RELEASED, None
+        if view.phase in ("failed", "aborted"):
+            return FAILED, f"the campaign {view.phase}: {view.end_reason or 'no reason given'}"
+        return None
 
     async def _wait(self, record: RoundRecord, what: str, exc: UpstreamError,
-                    backoff: Backoff) -> None:
+                    backoff: Backoff, deadline: float) -> None:
+        """Sleep before the next attempt, or raise :class:`_StoppedError` if there is none."""
+        message = f"{what}: {exc}"
+        if not exc.transient:
+            raise _StoppedError(f"{message} (not retried)")
         delay = backoff.next_delay()
-        self.last_error[(record.campaign_id, record.round)] = f"{what}: {exc}"
+        if time.monotonic() + delay > deadline:
+            raise _StoppedError(f"{message} (retried for {self.retry_seconds:g} s)")
+        self.last_error[(record.campaign_id, record.round)] = message
         self._changed(record.campaign_id, record.round)
-        level = logging.INFO if exc.transient else logging.WARNING
-        log.log(level, "forwarding %s of campaign=%s round=%d failed (%s); retry in %.2fs",
-                what, record.campaign_id, record.round, exc, delay)
+        log.info("forwarding %s of campaign=%s round=%d failed (%s); retry in %.2fs",
+                 what, record.campaign_id, record.round, exc, delay)
         await asyncio.sleep(delay)
+
+
+class _StoppedError(Exception):
+    """Forwarding gave up: the server refused, or kept failing past the retry budget."""

@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from segshuffle.services import errors
 from segshuffle.wire.models import (
+    TERMINAL_PHASES,
     CampaignView,
     ReleaseResponse,
     Round1Submission,
@@ -30,13 +31,17 @@ from .enrollment import AuthenticationError, EnrollmentPolicy, EnrollmentRefused
 from .release import DATA, LEVELS, Releaser, required_participants
 from .settings import Settings
 from .storage_api import (
+    FAILED,
     OPEN,
+    RELEASING,
     AlreadySubmittedError,
     NotEnoughParticipantsError,
     RoundClosedError,
     ShufflerStorage,
+    StoredMessage,
 )
 from .upstream import Document, ServerLink, UpstreamError
+from .vault import RoundKeys, seal_submission
 
 log = logging.getLogger("segshuffle.shuffler")
 
@@ -46,10 +51,12 @@ PHASE_OF_ROUND = {1: "round1", 2: "round2"}
 class ShufflerRoundStatus(RoundStatus):
     """:class:`RoundStatus` plus the release state: ``open``, ``releasing`` or ``released``."""
 
-    state: Literal["open", "releasing", "released"]
+    state: Literal["open", "releasing", "released", "failed"]
     batch_id: str | None = None
     last_error: str | None = None
-    """While releasing: why the latest delivery attempt failed (the shuffler keeps trying)."""
+    """While releasing: why the latest delivery attempt failed, or why forwarding stopped."""
+    reason: str | None = None
+    """Once failed: why the round ended without results (its data is forgotten)."""
 
 
 def upstream_refusal(exc: UpstreamError) -> errors.DomainError:
@@ -77,6 +84,7 @@ class ShufflerService:
         self.policy = policy
         self.server = server
         self.releaser = releaser
+        self.keys: RoundKeys = releaser.keys
         self.statuses: SingleFlightCache[bytes] = SingleFlightCache(
             max_entries=settings.document_cache_entries, ttl=settings.campaign_cache_seconds)
         releaser.on_change = self.status_changed
@@ -100,6 +108,8 @@ class ShufflerService:
             ok = False
         if not ok:
             raise errors.UnavailableError("the database is not available")
+        if not self.keys.writable():
+            raise errors.UnavailableError("the round-key directory is not writable")
         if not await self.server.alive():
             raise errors.UnavailableError("the server cannot be reached")
 
@@ -127,7 +137,29 @@ class ShufflerService:
         """The server's public view of a campaign (cached by the link)."""
         view = (await self.document("view", campaign_id, fresh=fresh)).value
         assert isinstance(view, CampaignView)
+        if view.phase in ("failed", "aborted"):
+            await self._forget_ended(view)
         return view
+
+    async def _forget_ended(self, view: CampaignView) -> None:
+        """Forget the rounds of a campaign that ended without results (idempotent).
+
+        Open rounds are closed as failed; a round whose forwarding is not running any
+        more is finished as failed (a running one finds out from the server itself).
+        """
+        reason = f"the campaign {view.phase}: {view.end_reason or 'no reason given'}"
+        for round_number in (1, 2):
+            record = await run_in_threadpool(self.storage.round_record, view.id, round_number)
+            if record is None:
+                await run_in_threadpool(self.storage.discard_round, view.id, round_number,
+                                        reason)
+                await run_in_threadpool(self.keys.destroy, view.id, round_number)
+                log.warning("round forgotten: campaign=%s round=%d (%s)", view.id,
+                            round_number, reason)
+            elif (record.state == RELEASING
+                  and not self.releaser.forwarding(view.id, round_number)):
+                await run_in_threadpool(self.releaser.finish, record, FAILED, reason)
+            self.status_changed(view.id, round_number)
 
     async def view_in_phase(self, campaign_id: str, round_number: int) -> CampaignView:
         """The campaign view, refreshed once if the cached phase does not fit the round."""
@@ -152,8 +184,9 @@ class ShufflerService:
     async def enroll(self, campaign_id: str, invitation: str | None) -> str:
         """A one-time user token for the campaign, if the enrollment policy agrees."""
         view = await self.campaign_view(campaign_id)
-        if view.phase == "done":
-            raise errors.WrongPhaseError(f"campaign {campaign_id!r} is finished")
+        if view.phase in TERMINAL_PHASES:
+            raise errors.WrongPhaseError(f"campaign {campaign_id!r} has ended ({view.phase})",
+                                         extra={"phase": view.phase})
         try:
             return str(await run_in_threadpool(self.policy.enroll, campaign_id, invitation))
         except EnrollmentRefusedError as exc:
@@ -183,8 +216,9 @@ class ShufflerService:
                 )
             streams[DATA] = [b64url_decode(c) for c in body.data]
         try:
+            messages = await run_in_threadpool(self._seal, campaign_id, round_number, streams)
             count = await run_in_threadpool(self.storage.submit, campaign_id, round_number,
-                                            participant, streams)
+                                            participant, messages)
         except AlreadySubmittedError as exc:
             raise errors.AlreadySubmittedError(str(exc)) from None
         except RoundClosedError as exc:
@@ -192,6 +226,14 @@ class ShufflerService:
         self.status_changed(campaign_id, round_number)
         if self.settings.auto_release and count >= self.settings.auto_release:
             await self._auto_release(view, round_number)
+
+    def _seal(self, campaign_id: str, round_number: int,
+              streams: dict[str, list[bytes]]) -> list[StoredMessage]:
+        """The submission sealed under the round's key, made on the round's first use."""
+        if self.storage.round_record(campaign_id, round_number) is not None:
+            raise RoundClosedError(f"round {round_number} has already been released")
+        key = self.keys.get(campaign_id, round_number, create=True)
+        return seal_submission(key, campaign_id, round_number, streams)
 
     async def _start_release(self, view: CampaignView, round_number: int) -> tuple[Any, bool]:
         """Start (or find) the release of a round; returns (record, newly_started)."""
@@ -227,9 +269,10 @@ class ShufflerService:
         return ShufflerRoundStatus(
             campaign_id=campaign_id, round=round_number, participants=participants,
             required=required, released=state == "released", state=state,  # type: ignore[arg-type]
-            batch_id=None if record is None else record.batch_id,
+            batch_id=None if record is None or not record.batch_id else record.batch_id,
             last_error=self.releaser.last_error.get((campaign_id, round_number))
-            if state == "releasing" else None,
+            if state == RELEASING else None,
+            reason=None if record is None else record.reason,
         )
 
     def _status_rows(self, view: CampaignView, round_number: int) -> tuple[int, Any, int]:
@@ -262,6 +305,9 @@ class ShufflerService:
         if existing is None:
             view = await self.view_in_phase(campaign_id, round_number)
         record, _ = await self._start_release(view, round_number)
+        if record.state == FAILED:
+            raise errors.WrongPhaseError(f"round {round_number} ended without results: "
+                                         f"{record.reason}", extra={"state": record.state})
         done = record.state == "released"
         if not done:
             task = self.releaser.schedule(record)
@@ -272,6 +318,10 @@ class ShufflerService:
                     done = True
                 except TimeoutError:
                     pass  # still forwarding: 202, the round status shows why
+                if record.state == FAILED:
+                    raise errors.WrongPhaseError(
+                        f"round {round_number} was delivered but ended without results: "
+                        f"{record.reason}", extra={"state": record.state})
         answer = ReleaseResponse(
             campaign_id=campaign_id, round=round_number, batch_id=record.batch_id,
             messages=sum(record.stream_sizes.values()),

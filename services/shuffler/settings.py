@@ -6,6 +6,9 @@ Each field of :class:`Settings` is read from the variable named after it in uppe
 - ``SERVER_URL``: base URL of the server (analyzer), default ``http://127.0.0.1:8080``.
 - ``SERVER_TOKEN``: the shuffler's credential presented to the server (required).
 - ``OPERATOR_TOKEN``: bearer token of the operator, who triggers releases (required).
+- ``KEY_DIRECTORY``: where the per-round keys that seal stored messages live (default
+  ``<DATABASE>.keys``); point it at memory-backed storage (tmpfs) so that a key never
+  reaches a disk (docs/architecture.md, "What the shuffler keeps").
 - ``ENROLLMENT_SECRET``: if set, enrollment requires it (default unset: open enrollment).
 - ``MIN_USERS``: the shuffler's own floor on participants per release, applied on top of
   the campaign's ``min_users`` (default 10).
@@ -13,6 +16,9 @@ Each field of :class:`Settings` is read from the variable named after it in uppe
   campaign's threshold is met (default 0: only on the operator's request).
 - ``CHUNK_SIZE``: ciphertexts per forwarded chunk (default 5000).
 - ``MAX_BODY_BYTES``: largest accepted request body (default 1 MiB).
+- ``RELEASE_RETRY_SECONDS``: how long forwarding retries network errors, 5xx and 429
+  before it stops (default 6 hours); other refusals stop it at once. A stopped release
+  resumes on the operator's next release request.
 - ``RELEASE_WAIT``: how long a release request with ``wait=true`` waits for the server's
   acknowledgement before answering 202 (default 60 seconds; forwarding goes on).
 - ``SYNCHRONOUS``: SQLite ``synchronous``; ``NORMAL`` survives process crashes, ``FULL``
@@ -46,6 +52,7 @@ class Settings(EnvironmentSettings):
     prefix: ClassVar[str] = PREFIX
 
     database: str = "shuffler.sqlite3"
+    key_directory: str = ""
     server_url: str = "http://127.0.0.1:8080"
     server_token: str = ""
     operator_token: str = ""
@@ -63,6 +70,7 @@ class Settings(EnvironmentSettings):
     upstream_pool_timeout: float = 2.0
     forward_timeout: float = 120.0
     release_wait: float = 60.0
+    release_retry_seconds: float = 6 * 3600.0
     log_level: str = "info"
 
     def __post_init__(self) -> None:

@@ -6,11 +6,12 @@ the shuffler's bearer credential, so the server can tell them from anything else
 - ``GET /v1/campaigns/{cid}`` and ``GET /v1/campaigns/{cid}/hpke-config``: the public
   documents the shuffler serves to clients and consults for submissions, through one
   bounded single-flight cache (:mod:`.cache`).  The key config is immutable; the view
-  is immutable once the campaign is ``done`` and otherwise kept ``cache_seconds``; an
-  unknown campaign (404) is remembered as long.  A burst of requests costs at most one
-  upstream request per document and TTL; while the server cannot be reached an
-  expired document is served (configuration, key and published parameters never
-  change, only the phase moves forward, and the storage, not the view, closes a round).
+  is immutable once the campaign has ended (``done``, ``failed``, ``aborted``) and
+  otherwise kept ``cache_seconds``; an unknown campaign (404) is remembered as long.
+  A burst of requests costs at most one upstream request per document and TTL; while
+  the server cannot be reached an expired document is served (configuration, key and
+  published parameters never change, only the phase moves forward, and the storage,
+  not the view, closes a round).
 - ``GET /livez`` (readiness).
 - ``PUT .../rounds/{round}/batches/{batch_id}``: one chunk of a released batch.
 - ``POST .../batches/{batch_id}/complete``.
@@ -93,6 +94,8 @@ class Document:
 
 KEY_CONFIG = "hpke-config"
 VIEW = "view"
+FINAL_PHASES = frozenset({"done", "failed", "aborted"})
+"""Phases a campaign never leaves: its view is immutable from then on."""
 
 
 class ServerLink:
@@ -159,7 +162,7 @@ class ServerLink:
             value = model.model_validate_json(response.content)
         except ValidationError:
             raise UpstreamError(f"server sent an invalid {kind} document") from None
-        immutable = kind == KEY_CONFIG or getattr(value, "phase", None) == "done"
+        immutable = kind == KEY_CONFIG or getattr(value, "phase", None) in FINAL_PHASES
         document = Document(response.content, value, immutable, strong_etag(response.content))
         return Fetched(document, immutable)
 
