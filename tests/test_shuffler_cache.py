@@ -158,3 +158,23 @@ def test_link_fetches_a_view_once_for_a_burst() -> None:
 
     asyncio.run(main())
     assert seen[0] == "Bearer cred" and len(seen) == 51
+
+
+def test_client_refuses_a_relayed_key_other_than_the_expected_one() -> None:
+    from segshuffle.client import Client, VerificationError
+
+    view, _ = _view()
+    documents = {"/v1/campaigns/c1": view.model_dump_json(),
+                 "/v1/campaigns/c1/hpke-config": view.hpke_config.model_dump_json()}
+
+    def relay(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=documents[request.url.path])
+
+    def client(key_id: str | None) -> Client:
+        return Client("http://shuffler", "c1", key_id=key_id,
+                      http=httpx.Client(transport=httpx.MockTransport(relay)))
+
+    with client(view.key_id) as honest:
+        assert honest.campaign().key_id == view.key_id
+    with client("0" * 16) as pinned, pytest.raises(VerificationError, match="expected key"):
+        pinned.campaign()

@@ -234,3 +234,12 @@ def test_upstream_paths_are_escaped() -> None:
     assert server_path("c1") == "/v1/campaigns/c1"
     assert server_path("d1#x", "rounds", 1) == "/v1/campaigns/d1%23x/rounds/1"
     assert server_path("a/b?c=d\n") == "/v1/campaigns/a%2Fb%3Fc%3Dd%0A"
+
+
+@pytest.mark.parametrize("change", [{"upstream_connections": 0}, {"document_cache_entries": 0},
+                                    {"campaign_cache_seconds": 0.0},
+                                    {"upstream_pool_timeout": -1.0}])
+def test_cache_and_pool_settings_are_checked(tmp_path: Path, change: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        ShufflerSettings(database=str(tmp_path / "s.sqlite3"), server_token=SHUFFLER_TOKEN,
+                         operator_token=OPERATOR, **change)

@@ -13,7 +13,8 @@
 Clients need no other service: the public documents come from the server through the
 shuffler's bounded single-flight cache (:mod:`.upstream`), with a strong ``ETag``,
 ``Cache-Control`` and ``304`` answers to ``If-None-Match`` (:mod:`..http_cache`); the
-client verifies their hashes and key pin, so a shuffler cannot alter them undetected.
+client verifies their hashes, key pin and parameters (an app that knows the campaign's
+key id out of band also pins the key itself: docs/architecture.md, "Relayed documents").
 Every route first checks the campaign id against ``ID_PATTERN`` (``unknown-campaign``
 otherwise), before any storage or upstream access.
 

@@ -136,8 +136,11 @@ class UserSession:
     """One user's protocol state in one campaign."""
 
     def __init__(self, campaign_id: str, rng: np.random.Generator | None = None,
-                 *, allow_insecure: bool = False) -> None:
+                 *, allow_insecure: bool = False, key_id: str | None = None) -> None:
         self.campaign_id = campaign_id
+        self.expected_key_id = key_id
+        """The campaign's key id as the app learnt it out of band, if it did: the view and
+        key config relayed by the shuffler must then pin exactly this key."""
         self.rng = rng if rng is not None else np.random.default_rng()
         self.allow_insecure = allow_insecure
         self.view: CampaignView | None = None
@@ -165,6 +168,9 @@ class UserSession:
     def accept_campaign(self, view: CampaignView, hpke: HpkeConfig) -> CampaignView:
         """Verify a fetched view; the first one pins the key id and configuration hash."""
         key = verify_campaign(view, hpke, self.campaign_id)
+        if self.expected_key_id is not None and key.key_id != self.expected_key_id:
+            raise VerificationError(f"the campaign's key {key.key_id} is not the expected "
+                                    f"key {self.expected_key_id}")
         if self.key is None:
             self.key, self.config_hash = key, view.config_hash
         elif key.key_id != self.key.key_id or view.config_hash != self.config_hash:

@@ -13,6 +13,9 @@ Typical use::
 The client talks to the shuffler only.  The shuffler relays the server's public
 documents (the campaign view and key config) unmodified and the client verifies them
 (hashes, key pin, parameters), so the server never sees a client's address or timing.
+The documents carry no signature: the first view a client accepts pins the campaign's
+key, so an app that knows the key id out of band (built in, or in the invitation) passes
+it as ``key_id`` and a relay cannot substitute a key of its own.
 
 Every request that fails transiently (no answer, 5xx, 429) is retried with
 exponential backoff.  A submission retried after an ambiguous failure (the
@@ -62,10 +65,12 @@ class Client:
         retry: RetryPolicy | None = None,
         timeout: float = 30.0,
         allow_insecure: bool = False,
+        key_id: str | None = None,
         http: httpx.Client | None = None,
         cache: PublicCache | None = None,
     ) -> None:
-        self.session = UserSession(campaign_id, rng, allow_insecure=allow_insecure)
+        self.session = UserSession(campaign_id, rng, allow_insecure=allow_insecure,
+                                   key_id=key_id)
         self.shuffler_url = shuffler_url.rstrip("/")
         self.retry = retry or RetryPolicy()
         self.cache = cache
