@@ -27,7 +27,8 @@ from .test_e2e_support import RecordingProxy, run_rounds
 pytestmark = pytest.mark.slow  # both services as real processes
 
 USERS = 40
-CONNECTIONS = 16
+BURST = 2000
+"""Concurrent GETs of the round status and as many of the campaign view."""
 _LOG_LINE = re.compile(r"segshuffle\.server: (GET|POST|PUT|DELETE) (\S+) (\d{3}) ")
 
 
@@ -82,14 +83,28 @@ def test_server_sees_only_shuffler_traffic(proxied: tuple[LocalStack, RecordingP
     assert sorted(_server_requests(stack)) == sorted((r.method, r.path) for r in recorded)
 
 
+async def _raw_get(port: int, path: str) -> tuple[int, bytes]:
+    """One GET on its own connection (status, head): a client as light as can be, so
+    that thousands are really in flight at once."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                     "\r\n".encode())
+        await writer.drain()
+        answer = await reader.read()
+    finally:
+        writer.close()
+    head = answer.split(b"\r\n\r\n", 1)[0]
+    return int(head.split(b" ", 2)[1]), head.lower()
+
+
 def test_burst_is_answered_and_livez_stays_healthy(
         proxied: tuple[LocalStack, RecordingProxy]) -> None:
     stack, proxy = proxied
     stack.create_campaign({"id": "burst", "domain_size": 8, "set_size": 2,
                            "levels": [1.0, 2.0], "min_users": 10})
-    base = stack.shuffler_url
+    port = stack.ports["shuffler"]
     before = len(proxy.requests)
-
     livez: list[float] = []
     stop = threading.Event()
 
@@ -98,48 +113,38 @@ def test_burst_is_answered_and_livez_stays_healthy(
             while not stop.is_set():
                 started = time.perf_counter()
                 try:
-                    ok = http.get(f"{base}/livez").status_code == 200
+                    ok = http.get(f"{stack.shuffler_url}/livez").status_code == 200
                 except httpx.HTTPError:
                     ok = False
                 livez.append(time.perf_counter() - started if ok else math.inf)
                 stop.wait(0.1)
 
-    async def main() -> tuple[list[int], float]:
-        # bounded concurrency (httpx's pool costs the client more CPU per request the more
-        # connections it holds, and the client shares the machine with both services);
-        # every request is launched at once and waits for a connection
-        limits = httpx.Limits(max_connections=CONNECTIONS, max_keepalive_connections=CONNECTIONS)
-        gate = asyncio.Semaphore(CONNECTIONS)
-
-        async def get(http: httpx.AsyncClient, path: str) -> int:
-            async with gate:
-                response = await http.get(base + path)
-            if response.status_code in (429, 503):
-                assert response.headers["content-type"].startswith("application/problem+json")
-            return response.status_code
-
+    async def main() -> tuple[list[tuple[int, bytes] | BaseException], float]:
+        paths = ["/v1/campaigns/burst/rounds/1", "/v1/campaigns/burst"] * BURST
         started = time.perf_counter()
-        async with httpx.AsyncClient(timeout=30.0, limits=limits) as http:
-            paths = ["/v1/campaigns/burst/rounds/1", "/v1/campaigns/burst"] * 2000
-            answers = await asyncio.gather(*(get(http, p) for p in paths),
-                                           return_exceptions=True)
-        elapsed = time.perf_counter() - started
-        return [a if isinstance(a, int) else -1 for a in answers], elapsed
+        answers = await asyncio.wait_for(
+            asyncio.gather(*(_raw_get(port, p) for p in paths), return_exceptions=True),
+            timeout=30.0)
+        return answers, time.perf_counter() - started
 
     prober = threading.Thread(target=probe)
     prober.start()
     try:
-        statuses, elapsed = asyncio.run(main())
+        answers, elapsed = asyncio.run(main())
     finally:
         stop.set()
         prober.join()
-    print(f"burst: {len(statuses)} requests in {elapsed:.2f} s, livez max "
-          f"{max(livez or [0.0]):.3f} s, upstream {len(proxy.requests) - before}")
-    assert len(statuses) == 4000
-    assert set(statuses) <= {200, 304, 429, 503}, sorted(set(statuses))
-    assert statuses.count(200) >= 3900
-    assert elapsed < 30.0
-    assert livez and max(livez) < 5.0, max(livez or [0.0])
     upstream = [r for r in proxy.requests[before:] if r.path.startswith("/v1/")]
+    print(f"burst: {len(answers)} concurrent requests in {elapsed:.2f} s, livez max "
+          f"{max(livez or [0.0]):.3f} s, upstream {len(upstream)}")
+    failed = [a for a in answers if isinstance(a, BaseException)]
+    assert not failed, failed[:3]
+    statuses = [a[0] for a in answers if not isinstance(a, BaseException)]
+    assert set(statuses) <= {200, 304, 429, 503}, sorted(set(statuses))
+    for status, head in (a for a in answers if not isinstance(a, BaseException)):
+        if status in (429, 503):
+            assert b"content-type: application/problem+json" in head
+    assert statuses.count(200) >= 0.95 * len(statuses)
+    assert livez and max(livez) < 5.0, max(livez or [0.0])
     # at most one view per cache time (1 s) of the burst, and nothing per request
     assert len(upstream) <= 2 + math.ceil(elapsed), (len(upstream), elapsed)
