@@ -78,8 +78,9 @@ class OptimizationResult:
     requested levels), ``epsilons_lower`` the exhibited-dataset lower bounds
     (``None`` entries: not computed or above the cap), ``level_blankets`` the
     full-signal rates m_k.  ``accounting_users`` is n_min, the round-2 release
-    threshold; ``honest_users`` is h, the count every epsilon here is accounted with.  ``alternative`` summarises the optimum of the other
-    blanket mode (its m, MSE bound and messages per user) when it was computed.
+    threshold; ``honest_users`` is h, the count every epsilon here is accounted with.
+    ``alternative`` summarises the optimum of the other blanket mode (its m, MSE
+    bound and messages per user) when it was computed.
     """
 
     m: float

@@ -4,10 +4,11 @@ Each quantity here is decided by one party and checked by another, so each has
 exactly one definition:
 
 - **n_min**, the users below which the shuffler never releases round 2 (and whose
-  blanket the accounting counts on when no fake users are tolerated): ceil((1 - tau) n), evaluated in exact rational
-  arithmetic on tau's shortest round-trip decimal, the text it has in every JSON
-  document (so tau = 0.45 of 100 users is 55 and tau = 0.7 of 10 users is 3 everywhere,
-  with no floating-point fudge that two implementations could choose differently);
+  blanket the accounting counts on when no fake users are tolerated):
+  ceil((1 - tau) n), evaluated in exact rational arithmetic on tau's shortest
+  round-trip decimal, the text it has in every JSON document (so tau = 0.45 of 100
+  users is 55 and tau = 0.7 of 10 users is 3 everywhere, with no floating-point
+  fudge that two implementations could choose differently);
 - **h**, the honest users whose blanket the accounting counts on when a campaign
   tolerates a fraction f of fake or colluding participants (:func:`honest_users`):
   ceil((1 - f) n_min), exact in the same way on f's shortest decimal.  It is the
