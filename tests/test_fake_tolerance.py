@@ -271,7 +271,8 @@ def test_the_client_refuses_a_campaign_below_its_minimum_fake_tolerance(campaign
 def test_the_campaign_refuses_a_bad_fake_tolerance(bad):
     from pydantic import ValidationError
 
-    with pytest.raises(ValidationError, match="fake_tolerance"):
+    assert _config(0.5).fake_tolerance == 0.5
+    with pytest.raises(ValidationError, match=r"fake_tolerance\s+Input should be"):
         _config(bad)
 
 
@@ -343,3 +344,53 @@ def test_the_server_publishes_and_reports_the_honest_accounting(tmp_path):
         privacy = client.get("/v1/campaigns/fk/results", headers=ADMIN).json()["privacy"]
     assert (privacy["fake_tolerance"], privacy["honest_users"]) == (0.25, 30)
     assert privacy["accounting_users"] == 40
+
+
+# --- real processes ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # both services as real processes, the CLI as a subprocess
+def test_live_campaign_states_its_tolerance_and_clients_hold_it(tmp_path):
+    import subprocess
+    import sys
+
+    from segshuffle.client import Client
+    from segshuffle.testing.localstack import LocalStack
+    from segshuffle.testing.population import Population
+
+    from .test_e2e_support import run_rounds
+
+    users, f = 60, 0.25
+    rng = np.random.default_rng(8)
+    sets = [list(rng.choice(DOMAIN, size=2, replace=False)) for _ in range(users)]
+    with LocalStack(tmp_path, min_users=2) as stack:
+        stack.create_campaign({"id": "live", "domain_size": DOMAIN, "set_size": 2,
+                               "levels": LEVELS, "min_users": 20, "delta": 1e-4,
+                               "dropout_tolerance": 0.0, "fake_tolerance": f})
+        population = Population.with_shares(stack.server_url, stack.shuffler_url, "live",
+                                            sets, [0.5, 0.5], seed=3)
+        run_rounds(population, 1)
+        stack.release("live", 1)
+        p = stack.campaign("live").parameters
+        assert p is not None
+        assert (p.accounting_users, p.honest_users, p.fake_tolerance) == (60, 45, f)
+        for level, lam, eps in zip(p.levels, p.lambdas, p.epsilons, strict=True):
+            audited = subprocess.run(
+                [sys.executable, "-m", "segshuffle.cli.main", "audit", "--users", "45",
+                 "--domain-size", str(p.privacy_domain_size), "--set-size", "2",
+                 "--blanket", repr(p.m), "--lam", repr(lam), "--delta", repr(p.delta),
+                 "--json"], capture_output=True, text=True, check=True, timeout=120)
+            upper = json.loads(audited.stdout)["epsilon_upper"]
+            assert upper <= level and eps is not None and math.isclose(upper, eps,
+                                                                        rel_tol=1e-6)
+        with (Client(stack.server_url, stack.shuffler_url, "live",
+                     min_fake_tolerance=0.3) as strict,
+              pytest.raises(VerificationError, match=r"requires at least 0\.3")):
+            strict.campaign()
+        with Client(stack.server_url, stack.shuffler_url, "live",
+                    min_fake_tolerance=f) as content:
+            assert content.campaign().config.fake_tolerance == f
+        run_rounds(population, 2)
+        stack.release("live", 2)
+        privacy = stack.results("live").privacy
+    assert (privacy.fake_tolerance, privacy.honest_users, privacy.accounting_users) == (f, 45, 60)
