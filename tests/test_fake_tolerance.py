@@ -264,6 +264,16 @@ def test_the_client_refuses_a_campaign_below_its_minimum_fake_tolerance(campaign
             UserSession(view.id, min_fake_tolerance=bad)
 
 
+@pytest.mark.parametrize("bad", [1.5, -0.1])
+def test_the_client_refuses_a_campaign_with_an_impossible_fake_tolerance(campaign, bad):
+    """A view whose configuration (hash recomputed) states f outside [0, 1)."""
+    config = campaign.config.model_copy(update={"fake_tolerance": bad})
+    view = campaign.view().model_copy(update={"config": config,
+                                              "config_hash": config.hash_hex()})
+    with pytest.raises(VerificationError, match=r"fake tolerance: .* not in \[0, 1\)"):
+        verify_campaign(view, campaign.hpke, view.id)
+
+
 # --- configuration and command line ---------------------------------------------------------
 
 

@@ -69,6 +69,8 @@ def verify_campaign(view: CampaignView, hpke: HpkeConfig, campaign_id: str, *,
 
 def _require_fake_tolerance(campaign: float, minimum: float) -> None:
     """Refuse a campaign that accounts for fewer fake participants than the app demands."""
+    if not 0.0 <= campaign < 1.0:
+        raise VerificationError(f"fake tolerance: the campaign's {campaign!r} is not in [0, 1)")
     if not campaign >= minimum:
         raise VerificationError(
             f"fake tolerance: the campaign tolerates a fraction {campaign:g} of fake or "
