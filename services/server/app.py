@@ -34,6 +34,7 @@ from segshuffle.services.http_cache import document_response
 from segshuffle.services.http_edge import (
     bearer_token,
     campaign_id,
+    document_problems,
     health_router,
     install_edge,
     read_json,
@@ -60,6 +61,16 @@ from .storage import Repository
 log = logging.getLogger("segshuffle.server")
 Role = Literal["admin", "shuffler"]
 _ID = re.compile(ID_PATTERN)
+_CAMPAIGN = "/v1/campaigns/{campaign_id}"
+_BATCH = _CAMPAIGN + "/rounds/{round_number}/batches/{batch_id}"
+SECURITY: dict[tuple[str, str], str] = {
+    ("POST", "/v1/campaigns"): "adminToken",
+    ("POST", _CAMPAIGN + "/abort"): "adminToken",
+    ("GET", _CAMPAIGN + "/results"): "adminToken",
+    ("PUT", _BATCH): "shufflerToken",
+    ("POST", _BATCH + "/complete"): "shufflerToken",
+}
+"""The bearer token each authenticated route needs (documented in the OpenAPI schema)."""
 _BODIES: dict[str, type[BaseModel]] = {}
 VIEW_MAX_AGE = 1
 """Seconds a client or cache may keep a campaign view that can still change (the key
@@ -141,12 +152,20 @@ def create_app(settings: Settings) -> FastAPI:
         return response
 
     async def ready() -> None:
+        """Ready: the database answers, keys can be written, and every collecting campaign's
+        private key loads (a lost key file would make every chunk of it fail)."""
         try:
             ready = await run_in_threadpool(repository.ping) and keys.writable()
         except Exception:  # the database is gone or locked: not ready
             ready = False
         if not ready:
             raise errors.UnavailableError("storage is not available")
+        missing = await run_in_threadpool(service.missing_keys)
+        if missing:
+            listed = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more"
+                                                if len(missing) > 5 else "")
+            raise errors.UnavailableError(f"the private key of campaign {listed} is missing "
+                                          "or unreadable", extra={"campaigns": missing[:100]})
 
     app.include_router(health_router(ready, with_version=False))
 
@@ -215,7 +234,7 @@ def create_app(settings: Settings) -> FastAPI:
                     ref_template="#/components/schemas/{model}")
                 components.update(body_schema.pop("$defs", {}))
                 components[name] = body_schema
-            app.openapi_schema = schema
+            app.openapi_schema = document_problems(schema, SECURITY)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

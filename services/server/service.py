@@ -126,6 +126,19 @@ class ServerService:
                  hpke.key_id)
         return self.view(record)
 
+    def missing_keys(self) -> list[str]:
+        """The collecting campaigns whose private key cannot be loaded (readiness)."""
+        missing = []
+        for campaign_id in self.repository.collecting_campaign_ids():
+            try:
+                self.keys.get(campaign_id)  # loads the file once, then cached
+                present = self.keys.path(campaign_id).is_file()
+            except (OSError, ValueError):
+                present = False
+            if not present:
+                missing.append(campaign_id)
+        return missing
+
     def campaign(self, campaign_id: str) -> CampaignRecord:
         record = self.repository.campaign(campaign_id)
         if record is None:
@@ -346,9 +359,10 @@ class ServerService:
         if failure is not None:
             log.warning("campaign %s failed: %s", campaign_id, failure)
         elif round_ == 1:
-            log.info("campaign %s round 1 complete: n=%d n_min=%d m=%.6g (%s blanket, %d "
-                     "messages per user), parameters published", campaign_id, parameters.users,
-                     parameters.accounting_users, parameters.m, parameters.blanket_mode,
+            log.info("campaign %s round 1 complete: n=%d n_min=%d h=%d (f=%g) m=%.6g (%s "
+                     "blanket, %d messages per user), parameters published", campaign_id,
+                     parameters.users, parameters.accounting_users, parameters.honest_users,
+                     parameters.fake_tolerance, parameters.m, parameters.blanket_mode,
                      parameters.messages_per_user)
         else:
             log.info("campaign %s round 2 complete: n2=%d, %d data messages, %d dropped",

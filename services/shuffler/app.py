@@ -42,6 +42,7 @@ from segshuffle.services.http_cache import document_response
 from segshuffle.services.http_edge import (
     Health,
     bearer_token,
+    document_problems,
     health_router,
     install_edge,
     read_json,
@@ -116,6 +117,12 @@ def _openapi_body(*models: type[BaseModel]) -> dict[str, Any]:
 
 
 # -- routes ----------------------------------------------------------------------------
+SECURITY: dict[tuple[str, str], str] = {
+    ("POST", "/v1/campaigns/{campaign_id}/rounds/{round_number}/submissions"): "userToken",
+    ("POST", "/v1/campaigns/{campaign_id}/rounds/{round_number}/release"): "operatorToken",
+}
+"""The bearer token each authenticated route needs (documented in the OpenAPI schema)."""
+
 _CHECKED = [Depends(valid_campaign_id)]
 documents = APIRouter(prefix="/v1/campaigns/{campaign_id}", tags=["documents"],
                       dependencies=_CHECKED)
@@ -160,9 +167,10 @@ async def enroll(campaign_id: str, request: Request, service: Service) -> Enroll
 async def submit(campaign_id: str, round_number: Round,
                  token: Annotated[str, Depends(user_token)], request: Request,
                  service: Service) -> SubmissionReceipt:
+    participant = await service.authenticate(campaign_id, token)  # before the body is read
     model = Round1Submission if round_number == 1 else Round2Submission
     body = await read_json(request, model)
-    await service.submit(campaign_id, round_number, token, body)
+    await service.submit(campaign_id, round_number, participant, body)
     return SubmissionReceipt(campaign_id=campaign_id, round=round_number, accepted=True)
 
 
@@ -236,4 +244,12 @@ def create_app(
     app.include_router(documents)
     app.include_router(users)
     app.include_router(rounds)
+    default_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = document_problems(default_openapi(), SECURITY)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app

@@ -65,12 +65,13 @@ class Client:
         retry: RetryPolicy | None = None,
         timeout: float = 30.0,
         allow_insecure: bool = False,
+        min_fake_tolerance: float = 0.0,
         key_id: str | None = None,
         http: httpx.Client | None = None,
         cache: PublicCache | None = None,
     ) -> None:
         self.session = UserSession(campaign_id, rng, allow_insecure=allow_insecure,
-                                   key_id=key_id)
+                                   min_fake_tolerance=min_fake_tolerance, key_id=key_id)
         self.shuffler_url = shuffler_url.rstrip("/")
         self.retry = retry or RetryPolicy()
         self.cache = cache
