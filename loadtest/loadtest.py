@@ -185,7 +185,7 @@ async def run_once(args: argparse.Namespace, workload: Workload, repeat: int,
         log(f"campaign {campaign_id}: {workload.users} users, d={domain_size}, "
             f"s={workload.set_size}, levels={list(workload.levels)}")
         population = Population.with_shares(
-            args.server_url, args.shuffler_url, campaign_id, items.tolist(), workload.shares,
+            args.shuffler_url, campaign_id, items.tolist(), workload.shares,
             seed=None if args.seed is None else args.seed + repeat,
             concurrency=args.concurrency, timeout=args.request_timeout,
             progress=stderr_progress if args.progress else None)

@@ -20,6 +20,7 @@ message.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -33,6 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from segshuffle import __version__
 from segshuffle.services import errors
+from segshuffle.wire.models import ID_PATTERN
 from segshuffle.wire.problems import PROBLEM_MEDIA_TYPE, Problem, ProblemType
 
 _log = logging.getLogger("segshuffle.problems")
@@ -69,6 +71,17 @@ async def read_json(request: Request, model: type[ModelT]) -> ModelT:
         where = ".".join(listed[0]["loc"][1:]) or "body"
         raise errors.InvalidRequestError(f"{where}: {listed[0]['msg']}",
                                          extra={"errors": listed}) from None
+
+
+_ID = re.compile(ID_PATTERN)
+
+
+def campaign_id(value: str) -> str:
+    """A campaign id from a path segment: the whole of it matches ``ID_PATTERN``, else
+    ``unknown-campaign`` (``fullmatch``: ``$`` alone would let a trailing newline in)."""
+    if not _ID.fullmatch(value):
+        raise errors.UnknownCampaignError("no such campaign (invalid campaign id)")
+    return value
 
 
 def round_number(value: str | int) -> int:

@@ -26,7 +26,7 @@ def test_every_count_is_exactly_one(tmp_path: Path) -> None:
             "min_users": USERS, "insecure_parameters": {"m": 0.0, "lambdas": [1.0]},
         })
         sets = [[i] for i in range(USERS)]
-        population = Population(stack.server_url, stack.shuffler_url, "integrity", sets,
+        population = Population(stack.shuffler_url, "integrity", sets,
                                 [0] * USERS, seed=1, allow_insecure=True)
         run_rounds(population, 1)
         stack.release("integrity", 1)
@@ -35,7 +35,7 @@ def test_every_count_is_exactly_one(tmp_path: Path) -> None:
         assert (parameters.m, parameters.lambdas, parameters.messages_per_user) == (0.0, [1.0], 1)
 
         # a client that does not opt in refuses these unaccounted parameters
-        careful = Population(stack.server_url, stack.shuffler_url, "integrity", [[0]], [0])
+        careful = Population(stack.shuffler_url, "integrity", [[0]], [0])
 
         async def refused() -> None:
             async with careful:

@@ -40,7 +40,7 @@ def test_kill_nine_and_restart_loses_nothing(tmp_path: Path) -> None:
                     shuffler_env={"SEGSHUFFLE_SHUFFLER_CHUNK_SIZE": "50"}) as stack:
         stack.create_campaign({"id": "crash", "domain_size": ITEMS, "set_size": 2,
                                "levels": [1.0, 2.0], "min_users": 20})
-        population = Population.with_shares(stack.server_url, stack.shuffler_url, "crash",
+        population = Population.with_shares(stack.shuffler_url, "crash",
                                             sets, [0.5, 0.5], seed=9)
         # round 1: the shuffler dies between the two halves
         run_rounds(population, 1, indices=first)

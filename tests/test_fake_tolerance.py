@@ -377,7 +377,7 @@ def test_live_campaign_states_its_tolerance_and_clients_hold_it(tmp_path):
         stack.create_campaign({"id": "live", "domain_size": DOMAIN, "set_size": 2,
                                "levels": LEVELS, "min_users": 20, "delta": 1e-4,
                                "dropout_tolerance": 0.0, "fake_tolerance": f})
-        population = Population.with_shares(stack.server_url, stack.shuffler_url, "live",
+        population = Population.with_shares(stack.shuffler_url, "live",
                                             sets, [0.5, 0.5], seed=3)
         run_rounds(population, 1)
         stack.release("live", 1)
@@ -393,11 +393,11 @@ def test_live_campaign_states_its_tolerance_and_clients_hold_it(tmp_path):
             upper = json.loads(audited.stdout)["epsilon_upper"]
             assert upper <= level and eps is not None and math.isclose(upper, eps,
                                                                         rel_tol=1e-6)
-        with (Client(stack.server_url, stack.shuffler_url, "live",
+        with (Client(stack.shuffler_url, "live",
                      min_fake_tolerance=0.3) as strict,
               pytest.raises(VerificationError, match=r"requires at least 0\.3")):
             strict.campaign()
-        with Client(stack.server_url, stack.shuffler_url, "live",
+        with Client(stack.shuffler_url, "live",
                     min_fake_tolerance=f) as content:
             assert content.campaign().config.fake_tolerance == f
         run_rounds(population, 2)

@@ -43,7 +43,7 @@ def test_rounds_release_themselves_at_the_target(tmp_path: Path) -> None:
             assert refused.status_code == 403
             assert refused.json()["type"] == "urn:segshuffle:error:forbidden"
         sets = [[i % 6, (i + 1) % 6] for i in range(users)]
-        population = Population(stack.server_url, stack.shuffler_url, "auto", sets,
+        population = Population(stack.shuffler_url, "auto", sets,
                                 [i % 2 for i in range(users)], seed=1,
                                 invitation="invite-1234")
         run_rounds(population, 1, indices=range(users - 1))

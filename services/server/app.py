@@ -6,6 +6,9 @@ problem (:mod:`segshuffle.services.http_edge`).  The operations themselves live 
 :class:`~segshuffle.services.server.service.ServerService` and run in the thread
 pool, so decryption and optimization never block the event loop.
 
+The public documents (campaign view, key config) carry a strong ``ETag`` and
+``Cache-Control`` and answer ``If-None-Match`` with ``304`` (:mod:`..http_cache`).
+
 Logging: one line per request with method, path, status and duration; never a
 client address, a header, a token or a ciphertext (uvicorn's access log is off).
 """
@@ -27,8 +30,10 @@ from starlette.concurrency import run_in_threadpool
 
 from segshuffle import __version__
 from segshuffle.services import errors
+from segshuffle.services.http_cache import document_response
 from segshuffle.services.http_edge import (
     bearer_token,
+    campaign_id,
     document_problems,
     health_router,
     install_edge,
@@ -67,6 +72,9 @@ SECURITY: dict[tuple[str, str], str] = {
 }
 """The bearer token each authenticated route needs (documented in the OpenAPI schema)."""
 _BODIES: dict[str, type[BaseModel]] = {}
+VIEW_MAX_AGE = 1
+"""Seconds a client or cache may keep a campaign view that can still change (the key
+config and a finished campaign's view are immutable: services/http_cache.py)."""
 
 
 def _body(model: type[BaseModel]) -> dict[str, Any]:
@@ -94,9 +102,7 @@ def authorize(settings: Settings, request: Request, role: Role) -> None:
 
 
 def _campaign_id(value: str) -> str:
-    if not _ID.match(value):
-        raise errors.UnknownCampaignError("no such campaign (invalid campaign id)")
-    return value
+    return campaign_id(value)
 
 
 def _round(value: str) -> int:
@@ -104,7 +110,7 @@ def _round(value: str) -> int:
 
 
 def _batch_id(value: str) -> str:
-    if not _ID.match(value):
+    if not _ID.fullmatch(value):
         raise errors.InvalidRequestError("batch_id must be 1-64 characters [A-Za-z0-9._-]")
     return value
 
@@ -172,16 +178,20 @@ def create_app(settings: Settings) -> FastAPI:
         response.headers["Location"] = f"/v1/campaigns/{view.id}"
         return view
 
-    @app.get("/v1/campaigns/{campaign_id}", response_model=CampaignView, tags=["campaigns"])
-    async def get_campaign(campaign_id: str) -> Response:
-        body = await run_in_threadpool(service.view_json, _campaign_id(campaign_id))
-        return Response(body, media_type="application/json")
+    conditional = {304: {"description": "not modified (If-None-Match names the ETag)"}}
+
+    @app.get("/v1/campaigns/{campaign_id}", response_model=CampaignView, tags=["campaigns"],
+             responses=conditional)
+    async def get_campaign(request: Request, campaign_id: str) -> Response:
+        body, done = await run_in_threadpool(service.view_document, _campaign_id(campaign_id))
+        return document_response(request, body, immutable=done, max_age=VIEW_MAX_AGE)
 
     @app.get("/v1/campaigns/{campaign_id}/hpke-config", response_model=HpkeConfig,
-             tags=["campaigns"])
-    async def hpke_config(campaign_id: str) -> HpkeConfig:
+             tags=["campaigns"], responses=conditional)
+    async def hpke_config(request: Request, campaign_id: str) -> Response:
         record = await run_in_threadpool(service.campaign, _campaign_id(campaign_id))
-        return service.hpke_config(record)
+        body = service.hpke_config(record).model_dump_json().encode()
+        return document_response(request, body, immutable=True)
 
     @app.put("/v1/campaigns/{campaign_id}/rounds/{round_number}/batches/{batch_id}",
              response_model=ChunkReceipt, tags=["batches"], openapi_extra=_body(BatchChunk))

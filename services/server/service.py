@@ -163,19 +163,29 @@ class ServerService:
             end_reason=record.end_reason,
         )
 
-    def view_json(self, campaign_id: str) -> bytes:
-        """The serialized public view, cached per phase (the only part that ever changes;
-        configuration, key and published parameters are immutable)."""
+    def _view_entry(self, campaign_id: str) -> tuple[str, bytes]:
+        """(phase, serialized public view), cached per phase (the only part that ever
+        changes; configuration, key and published parameters are immutable)."""
         phase = self.repository.phase(campaign_id)
         if phase is None:
             raise errors.UnknownCampaignError(f"no campaign {campaign_id!r}")
         cached = self._views.get(campaign_id)
         if cached is not None and cached[0] == phase:
-            return cached[1]
+            return cached
         record = self.campaign(campaign_id)
-        body = self.view(record).model_dump_json().encode()
-        self._views[campaign_id] = (record.phase, body)
-        return body
+        entry = (record.phase, self.view(record).model_dump_json().encode())
+        self._views[campaign_id] = entry
+        return entry
+
+    def view_json(self, campaign_id: str) -> bytes:
+        """The serialized public view (see :meth:`_view_entry`)."""
+        return self._view_entry(campaign_id)[1]
+
+    def view_document(self, campaign_id: str) -> tuple[bytes, bool]:
+        """The serialized view and whether it is final (the campaign has ended: ``done``,
+        ``failed`` or ``aborted``; immutable from then on)."""
+        phase, body = self._view_entry(campaign_id)
+        return body, phase in ("done", "failed", "aborted")
 
     def results(self, campaign_id: str) -> Results:
         record = self.campaign(campaign_id)

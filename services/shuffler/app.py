@@ -2,11 +2,21 @@
 
 | method, path | who |
 | --- | --- |
+| ``GET /v1/campaigns/{cid}`` | anyone: the server's campaign view, relayed byte for byte |
+| ``GET /v1/campaigns/{cid}/hpke-config`` | anyone: the server's key config, relayed |
 | ``POST /v1/campaigns/{cid}/enrollments`` | user, through the :class:`EnrollmentPolicy` |
 | ``POST /v1/campaigns/{cid}/rounds/{round}/submissions`` | user (Bearer user token) |
 | ``GET /v1/campaigns/{cid}/rounds/{round}`` | anyone: participant count, threshold, state |
 | ``POST /v1/campaigns/{cid}/rounds/{round}/release`` | operator (Bearer operator token) |
 | ``GET /livez``, ``GET /readyz``, ``GET /docs`` | anyone |
+
+Clients need no other service: the public documents come from the server through the
+shuffler's bounded single-flight cache (:mod:`.upstream`), with a strong ``ETag``,
+``Cache-Control`` and ``304`` answers to ``If-None-Match`` (:mod:`..http_cache`); the
+client verifies their hashes, key pin and parameters (an app that knows the campaign's
+key id out of band also pins the key itself: docs/architecture.md, "Relayed documents").
+Every route first checks the campaign id against ``ID_PATTERN`` (``unknown-campaign``
+otherwise), before any storage or upstream access.
 
 The routes only authenticate (as dependencies), parse bodies and call the
 :class:`~.service.ShufflerService`.  Every refusal is an RFC 9457 problem
@@ -24,10 +34,11 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from segshuffle import __version__
+from segshuffle.services.http_cache import document_response
 from segshuffle.services.http_edge import (
     Health,
     bearer_token,
@@ -36,10 +47,13 @@ from segshuffle.services.http_edge import (
     install_edge,
     read_json,
 )
+from segshuffle.services.http_edge import campaign_id as parse_campaign_id
 from segshuffle.services.http_edge import round_number as parse_round
 from segshuffle.wire.models import (
+    CampaignView,
     EnrollmentRequest,
     EnrollmentResponse,
+    HpkeConfig,
     ReleaseResponse,
     Round1Submission,
     Round2Submission,
@@ -51,7 +65,7 @@ from .release import Releaser
 from .service import PHASE_OF_ROUND, ShufflerRoundStatus, ShufflerService, unauthorized
 from .settings import Settings
 from .storage import Storage
-from .upstream import ServerLink
+from .upstream import KEY_CONFIG, VIEW, ServerLink
 from .vault import RoundKeys
 
 log = logging.getLogger("segshuffle.shuffler")
@@ -60,6 +74,12 @@ __all__ = ["PHASE_OF_ROUND", "Health", "ShufflerRoundStatus", "create_app"]
 
 
 # -- request parsing and authentication (dependencies) ---------------------------------
+def valid_campaign_id(campaign_id: str) -> str:
+    """The ``campaign_id`` path parameter, which must match ``ID_PATTERN``; checked first
+    on every route, so no other id reaches storage, the enrollment policy or a URL."""
+    return parse_campaign_id(campaign_id)
+
+
 def round_number_of(round_number: str) -> int:
     """The ``round_number`` path parameter, 1 or 2."""
     return parse_round(round_number)
@@ -103,8 +123,31 @@ SECURITY: dict[tuple[str, str], str] = {
 }
 """The bearer token each authenticated route needs (documented in the OpenAPI schema)."""
 
-users = APIRouter(prefix="/v1/campaigns/{campaign_id}", tags=["users"])
-rounds = APIRouter(prefix="/v1/campaigns/{campaign_id}/rounds/{round_number}", tags=["rounds"])
+_CHECKED = [Depends(valid_campaign_id)]
+documents = APIRouter(prefix="/v1/campaigns/{campaign_id}", tags=["documents"],
+                      dependencies=_CHECKED)
+users = APIRouter(prefix="/v1/campaigns/{campaign_id}", tags=["users"], dependencies=_CHECKED)
+rounds = APIRouter(prefix="/v1/campaigns/{campaign_id}/rounds/{round_number}", tags=["rounds"],
+                   dependencies=_CHECKED)
+_CONDITIONAL = {304: {"description": "not modified (If-None-Match names the current ETag)"}}
+
+
+def _document(request: Request, service: ShufflerService, body: bytes, immutable: bool,
+              etag: str) -> Response:
+    max_age = max(1, int(service.settings.campaign_cache_seconds))
+    return document_response(request, body, immutable=immutable, max_age=max_age, etag=etag)
+
+
+@documents.get("", response_model=CampaignView, responses=_CONDITIONAL)
+async def campaign_view(campaign_id: str, request: Request, service: Service) -> Response:
+    document = await service.document(VIEW, campaign_id)
+    return _document(request, service, document.body, document.immutable, document.etag)
+
+
+@documents.get("/hpke-config", response_model=HpkeConfig, responses=_CONDITIONAL)
+async def key_config(campaign_id: str, request: Request, service: Service) -> Response:
+    document = await service.document(KEY_CONFIG, campaign_id)
+    return _document(request, service, document.body, document.immutable, document.etag)
 
 
 @users.post("/enrollments", status_code=201, response_model=EnrollmentResponse,
@@ -132,9 +175,9 @@ async def submit(campaign_id: str, round_number: Round,
 
 
 @rounds.get("", response_model=ShufflerRoundStatus)
-async def round_status(campaign_id: str, round_number: Round,
-                       service: Service) -> ShufflerRoundStatus:
-    return await service.round_status(campaign_id, round_number)
+async def round_status(campaign_id: str, round_number: Round, service: Service) -> Response:
+    body = await service.round_status_json(campaign_id, round_number)
+    return Response(body, media_type="application/json")
 
 
 @rounds.post("/release", response_model=ReleaseResponse, status_code=202,
@@ -166,7 +209,10 @@ def create_app(
     )
     server = link or ServerLink(settings.server_url, settings.server_token,
                                 timeout=settings.forward_timeout,
-                                cache_seconds=settings.campaign_cache_seconds)
+                                cache_seconds=settings.campaign_cache_seconds,
+                                cache_entries=settings.document_cache_entries,
+                                max_connections=settings.upstream_connections,
+                                pool_timeout=settings.upstream_pool_timeout)
     keys = RoundKeys(settings.key_directory or f"{settings.database}.keys")
     releaser = Releaser(storage, server, keys, chunk_size=settings.chunk_size,
                         retry_seconds=settings.release_retry_seconds,
@@ -195,6 +241,7 @@ def create_app(
     app.state.releaser = releaser
     app.state.settings = settings
     app.include_router(health_router(service.ready))
+    app.include_router(documents)
     app.include_router(users)
     app.include_router(rounds)
     default_openapi = app.openapi

@@ -35,6 +35,7 @@ import logging
 import random
 import secrets
 import time
+from collections.abc import Callable
 
 from segshuffle.core import rules
 from segshuffle.services import errors
@@ -104,6 +105,13 @@ class Releaser:
         self._tasks: dict[tuple[str, int], asyncio.Task[RoundRecord]] = {}
         self.last_error: dict[tuple[str, int], str] = {}
         """Why the latest delivery attempt of a round failed (cleared on success)."""
+        self.on_change: Callable[[str, int], None] | None = None
+        """Called on the event loop with (campaign_id, round) when forwarding changes a
+        round's state (delivered, or a failed attempt)."""
+
+    def _changed(self, campaign_id: str, round_number: int) -> None:
+        if self.on_change is not None:
+            self.on_change(campaign_id, round_number)
 
     # -- step 1 ------------------------------------------------------------------------
     def start(self, campaign_id: str, round_number: int, required: int) -> RoundRecord:
@@ -196,6 +204,13 @@ class Releaser:
         stored message is gone).
         """
         slot = (record.campaign_id, record.round)
+        try:
+            return await self._forward_and_finish(record, slot)
+        finally:
+            self._changed(*slot)
+
+    async def _forward_and_finish(self, record: RoundRecord,
+                                  slot: tuple[str, int]) -> RoundRecord:
         try:
             state, reason = await self._forward(record)
         except _StoppedError as stop:
@@ -305,6 +320,7 @@ class Releaser:
         if time.monotonic() + delay > deadline:
             raise _StoppedError(f"{message} (retried for {self.retry_seconds:g} s)")
         self.last_error[(record.campaign_id, record.round)] = message
+        self._changed(record.campaign_id, record.round)
         log.info("forwarding %s of campaign=%s round=%d failed (%s); retry in %.2fs",
                  what, record.campaign_id, record.round, exc, delay)
         await asyncio.sleep(delay)

@@ -26,6 +26,7 @@ from segshuffle.wire.models import (
     b64url_decode,
 )
 
+from .cache import Fetched, SingleFlightCache
 from .enrollment import AuthenticationError, EnrollmentPolicy, EnrollmentRefusedError
 from .release import DATA, LEVELS, Releaser, required_participants
 from .settings import Settings
@@ -39,7 +40,7 @@ from .storage_api import (
     ShufflerStorage,
     StoredMessage,
 )
-from .upstream import ServerLink, UpstreamError
+from .upstream import Document, ServerLink, UpstreamError
 from .vault import RoundKeys, seal_submission
 
 log = logging.getLogger("segshuffle.shuffler")
@@ -58,6 +59,16 @@ class ShufflerRoundStatus(RoundStatus):
     """Once failed: why the round ended without results (its data is forgotten)."""
 
 
+def upstream_refusal(exc: UpstreamError) -> errors.DomainError:
+    """A failed upstream request as the client's problem: ``unavailable`` (503, retry in a
+    second) when the server cannot be reached or is saturated, ``upstream-failed`` (502)
+    when it gave a wrong answer."""
+    if exc.status is None or exc.status in (429, 503):
+        return errors.UnavailableError("the server cannot be reached right now",
+                                       headers={"Retry-After": "1"})
+    return errors.UpstreamFailedError("the server could not answer")
+
+
 def unauthorized(detail: str) -> errors.UnauthorizedError:
     """``unauthorized`` with the shuffler's ``WWW-Authenticate`` challenge."""
     return errors.UnauthorizedError(detail, headers={"WWW-Authenticate": 'Bearer realm="shuffler"'})
@@ -74,6 +85,9 @@ class ShufflerService:
         self.server = server
         self.releaser = releaser
         self.keys: RoundKeys = releaser.keys
+        self.statuses: SingleFlightCache[bytes] = SingleFlightCache(
+            max_entries=settings.document_cache_entries, ttl=settings.campaign_cache_seconds)
+        releaser.on_change = self.status_changed
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> int:
@@ -107,15 +121,22 @@ class ShufflerService:
         if not hmac.compare_digest(token.encode(), self.settings.operator_token.encode()):
             raise errors.ForbiddenError("these credentials may not release rounds")
 
+    async def document(self, kind: str, campaign_id: str, *, fresh: bool = False) -> Document:
+        """A public document of a campaign (``view`` or ``hpke-config``), as the server sent
+        it (cached by the link, one upstream request per miss whoever asks)."""
+        try:
+            document = await self.server.document(kind, campaign_id, fresh=fresh)
+        except UpstreamError as exc:
+            log.warning("campaign %s unavailable: campaign=%s (%s)", kind, campaign_id, exc)
+            raise upstream_refusal(exc) from None
+        if document is None:
+            raise errors.UnknownCampaignError(f"no campaign {campaign_id!r}")
+        return document
+
     async def campaign_view(self, campaign_id: str, *, fresh: bool = False) -> CampaignView:
         """The server's public view of a campaign (cached by the link)."""
-        try:
-            view = await self.server.campaign(campaign_id, fresh=fresh)
-        except UpstreamError as exc:
-            log.warning("campaign view unavailable: campaign=%s (%s)", campaign_id, exc)
-            raise errors.UpstreamFailedError("the server could not be reached") from None
-        if view is None:
-            raise errors.UnknownCampaignError(f"no campaign {campaign_id!r}")
+        view = (await self.document("view", campaign_id, fresh=fresh)).value
+        assert isinstance(view, CampaignView)
         if view.phase in ("failed", "aborted"):
             await self._forget_ended(view)
         return view
@@ -138,6 +159,7 @@ class ShufflerService:
             elif (record.state == RELEASING
                   and not self.releaser.forwarding(view.id, round_number)):
                 await run_in_threadpool(self.releaser.finish, record, FAILED, reason)
+            self.status_changed(view.id, round_number)
 
     async def view_in_phase(self, campaign_id: str, round_number: int) -> CampaignView:
         """The campaign view, refreshed once if the cached phase does not fit the round."""
@@ -204,6 +226,7 @@ class ShufflerService:
             raise errors.AlreadySubmittedError(str(exc)) from None
         except RoundClosedError as exc:
             raise errors.WrongPhaseError(str(exc)) from None
+        self.status_changed(campaign_id, round_number)
         if self.settings.auto_release and count >= self.settings.auto_release:
             await self._auto_release(view, round_number)
 
@@ -228,6 +251,7 @@ class ShufflerService:
             raise errors.NotEnoughParticipantsError(
                 str(exc), extra={"participants": exc.participants,
                                  "required": exc.required}) from None
+        self.status_changed(view.id, round_number)
         return record, True
 
     async def _auto_release(self, view: CampaignView, round_number: int) -> None:
@@ -242,10 +266,8 @@ class ShufflerService:
     async def round_status(self, campaign_id: str, round_number: int) -> ShufflerRoundStatus:
         """Participants, threshold and release state of a round."""
         view = await self.campaign_view(campaign_id)
-        participants = await run_in_threadpool(self.storage.participants, campaign_id,
-                                               round_number)
-        record = await run_in_threadpool(self.storage.round_record, campaign_id, round_number)
-        required = await run_in_threadpool(self.required_for, view, round_number)
+        participants, record, required = await run_in_threadpool(
+            self._status_rows, view, round_number)
         state = OPEN if record is None else record.state
         return ShufflerRoundStatus(
             campaign_id=campaign_id, round=round_number, participants=participants,
@@ -255,6 +277,27 @@ class ShufflerService:
             if state == RELEASING else None,
             reason=None if record is None else record.reason,
         )
+
+    def _status_rows(self, view: CampaignView, round_number: int) -> tuple[int, Any, int]:
+        """The storage reads of a round status, in one trip to the thread pool."""
+        return (self.storage.participants(view.id, round_number),
+                self.storage.round_record(view.id, round_number),
+                self.required_for(view, round_number))
+
+    async def round_status_json(self, campaign_id: str, round_number: int) -> bytes:
+        """The serialized round status, shared by concurrent and repeated requests for up
+        to ``campaign_cache_seconds`` (single flight); submissions and releases of this
+        process refresh it at once, the progress of a release in the background within
+        that time."""
+        async def fetch() -> Fetched[bytes]:
+            status = await self.round_status(campaign_id, round_number)
+            return Fetched(status.model_dump_json().encode())
+
+        return (await self.statuses.get((campaign_id, round_number), fetch)).value
+
+    def status_changed(self, campaign_id: str, round_number: int) -> None:
+        """Forget the cached status of a round (after a submission or a release step)."""
+        self.statuses.discard((campaign_id, round_number))
 
     async def release(self, campaign_id: str, round_number: int,
                       wait: bool) -> tuple[ReleaseResponse, bool]:

@@ -23,6 +23,13 @@ Each field of :class:`Settings` is read from the variable named after it in uppe
   acknowledgement before answering 202 (default 60 seconds; forwarding goes on).
 - ``SYNCHRONOUS``: SQLite ``synchronous``; ``NORMAL`` survives process crashes, ``FULL``
   also power loss (default ``NORMAL``).
+- ``CAMPAIGN_CACHE_SECONDS``: how long a campaign view that can still change is cached
+  and may be cached by clients (default 1; immutable documents are kept until evicted).
+- ``DOCUMENT_CACHE_ENTRIES``: most documents cached from the server (default 1024, LRU).
+- ``UPSTREAM_CONNECTIONS``: most connections to the server at once (default 16).
+- ``UPSTREAM_POOL_TIMEOUT``: how long a request to the server may wait for a free
+  connection before it fails with ``unavailable`` (default 2 seconds).
+- ``FORWARD_TIMEOUT``: per-request timeout of batch delivery (default 120 seconds).
 - ``HOST`` / ``PORT``: listen address (default ``127.0.0.1:8081``; port 0 picks a free
   port, logged as ``shuffler listening on port N``).
 - ``LOG_LEVEL``: ``debug``, ``info``, ``warning`` or ``error`` (default ``info``).
@@ -61,6 +68,9 @@ class Settings(EnvironmentSettings):
     host: str = "127.0.0.1"
     port: int = 8081
     campaign_cache_seconds: float = 1.0
+    document_cache_entries: int = 1024
+    upstream_connections: int = 16
+    upstream_pool_timeout: float = 2.0
     forward_timeout: float = 120.0
     release_wait: float = 60.0
     release_retry_seconds: float = 6 * 3600.0
@@ -77,4 +87,10 @@ class Settings(EnvironmentSettings):
             raise ValueError(f"server URL must start with http:// or https://, got "
                              f"{self.server_url!r}")
         check_common(self, (("min_users", 1), ("auto_release", 0), ("chunk_size", 1),
-                            ("max_body_bytes", 1024)))
+                            ("max_body_bytes", 1024), ("document_cache_entries", 1),
+                            ("upstream_connections", 1)))
+        for name in ("campaign_cache_seconds", "upstream_pool_timeout", "forward_timeout"):
+            value = getattr(self, name)
+            if not 0 < value <= 3600:
+                raise ValueError(f"{name.replace('_', ' ')} must be in (0, 3600] seconds, "
+                                 f"got {value!r}")

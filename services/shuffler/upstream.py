@@ -1,30 +1,55 @@
-"""The shuffler's HTTP link to the server (analyzer): campaign views and batch delivery.
+"""The shuffler's HTTP link to the server (analyzer): public documents and batch delivery.
 
-Only three kinds of request leave the shuffler (docs/architecture.md, "Server"):
+Only these requests leave the shuffler (docs/architecture.md, "Server"), every one with
+the shuffler's bearer credential, so the server can tell them from anything else:
 
-- ``GET /v1/campaigns/{cid}``: the public campaign view (phase, min_users,
-  dropout tolerance, published parameters), cached briefly because submissions
-  consult it on every request; the configuration and the parameters are
-  immutable, only the phase moves forward, so a cached view is refreshed
-  whenever it would refuse a request, and a stale one is used while the server
-  cannot be reached (the storage, not the view, closes a released round).
+- ``GET /v1/campaigns/{cid}`` and ``GET /v1/campaigns/{cid}/hpke-config``: the public
+  documents the shuffler serves to clients and consults for submissions, through one
+  bounded single-flight cache (:mod:`.cache`).  The key config is immutable; the view
+  is immutable once the campaign has ended (``done``, ``failed``, ``aborted``) and
+  otherwise kept ``cache_seconds``; an unknown campaign (404) is remembered as long.
+  A burst of requests costs at most one upstream request per document and TTL; while
+  the server cannot be reached an expired document is served (configuration, key and
+  published parameters never change, only the phase moves forward, and the storage,
+  not the view, closes a round).
+- ``GET /livez`` (readiness).
 - ``PUT .../rounds/{round}/batches/{batch_id}``: one chunk of a released batch.
 - ``POST .../batches/{batch_id}/complete``.
 
-Requests carry the shuffler's bearer credential and nothing about users: no
-forwarding headers, no timing (chunks leave after the round is closed).
+The connection pool is bounded (``max_connections``) and waiting for a connection is
+bounded too (``pool_timeout``): a dead or saturated server makes requests fail fast
+with :class:`UpstreamError` (a 503 problem to clients), never a queue of waiting
+requests.  Every path segment is percent-escaped (:func:`server_path`), although the
+HTTP edge only lets identifiers of ``ID_PATTERN`` through.
+
+Requests carry nothing about users: no forwarding headers, no timing (chunks leave
+after the round is closed; document fetches are shared by everyone who asks).
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import httpx
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from segshuffle.wire.models import BatchChunk, BatchCompletion, CampaignView, ChunkReceipt
+from segshuffle.wire.models import (
+    BatchChunk,
+    BatchCompletion,
+    CampaignView,
+    ChunkReceipt,
+    HpkeConfig,
+)
+
+from ..http_cache import strong_etag
+from .cache import Fetched, SingleFlightCache
+
+
+def server_path(*segments: str | int) -> str:
+    """``/v1/campaigns/...`` from raw segments, each percent-escaped (no ``/ ? # %``)."""
+    return "/v1/campaigns/" + "/".join(quote(str(s), safe="") for s in segments)
 
 
 class UpstreamError(Exception):
@@ -57,14 +82,24 @@ def _problem_name(response: httpx.Response) -> str | None:
     return None
 
 
-@dataclass
-class _Cached:
-    view: CampaignView
-    fetched: float
+@dataclass(frozen=True)
+class Document:
+    """A public document exactly as the server sent it, with its parsed form and ETag."""
+
+    body: bytes
+    value: BaseModel
+    immutable: bool
+    etag: str
+
+
+KEY_CONFIG = "hpke-config"
+VIEW = "view"
+FINAL_PHASES = frozenset({"done", "failed", "aborted"})
+"""Phases a campaign never leaves: its view is immutable from then on."""
 
 
 class ServerLink:
-    """Async client of the server for the shuffler."""
+    """Async client of the server for the shuffler (see the module docstring)."""
 
     def __init__(
         self,
@@ -73,17 +108,27 @@ class ServerLink:
         *,
         timeout: float = 120.0,
         cache_seconds: float = 1.0,
+        cache_entries: int = 1024,
+        max_connections: int = 16,
+        pool_timeout: float = 2.0,
+        document_timeout: float = 10.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._http = httpx.AsyncClient(
             base_url=base_url.rstrip("/"),
-            timeout=httpx.Timeout(timeout, connect=5.0),
+            timeout=httpx.Timeout(timeout, connect=min(5.0, timeout), pool=pool_timeout),
+            limits=httpx.Limits(max_connections=max_connections,
+                                max_keepalive_connections=max_connections),
             transport=transport,
-            headers={"User-Agent": "segshuffle-shuffler"},
+            headers={"User-Agent": "segshuffle-shuffler", "Authorization": f"Bearer {token}"},
         )
-        self._auth = {"Authorization": f"Bearer {token}"}
-        self._cache_seconds = cache_seconds
-        self._views: dict[str, _Cached] = {}
+        self._document_timeout = httpx.Timeout(document_timeout,
+                                               connect=min(5.0, document_timeout),
+                                               pool=pool_timeout)
+        self.cache_seconds = cache_seconds
+        self.documents: SingleFlightCache[Document | None] = SingleFlightCache(
+            max_entries=cache_entries, ttl=cache_seconds,
+            min_refresh=min(0.25, cache_seconds))
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -103,33 +148,53 @@ class ServerLink:
             )
         return response
 
-    async def campaign(self, campaign_id: str, *, fresh: bool = False) -> CampaignView | None:
-        """The public view of a campaign, ``None`` if the server does not know it."""
-        cached = self._views.get(campaign_id)
-        if (not fresh and cached is not None
-                and time.monotonic() - cached.fetched < self._cache_seconds):
-            return cached.view
+    # -- public documents ----------------------------------------------------------------
+    async def _fetch_document(self, kind: str, campaign_id: str) -> Fetched[Document | None]:
+        path = server_path(campaign_id) + ("" if kind == VIEW else "/" + KEY_CONFIG)
         try:
-            response = await self._request("GET", f"/v1/campaigns/{campaign_id}")
+            response = await self._request("GET", path, timeout=self._document_timeout)
         except UpstreamError as exc:
             if exc.status == 404:
-                self._views.pop(campaign_id, None)
-                return None
-            if exc.transient and cached is not None:
-                return cached.view  # stale but immutable apart from the phase
+                return Fetched(None)
             raise
+        model: type[BaseModel] = CampaignView if kind == VIEW else HpkeConfig
         try:
-            view = CampaignView.model_validate(response.json())
-        except (ValueError, ValidationError):
-            raise UpstreamError("server sent an invalid campaign view") from None
-        self._views[campaign_id] = _Cached(view, time.monotonic())
-        return view
+            value = model.model_validate_json(response.content)
+        except ValidationError:
+            raise UpstreamError(f"server sent an invalid {kind} document") from None
+        immutable = kind == KEY_CONFIG or getattr(value, "phase", None) in FINAL_PHASES
+        document = Document(response.content, value, immutable, strong_etag(response.content))
+        return Fetched(document, immutable)
 
+    async def document(self, kind: str, campaign_id: str, *,
+                       fresh: bool = False) -> Document | None:
+        """The ``kind`` (``view`` or ``hpke-config``) document of a campaign, ``None`` if the
+        server does not know the campaign (cached, single flight)."""
+        if kind not in (VIEW, KEY_CONFIG):
+            raise ValueError(f"unknown document kind {kind!r}")
+        fetched = await self.documents.get(
+            (kind, campaign_id), lambda: self._fetch_document(kind, campaign_id),
+            fresh=fresh, stale_on_error=_serve_stale)
+        return fetched.value
+
+    async def campaign(self, campaign_id: str, *, fresh: bool = False) -> CampaignView | None:
+        """The public view of a campaign, ``None`` if the server does not know it."""
+        document = await self.document(VIEW, campaign_id, fresh=fresh)
+        if document is None:
+            return None
+        assert isinstance(document.value, CampaignView)
+        return document.value
+
+    def forget(self, campaign_id: str) -> None:
+        """Drop the cached view (the phase has moved on)."""
+        self.documents.discard((VIEW, campaign_id))
+
+    # -- batches -------------------------------------------------------------------------
     async def put_chunk(self, campaign_id: str, round_number: int, batch_id: str,
                         chunk: BatchChunk) -> ChunkReceipt:
         response = await self._request(
-            "PUT", f"/v1/campaigns/{campaign_id}/rounds/{round_number}/batches/{batch_id}",
-            json=chunk.model_dump(mode="json"), headers=self._auth,
+            "PUT", server_path(campaign_id, "rounds", round_number, "batches", batch_id),
+            json=chunk.model_dump(mode="json"),
         )
         try:
             return ChunkReceipt.model_validate(response.json())
@@ -140,10 +205,9 @@ class ServerLink:
                        batch_id: str) -> BatchCompletion:
         response = await self._request(
             "POST",
-            f"/v1/campaigns/{campaign_id}/rounds/{round_number}/batches/{batch_id}/complete",
-            headers=self._auth,
+            server_path(campaign_id, "rounds", round_number, "batches", batch_id, "complete"),
         )
-        self._views.pop(campaign_id, None)  # the phase has moved on
+        self.forget(campaign_id)  # the phase has moved on
         try:
             return BatchCompletion.model_validate(response.json())
         except (ValueError, ValidationError):
@@ -151,7 +215,12 @@ class ServerLink:
 
     async def alive(self) -> bool:
         try:
-            await self._request("GET", "/livez")
+            await self._request("GET", "/livez", timeout=self._document_timeout)
         except UpstreamError:
             return False
         return True
+
+
+def _serve_stale(exc: BaseException) -> bool:
+    """An expired document is served instead of a transient upstream failure."""
+    return isinstance(exc, UpstreamError) and exc.transient

@@ -175,7 +175,7 @@ async def _rounds(args: argparse.Namespace, stack: Any, data: DemoData,
     from segshuffle.testing.population import Population, stderr_progress
 
     population = Population.with_shares(
-        stack.server_url, stack.shuffler_url, CAMPAIGN_ID, data.sets, shares,
+        stack.shuffler_url, CAMPAIGN_ID, data.sets, shares,
         seed=args.seed, concurrency=args.concurrency, progress=stderr_progress,
     )
     async with population:

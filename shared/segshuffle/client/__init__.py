@@ -1,4 +1,5 @@
-"""Client SDK: sync and async clients of the shuffler and server.
+"""Client SDK: sync and async clients of the shuffler (the only service a client talks to;
+it relays the server's public documents, which the client verifies).
 
 - :class:`Client` / :class:`AsyncClient`: one user in one campaign, both rounds
   (:mod:`.sync`, :mod:`.aio`), with verification of everything the server

@@ -43,7 +43,6 @@ class AsyncClient:
 
     def __init__(
         self,
-        server_url: str,
         shuffler_url: str,
         campaign_id: str,
         *,
@@ -52,12 +51,12 @@ class AsyncClient:
         timeout: float = 30.0,
         allow_insecure: bool = False,
         min_fake_tolerance: float = 0.0,
+        key_id: str | None = None,
         http: httpx.AsyncClient | None = None,
         cache: PublicCache | None = None,
     ) -> None:
         self.session = UserSession(campaign_id, rng, allow_insecure=allow_insecure,
-                                   min_fake_tolerance=min_fake_tolerance)
-        self.server_url = server_url.rstrip("/")
+                                   min_fake_tolerance=min_fake_tolerance, key_id=key_id)
         self.shuffler_url = shuffler_url.rstrip("/")
         self.retry = retry or RetryPolicy()
         self.cache = cache
@@ -110,14 +109,14 @@ class AsyncClient:
 
     # -- API -----------------------------------------------------------------------------
     async def _view(self, *, fresh: bool = False) -> CampaignView:
-        url = self.server_url + self.session.campaign_path
+        url = self.shuffler_url + self.session.campaign_path
         return await self._get(CampaignView, url, "campaign", fresh=fresh)
 
     async def campaign(self) -> CampaignView:
         """Fetch the campaign view and key config, verify them, pin key id and config hash."""
         s = self.session
         view = await self._view()
-        hpke = await self._get(HpkeConfig, self.server_url + s.campaign_path + "/hpke-config",
+        hpke = await self._get(HpkeConfig, self.shuffler_url + s.campaign_path + "/hpke-config",
                                "key config")
         return s.accept_campaign(view, hpke)
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import numpy as np
@@ -136,13 +137,18 @@ class UserSession:
     """One user's protocol state in one campaign."""
 
     def __init__(self, campaign_id: str, rng: np.random.Generator | None = None,
-                 *, allow_insecure: bool = False, min_fake_tolerance: float = 0.0) -> None:
+                 *, allow_insecure: bool = False, min_fake_tolerance: float = 0.0,
+                 key_id: str | None = None) -> None:
         """``min_fake_tolerance``: refuse campaigns that tolerate a smaller fraction f of
-        fake or colluding participants than the app requires (default 0: any)."""
+        fake or colluding participants than the app requires (default 0: any).
+        ``key_id``: the campaign's key id if the app knows it out of band."""
         if not (math.isfinite(min_fake_tolerance) and 0.0 <= min_fake_tolerance < 1.0):
             raise ClientError(f"min_fake_tolerance must be in [0, 1), got "
                               f"{min_fake_tolerance!r}")
         self.campaign_id = campaign_id
+        self.expected_key_id = key_id
+        """The campaign's key id as the app learnt it out of band, if it did: the view and
+        key config relayed by the shuffler must then pin exactly this key."""
         self.rng = rng if rng is not None else np.random.default_rng()
         self.allow_insecure = allow_insecure
         self.min_fake_tolerance = float(min_fake_tolerance)
@@ -157,7 +163,7 @@ class UserSession:
     # -- paths ---------------------------------------------------------------------------
     @property
     def campaign_path(self) -> str:
-        return f"/v1/campaigns/{self.campaign_id}"
+        return f"/v1/campaigns/{quote(self.campaign_id, safe='')}"
 
     def round_path(self, round_number: int) -> str:
         return f"{self.campaign_path}/rounds/{round_number}"
@@ -172,6 +178,9 @@ class UserSession:
         """Verify a fetched view; the first one pins the key id and configuration hash."""
         key = verify_campaign(view, hpke, self.campaign_id,
                               min_fake_tolerance=self.min_fake_tolerance)
+        if self.expected_key_id is not None and key.key_id != self.expected_key_id:
+            raise VerificationError(f"the campaign's key {key.key_id} is not the expected "
+                                    f"key {self.expected_key_id}")
         if self.key is None:
             self.key, self.config_hash = key, view.config_hash
         elif key.key_id != self.key.key_id or view.config_hash != self.config_hash:

@@ -2,13 +2,20 @@
 
 Typical use::
 
-    with Client(server_url, shuffler_url, "survey-1") as client:
+    with Client(shuffler_url, "survey-1") as client:
         client.campaign()                  # fetch + verify the configuration and key
         client.enroll()                    # a one-time token from the shuffler
         client.submit_level(level_index)   # round 1
         ...                                # the operator releases round 1
         client.fetch_parameters()          # verified for this user's level, or refused
         client.submit_data(my_items)       # round 2
+
+The client talks to the shuffler only.  The shuffler relays the server's public
+documents (the campaign view and key config) unmodified and the client verifies them
+(hashes, key pin, parameters), so the server never sees a client's address or timing.
+The documents carry no signature: the first view a client accepts pins the campaign's
+key, so an app that knows the key id out of band (built in, or in the invitation) passes
+it as ``key_id`` and a relay cannot substitute a key of its own.
 
 Every request that fails transiently (no answer, 5xx, 429) is retried with
 exponential backoff.  A submission retried after an ambiguous failure (the
@@ -51,7 +58,6 @@ class Client:
 
     def __init__(
         self,
-        server_url: str,
         shuffler_url: str,
         campaign_id: str,
         *,
@@ -60,12 +66,12 @@ class Client:
         timeout: float = 30.0,
         allow_insecure: bool = False,
         min_fake_tolerance: float = 0.0,
+        key_id: str | None = None,
         http: httpx.Client | None = None,
         cache: PublicCache | None = None,
     ) -> None:
         self.session = UserSession(campaign_id, rng, allow_insecure=allow_insecure,
-                                   min_fake_tolerance=min_fake_tolerance)
-        self.server_url = server_url.rstrip("/")
+                                   min_fake_tolerance=min_fake_tolerance, key_id=key_id)
         self.shuffler_url = shuffler_url.rstrip("/")
         self.retry = retry or RetryPolicy()
         self.cache = cache
@@ -118,14 +124,14 @@ class Client:
 
     # -- API -----------------------------------------------------------------------------
     def _view(self, *, fresh: bool = False) -> CampaignView:
-        url = self.server_url + self.session.campaign_path
+        url = self.shuffler_url + self.session.campaign_path
         return self._get(CampaignView, url, "campaign", fresh=fresh)
 
     def campaign(self) -> CampaignView:
         """Fetch the campaign view and key config, verify them, pin key id and config hash."""
         s = self.session
         view = self._view()
-        hpke = self._get(HpkeConfig, self.server_url + s.campaign_path + "/hpke-config",
+        hpke = self._get(HpkeConfig, self.shuffler_url + s.campaign_path + "/hpke-config",
                          "key config")
         return s.accept_campaign(view, hpke)
 

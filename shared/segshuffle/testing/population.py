@@ -83,7 +83,6 @@ class PhaseTiming:
 class Population:
     """N users of one campaign (see the module docstring)."""
 
-    server_url: str
     shuffler_url: str
     campaign_id: str
     item_sets: Sequence[Sequence[int]]
@@ -121,7 +120,7 @@ class Population:
         self._clients = []
 
     @classmethod
-    def with_shares(cls, server_url: str, shuffler_url: str, campaign_id: str,
+    def with_shares(cls, shuffler_url: str, campaign_id: str,
                     item_sets: Sequence[Sequence[int]], shares: Sequence[float],
                     *, seed: int | None = None, **kwargs: object) -> Population:
         """Levels drawn independently with probabilities ``shares`` (one per level)."""
@@ -131,7 +130,7 @@ class Population:
         # a stream of its own: the users' generators are the children 0..N-1 of the seed
         rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0xFFFFFFFF,)))
         levels = rng.choice(p.size, size=len(item_sets), p=p / p.sum())
-        return cls(server_url, shuffler_url, campaign_id, item_sets,
+        return cls(shuffler_url, campaign_id, item_sets,
                    [int(v) for v in levels], seed=seed, **kwargs)  # type: ignore[arg-type]
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -147,7 +146,7 @@ class Population:
             return self
         cache = PublicCache(self.cache_seconds)
         self._clients = [
-            AsyncClient(self.server_url, self.shuffler_url, self.campaign_id,
+            AsyncClient(self.shuffler_url, self.campaign_id,
                         rng=np.random.default_rng(seed), retry=self.retry, http=self._http,
                         cache=cache, allow_insecure=self.allow_insecure)
             for seed in self._seeds
