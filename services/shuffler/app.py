@@ -19,7 +19,7 @@ carry campaign ids, rounds and counts only.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
@@ -40,7 +40,8 @@ from segshuffle.wire.models import (
 )
 from segshuffle.wire.problems import Problem
 
-from .enrollment import EnrollmentPolicy, OneTimeTokenEnrollment
+from .enrollment import EnrollmentPolicy, InvitationEnrollment, OpenEnrollment
+from .limits import RouteLimits, enrollment_limit, submission_limit
 from .release import Releaser
 from .service import PHASE_OF_ROUND, ShufflerRoundStatus, ShufflerService, unauthorized
 from .settings import Settings
@@ -110,6 +111,8 @@ rounds = APIRouter(prefix="/v1/campaigns/{campaign_id}/rounds/{round_number}", t
 
 
 @users.post("/enrollments", status_code=201, response_model=EnrollmentResponse,
+            dependencies=[Depends(enrollment_limit)],
+            responses={429: {"description": "too many enrollments from this source"}},
             openapi_extra={"requestBody": {"required": False, "content": {
                 "application/json": {"schema": EnrollmentRequest.model_json_schema()}}}})
 async def enroll(campaign_id: str, request: Request, service: Service) -> EnrollmentResponse:
@@ -121,7 +124,8 @@ async def enroll(campaign_id: str, request: Request, service: Service) -> Enroll
 
 
 @users.post("/rounds/{round_number}/submissions", status_code=201,
-            response_model=SubmissionReceipt,
+            response_model=SubmissionReceipt, dependencies=[Depends(submission_limit)],
+            responses={429: {"description": "too many submissions from this source"}},
             openapi_extra=_openapi_body(Round1Submission, Round2Submission))
 async def submit(campaign_id: str, round_number: Round,
                  token: Annotated[str, Depends(user_token)], request: Request,
@@ -152,6 +156,25 @@ async def release_round(
     return JSONResponse(answer.model_dump(mode="json"), status_code=200 if acknowledged else 202)
 
 
+OPEN_WARNING = ("OPEN ENROLLMENT: anyone may enroll any number of times, so fake users can "
+                "surround a real one (n-1 attack) and the published epsilons no longer "
+                "protect anyone; use invitations (SEGSHUFFLE_SHUFFLER_ENROLLMENT=invitations) "
+                "outside tests")
+
+
+def policy_factory(settings: Settings) -> Callable[[Storage], EnrollmentPolicy]:
+    """The enrollment policy the settings name, to be built over the storage.
+
+    Reads the issuer keys first and raises :class:`ValueError` (one line) if they are
+    missing or malformed, so that a misconfigured shuffler does not start.
+    """
+    if settings.enrollment == "open":
+        return OpenEnrollment
+    issuers = settings.issuer_keys()
+    return lambda storage: InvitationEnrollment(storage, issuers,
+                                                skew=settings.invitation_skew)
+
+
 def create_app(
     settings: Settings,
     *,
@@ -161,10 +184,10 @@ def create_app(
     backoff_max: float = 10.0,
 ) -> FastAPI:
     """The shuffler application; state lives in ``settings.database``."""
+    build_policy = None if enrollment is not None else policy_factory(settings)
+    limits = RouteLimits.from_settings(settings)
     storage = Storage(settings.database, synchronous=settings.synchronous)
-    policy: EnrollmentPolicy = enrollment or OneTimeTokenEnrollment(
-        storage, settings.enrollment_secret
-    )
+    policy: EnrollmentPolicy = enrollment if build_policy is None else build_policy(storage)
     server = link or ServerLink(settings.server_url, settings.server_token,
                                 timeout=settings.forward_timeout,
                                 cache_seconds=settings.campaign_cache_seconds)
@@ -175,7 +198,10 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         resumed = service.start()
-        log.info("shuffler ready (%d release(s) resumed)", resumed)
+        if settings.enrollment == "open":
+            log.warning(OPEN_WARNING)
+        log.info("shuffler ready (%d release(s) resumed, enrollment: %s)", resumed,
+                 settings.enrollment)
         try:
             yield
         finally:
@@ -193,6 +219,7 @@ def create_app(
     app.state.storage = storage
     app.state.releaser = releaser
     app.state.settings = settings
+    app.state.limits = limits
     app.include_router(health_router(service.ready))
     app.include_router(users)
     app.include_router(rounds)

@@ -49,6 +49,19 @@ class ShufflerRoundStatus(RoundStatus):
     batch_id: str | None = None
     last_error: str | None = None
     """While releasing: why the latest delivery attempt failed (the shuffler keeps trying)."""
+    enrollment: Literal["invitations", "open"] = "invitations"
+    """The shuffler's enrollment mode; ``open`` lets anyone add fake participants."""
+
+
+#: The domain error of each reason an enrollment is refused for.
+REFUSALS: dict[str, type[errors.DomainError]] = {
+    "required": errors.InvitationRequiredError,
+    "malformed": errors.InvalidInvitationError,
+    "signature": errors.InvalidInvitationError,
+    "campaign": errors.InvitationWrongCampaignError,
+    "expired": errors.InvitationExpiredError,
+    "used": errors.InvitationUsedError,
+}
 
 
 def unauthorized(detail: str) -> errors.UnauthorizedError:
@@ -136,7 +149,10 @@ class ShufflerService:
         try:
             return str(await run_in_threadpool(self.policy.enroll, campaign_id, invitation))
         except EnrollmentRefusedError as exc:
-            raise errors.ForbiddenError(str(exc)) from None
+            error = REFUSALS.get(exc.reason, errors.ForbiddenError)
+            headers = {"WWW-Authenticate": 'Invitation realm="shuffler"'} \
+                if exc.reason == "required" else None
+            raise error(str(exc), headers=headers) from None
 
     async def submit(self, campaign_id: str, round_number: int, token: str,
                      body: Round1Submission | Round2Submission) -> None:
@@ -209,6 +225,7 @@ class ShufflerService:
             batch_id=None if record is None else record.batch_id,
             last_error=self.releaser.last_error.get((campaign_id, round_number))
             if state == "releasing" else None,
+            enrollment="open" if self.settings.enrollment == "open" else "invitations",
         )
 
     async def release(self, campaign_id: str, round_number: int,

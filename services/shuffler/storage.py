@@ -40,6 +40,7 @@ from .storage_api import (
     RELEASED,
     RELEASING,
     AlreadySubmittedError,
+    InvitationUsedError,
     NotEnoughParticipantsError,
     Permutation,
     RoundClosedError,
@@ -49,8 +50,8 @@ from .storage_api import (
 
 __all__ = [
     "MIGRATIONS", "OPEN", "RELEASED", "RELEASING", "AlreadySubmittedError",
-    "NotEnoughParticipantsError", "Permutation", "RoundClosedError", "RoundRecord", "Storage",
-    "StorageError",
+    "InvitationUsedError", "NotEnoughParticipantsError", "Permutation", "RoundClosedError",
+    "RoundRecord", "Storage", "StorageError",
 ]
 
 _SCHEMA_1 = """
@@ -103,8 +104,16 @@ CREATE TABLE IF NOT EXISTS acknowledged (
 ) WITHOUT ROWID;
 """
 
+_SCHEMA_2 = """
+CREATE TABLE IF NOT EXISTS used_invitations (
+    invitation_hash BLOB PRIMARY KEY,
+    expires INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "tokens, participations, pending, rounds, released, acknowledged", _SCHEMA_1),
+    Migration(2, "used_invitations", _SCHEMA_2),
 )
 """The shuffler's schema, in order (:mod:`segshuffle.services.sqlite_base`); append only."""
 
@@ -148,6 +157,32 @@ class Storage:
                 "INSERT INTO tokens (token_hash, campaign_id) VALUES (?, ?)",
                 (token_hash, campaign_id),
             )
+
+    def add_token_for_invitation(self, campaign_id: str, token_hash: bytes,
+                                 invitation_hash: bytes, expires: int) -> None:
+        """Mark an invitation used and record the token it buys, in one transaction.
+
+        Raises :class:`InvitationUsedError` (and records nothing) if the invitation was
+        used before.  The two rows share no key: nothing links an invitation to a token.
+        """
+        with self._lock:
+            self._begin()
+            try:
+                try:
+                    self._db.execute(
+                        "INSERT INTO used_invitations (invitation_hash, expires) VALUES (?, ?)",
+                        (invitation_hash, expires),
+                    )
+                except sqlite3.IntegrityError:
+                    raise InvitationUsedError("the invitation has already been used") from None
+                self._db.execute(
+                    "INSERT INTO tokens (token_hash, campaign_id) VALUES (?, ?)",
+                    (token_hash, campaign_id),
+                )
+                self._commit()
+            except BaseException:
+                self._rollback()
+                raise
 
     def token_campaign(self, token_hash: bytes) -> str | None:
         """The campaign a token hash was issued for, or ``None`` if unknown."""
