@@ -43,7 +43,8 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Published]:
         rng = np.random.default_rng(2)
         sets = [list(rng.choice(10, size=2, replace=False)) for _ in range(USERS)]
         population = Population.with_shares(stack.server_url, stack.shuffler_url, CID, sets,
-                                            [0.5, 0.5], seed=4)
+                                            [0.5, 0.5], seed=4,
+                                            invitations=stack.invitations(CID, len(sets)))
         run_rounds(population, 1)
         stack.release(CID, 1)
         view = CampaignView.model_validate(
