@@ -158,6 +158,14 @@ def issuer_key_from_seed(seed: bytes) -> Ed25519PrivateKey:
     return Ed25519PrivateKey.from_private_bytes(seed)
 
 
+def issuer_key_from_text(text: str) -> Ed25519PrivateKey:
+    """The issuer key of its 32-byte seed as unpadded base64url (how deploy/.env holds it)."""
+    try:
+        return issuer_key_from_seed(b64url_decode(text.strip(), 32))
+    except ValueError:
+        raise ValueError("the issuer private key must be 32 bytes, unpadded base64url") from None
+
+
 def public_key_text(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:
     """An issuer public key as configured on the shuffler: base64url of its 32 raw bytes."""
     public = key.public_key() if isinstance(key, Ed25519PrivateKey) else key
