@@ -180,7 +180,7 @@ def test_live_client_refuses_and_sends_nothing(published: Published) -> None:
     with Client(stack.server_url, stack.shuffler_url, CID,
                 http=httpx.Client(transport=httpx.MockTransport(handler))) as client:
         client.campaign()
-        client.enroll()
+        client.enroll(stack.invitations(CID, 1)[0])
         client.session.level_index = 0  # a level-0.5 user who joined round 1 elsewhere
         with pytest.raises(VerificationError, match=r"would not protect level 0\.5"):
             client.submit_data([1, 2])
