@@ -32,6 +32,18 @@ class InvalidRequestError(DomainError):
     """A field of the request is invalid for this campaign or round."""
 
 
+class MalformedBodyError(DomainError):
+    """The request body is not valid JSON."""
+
+
+class UnsupportedMediaTypeError(DomainError):
+    """The request body is not declared as JSON."""
+
+
+class UnknownRoundError(DomainError):
+    """Rounds are 1 and 2."""
+
+
 class NotFoundError(DomainError):
     """No such resource (e.g. a batch)."""
 

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -35,6 +35,47 @@ from segshuffle.services import errors
 from segshuffle.wire.problems import PROBLEM_MEDIA_TYPE, Problem, ProblemType
 
 _log = logging.getLogger("segshuffle.problems")
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+async def read_json(request: Request, model: type[ModelT]) -> ModelT:
+    """Parse the body strictly into ``model``, after the route has authenticated the caller.
+
+    A body declared as anything but JSON (``application/json`` or ``*+json``; no
+    ``Content-Type`` counts as JSON) is ``unsupported-media-type``; invalid JSON is
+    ``malformed-body``; a JSON value the model refuses is ``invalid-field`` listing at
+    most 20 (location, message) pairs, never the input itself.
+    """
+    declared = request.headers.get("content-type")
+    media = (declared or "application/json").split(";")[0].strip().lower()
+    if media != "application/json" and not media.endswith("+json"):
+        raise errors.UnsupportedMediaTypeError("the request body must be application/json")
+    raw = await request.body()
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        found = exc.errors(include_input=False, include_url=False)
+        if any(e["type"] == "json_invalid" for e in found):
+            raise errors.MalformedBodyError("the request body is not valid JSON") from None
+        if any(e["type"] == "model_type" and not e["loc"] for e in found):
+            raise errors.InvalidRequestError(
+                "the request body must be a JSON object",
+                extra={"errors": [{"loc": ["body"], "msg": "must be a JSON object"}]}) from None
+        listed = [{"loc": ["body", *(str(p) for p in e["loc"])], "msg": str(e["msg"])}
+                  for e in found[:20]]
+        where = ".".join(listed[0]["loc"][1:]) or "body"
+        raise errors.InvalidRequestError(f"{where}: {listed[0]['msg']}",
+                                         extra={"errors": listed}) from None
+
+
+def round_number(value: str | int) -> int:
+    """A round number from a path segment: 1 or 2, else ``unknown-round``."""
+    text = str(value)
+    if text not in ("1", "2"):
+        raise errors.UnknownRoundError(f"rounds are 1 and 2, not {text[:20]!r}")
+    return int(text)
 
 
 def problem_response(problem: Problem) -> JSONResponse:
@@ -68,6 +109,9 @@ def validation_problem(exc: RequestValidationError) -> Problem:
 #: The problem type of every domain error the service layers raise.
 DOMAIN_PROBLEMS: dict[type[errors.DomainError], ProblemType] = {
     errors.InvalidRequestError: ProblemType.INVALID_FIELD,
+    errors.MalformedBodyError: ProblemType.MALFORMED_BODY,
+    errors.UnsupportedMediaTypeError: ProblemType.UNSUPPORTED_MEDIA_TYPE,
+    errors.UnknownRoundError: ProblemType.UNKNOWN_ROUND,
     errors.NotFoundError: ProblemType.NOT_FOUND,
     errors.UnknownCampaignError: ProblemType.UNKNOWN_CAMPAIGN,
     errors.WrongPhaseError: ProblemType.WRONG_PHASE,

@@ -2,8 +2,10 @@
 
 Both services keep their state in one SQLite file each (docs/architecture.md).  This
 module opens that file the same way for both (WAL journal, the configured
-``synchronous`` mode, a 10 s busy timeout, autocommit so that every transaction is an
-explicit ``BEGIN IMMEDIATE``) and brings its schema to the latest version.
+``synchronous`` mode, a 10 s busy timeout, ``secure_delete`` so that deleted rows are
+overwritten rather than left in free pages, autocommit so that every transaction is an
+explicit ``BEGIN IMMEDIATE``) and brings its schema to the latest version;
+:class:`SQLiteStore` is the base of both storages (one lock, one transaction style).
 
 The schema is an ordered tuple of :class:`Migration` per service.  The table
 ``schema_version`` records every migration applied, one row per version; each
@@ -17,8 +19,10 @@ the code knows is refused (:class:`SchemaVersionError`) rather than written to.
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,6 +135,7 @@ def connect(path: str | Path, *, synchronous: str = "NORMAL") -> sqlite3.Connect
     db.execute("PRAGMA journal_mode=WAL")
     db.execute(f"PRAGMA synchronous={mode}")
     db.execute("PRAGMA busy_timeout=10000")
+    db.execute("PRAGMA secure_delete=ON")
     return db
 
 
@@ -144,3 +149,48 @@ def open_database(path: str | Path, migrations: Sequence[Migration], *, service:
         db.close()
         raise
     return db
+
+
+class SQLiteStore:
+    """One connection under one lock, with one transaction style for both services.
+
+    Reads run under the lock in autocommit mode; every state change runs inside
+    :meth:`_transaction` (``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any
+    exception), so it is atomic against crashes and against the other threads.
+    """
+
+    def __init__(self, path: str | Path, migrations: Sequence[Migration], *, service: str,
+                 synchronous: str = "NORMAL") -> None:
+        mode = synchronous.upper()
+        if mode not in SYNCHRONOUS_MODES:
+            raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, "
+                             f"got {synchronous!r}")
+        self.path = str(path)
+        self._lock = threading.RLock()
+        self._db = open_database(self.path, migrations, service=service, synchronous=mode)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def ping(self) -> bool:
+        """Whether the database answers a trivial query."""
+        with self._lock:
+            return self._db.execute("SELECT 1").fetchone() == (1,)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _checkpoint(self) -> None:
+        """Copy the WAL into the database and truncate it, so old page images are gone."""
+        with self._lock:
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")

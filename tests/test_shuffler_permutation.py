@@ -1,66 +1,97 @@
-"""The shuffle is uniform: chi-square tests on the CSPRNG Fisher-Yates permutation."""
+"""The release order is uniform, secret-keyed and reproducible (services/shuffler/permutation.py).
+
+The keys are derived from counters, so every test here is deterministic: a chi-square
+test that passes passes every time, and the negative controls show it can fail.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
-import random
 from collections import Counter
 
-import pytest
+import numpy as np
 from scipy import stats
 
-from segshuffle.services.shuffler.permutation import random_permutation, shuffled
+from segshuffle.services.shuffler.permutation import ReleaseOrder, release_order
+from segshuffle.services.shuffler.vault import RoundKey
 
 RELEASES = 3000
 SIZE = 12
 
 
-def _marked_positions(releases: int, size: int, **kwargs: object) -> list[int]:
-    counts = [0] * size
-    for _ in range(releases):
-        order = random_permutation(size, **kwargs)  # type: ignore[arg-type]
-        counts[order.index(0)] += 1  # where the marked message (index 0) ended up
-    return counts
+def _bytes(label: str, i: int, n: int) -> bytes:
+    out = b""
+    counter = 0
+    while len(out) < n:
+        out += hashlib.sha256(f"{label}/{i}/{counter}".encode()).digest()
+        counter += 1
+    return out[:n]
+
+
+def _key(i: int) -> RoundKey:
+    return RoundKey(_bytes("root", i, 32))
+
+
+def _row_keys(i: int, n: int) -> bytes:
+    return _bytes("rows", i, 16 * n)
+
+
+def test_order_is_a_permutation() -> None:
+    for n in (0, 1, 2, 17, 1000):
+        order = release_order(_key(n), _row_keys(n, n))
+        assert sorted(order.tolist()) == list(range(n))
 
 
 def test_marked_message_position_is_uniform() -> None:
-    counts = _marked_positions(RELEASES, SIZE)
+    counts = [0] * SIZE
+    for i in range(RELEASES):
+        order = release_order(_key(i), _row_keys(i, SIZE)).tolist()
+        counts[order.index(0)] += 1  # where the first message to arrive ended up
     result = stats.chisquare(counts)
     assert result.pvalue > 0.01, (counts, result)
 
 
 def test_all_orderings_of_four_are_equally_likely() -> None:
-    observed = Counter(tuple(random_permutation(4)) for _ in range(RELEASES))
+    observed = Counter(tuple(release_order(_key(i), _row_keys(i, 4)).tolist())
+                       for i in range(RELEASES))
     expected = list(itertools.permutations(range(4)))
     assert set(observed) == set(expected)
     result = stats.chisquare([observed[p] for p in expected])
     assert result.pvalue > 0.01, (observed, result)
 
 
-def test_chi_square_detects_a_biased_shuffle() -> None:
-    # The classic bug: drawing j from the whole range instead of {0..i}.  The same test
-    # must reject it, otherwise the uniformity test above could not fail.
-    rng = random.Random(7)
-
-    def naive(n: int) -> list[int]:
-        order = list(range(n))
-        for i in range(n - 1, 0, -1):
-            j = rng.randrange(n)
-            order[i], order[j] = order[j], order[i]
-        return order
-
-    observed = Counter(tuple(naive(3)) for _ in range(20000))
-    # 27 equally likely draw sequences map onto 6 orderings: 4/27 or 5/27 each.
-    assert stats.chisquare([observed[p] for p in itertools.permutations(range(3))]).pvalue < 0.01
+def test_chi_square_detects_an_order_that_ignores_the_key() -> None:
+    # Negative control: sorting by the row keys alone, when they grow with arrival, keeps
+    # the arrival order; the same test must reject it.
+    counts = [0] * SIZE
+    for _ in range(RELEASES):
+        row_keys = b"".join(j.to_bytes(16, "big") for j in range(SIZE))
+        packed = np.frombuffer(row_keys, dtype=">u8").reshape(-1, 2)
+        order = np.lexsort((packed[:, 1], packed[:, 0])).tolist()
+        counts[order.index(0)] += 1
+    assert stats.chisquare(counts).pvalue < 0.01
 
 
-def test_permutation_is_a_bijection_and_shuffled_keeps_items() -> None:
-    for n in (0, 1, 2, 17, 1000):
-        assert sorted(random_permutation(n)) == list(range(n))
-    items = [f"m{i}" for i in range(50)]
-    assert sorted(shuffled(items)) == sorted(items)
+def test_order_is_reproducible_and_depends_on_the_key() -> None:
+    rows = _row_keys(7, 500)
+    first = release_order(_key(1), rows)
+    assert np.array_equal(first, release_order(_key(1), rows))  # resumed forwarding
+    assert not np.array_equal(first, release_order(_key(2), rows))
 
 
-def test_negative_size_is_refused() -> None:
-    with pytest.raises(ValueError):
-        random_permutation(-1)
+def test_release_position_is_independent_of_arrival() -> None:
+    n = 20_000
+    order = release_order(_key(3), _row_keys(3, n))
+    position = np.empty(n, dtype=np.int64)
+    position[order] = np.arange(n)
+    rho = stats.spearmanr(np.arange(n), position).statistic
+    assert abs(rho) < 0.03  # |rho| < 4.2 standard errors (1 / sqrt(n - 1))
+
+
+def test_release_order_slices_the_packed_row_keys() -> None:
+    rows = _row_keys(5, 10)
+    order = ReleaseOrder(_key(5), rows)
+    expected = [rows[16 * i:16 * i + 16] for i in release_order(_key(5), rows).tolist()]
+    assert len(order) == 10
+    assert order.row_keys(0, 4) + order.row_keys(4, 10) + order.row_keys(10, 20) == expected

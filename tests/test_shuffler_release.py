@@ -17,6 +17,7 @@ from segshuffle.services.shuffler.enrollment import token_hash
 from segshuffle.services.shuffler.release import Backoff, Releaser
 from segshuffle.services.shuffler.storage import RELEASED, RoundRecord, Storage
 from segshuffle.services.shuffler.upstream import ServerLink
+from segshuffle.services.shuffler.vault import RoundKeys, seal_submission
 from segshuffle.wire.models import b64url_decode
 
 from .test_client_messages import _view
@@ -59,21 +60,27 @@ class ScriptedServer:
 
 def _filled(tmp_path: Path, users: int = 23) -> tuple[Storage, list[bytes]]:
     storage = Storage(tmp_path / "s.sqlite3")
+    key = RoundKeys(tmp_path / "keys").get("c", 2, create=True)
     sent = []
     for i in range(users):
         level = secrets.token_bytes(80)
         data = [secrets.token_bytes(80) for _ in range(3)]
         sent += [level, *data]
-        storage.submit("c", 2, token_hash(f"u{i}"), {"levels": [level], "data": data})
+        storage.submit("c", 2, token_hash(f"u{i}"),
+                       seal_submission(key, "c", 2, {"levels": [level], "data": data}))
     return storage, sent
+
+
+def _releaser(storage: Storage, link: ServerLink, **kwargs: float) -> Releaser:
+    keys = RoundKeys(Path(storage.path).parent / "keys")
+    return Releaser(storage, link, keys, chunk_size=10, **kwargs)  # type: ignore[arg-type]
 
 
 def _forward(storage: Storage, server: ScriptedServer) -> None:
     async def main() -> None:
         link = ServerLink("http://server", "shuffler-credential",
                           transport=httpx.MockTransport(server))
-        releaser = Releaser(storage, link, chunk_size=10, backoff_initial=0.001,
-                            backoff_max=0.01)
+        releaser = _releaser(storage, link, backoff_initial=0.001, backoff_max=0.01)
         record = releaser.start("c", 2, required=23)
         done = await releaser.forward(record)
         assert done.state == RELEASED
@@ -112,8 +119,8 @@ def test_incomplete_batch_is_sent_again(tmp_path: Path) -> None:
 
 def test_resume_skips_acknowledged_chunks(tmp_path: Path) -> None:
     storage, _ = _filled(tmp_path)
-    record = storage.start_release("c", 2, minimum=1, chunk_size=10,
-                                   streams=["levels", "data"])
+    record = storage.close_round("c", 2, minimum=1, batch_id="b", chunk_size=10,
+                                 streams=["levels", "data"])
     for index in range(4):
         storage.acknowledge(record, "data", index)
     server = ScriptedServer()
@@ -121,7 +128,7 @@ def test_resume_skips_acknowledged_chunks(tmp_path: Path) -> None:
     async def main() -> None:
         link = ServerLink("http://server", "shuffler-credential",
                           transport=httpx.MockTransport(server))
-        releaser = Releaser(storage, link, chunk_size=10)
+        releaser = _releaser(storage, link)
         assert releaser.resume_all() == 1
         await asyncio.gather(*releaser._tasks.values())
         await link.aclose()
@@ -156,7 +163,7 @@ def test_lost_completion_acknowledgement(tmp_path: Path, round_number: int, phas
 
     async def main() -> bool:
         link = ServerLink("http://server", "t", transport=httpx.MockTransport(handler))
-        releaser = Releaser(Storage(tmp_path / "x.sqlite3"), link, chunk_size=10)
+        releaser = _releaser(Storage(tmp_path / "x.sqlite3"), link)
         record = RoundRecord("c1", round_number, "releasing", "b", 1, 10, {"levels": 1})
         try:
             return await releaser._round_finished(record)

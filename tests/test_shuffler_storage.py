@@ -23,6 +23,7 @@ from segshuffle.services.shuffler.storage import (
     NotEnoughParticipantsError,
     RoundClosedError,
     Storage,
+    StoredMessage,
 )
 
 
@@ -35,65 +36,99 @@ def _ct(tag: int) -> bytes:
     return tag.to_bytes(4, "big") + secrets.token_bytes(76)
 
 
+def _rows(streams: dict[str, list[bytes]]) -> list[StoredMessage]:
+    """Messages under fresh random row keys, as the service stores them (unsealed here)."""
+    return [StoredMessage(stream, secrets.token_bytes(16), ct)
+            for stream, cts in streams.items() for ct in cts]
+
+
+def _close(storage: Storage, campaign: str, round_number: int, **kwargs: object) -> object:
+    return storage.close_round(campaign, round_number, batch_id=secrets.token_hex(16),
+                               **kwargs)  # type: ignore[arg-type]
+
+
+def _stream(storage: Storage, campaign: str, round_number: int, stream: str) -> list[bytes]:
+    keys = storage.row_keys(campaign, round_number, stream)
+    return storage.sealed_messages(campaign, round_number, stream,
+                                   [keys[i:i + 16] for i in range(0, len(keys), 16)])
+
+
 def test_one_submission_per_token_per_round(storage: Storage) -> None:
     h = token_hash("alice")
-    assert storage.submit("c1", 1, h, {"levels": [_ct(1)]}) == 1
+    assert storage.submit("c1", 1, h, _rows({"levels": [_ct(1)]})) == 1
     with pytest.raises(AlreadySubmittedError):
-        storage.submit("c1", 1, h, {"levels": [_ct(2)]})
+        storage.submit("c1", 1, h, _rows({"levels": [_ct(2)]}))
     assert storage.participants("c1", 1) == 1
     assert storage.pending_count("c1", 1, "levels") == 1  # the refused one was not stored
-    storage.submit("c1", 2, h, {"levels": [_ct(3)], "data": [_ct(4), _ct(5)]})
-    storage.submit("c2", 1, h, {"levels": [_ct(6)]})  # another campaign is independent
+    storage.submit("c1", 2, h, _rows({"levels": [_ct(3)], "data": [_ct(4), _ct(5)]}))
+    storage.submit("c2", 1, h, _rows({"levels": [_ct(6)]}))  # another campaign is independent
     assert storage.participants("c1", 2) == 1 and storage.participants("c2", 1) == 1
 
 
 def test_release_needs_threshold_and_closes_round(storage: Storage) -> None:
     for i in range(5):
-        storage.submit("c", 1, token_hash(f"u{i}"), {"levels": [_ct(i)]})
+        storage.submit("c", 1, token_hash(f"u{i}"), _rows({"levels": [_ct(i)]}))
     with pytest.raises(NotEnoughParticipantsError) as info:
-        storage.start_release("c", 1, minimum=6, chunk_size=2, streams=["levels"])
+        _close(storage, "c", 1, minimum=6, chunk_size=2, streams=["levels"])
     assert (info.value.participants, info.value.required) == (5, 6)
     assert storage.round_record("c", 1) is None
-    storage.submit("c", 1, token_hash("u5"), {"levels": [_ct(5)]})
-    record = storage.start_release("c", 1, minimum=6, chunk_size=4, streams=["levels"])
+    storage.submit("c", 1, token_hash("u5"), _rows({"levels": [_ct(5)]}))
+    record = storage.close_round("c", 1, minimum=6, batch_id="b1", chunk_size=4,
+                                 streams=["levels"])
     assert record.state == RELEASING and record.participants == 6
     assert record.stream_sizes == {"levels": 6} and record.chunk_count("levels") == 2
     with pytest.raises(RoundClosedError):
-        storage.submit("c", 1, token_hash("late"), {"levels": [_ct(9)]})
+        storage.submit("c", 1, token_hash("late"), _rows({"levels": [_ct(9)]}))
     # idempotent: a second release request returns the same batch
-    assert storage.start_release("c", 1, minimum=6, chunk_size=4, streams=["levels"]) == record
-    released = storage.chunk(record, "levels", 0) + storage.chunk(record, "levels", 1)
+    assert _close(storage, "c", 1, minimum=6, chunk_size=4, streams=["levels"]) == record
+    released = _stream(storage, "c", 1, "levels")
     assert sorted(int.from_bytes(c[:4], "big") for c in released) == list(range(6))
-    assert storage.pending_count("c", 1, "levels") == 0
     storage.acknowledge(record, "levels", 0)
     assert storage.acknowledged(record) == {("levels", 0)}
     assert storage.releasing() == [record]
+    assert storage.rounds_with_messages() == [("c", 1)]
     done = storage.finish_release(record)
     assert done.state == RELEASED and storage.releasing() == []
-    assert storage.chunk(record, "levels", 0) == []  # ciphertexts are gone after the release
+    # the round is forgotten: messages, participations and acknowledgements
+    assert storage.pending_count("c", 1, "levels") == 0 and _stream(storage, "c", 1, "levels") == []
+    assert not storage.has_submitted("c", 1, token_hash("u0"))
+    assert storage.acknowledged(record) == set() and storage.rounds_with_messages() == []
+    assert storage.participants("c", 1) == 6  # only the count stays
 
 
-def test_streams_are_permuted_independently(storage: Storage) -> None:
-    calls: list[int] = []
-
-    def reverse(n: int) -> list[int]:
-        calls.append(n)
-        return list(range(n))[::-1]
-
-    for i in range(3):
-        storage.submit("c", 2, token_hash(f"u{i}"),
-                       {"levels": [_ct(i)], "data": [_ct(10 + i), _ct(20 + i)]})
-    record = storage.start_release("c", 2, minimum=3, chunk_size=100,
-                                   streams=["levels", "data"], permutation=reverse)
-    assert calls == [3, 6]
+def test_closing_counts_each_stream_and_round_two_forgets_the_tokens(
+        storage: Storage) -> None:
+    policy = OpenEnrollment(storage)
+    tokens = [policy.enroll("c", None) for _ in range(3)]
+    for i, token in enumerate(tokens):
+        storage.submit("c", 2, token_hash(token),
+                       _rows({"levels": [_ct(i)], "data": [_ct(10 + i), _ct(20 + i)]}))
+    record = storage.close_round("c", 2, minimum=3, batch_id="b2", chunk_size=100,
+                                 streams=["levels", "data"])
     assert record.stream_sizes == {"levels": 3, "data": 6}
-    assert len(storage.chunk(record, "data", 0)) == 6
+    assert len(_stream(storage, "c", 2, "data")) == 6
+    storage.finish_release(record)
+    with pytest.raises(AuthenticationError):
+        policy.authenticate("c", tokens[0])
+
+
+def test_deleted_rows_are_overwritten_and_the_wal_truncated(storage: Storage) -> None:
+    marker = b"\xa5MARK" * 16
+    for i in range(20):
+        storage.submit("c", 1, token_hash(f"u{i}"), _rows({"levels": [marker + bytes([i])]}))
+    assert marker in Path(storage.path + "-wal").read_bytes()
+    record = storage.close_round("c", 1, minimum=20, batch_id="b", chunk_size=100,
+                                 streams=["levels"])
+    storage.finish_release(record)
+    files = [Path(storage.path), Path(storage.path + "-wal")]
+    raw = b"".join(f.read_bytes() for f in files if f.exists())
+    assert marker not in raw
 
 
 def test_no_arrival_order_or_identity_in_the_database(storage: Storage) -> None:
     tokens = [f"token-{i}" for i in range(200)]
     for i, t in enumerate(tokens):
-        storage.submit("c", 1, token_hash(t), {"levels": [_ct(i)]})
+        storage.submit("c", 1, token_hash(t), _rows({"levels": [_ct(i)]}))
     db = sqlite3.connect(storage.path)
     stored = [int.from_bytes(bytes(r[0])[:4], "big") for r in db.execute(
         "SELECT ciphertext FROM pending")]
@@ -122,7 +157,7 @@ def _submit_forever(path: str, ready: multiprocessing.synchronize.Event) -> None
     store = Storage(path)
     i = 0
     while True:
-        store.submit("c", 1, token_hash(f"user{i}"), {"levels": [_ct(i)]})
+        store.submit("c", 1, token_hash(f"user{i}"), _rows({"levels": [_ct(i)]}))
         i += 1
         if i == 50:
             ready.set()
@@ -143,6 +178,6 @@ def test_kill_nine_mid_write_keeps_a_consistent_state(tmp_path: Path) -> None:
     assert participants >= 50
     # every committed participation has exactly its ciphertext, nothing half-written
     assert store.pending_count("c", 1, "levels") == participants
-    record = store.start_release("c", 1, minimum=participants, chunk_size=1000,
-                                 streams=["levels"])
+    record = store.close_round("c", 1, minimum=participants, batch_id="b", chunk_size=1000,
+                               streams=["levels"])
     assert record.stream_sizes["levels"] == participants

@@ -34,6 +34,8 @@ from segshuffle.services.shuffler.storage_api import (
     NotEnoughParticipantsError,
     RoundClosedError,
     ShufflerStorage,
+    StorageError,
+    StoredMessage,
 )
 
 SERVER_BACKENDS: dict[str, Callable[[Path], ServerStorage]] = {
@@ -145,10 +147,6 @@ def test_server_round_completion(server: ServerStorage) -> None:
 
 # -- shuffler --------------------------------------------------------------------------------
 
-def _reverse(n: int) -> list[int]:
-    return list(range(n))[::-1]
-
-
 def test_shuffler_tokens(shuffler: ShufflerStorage) -> None:
     assert shuffler.ping()
     assert shuffler.token_campaign(b"t" * 32) is None
@@ -156,40 +154,57 @@ def test_shuffler_tokens(shuffler: ShufflerStorage) -> None:
     assert shuffler.token_campaign(b"t" * 32) == "c"
 
 
+def _rows(streams: dict[str, list[bytes]]) -> list[StoredMessage]:
+    """One message per value, row keys derived from the value (distinct, 16 bytes)."""
+    return [StoredMessage(stream, (stream.encode() + value).ljust(16, b"\x00"), value)
+            for stream, values in streams.items() for value in values]
+
+
+def _keys(packed: bytes) -> list[bytes]:
+    return [packed[i:i + 16] for i in range(0, len(packed), 16)]
+
+
 def test_shuffler_submissions(shuffler: ShufflerStorage) -> None:
     assert shuffler.participants("c", 1) == 0
-    assert shuffler.submit("c", 1, b"u1", {"levels": [b"a"], "data": [b"x", b"y"]}) == 1
-    assert shuffler.submit("c", 1, b"u2", {"levels": [b"b"], "data": []}) == 2
+    assert shuffler.submit("c", 1, b"u1", _rows({"levels": [b"a"], "data": [b"x", b"y"]})) == 1
+    assert shuffler.submit("c", 1, b"u2", _rows({"levels": [b"b"], "data": []})) == 2
     with pytest.raises(AlreadySubmittedError):
-        shuffler.submit("c", 1, b"u1", {"levels": [b"c"]})
+        shuffler.submit("c", 1, b"u1", _rows({"levels": [b"c"]}))
     assert shuffler.participants("c", 1) == 2 and shuffler.participants("c", 2) == 0
     assert shuffler.has_submitted("c", 1, b"u1") and not shuffler.has_submitted("c", 2, b"u1")
     assert shuffler.pending_count("c", 1, "levels") == 2
     assert shuffler.pending_count("c", 1, "data") == 2
     assert shuffler.round_record("c", 1) is None
+    assert shuffler.rounds_with_messages() == [("c", 1)]
 
 
 def test_shuffler_release_lifecycle(shuffler: ShufflerStorage) -> None:
     for i in range(3):
-        shuffler.submit("c", 1, f"u{i}".encode(), {"levels": [bytes([i])]})
+        shuffler.submit("c", 1, f"u{i}".encode(), _rows({"levels": [bytes([i])]}))
     with pytest.raises(NotEnoughParticipantsError) as refused:
-        shuffler.start_release("c", 1, minimum=4, chunk_size=2, streams=["levels", "data"])
+        shuffler.close_round("c", 1, minimum=4, batch_id="b0", chunk_size=2,
+                             streams=["levels", "data"])
     assert (refused.value.participants, refused.value.required) == (3, 4)
     assert shuffler.round_record("c", 1) is None
-    record = shuffler.start_release("c", 1, minimum=3, chunk_size=2,
-                                    streams=["levels", "data"], permutation=_reverse)
-    assert (record.campaign_id, record.round, record.state, record.participants,
-            record.chunk_size) == ("c", 1, RELEASING, 3, 2)
+    record = shuffler.close_round("c", 1, minimum=3, batch_id="b1", chunk_size=2,
+                                  streams=["levels", "data"])
+    assert (record.campaign_id, record.round, record.state, record.batch_id,
+            record.participants, record.chunk_size) == ("c", 1, RELEASING, "b1", 3, 2)
     assert dict(record.stream_sizes) == {"levels": 3, "data": 0}
     assert record.chunk_count("levels") == 2 and record.chunk_count("data") == 1
-    again = shuffler.start_release("c", 1, minimum=3, chunk_size=5, streams=["levels"])
+    again = shuffler.close_round("c", 1, minimum=3, batch_id="b2", chunk_size=5,
+                                 streams=["levels"])
     assert again == record == shuffler.round_record("c", 1)
-    assert shuffler.pending_count("c", 1, "levels") == 0
     with pytest.raises(RoundClosedError):
-        shuffler.submit("c", 1, b"late", {"levels": [b"z"]})
-    released = shuffler.chunk(record, "levels", 0) + shuffler.chunk(record, "levels", 1)
-    assert sorted(released) == [b"\x00", b"\x01", b"\x02"]
-    assert shuffler.chunk(record, "data", 0) == []
+        shuffler.submit("c", 1, b"late", _rows({"levels": [b"z"]}))
+    keys = _keys(shuffler.row_keys("c", 1, "levels"))
+    assert sorted(keys) == sorted(m.row_key for m in _rows({"levels": [b"\x00", b"\x01",
+                                                                       b"\x02"]}))
+    assert shuffler.sealed_messages("c", 1, "levels", keys[::-1]) == [
+        key[6:7] for key in keys[::-1]]  # in the order asked for
+    with pytest.raises(StorageError):
+        shuffler.sealed_messages("c", 1, "levels", [b"?" * 16])
+    assert shuffler.row_keys("c", 1, "data") == b""
     assert shuffler.releasing() == [record]
     shuffler.acknowledge(record, "levels", 0)
     shuffler.acknowledge(record, "levels", 0)
@@ -200,21 +215,19 @@ def test_shuffler_release_lifecycle(shuffler: ShufflerStorage) -> None:
     finished = shuffler.finish_release(record)
     assert finished.state == RELEASED and finished.batch_id == record.batch_id
     assert shuffler.round_record("c", 1) == finished
-    assert shuffler.releasing() == []
-    assert shuffler.chunk(record, "levels", 0) == []
+    assert shuffler.releasing() == [] and shuffler.rounds_with_messages() == []
+    assert shuffler.row_keys("c", 1, "levels") == b""
     assert shuffler.acknowledged(record) == set()
+    assert not shuffler.has_submitted("c", 1, b"u0")
+    assert shuffler.participants("c", 1) == 3
 
 
-def test_shuffler_release_uses_the_given_permutation(shuffler: ShufflerStorage) -> None:
-    sizes: list[int] = []
-
-    def permutation(n: int) -> list[int]:
-        sizes.append(n)
-        return _reverse(n)
-
-    shuffler.submit("c", 1, b"u", {"levels": [b"a", b"b", b"c"], "data": [b"x"]})
-    record = shuffler.start_release("c", 1, minimum=1, chunk_size=10,
-                                    streams=["levels", "data"], permutation=permutation)
-    assert sorted(sizes) == [1, 3]
-    assert sorted(shuffler.chunk(record, "levels", 0)) == [b"a", b"b", b"c"]
-    assert shuffler.chunk(record, "data", 0) == [b"x"]
+def test_shuffler_forgets_a_campaigns_tokens_after_round_two(shuffler: ShufflerStorage) -> None:
+    shuffler.add_token("c", b"t" * 32)
+    shuffler.add_token("d", b"u" * 32)
+    shuffler.submit("c", 2, b"t" * 32, _rows({"levels": [b"a"], "data": [b"x"]}))
+    record = shuffler.close_round("c", 2, minimum=1, batch_id="b", chunk_size=10,
+                                  streams=["levels", "data"])
+    shuffler.finish_release(record)
+    assert shuffler.token_campaign(b"t" * 32) is None
+    assert shuffler.token_campaign(b"u" * 32) == "d"

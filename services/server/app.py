@@ -18,15 +18,22 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from fastapi import FastAPI, Request, Response
 from fastapi.openapi.utils import get_openapi
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from segshuffle import __version__
-from segshuffle.services.http_edge import bearer_token, health_router, install_edge
+from segshuffle.services import errors
+from segshuffle.services.http_edge import (
+    bearer_token,
+    health_router,
+    install_edge,
+    read_json,
+    round_number,
+)
 from segshuffle.wire.models import (
     ID_PATTERN,
     BatchChunk,
@@ -37,7 +44,6 @@ from segshuffle.wire.models import (
     HpkeConfig,
     Results,
 )
-from segshuffle.wire.problems import Problem
 
 from .decrypt import Decryptor
 from .keys import KeyStore
@@ -46,7 +52,6 @@ from .settings import Settings
 from .storage import Repository
 
 log = logging.getLogger("segshuffle.server")
-ModelT = TypeVar("ModelT", bound=BaseModel)
 Role = Literal["admin", "shuffler"]
 _ID = re.compile(ID_PATTERN)
 _BODIES: dict[str, type[BaseModel]] = {}
@@ -57,25 +62,6 @@ def _body(model: type[BaseModel]) -> dict[str, Any]:
     _BODIES[model.__name__] = model
     return {"requestBody": {"required": True, "content": {"application/json": {
         "schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}}
-
-
-async def read_body(request: Request, model: type[ModelT]) -> ModelT:
-    """Parse the JSON body strictly into ``model``; problems for every way it can fail."""
-    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if media_type != "application/json" and not media_type.endswith("+json"):
-        raise Problem("unsupported-media-type", "the request body must be application/json")
-    raw = await request.body()
-    try:
-        return model.model_validate_json(raw)
-    except ValidationError as exc:
-        errors = exc.errors(include_input=False, include_url=False)
-        if any(e["type"] == "json_invalid" for e in errors):
-            raise Problem("malformed-body", "the request body is not valid JSON") from None
-        listed = [{"loc": [str(p) for p in e["loc"]], "msg": e["msg"]} for e in errors[:20]]
-        first = listed[0]
-        where = ".".join(first["loc"]) or "body"
-        raise Problem("invalid-field", f"{where}: {first['msg']}",
-                      extra={"errors": listed}) from None
 
 
 def authorize(settings: Settings, request: Request, role: Role) -> None:
@@ -89,26 +75,25 @@ def authorize(settings: Settings, request: Request, role: Role) -> None:
     if (role == "admin" and is_admin) or (role == "shuffler" and is_shuffler):
         return
     if is_admin or is_shuffler:
-        raise Problem("forbidden", f"this operation needs the {role} credential")
-    raise Problem("unauthorized", "missing or invalid bearer token",
-                  headers={"WWW-Authenticate": 'Bearer realm="segshuffle-server"'})
+        raise errors.ForbiddenError(f"this operation needs the {role} credential")
+    raise errors.UnauthorizedError(
+        "missing or invalid bearer token",
+        headers={"WWW-Authenticate": 'Bearer realm="segshuffle-server"'})
 
 
 def _campaign_id(value: str) -> str:
     if not _ID.match(value):
-        raise Problem("unknown-campaign", "no such campaign (invalid campaign id)")
+        raise errors.UnknownCampaignError("no such campaign (invalid campaign id)")
     return value
 
 
 def _round(value: str) -> int:
-    if value not in ("1", "2"):
-        raise Problem("unknown-round", f"rounds are 1 and 2, not {value[:20]!r}")
-    return int(value)
+    return round_number(value)
 
 
 def _batch_id(value: str) -> str:
     if not _ID.match(value):
-        raise Problem("invalid-field", "batch_id must be 1-64 characters [A-Za-z0-9._-]")
+        raise errors.InvalidRequestError("batch_id must be 1-64 characters [A-Za-z0-9._-]")
     return value
 
 
@@ -154,7 +139,7 @@ def create_app(settings: Settings) -> FastAPI:
         except Exception:  # the database is gone or locked: not ready
             ready = False
         if not ready:
-            raise Problem("unavailable", "storage is not available")
+            raise errors.UnavailableError("storage is not available")
 
     app.include_router(health_router(ready, with_version=False))
 
@@ -162,7 +147,7 @@ def create_app(settings: Settings) -> FastAPI:
               tags=["campaigns"], openapi_extra=_body(CampaignCreate))
     async def create_campaign(request: Request, response: Response) -> CampaignView:
         authorize(settings, request, "admin")
-        body = await read_body(request, CampaignCreate)
+        body = await read_json(request, CampaignCreate)
         view = await run_in_threadpool(service.create_campaign, body)
         response.headers["Location"] = f"/v1/campaigns/{view.id}"
         return view
@@ -184,7 +169,7 @@ def create_app(settings: Settings) -> FastAPI:
                         batch_id: str) -> ChunkReceipt:
         authorize(settings, request, "shuffler")
         cid, round_, bid = _campaign_id(campaign_id), _round(round_number), _batch_id(batch_id)
-        chunk = await read_body(request, BatchChunk)
+        chunk = await read_json(request, BatchChunk)
         return await run_in_threadpool(service.store_chunk, cid, round_, bid, chunk)
 
     @app.post("/v1/campaigns/{campaign_id}/rounds/{round_number}/batches/{batch_id}/complete",

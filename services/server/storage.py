@@ -1,7 +1,8 @@
 """SQLite storage of the server (analyzer): campaigns, batches, chunks, counts, nonces.
 
 One database file in WAL mode, one connection guarded by a lock, and every state
-change is one ``BEGIN IMMEDIATE`` transaction, so a ``kill -9`` leaves either the
+change is one ``BEGIN IMMEDIATE`` transaction (the shared
+:class:`~segshuffle.services.sqlite_base.SQLiteStore`), so a ``kill -9`` leaves either the
 state before or the state after it.  The HTTP layer never touches SQL.
 
 What is stored is only what decoding needs, never a ciphertext and never anything
@@ -23,14 +24,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..sqlite_base import SYNCHRONOUS_MODES, Migration, open_database
+from ..sqlite_base import Migration, SQLiteStore
 from .storage_api import (
     NULL_VALUE,
     AcceptedMessage,
@@ -109,38 +108,11 @@ def _dumps(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-class Repository:
-    """Thread-safe persistence of the server state (one connection, one lock).
-
-    The SQLite implementation of :class:`.storage_api.ServerStorage`.
-    """
+class Repository(SQLiteStore):
+    """The SQLite implementation of :class:`.storage_api.ServerStorage`."""
 
     def __init__(self, path: str | Path, *, synchronous: str = "NORMAL") -> None:
-        mode = synchronous.upper()
-        if mode not in SYNCHRONOUS_MODES:
-            raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, got {synchronous!r}")
-        self.path = str(path)
-        self._lock = threading.RLock()
-        self._db = open_database(self.path, MIGRATIONS, service="server", synchronous=mode)
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    def ping(self) -> bool:
-        with self._lock:
-            return self._db.execute("SELECT 1").fetchone() == (1,)
-
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+        super().__init__(path, MIGRATIONS, service="server", synchronous=synchronous)
 
     # -- campaigns ---------------------------------------------------------------------------
 

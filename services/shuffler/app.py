@@ -24,12 +24,18 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from segshuffle import __version__
-from segshuffle.services.http_edge import Health, bearer_token, health_router, install_edge
+from segshuffle.services.http_edge import (
+    Health,
+    bearer_token,
+    health_router,
+    install_edge,
+    read_json,
+)
+from segshuffle.services.http_edge import round_number as parse_round
 from segshuffle.wire.models import (
     EnrollmentRequest,
     EnrollmentResponse,
@@ -38,7 +44,6 @@ from segshuffle.wire.models import (
     Round2Submission,
     SubmissionReceipt,
 )
-from segshuffle.wire.problems import Problem
 
 from .enrollment import EnrollmentPolicy, InvitationEnrollment, OpenEnrollment
 from .limits import RouteLimits, enrollment_limit, submission_limit
@@ -47,6 +52,7 @@ from .service import PHASE_OF_ROUND, ShufflerRoundStatus, ShufflerService, unaut
 from .settings import Settings
 from .storage import Storage
 from .upstream import ServerLink
+from .vault import RoundKeys
 
 log = logging.getLogger("segshuffle.shuffler")
 
@@ -54,11 +60,9 @@ __all__ = ["PHASE_OF_ROUND", "Health", "ShufflerRoundStatus", "create_app"]
 
 
 # -- request parsing and authentication (dependencies) ---------------------------------
-def round_number_of(round_number: int) -> int:
+def round_number_of(round_number: str) -> int:
     """The ``round_number`` path parameter, 1 or 2."""
-    if round_number not in (1, 2):
-        raise Problem("unknown-round", f"rounds are 1 and 2, got {round_number}")
-    return round_number
+    return parse_round(round_number)
 
 
 def user_token(authorization: Annotated[str | None, Header()] = None) -> str:
@@ -85,19 +89,6 @@ Round = Annotated[int, Depends(round_number_of)]
 Service = Annotated[ShufflerService, Depends(service_of)]
 
 
-async def json_body(request: Request, model: type[BaseModel]) -> Any:
-    """Parse and validate a JSON body strictly; errors become problems via the handlers."""
-    media = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
-    if media not in {"application/json", ""} and not media.endswith("+json"):
-        raise Problem("unsupported-media-type", "the request body must be application/json")
-    raw = await request.body()
-    try:
-        return model.model_validate_json(raw)
-    except ValidationError as exc:
-        errors = [{**e, "loc": ("body", *e.get("loc", ()))} for e in exc.errors()]
-        raise RequestValidationError(errors) from None
-
-
 def _openapi_body(*models: type[BaseModel]) -> dict[str, Any]:
     schemas = [m.model_json_schema() for m in models]
     schema = schemas[0] if len(schemas) == 1 else {"oneOf": schemas}
@@ -117,7 +108,7 @@ rounds = APIRouter(prefix="/v1/campaigns/{campaign_id}/rounds/{round_number}", t
                 "application/json": {"schema": EnrollmentRequest.model_json_schema()}}}})
 async def enroll(campaign_id: str, request: Request, service: Service) -> EnrollmentResponse:
     raw = await request.body()
-    body = (await json_body(request, EnrollmentRequest)) if raw.strip() else \
+    body = (await read_json(request, EnrollmentRequest)) if raw.strip() else \
         EnrollmentRequest()
     token = await service.enroll(campaign_id, body.invitation)
     return EnrollmentResponse(campaign_id=campaign_id, token=token)
@@ -131,7 +122,7 @@ async def submit(campaign_id: str, round_number: Round,
                  token: Annotated[str, Depends(user_token)], request: Request,
                  service: Service) -> SubmissionReceipt:
     model = Round1Submission if round_number == 1 else Round2Submission
-    body = await json_body(request, model)
+    body = await read_json(request, model)
     await service.submit(campaign_id, round_number, token, body)
     return SubmissionReceipt(campaign_id=campaign_id, round=round_number, accepted=True)
 
@@ -191,7 +182,8 @@ def create_app(
     server = link or ServerLink(settings.server_url, settings.server_token,
                                 timeout=settings.forward_timeout,
                                 cache_seconds=settings.campaign_cache_seconds)
-    releaser = Releaser(storage, server, chunk_size=settings.chunk_size,
+    keys = RoundKeys(settings.key_directory or f"{settings.database}.keys")
+    releaser = Releaser(storage, server, keys, chunk_size=settings.chunk_size,
                         backoff_initial=backoff_initial, backoff_max=backoff_max)
     service = ShufflerService(settings, storage, policy, server, releaser)
 

@@ -1,43 +1,49 @@
-"""The shuffle itself: a uniformly random permutation from the operating system's CSPRNG.
+"""The shuffle itself: the release order of a round, decided by a secret key, never stored.
 
-docs/protocol.md section 1 requires the shuffler to release each round "as one uniformly
-random permutation".  We use the Fisher-Yates (Durstenfeld) shuffle:
-for i = n-1 down to 1, swap element i with element j drawn uniformly from
-{0, ..., i}.  Each of the n! orderings arises from exactly one sequence of
-draws, so with exactly uniform draws the permutation is exactly uniform.
+docs/protocol.md section 1 requires the shuffler to release each round as one uniformly
+random permutation of its messages.  Each stored message has a row key r_i, 128 bits from
+the CSPRNG drawn when it arrives and independent of everything else.  The release order
+sorts the messages by
 
-The draws come from :func:`secrets.randbelow` (``os.urandom`` underneath, with
-rejection sampling, so no modulo bias).  A seeded generator such as numpy's
-PCG64 must never be used here: anyone who learns or guesses the seed could undo
-the shuffle and re-link messages to the arrival order.
+    t_i = AES-128(K_order, r_i)
+
+with K_order the round's order key (:mod:`.vault`).  Distinct row keys give distinct
+tags (AES is a permutation of 128-bit blocks), so the order is a total order.  If the
+tags were independent uniform draws, sorting by them would give every one of the n!
+orderings with the same probability; AES under a secret key is a pseudorandom
+permutation, so the released order is computationally indistinguishable from a
+uniform one, exactly as a permutation drawn from the operating system's CSPRNG is.
+
+What this buys over a stored permutation: the order exists only in memory and can be
+recomputed after a crash (so forwarding resumes with byte-identical chunks), yet
+nothing on disk ties a row, or the moment a user submitted it, to its position in the
+batch; once the round key is destroyed nobody can recompute it.
 """
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+import numpy as np
 
-T = TypeVar("T")
-
-RandBelow = Callable[[int], int]
+from .vault import ROW_KEY_BYTES, RoundKey
 
 
-def random_permutation(n: int, randbelow: RandBelow = secrets.randbelow) -> list[int]:
-    """A uniformly random permutation of ``range(n)`` (Fisher-Yates).
-
-    ``randbelow(k)`` must return an integer uniform on ``{0, ..., k-1}``; the
-    default is the CSPRNG.  Injecting it is for tests only.
-    """
-    if n < 0:
-        raise ValueError(f"permutation size must be >= 0, got {n}")
-    order = list(range(n))
-    for i in range(n - 1, 0, -1):
-        j = randbelow(i + 1)
-        order[i], order[j] = order[j], order[i]
-    return order
+def release_order(key: RoundKey, row_keys: bytes) -> np.ndarray:
+    """Indices of the concatenated 16-byte ``row_keys`` in release order (ascending tag)."""
+    tags = np.frombuffer(key.order_tags(row_keys), dtype=">u8").reshape(-1, 2)
+    return np.lexsort((tags[:, 1], tags[:, 0]))
 
 
-def shuffled(items: Sequence[T], randbelow: RandBelow = secrets.randbelow) -> list[T]:
-    """A new list holding ``items`` in a uniformly random order."""
-    return [items[i] for i in random_permutation(len(items), randbelow)]
+class ReleaseOrder:
+    """The row keys of one stream in release order, packed (16 bytes per message)."""
+
+    def __init__(self, key: RoundKey, row_keys: bytes) -> None:
+        packed = np.frombuffer(row_keys, dtype=f"V{ROW_KEY_BYTES}")
+        self._keys = packed[release_order(key, row_keys)]
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def row_keys(self, start: int, stop: int) -> list[bytes]:
+        """The row keys at release positions ``start`` to ``stop - 1``."""
+        block = self._keys[start:stop].tobytes()
+        return [block[i:i + ROW_KEY_BYTES] for i in range(0, len(block), ROW_KEY_BYTES)]

@@ -1,18 +1,23 @@
-"""Releasing a round: fix the permutation, forward it in chunks, complete, resume after a crash.
+"""Releasing a round: close it, forward it in chunks in its secret order, complete, forget.
 
-A release has two steps (docs/protocol.md sections 1 and 2):
+A release has three steps (docs/protocol.md sections 1 and 2):
 
-1. :meth:`Releaser.start` closes the round in one database transaction, only if
-   it has at least the required number of distinct participants, and stores
-   every stream in the order of a fresh CSPRNG permutation
-   (:meth:`Storage.start_release`).  From then on the batch is fixed.
+1. :meth:`Releaser.start` draws a batch id and closes the round in one database
+   transaction, only if it has at least the required number of distinct participants
+   (:meth:`ShufflerStorage.close_round`).  From then on the batch is fixed: no
+   message is added or removed.
 2. :meth:`Releaser.forward` sends each stream to the server in chunks of
-   ``chunk_size`` ciphertexts (``PUT .../batches/{batch_id}`` with
-   ``chunk_index``/``chunk_count``; the server stores a chunk idempotently per
-   (batch, stream, index)), records every acknowledged chunk, then calls
-   ``complete``.  Any failure is retried with capped exponential backoff and
-   jitter until the server acknowledges; a restart resumes every batch still in
-   the ``releasing`` state, skipping acknowledged chunks.
+   ``chunk_size`` ciphertexts, in the release order computed from the round key
+   (:mod:`.permutation`; the order exists only in memory and is recomputed
+   identically after a restart), each message unsealed from its stored form
+   (:mod:`.vault`).  ``PUT .../batches/{batch_id}`` carries ``chunk_index`` and
+   ``chunk_count``; the server stores a chunk idempotently per (batch, stream, index).
+   Every acknowledged chunk is recorded, then ``complete`` is called.  Failures are
+   retried with capped exponential backoff and jitter until the server acknowledges;
+   a restart resumes every batch still in the ``releasing`` state, skipping
+   acknowledged chunks.
+3. Once the server has completed the round, the storage forgets the round's
+   messages and participations and the round key is destroyed (crypto-shredding).
 
 Required participants: round 1 needs ``max(min_users, floor)``; round 2 needs
 ``max(n_min, min_users, floor)`` with ``n_min = ceil((1 - tau) n1)``, n1 the
@@ -25,12 +30,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import secrets
 
 from segshuffle.core import rules
+from segshuffle.services import errors
 from segshuffle.wire.models import BatchChunk, CampaignView, b64url_encode
 
-from .storage_api import RoundRecord, ShufflerStorage
+from .permutation import ReleaseOrder
+from .storage_api import RoundRecord, ShufflerStorage, StorageError
 from .upstream import ServerLink, UpstreamError
+from .vault import RoundKeyMissingError, RoundKeys
 
 log = logging.getLogger("segshuffle.shuffler")
 
@@ -77,10 +86,13 @@ class Backoff:
 class Releaser:
     """Starts releases and forwards them to the server, one task per batch."""
 
-    def __init__(self, storage: ShufflerStorage, link: ServerLink, *, chunk_size: int,
-                 backoff_initial: float = 0.1, backoff_max: float = 10.0) -> None:
+    def __init__(self, storage: ShufflerStorage, link: ServerLink, keys: RoundKeys, *,
+                 chunk_size: int, backoff_initial: float = 0.1,
+                 backoff_max: float = 10.0) -> None:
         self.storage = storage
         self.link = link
+        self.keys = keys
+        self._orders: dict[tuple[str, str], ReleaseOrder] = {}
         self.chunk_size = chunk_size
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
@@ -91,9 +103,9 @@ class Releaser:
     # -- step 1 ------------------------------------------------------------------------
     def start(self, campaign_id: str, round_number: int, required: int) -> RoundRecord:
         """Close the round and fix its order (raises ``NotEnoughParticipantsError``)."""
-        record = self.storage.start_release(
-            campaign_id, round_number, minimum=required, chunk_size=self.chunk_size,
-            streams=streams_of(round_number),
+        record = self.storage.close_round(
+            campaign_id, round_number, minimum=required, batch_id=secrets.token_hex(16),
+            chunk_size=self.chunk_size, streams=streams_of(round_number),
         )
         log.info("round closed: campaign=%s round=%d participants=%d messages=%s",
                  campaign_id, round_number, record.participants,
@@ -112,8 +124,41 @@ class Releaser:
             self._tasks[key] = task
         return task
 
+    def chunk(self, record: RoundRecord, stream: str, index: int) -> list[bytes]:
+        """The ciphertexts of chunk ``index`` of ``stream``, in release order, unsealed."""
+        slot = (record.batch_id, stream)
+        key = self.keys.get(record.campaign_id, record.round)
+        order = self._orders.get(slot)
+        if order is None:
+            row_keys = self.storage.row_keys(record.campaign_id, record.round, stream)
+            order = ReleaseOrder(key, row_keys)
+            if len(order) != record.stream_sizes[stream]:
+                raise StorageError(f"stream {stream!r} of the closed round has {len(order)} "
+                                   f"messages, {record.stream_sizes[stream]} were counted")
+            self._orders[slot] = order
+        start = index * record.chunk_size
+        row_keys = order.row_keys(start, start + record.chunk_size)
+        sealed = self.storage.sealed_messages(record.campaign_id, record.round, stream,
+                                              row_keys)
+        return [key.open(record.campaign_id, record.round, stream, row_key, stored)
+                for row_key, stored in zip(row_keys, sealed, strict=True)]
+
+    def finish(self, record: RoundRecord) -> RoundRecord:
+        """The server has the whole round: forget its messages and destroy its key."""
+        finished = self.storage.finish_release(record)
+        self.keys.destroy(record.campaign_id, record.round)
+        for stream in record.stream_sizes:
+            self._orders.pop((record.batch_id, stream), None)
+        return finished
+
     def resume_all(self) -> int:
-        """Schedule every batch left in the ``releasing`` state (after a restart)."""
+        """Schedule every batch left in the ``releasing`` state (after a restart).
+
+        Key files of rounds that hold no message any more are destroyed first.
+        """
+        swept = self.keys.sweep(self.storage.rounds_with_messages())
+        if swept:
+            log.info("destroyed %d round key(s) of finished rounds", swept)
         pending = self.storage.releasing()
         for record in pending:
             log.info("resuming release: campaign=%s round=%d", record.campaign_id, record.round)
@@ -127,7 +172,20 @@ class Releaser:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def forward(self, record: RoundRecord) -> RoundRecord:
-        """Deliver every chunk, then ``complete``; retries until the server acknowledges."""
+        """Deliver every chunk, then ``complete``; retries until the server acknowledges.
+
+        Raises ``unavailable`` if the round key or a stored message is gone: such a round
+        can never be released, and retrying would only hide it.
+        """
+        try:
+            return await self._forward(record)
+        except (RoundKeyMissingError, StorageError) as exc:
+            self.last_error[(record.campaign_id, record.round)] = str(exc)
+            log.error("release of campaign=%s round=%d cannot proceed: %s",
+                      record.campaign_id, record.round, exc)
+            raise errors.UnavailableError(f"the round cannot be released: {exc}") from None
+
+    async def _forward(self, record: RoundRecord) -> RoundRecord:
         backoff = Backoff(self.backoff_initial, self.backoff_max)
         while True:
             done = await asyncio.to_thread(self.storage.acknowledged, record)
@@ -139,7 +197,7 @@ class Releaser:
                     await self._send_chunk(record, stream, index, count, backoff)
             outcome = await self._complete(record, backoff)
             if outcome:
-                finished = await asyncio.to_thread(self.storage.finish_release, record)
+                finished = await asyncio.to_thread(self.finish, record)
                 self.last_error.pop((record.campaign_id, record.round), None)
                 log.info("round released: campaign=%s round=%d", record.campaign_id,
                          record.round)
@@ -152,7 +210,7 @@ class Releaser:
 
     async def _send_chunk(self, record: RoundRecord, stream: str, index: int, count: int,
                           backoff: Backoff) -> None:
-        ciphertexts = await asyncio.to_thread(self.storage.chunk, record, stream, index)
+        ciphertexts = await asyncio.to_thread(self.chunk, record, stream, index)
         chunk = BatchChunk(
             chunk_index=index, chunk_count=count, stream=stream,  # type: ignore[arg-type]
             ciphertexts=[b64url_encode(c) for c in ciphertexts],

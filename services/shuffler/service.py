@@ -34,8 +34,10 @@ from .storage_api import (
     NotEnoughParticipantsError,
     RoundClosedError,
     ShufflerStorage,
+    StoredMessage,
 )
 from .upstream import ServerLink, UpstreamError
+from .vault import RoundKeys, seal_submission
 
 log = logging.getLogger("segshuffle.shuffler")
 
@@ -79,6 +81,7 @@ class ShufflerService:
         self.policy = policy
         self.server = server
         self.releaser = releaser
+        self.keys: RoundKeys = releaser.keys
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> int:
@@ -99,6 +102,8 @@ class ShufflerService:
             ok = False
         if not ok:
             raise errors.UnavailableError("the database is not available")
+        if not self.keys.writable():
+            raise errors.UnavailableError("the round-key directory is not writable")
         if not await self.server.alive():
             raise errors.UnavailableError("the server cannot be reached")
 
@@ -178,14 +183,23 @@ class ShufflerService:
                 )
             streams[DATA] = [b64url_decode(c) for c in body.data]
         try:
+            messages = await run_in_threadpool(self._seal, campaign_id, round_number, streams)
             count = await run_in_threadpool(self.storage.submit, campaign_id, round_number,
-                                            participant, streams)
+                                            participant, messages)
         except AlreadySubmittedError as exc:
             raise errors.AlreadySubmittedError(str(exc)) from None
         except RoundClosedError as exc:
             raise errors.WrongPhaseError(str(exc)) from None
         if self.settings.auto_release and count >= self.settings.auto_release:
             await self._auto_release(view, round_number)
+
+    def _seal(self, campaign_id: str, round_number: int,
+              streams: dict[str, list[bytes]]) -> list[StoredMessage]:
+        """The submission sealed under the round's key, made on the round's first use."""
+        if self.storage.round_record(campaign_id, round_number) is not None:
+            raise RoundClosedError(f"round {round_number} has already been released")
+        key = self.keys.get(campaign_id, round_number, create=True)
+        return seal_submission(key, campaign_id, round_number, streams)
 
     async def _start_release(self, view: CampaignView, round_number: int) -> tuple[Any, bool]:
         """Start (or find) the release of a round; returns (record, newly_started)."""

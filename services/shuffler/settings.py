@@ -6,6 +6,9 @@ Each field of :class:`Settings` is read from the variable named after it in uppe
 - ``SERVER_URL``: base URL of the server (analyzer), default ``http://127.0.0.1:8080``.
 - ``SERVER_TOKEN``: the shuffler's credential presented to the server (required).
 - ``OPERATOR_TOKEN``: bearer token of the operator, who triggers releases (required).
+- ``KEY_DIRECTORY``: where the per-round keys that seal stored messages live (default
+  ``<DATABASE>.keys``); point it at memory-backed storage (tmpfs) so that a key never
+  reaches a disk (docs/architecture.md, "What the shuffler keeps").
 - ``ENROLLMENT``: ``invitations`` (default): a user enrolls once per invitation signed by
   the app operator's issuer key; ``open``: anyone enrolls any number of times, which lets
   fake users isolate a real one (the n-1 attack): for tests and closed networks only,
@@ -63,6 +66,7 @@ class Settings(EnvironmentSettings):
     prefix: ClassVar[str] = PREFIX
 
     database: str = "shuffler.sqlite3"
+    key_directory: str = ""
     server_url: str = "http://127.0.0.1:8080"
     server_token: str = ""
     operator_token: str = ""

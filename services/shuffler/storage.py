@@ -1,40 +1,37 @@
-"""SQLite storage of the shuffler: tokens, participation, ciphertexts, releases.
+"""SQLite storage of the shuffler: tokens, participation, sealed messages, releases.
 
 One database file in WAL mode; every state change is one transaction, so a
 ``kill -9`` at any point leaves either the state before or the state after it
 (WAL with ``synchronous=NORMAL`` survives process crashes; ``FULL`` also
-survives power loss).
+survives power loss).  ``secure_delete`` is on: deleted rows are overwritten.
 
-Unlinkability by construction (docs/protocol.md section 1: the shuffler "strips identities and
-metadata"):
+Unlinkability by construction (docs/protocol.md section 1; docs/architecture.md,
+"What the shuffler keeps"):
 
 - ``tokens`` holds only SHA-256 hashes of user tokens, never a token.
 - ``participations`` records only "token hash X has submitted round r" (the
-  one-submission rule needs it); it has no reference to any ciphertext.
+  one-submission rule needs it); it has no reference to any message.
   ``participant_counts`` keeps the number of such rows per round.
-- ``pending`` holds accepted ciphertexts with no user column and no timestamp.
-  It is a ``WITHOUT ROWID`` table keyed by 16 random bytes, so rows are stored
-  in key order, which is random, not in arrival order; the messages of one
-  submission get independent keys.
-- At release the ciphertexts of each stream are copied to ``released`` in the
-  order of a fresh CSPRNG permutation (:mod:`.permutation`) and deleted from
-  ``pending`` in the same transaction; the permutation is persisted, so
-  forwarding resumed after a crash sends the very same batch (idempotent
-  chunks).  Once the server has acknowledged the whole batch the ciphertexts are
-  deleted; only counts remain.
+- ``pending`` holds the messages of open and releasing rounds, sealed under the
+  round's key by the service (:mod:`.vault`), with no user column and no timestamp,
+  keyed by the 16 random bytes the service drew for each (a ``WITHOUT ROWID``
+  table, so rows sit in key order, not in arrival order).
+- ``rounds`` marks a round closed (releasing, then released) with its batch id and
+  stream sizes; ``acknowledged`` lists the chunks the server has confirmed.  The
+  release order itself is never stored (:mod:`.permutation`).
+- When the server has acknowledged a round, its messages, acknowledgements and
+  participations are deleted (and the campaign's tokens after round 2); only
+  counts remain, and the service destroys the round key.
 """
 
 from __future__ import annotations
 
 import json
-import secrets
 import sqlite3
-import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from ..sqlite_base import Migration, open_database
-from .permutation import random_permutation
+from ..sqlite_base import Migration, SQLiteStore
 from .storage_api import (
     OPEN,
     RELEASED,
@@ -42,16 +39,16 @@ from .storage_api import (
     AlreadySubmittedError,
     InvitationUsedError,
     NotEnoughParticipantsError,
-    Permutation,
     RoundClosedError,
     RoundRecord,
     StorageError,
+    StoredMessage,
 )
 
 __all__ = [
     "MIGRATIONS", "OPEN", "RELEASED", "RELEASING", "AlreadySubmittedError",
-    "InvitationUsedError", "NotEnoughParticipantsError", "Permutation", "RoundClosedError",
-    "RoundRecord", "Storage", "StorageError",
+    "InvitationUsedError", "NotEnoughParticipantsError", "RoundClosedError", "RoundRecord",
+    "Storage", "StorageError", "StoredMessage",
 ]
 
 _SCHEMA_1 = """
@@ -105,6 +102,10 @@ CREATE TABLE IF NOT EXISTS acknowledged (
 """
 
 _SCHEMA_2 = """
+DROP TABLE IF EXISTS released;
+"""
+
+_SCHEMA_3 = """
 CREATE TABLE IF NOT EXISTS used_invitations (
     invitation_hash BLOB PRIMARY KEY,
     expires INTEGER NOT NULL
@@ -113,50 +114,23 @@ CREATE TABLE IF NOT EXISTS used_invitations (
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "tokens, participations, pending, rounds, released, acknowledged", _SCHEMA_1),
-    Migration(2, "used_invitations", _SCHEMA_2),
+    Migration(2, "sealed pending rows are released in a computed order: no released table",
+              _SCHEMA_2),
+    Migration(3, "used_invitations", _SCHEMA_3),
 )
 """The shuffler's schema, in order (:mod:`segshuffle.services.sqlite_base`); append only."""
 
-class Storage:
-    """Thread-safe access to the shuffler's database (one connection, one lock).
-
-    The SQLite implementation of :class:`.storage_api.ShufflerStorage`.
-    """
+class Storage(SQLiteStore):
+    """The SQLite implementation of :class:`.storage_api.ShufflerStorage`."""
 
     def __init__(self, path: str | Path, *, synchronous: str = "NORMAL") -> None:
-        if synchronous.upper() not in {"NORMAL", "FULL", "EXTRA"}:
-            raise ValueError(f"synchronous must be NORMAL, FULL or EXTRA, got {synchronous!r}")
-        self.path = str(path)
-        self._lock = threading.Lock()
-        self._db = open_database(self.path, MIGRATIONS, service="shuffler",
-                                 synchronous=synchronous.upper())
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    # -- transactions ----------------------------------------------------------------
-    def _begin(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
-
-    def _commit(self) -> None:
-        self._db.execute("COMMIT")
-
-    def _rollback(self) -> None:
-        if self._db.in_transaction:
-            self._db.execute("ROLLBACK")
-
-    def ping(self) -> bool:
-        with self._lock:
-            return self._db.execute("SELECT 1").fetchone() == (1,)
+        super().__init__(path, MIGRATIONS, service="shuffler", synchronous=synchronous)
 
     # -- enrollment --------------------------------------------------------------------
     def add_token(self, campaign_id: str, token_hash: bytes) -> None:
-        with self._lock:
-            self._db.execute(
-                "INSERT INTO tokens (token_hash, campaign_id) VALUES (?, ?)",
-                (token_hash, campaign_id),
-            )
+        with self._transaction() as db:
+            db.execute("INSERT INTO tokens (token_hash, campaign_id) VALUES (?, ?)",
+                       (token_hash, campaign_id))
 
     def add_token_for_invitation(self, campaign_id: str, token_hash: bytes,
                                  invitation_hash: bytes, expires: int) -> None:
@@ -165,24 +139,14 @@ class Storage:
         Raises :class:`InvitationUsedError` (and records nothing) if the invitation was
         used before.  The two rows share no key: nothing links an invitation to a token.
         """
-        with self._lock:
-            self._begin()
+        with self._transaction() as db:
             try:
-                try:
-                    self._db.execute(
-                        "INSERT INTO used_invitations (invitation_hash, expires) VALUES (?, ?)",
-                        (invitation_hash, expires),
-                    )
-                except sqlite3.IntegrityError:
-                    raise InvitationUsedError("the invitation has already been used") from None
-                self._db.execute(
-                    "INSERT INTO tokens (token_hash, campaign_id) VALUES (?, ?)",
-                    (token_hash, campaign_id),
-                )
-                self._commit()
-            except BaseException:
-                self._rollback()
-                raise
+                db.execute("INSERT INTO used_invitations (invitation_hash, expires) "
+                           "VALUES (?, ?)", (invitation_hash, expires))
+            except sqlite3.IntegrityError:
+                raise InvitationUsedError("the invitation has already been used") from None
+            db.execute("INSERT INTO tokens (token_hash, campaign_id) VALUES (?, ?)",
+                       (token_hash, campaign_id))
 
     def token_campaign(self, token_hash: bytes) -> str | None:
         """The campaign a token hash was issued for, or ``None`` if unknown."""
@@ -193,55 +157,32 @@ class Storage:
         return None if row is None else str(row[0])
 
     # -- submissions -------------------------------------------------------------------
-    def submit(
-        self,
-        campaign_id: str,
-        round_number: int,
-        token_hash: bytes,
-        streams: Mapping[str, Sequence[bytes]],
-    ) -> int:
-        """Store one user's submission atomically; returns the new participant count.
-
-        Raises :class:`RoundClosedError` once the round is released and
-        :class:`AlreadySubmittedError` on a second submission of the same token.
-        """
-        rows = [
-            (campaign_id, round_number, stream, secrets.token_bytes(16), bytes(ct))
-            for stream, cts in streams.items()
-            for ct in cts
-        ]
-        with self._lock:
-            self._begin()
+    def submit(self, campaign_id: str, round_number: int, token_hash: bytes,
+               messages: Sequence[StoredMessage]) -> int:
+        """Store one user's submission atomically; returns the new participant count."""
+        rows = [(campaign_id, round_number, m.stream, m.row_key, m.sealed) for m in messages]
+        with self._transaction() as db:
+            if self._round_row(campaign_id, round_number) is not None:
+                raise RoundClosedError(f"round {round_number} has already been released")
             try:
-                if self._round_row(campaign_id, round_number) is not None:
-                    raise RoundClosedError(f"round {round_number} has already been released")
-                try:
-                    self._db.execute(
-                        "INSERT INTO participations (campaign_id, round, token_hash) "
-                        "VALUES (?, ?, ?)",
-                        (campaign_id, round_number, token_hash),
-                    )
-                except sqlite3.IntegrityError:
-                    raise AlreadySubmittedError(
-                        f"this token has already submitted round {round_number}"
-                    ) from None
-                self._db.execute(
-                    "INSERT INTO participant_counts (campaign_id, round, participants) "
-                    "VALUES (?, ?, 1) ON CONFLICT (campaign_id, round) "
-                    "DO UPDATE SET participants = participants + 1",
-                    (campaign_id, round_number),
-                )
-                self._db.executemany(
+                db.execute("INSERT INTO participations (campaign_id, round, token_hash) "
+                           "VALUES (?, ?, ?)", (campaign_id, round_number, token_hash))
+            except sqlite3.IntegrityError:
+                raise AlreadySubmittedError(
+                    f"this token has already submitted round {round_number}") from None
+            db.execute(
+                "INSERT INTO participant_counts (campaign_id, round, participants) "
+                "VALUES (?, ?, 1) ON CONFLICT (campaign_id, round) "
+                "DO UPDATE SET participants = participants + 1",
+                (campaign_id, round_number),
+            )
+            try:
+                db.executemany(
                     "INSERT INTO pending (campaign_id, round, stream, row_key, ciphertext) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    rows,
-                )
-                count = self._participants(campaign_id, round_number)
-                self._commit()
-            except BaseException:
-                self._rollback()
-                raise
-        return count
+                    "VALUES (?, ?, ?, ?, ?)", rows)
+            except sqlite3.IntegrityError:  # a 128-bit row key drawn twice: never in practice
+                raise StorageError("a row key is already in use") from None
+            return self._participants(campaign_id, round_number)
 
     def _participants(self, campaign_id: str, round_number: int) -> int:
         """Kept as a counter updated with each submission (a COUNT(*) would be O(n))."""
@@ -267,11 +208,21 @@ class Storage:
 
     def pending_count(self, campaign_id: str, round_number: int, stream: str) -> int:
         with self._lock:
-            (count,) = self._db.execute(
-                "SELECT COUNT(*) FROM pending WHERE campaign_id = ? AND round = ? AND stream = ?",
-                (campaign_id, round_number, stream),
-            ).fetchone()
+            return self._pending_count(campaign_id, round_number, stream)
+
+    def _pending_count(self, campaign_id: str, round_number: int, stream: str) -> int:
+        (count,) = self._db.execute(
+            "SELECT COUNT(*) FROM pending WHERE campaign_id = ? AND round = ? AND stream = ?",
+            (campaign_id, round_number, stream),
+        ).fetchone()
         return int(count)
+
+    def rounds_with_messages(self) -> list[tuple[str, int]]:
+        """The (campaign, round) pairs that have stored messages (open or releasing)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT DISTINCT campaign_id, round FROM pending").fetchall()
+        return [(str(c), int(r)) for c, r in rows]
 
     # -- release -----------------------------------------------------------------------
     def _round_row(self, campaign_id: str, round_number: int) -> RoundRecord | None:
@@ -287,88 +238,60 @@ class Storage:
         with self._lock:
             return self._round_row(campaign_id, round_number)
 
-    def start_release(
-        self,
-        campaign_id: str,
-        round_number: int,
-        *,
-        minimum: int,
-        chunk_size: int,
-        streams: Sequence[str],
-        permutation: Permutation = random_permutation,
-    ) -> RoundRecord:
-        """Close the round and fix its release order, atomically.
-
-        Requires at least ``minimum`` distinct participants (else
-        :class:`NotEnoughParticipantsError`, and the round stays open).  Each stream is
-        permuted independently.  Calling it again for a released round returns
-        the existing record (the release is idempotent).
-        """
+    def close_round(self, campaign_id: str, round_number: int, *, minimum: int,
+                    batch_id: str, chunk_size: int, streams: Sequence[str]) -> RoundRecord:
+        """Close the round for release, atomically; the existing record if already closed."""
         if chunk_size < 1:
             raise ValueError(f"chunk size must be >= 1, got {chunk_size}")
-        with self._lock:
-            self._begin()
-            try:
-                existing = self._round_row(campaign_id, round_number)
-                if existing is not None:
-                    self._commit()
-                    return existing
-                participants = self._participants(campaign_id, round_number)
-                if participants < minimum:
-                    raise NotEnoughParticipantsError(participants, minimum)
-                batch_id = secrets.token_hex(16)
-                sizes: dict[str, int] = {}
-                for stream in streams:
-                    ciphertexts = [
-                        row[0]
-                        for row in self._db.execute(
-                            "SELECT ciphertext FROM pending "
-                            "WHERE campaign_id = ? AND round = ? AND stream = ?",
-                            (campaign_id, round_number, stream),
-                        )
-                    ]
-                    order = permutation(len(ciphertexts))
-                    self._db.executemany(
-                        "INSERT INTO released (batch_id, stream, position, ciphertext) "
-                        "VALUES (?, ?, ?, ?)",
-                        (
-                            (batch_id, stream, position, ciphertexts[index])
-                            for position, index in enumerate(order)
-                        ),
-                    )
-                    sizes[stream] = len(ciphertexts)
-                self._db.execute(
-                    "DELETE FROM pending WHERE campaign_id = ? AND round = ?",
-                    (campaign_id, round_number),
-                )
-                self._db.execute(
-                    "INSERT INTO rounds (campaign_id, round, state, batch_id, participants, "
-                    "chunk_size, stream_sizes) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (campaign_id, round_number, RELEASING, batch_id, participants, chunk_size,
-                     json.dumps(sizes, sort_keys=True)),
-                )
-                record = self._round_row(campaign_id, round_number)
-                self._commit()
-            except BaseException:
-                self._rollback()
-                raise
+        with self._transaction() as db:
+            existing = self._round_row(campaign_id, round_number)
+            if existing is not None:
+                return existing
+            participants = self._participants(campaign_id, round_number)
+            if participants < minimum:
+                raise NotEnoughParticipantsError(participants, minimum)
+            sizes = {stream: self._pending_count(campaign_id, round_number, stream)
+                     for stream in streams}
+            db.execute(
+                "INSERT INTO rounds (campaign_id, round, state, batch_id, participants, "
+                "chunk_size, stream_sizes) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (campaign_id, round_number, RELEASING, batch_id, participants, chunk_size,
+                 json.dumps(sizes, sort_keys=True)),
+            )
+            record = self._round_row(campaign_id, round_number)
         assert record is not None
         return record
 
-    def chunk(self, record: RoundRecord, stream: str, index: int) -> list[bytes]:
-        """Ciphertexts of chunk ``index`` of ``stream``, in released order."""
-        start = index * record.chunk_size
+    def row_keys(self, campaign_id: str, round_number: int, stream: str) -> bytes:
+        """The row keys of a stream's stored messages, concatenated (16 bytes each)."""
+        keys = bytearray()
         with self._lock:
-            rows = self._db.execute(
-                "SELECT ciphertext FROM released WHERE batch_id = ? AND stream = ? "
-                "AND position >= ? AND position < ? ORDER BY position",
-                (record.batch_id, stream, start, start + record.chunk_size),
-            ).fetchall()
-        return [bytes(row[0]) for row in rows]
+            cursor = self._db.execute(
+                "SELECT row_key FROM pending WHERE campaign_id = ? AND round = ? AND stream = ?",
+                (campaign_id, round_number, stream))
+            while rows := cursor.fetchmany(10_000):
+                for (key,) in rows:
+                    keys += key
+        return bytes(keys)
+
+    def sealed_messages(self, campaign_id: str, round_number: int, stream: str,
+                        row_keys: Sequence[bytes]) -> list[bytes]:
+        """The sealed messages under ``row_keys``, in that order."""
+        found: list[bytes] = []
+        with self._lock:
+            for key in row_keys:
+                row = self._db.execute(
+                    "SELECT ciphertext FROM pending WHERE campaign_id = ? AND round = ? "
+                    "AND stream = ? AND row_key = ?",
+                    (campaign_id, round_number, stream, key)).fetchone()
+                if row is None:
+                    raise StorageError(f"a stored message of stream {stream!r} is missing")
+                found.append(bytes(row[0]))
+        return found
 
     def acknowledge(self, record: RoundRecord, stream: str, index: int) -> None:
-        with self._lock:
-            self._db.execute(
+        with self._transaction() as db:
+            db.execute(
                 "INSERT OR IGNORE INTO acknowledged (batch_id, stream, chunk_index) "
                 "VALUES (?, ?, ?)",
                 (record.batch_id, stream, index),
@@ -384,27 +307,22 @@ class Storage:
 
     def clear_acknowledgements(self, record: RoundRecord) -> None:
         """Forget which chunks were acknowledged, so that all are sent again."""
-        with self._lock:
-            self._db.execute("DELETE FROM acknowledged WHERE batch_id = ?", (record.batch_id,))
+        with self._transaction() as db:
+            db.execute("DELETE FROM acknowledged WHERE batch_id = ?", (record.batch_id,))
 
     def finish_release(self, record: RoundRecord) -> RoundRecord:
-        """The server acknowledged the whole batch: mark released, drop the ciphertexts."""
-        with self._lock:
-            self._begin()
-            try:
-                self._db.execute(
-                    "UPDATE rounds SET state = ? WHERE campaign_id = ? AND round = ?",
-                    (RELEASED, record.campaign_id, record.round),
-                )
-                self._db.execute("DELETE FROM released WHERE batch_id = ?", (record.batch_id,))
-                self._db.execute(
-                    "DELETE FROM acknowledged WHERE batch_id = ?", (record.batch_id,)
-                )
-                updated = self._round_row(record.campaign_id, record.round)
-                self._commit()
-            except BaseException:
-                self._rollback()
-                raise
+        """The server acknowledged the batch: mark the round released and forget it."""
+        key = (record.campaign_id, record.round)
+        with self._transaction() as db:
+            db.execute("UPDATE rounds SET state = ? WHERE campaign_id = ? AND round = ?",
+                       (RELEASED, *key))
+            db.execute("DELETE FROM pending WHERE campaign_id = ? AND round = ?", key)
+            db.execute("DELETE FROM participations WHERE campaign_id = ? AND round = ?", key)
+            db.execute("DELETE FROM acknowledged WHERE batch_id = ?", (record.batch_id,))
+            if record.round == 2:
+                db.execute("DELETE FROM tokens WHERE campaign_id = ?", (record.campaign_id,))
+            updated = self._round_row(*key)
+        self._checkpoint()
         assert updated is not None
         return updated
 

@@ -3,14 +3,20 @@
 The service layer (:mod:`.service`, :mod:`.enrollment`, :mod:`.release`) types
 against :class:`ShufflerStorage` only; the SQLite implementation is
 :class:`.storage.Storage`.  Another backend implements the same methods with the
-same atomicity and the same unlinkability (no user column next to a ciphertext, no
-arrival order); the contract both must satisfy is ``tests/test_storage_contract.py``.
+same atomicity and the same unlinkability (no user column next to a stored message, rows
+keyed by the random row keys the service draws); the contract both must satisfy is
+``tests/test_storage_contract.py``.
+
+Storage only persists.  What is privacy-critical is decided in service code: the row
+keys and the sealing of every message under its round key (:mod:`.vault`), the batch id,
+and the release order, which is computed from the round key and never stored
+(:mod:`.permutation`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -18,8 +24,15 @@ OPEN = "open"
 RELEASING = "releasing"
 RELEASED = "released"
 
-Permutation = Callable[[int], list[int]]
-"""``permutation(n)``: the release order of ``n`` ciphertexts (a permutation of range(n))."""
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """One submitted message as stored: its stream, random row key and sealed bytes."""
+
+    stream: str
+    row_key: bytes
+    sealed: bytes
 
 
 class StorageError(Exception):
@@ -92,8 +105,12 @@ class ShufflerStorage(Protocol):
         ...
 
     def submit(self, campaign_id: str, round_number: int, token_hash: bytes,
-               streams: Mapping[str, Sequence[bytes]]) -> int:
-        """Store one user's submission atomically; returns the new participant count."""
+               messages: Sequence[StoredMessage]) -> int:
+        """Store one user's submission atomically; returns the new participant count.
+
+        Raises :class:`RoundClosedError` once the round is closed and
+        :class:`AlreadySubmittedError` on a second submission of the same token.
+        """
         ...
 
     def participants(self, campaign_id: str, round_number: int) -> int:
@@ -108,18 +125,30 @@ class ShufflerStorage(Protocol):
         """Ciphertexts of a stream waiting for the release of an open round."""
         ...
 
+    def rounds_with_messages(self) -> list[tuple[str, int]]:
+        """The (campaign, round) pairs that have stored messages (open or releasing)."""
+        ...
+
     def round_record(self, campaign_id: str, round_number: int) -> RoundRecord | None:
         """The release record of a round, ``None`` while it is open."""
         ...
 
-    def start_release(self, campaign_id: str, round_number: int, *, minimum: int,
-                      chunk_size: int, streams: Sequence[str],
-                      permutation: Permutation = ...) -> RoundRecord:
-        """Close the round and fix its release order, atomically (idempotent)."""
+    def close_round(self, campaign_id: str, round_number: int, *, minimum: int,
+                    batch_id: str, chunk_size: int, streams: Sequence[str]) -> RoundRecord:
+        """Close the round for release, atomically; returns the existing record if closed.
+
+        Raises :class:`NotEnoughParticipantsError` (the round stays open) with fewer than
+        ``minimum`` participants.  The record counts each stream's stored messages.
+        """
         ...
 
-    def chunk(self, record: RoundRecord, stream: str, index: int) -> list[bytes]:
-        """Ciphertexts of chunk ``index`` of ``stream``, in released order."""
+    def row_keys(self, campaign_id: str, round_number: int, stream: str) -> bytes:
+        """The row keys of a stream's stored messages, concatenated (16 bytes each)."""
+        ...
+
+    def sealed_messages(self, campaign_id: str, round_number: int, stream: str,
+                        row_keys: Sequence[bytes]) -> list[bytes]:
+        """The sealed messages under ``row_keys``, in that order (StorageError if one is gone)."""
         ...
 
     def acknowledge(self, record: RoundRecord, stream: str, index: int) -> None:
@@ -135,7 +164,12 @@ class ShufflerStorage(Protocol):
         ...
 
     def finish_release(self, record: RoundRecord) -> RoundRecord:
-        """The server acknowledged the whole batch: mark released, drop the ciphertexts."""
+        """The server acknowledged the batch: mark the round released and forget it.
+
+        Deletes the round's stored messages, acknowledgements and participations (only
+        the count stays) and, after round 2, the campaign's tokens; deleted content is
+        overwritten, not merely unlinked.
+        """
         ...
 
     def releasing(self) -> list[RoundRecord]:

@@ -1,0 +1,199 @@
+"""Round keys: the shuffler's data at rest is readable only while its round is open.
+
+Every (campaign, round) gets a fresh 32-byte root key K from the operating system's
+CSPRNG, written to its own 0600 file in the key directory and held in memory.  Two
+keys are derived from it with HKDF-SHA256 (RFC 5869, no salt):
+
+- K_seal = HKDF(K, info="segshuffle/v1/shuffler/seal", 32 bytes): every ciphertext a
+  user submits is stored as ``nonce || AES-256-GCM(K_seal, nonce, c, aad)`` with a
+  random 96-bit nonce and ``aad`` binding campaign, round, stream and the row's key,
+  so the database never holds the bytes the server later receives;
+- K_order = HKDF(K, info="segshuffle/v1/shuffler/order", 16 bytes): the release order
+  (:mod:`.permutation`) sorts the rows by AES-128(K_order, row key), a secret
+  permutation of 128-bit blocks, so no order is ever written to disk.
+
+After the server has acknowledged the round, :meth:`RoundKeys.destroy` overwrites and
+removes the key file and forgets the key (crypto-shredding): whatever copies of the
+database, its WAL or its backups exist, the stored rows can no longer be matched to
+the released batch.  The directory is meant for memory-backed storage (``tmpfs``):
+on such a mount the key file survives a process crash but never reaches a disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from .storage_api import StoredMessage
+
+ROOT_KEY_BYTES = 32
+NONCE_BYTES = 12
+ROW_KEY_BYTES = 16
+"""Row keys are 128-bit, one AES block each (:func:`order_tags`)."""
+_AAD_DOMAIN = b"segshuffle/v1/shuffler/at-rest\x00"
+
+
+class RoundKeyMissingError(RuntimeError):
+    """The key of a round is gone: its stored rows cannot be read (or were shredded)."""
+
+
+def _derive(root: bytes, label: bytes, length: int) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=length, salt=None, info=label).derive(root)
+
+
+class RoundKey:
+    """The derived keys of one round: sealing rows and ordering them."""
+
+    def __init__(self, root: bytes) -> None:
+        if len(root) != ROOT_KEY_BYTES:
+            raise ValueError(f"a round key has {ROOT_KEY_BYTES} bytes, got {len(root)}")
+        self._seal = AESGCM(_derive(root, b"segshuffle/v1/shuffler/seal", 32))
+        self._order = _derive(root, b"segshuffle/v1/shuffler/order", 16)
+
+    @staticmethod
+    def _aad(campaign_id: str, round_number: int, stream: str, row_key: bytes) -> bytes:
+        return (_AAD_DOMAIN + campaign_id.encode() + b"\x00" + str(round_number).encode()
+                + b"\x00" + stream.encode() + b"\x00" + row_key)
+
+    def seal(self, campaign_id: str, round_number: int, stream: str, row_key: bytes,
+             ciphertext: bytes) -> bytes:
+        """The stored form of one submitted ciphertext."""
+        nonce = secrets.token_bytes(NONCE_BYTES)
+        aad = self._aad(campaign_id, round_number, stream, row_key)
+        return nonce + self._seal.encrypt(nonce, ciphertext, aad)
+
+    def open(self, campaign_id: str, round_number: int, stream: str, row_key: bytes,
+             stored: bytes) -> bytes:
+        """The submitted ciphertext back from its stored form (raises on tampering)."""
+        aad = self._aad(campaign_id, round_number, stream, row_key)
+        return self._seal.decrypt(stored[:NONCE_BYTES], stored[NONCE_BYTES:], aad)
+
+    def order_tags(self, row_keys: bytes) -> bytes:
+        """AES-128(K_order, k) of each 16-byte row key in ``row_keys`` (concatenated).
+
+        AES under a secret key is a pseudorandom permutation of 128-bit blocks, so the
+        tags of distinct row keys are distinct and, to anyone without K_order,
+        indistinguishable from uniformly random ones.
+        """
+        if len(row_keys) % ROW_KEY_BYTES:
+            raise ValueError("row keys are concatenated 16-byte blocks")
+        encryptor = Cipher(algorithms.AES(self._order), modes.ECB()).encryptor()
+        return encryptor.update(row_keys) + encryptor.finalize()
+
+
+def seal_submission(key: RoundKey, campaign_id: str, round_number: int,
+                    streams: Mapping[str, Sequence[bytes]]) -> list[StoredMessage]:
+    """One user's messages as stored: each under a fresh random row key, sealed."""
+    messages = []
+    for stream, ciphertexts in streams.items():
+        for ciphertext in ciphertexts:
+            row_key = secrets.token_bytes(ROW_KEY_BYTES)
+            sealed = key.seal(campaign_id, round_number, stream, row_key, ciphertext)
+            messages.append(StoredMessage(stream, row_key, sealed))
+    return messages
+
+
+class RoundKeys:
+    """The key files of the rounds that are open or being released, and their cache."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._keys: dict[tuple[str, int], RoundKey] = {}
+        self._lock = threading.Lock()
+
+    def _path(self, campaign_id: str, round_number: int) -> Path:
+        name = hashlib.sha256(f"{campaign_id}\x00{round_number}".encode()).hexdigest()[:32]
+        return self.directory / f"round-{name}.key"
+
+    def writable(self) -> bool:
+        """Whether new key files can be created (readiness)."""
+        return self.directory.is_dir() and os.access(self.directory, os.W_OK | os.X_OK)
+
+    def get(self, campaign_id: str, round_number: int, *, create: bool = False) -> RoundKey:
+        """The round's key, loaded from its file or (``create``) made on first use."""
+        slot = (campaign_id, round_number)
+        with self._lock:
+            key = self._keys.get(slot)
+            if key is not None:
+                return key
+            path = self._path(campaign_id, round_number)
+            try:
+                root = path.read_bytes()
+            except FileNotFoundError:
+                if not create:
+                    raise RoundKeyMissingError(
+                        f"the key of campaign {campaign_id!r} round {round_number} is gone"
+                    ) from None
+                root = self._write_new(path)
+            key = RoundKey(root)
+            self._keys[slot] = key
+            return key
+
+    @staticmethod
+    def _write_new(path: Path) -> bytes:
+        root = secrets.token_bytes(ROOT_KEY_BYTES)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(descriptor, root)
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+        _sync_directory(path.parent)
+        return root
+
+    def destroy(self, campaign_id: str, round_number: int) -> None:
+        """Forget the round's key and overwrite and remove its file (idempotent)."""
+        path = self._path(campaign_id, round_number)
+        with self._lock:
+            self._keys.pop((campaign_id, round_number), None)
+            _shred(path)
+
+
+    def sweep(self, live: Iterable[tuple[str, int]]) -> int:
+        """Destroy every key file but those of the ``live`` rounds; returns how many.
+
+        Run at start: a key whose round was finished just before a crash, or made for a
+        submission that never committed, is left over and protects nothing.
+        """
+        keep = {self._path(campaign_id, round_number).name
+                for campaign_id, round_number in live}
+        destroyed = 0
+        for path in sorted(self.directory.glob("round-*.key")):
+            if path.name not in keep:
+                _shred(path)
+                destroyed += 1
+        return destroyed
+
+
+def _shred(path: Path) -> None:
+    """Overwrite a key file with zeros, remove it, and make the removal durable."""
+    try:
+        descriptor = os.open(path, os.O_WRONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.write(descriptor, b"\x00" * ROOT_KEY_BYTES)
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+    path.unlink(missing_ok=True)
+    _sync_directory(path.parent)
+
+
+def _sync_directory(directory: Path) -> None:
+    """Make a created or removed directory entry durable."""
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)

@@ -1,0 +1,140 @@
+"""Disk forensics on a live shuffler: its files never hold what the server will receive.
+
+Copies of the shuffler's database files (db, WAL, shared memory) taken in the middle of
+round 2 and after its release are searched for every ciphertext the users submitted, raw
+and in base64url.  Mid-round the stored rows are sealed under the round key, sit in
+random-key order and carry nothing that groups them by user; after the release the
+messages, the participations and the round key are gone.  The SQLite file layout is
+read directly here on purpose: this is a test of what the SQLite backend leaves on disk.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from scipy import stats
+
+from segshuffle.client import Client
+from segshuffle.services.shuffler.vault import RoundKey
+from segshuffle.testing.localstack import LocalStack
+from segshuffle.wire.models import b64url_decode
+
+pytestmark = pytest.mark.slow  # both services as real processes
+
+CID = "forensics"
+USERS = 40
+
+
+def _copy_files(stack: LocalStack, destination: Path) -> Path:
+    destination.mkdir()
+    database = stack.database_path("shuffler")
+    for suffix in ("", "-wal", "-shm"):
+        source = Path(f"{database}{suffix}")
+        if source.exists():
+            shutil.copyfile(source, destination / f"copy.sqlite3{suffix}")
+    return destination / "copy.sqlite3"
+
+
+def _raw(copy: Path) -> bytes:
+    return b"".join(Path(f"{copy}{s}").read_bytes() for s in ("", "-wal", "-shm")
+                    if Path(f"{copy}{s}").exists())
+
+
+def _leaks(raw: bytes, sent: list[str]) -> list[str]:
+    """The submitted ciphertexts (base64url text) found in ``raw``, raw or as text."""
+    return [text for text in sent if b64url_decode(text) in raw or text.encode() in raw]
+
+
+@pytest.fixture(scope="module")
+def submissions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStack, list]]:
+    recorded: list[dict[str, object]] = []
+
+    def record(request: httpx.Request) -> None:
+        if request.method == "POST" and request.url.path.endswith("/rounds/2/submissions"):
+            recorded.append(json.loads(request.content))
+
+    with LocalStack(tmp_path_factory.mktemp("forensics"), min_users=2) as stack:
+        stack.create_campaign({"id": CID, "domain_size": 16, "set_size": 3,
+                               "levels": [1.0, 2.0], "min_users": 10})
+        users = [Client(stack.server_url, stack.shuffler_url, CID,
+                        http=httpx.Client(timeout=30, event_hooks={"request": [record]}),
+                        rng=np.random.default_rng(i)) for i in range(USERS)]
+        invitations = stack.invitations(CID, USERS)
+        try:
+            for index, user in enumerate(users):
+                user.campaign()
+                user.enroll(invitations[index])
+                user.submit_level(index % 2)
+            stack.release(CID, 1, timeout=60)
+            for index, user in enumerate(users):
+                user.submit_data([index % 16, (index + 1) % 16, (index + 5) % 16])
+            yield stack, recorded
+        finally:
+            for user in users:
+                user.close()
+                user._http.close()
+
+
+def test_mid_round_copies_hold_no_ciphertext_and_no_grouping(
+        submissions: tuple[LocalStack, list], tmp_path: Path) -> None:
+    stack, recorded = submissions
+    sent = [[body["level"], *body["data"]] for body in recorded]  # per user, in arrival order
+    flat = [text for user in sent for text in user]
+    assert len(sent) == USERS and len(flat) > 3 * USERS
+    copy = _copy_files(stack, tmp_path / "mid")
+    assert _leaks(_raw(copy), flat) == []
+
+    # What is stored, read back with the round key (an attacker would also need it).
+    db = sqlite3.connect(copy)
+    rows = db.execute("SELECT stream, row_key, ciphertext FROM pending WHERE campaign_id = ? "
+                      "AND round = 2 ORDER BY row_key", (CID,)).fetchall()
+    columns = {row[1] for row in db.execute("PRAGMA table_info(pending)")}
+    db.close()
+    assert columns == {"campaign_id", "round", "stream", "row_key", "ciphertext"}
+    assert len(rows) == len(flat)
+    key_files = list((Path(f"{stack.database_path('shuffler')}.keys")).glob("round-*.key"))
+    keys = [RoundKey(path.read_bytes()) for path in key_files]
+    owner = {b64url_decode(text): (user, arrival)
+             for user, texts in enumerate(sent) for arrival, text in enumerate(texts)}
+
+    def unseal(stream: str, row_key: bytes, stored: bytes) -> bytes:
+        for key in keys:
+            try:
+                return key.open(CID, 2, stream, row_key, stored)
+            except Exception:  # another round's key
+                continue
+        raise AssertionError("a stored row opens under no round key")
+
+    users_in_storage_order = [owner[unseal(*row)][0] for row in rows]
+    # No arrival order: the users' arrival ranks are uncorrelated with the storage order.
+    rho = stats.spearmanr(np.arange(len(rows)), users_in_storage_order).statistic
+    assert abs(rho) < 0.2, rho
+    # No grouping: one user's messages are neighbours no more often than by chance.
+    adjacent = sum(a == b for a, b in itertools.pairwise(users_in_storage_order))
+    per_user = len(rows) / USERS
+    expected = per_user - 1  # E[adjacent pairs of one user] in a uniform arrangement
+    assert adjacent <= expected + 4 * np.sqrt(expected) + 2, (adjacent, expected)
+
+
+def test_after_release_the_files_hold_nothing_and_the_key_is_gone(
+        submissions: tuple[LocalStack, list], tmp_path: Path) -> None:
+    stack, recorded = submissions
+    flat = [text for body in recorded for text in [body["level"], *body["data"]]]
+    stack.release(CID, 2, timeout=60)
+    assert stack.results(CID).round2_messages == len(flat) - USERS
+    copy = _copy_files(stack, tmp_path / "after")
+    assert _leaks(_raw(copy), flat) == []
+    db = sqlite3.connect(copy)
+    assert db.execute("SELECT COUNT(*) FROM pending").fetchone() == (0,)
+    assert db.execute("SELECT COUNT(*) FROM participations").fetchone() == (0,)
+    assert db.execute("SELECT COUNT(*) FROM tokens").fetchone() == (0,)
+    db.close()
+    assert list(Path(f"{stack.database_path('shuffler')}.keys").glob("round-*.key")) == []
