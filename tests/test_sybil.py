@@ -77,3 +77,17 @@ def test_open_enrollment_lets_the_fakes_in(tmp_path: Path) -> None:
         stack.release(CID, 1)
         assert stack.campaign(CID).phase == "round2"
         assert "OPEN ENROLLMENT" in stack.log_path("shuffler").read_text()
+
+
+def test_one_source_cannot_enroll_in_bulk(tmp_path: Path) -> None:
+    """A burst of enrollments from one address meets the rate limit (429, Retry-After);
+    refused attempts count too, so invitations cannot be guessed at speed either."""
+    env = {"SEGSHUFFLE_SHUFFLER_ENROLL_RATE": "0.1", "SEGSHUFFLE_SHUFFLER_ENROLL_BURST": "10"}
+    with LocalStack(tmp_path, shuffler_env=env) as stack, httpx.Client(timeout=30) as http:
+        stack.create_campaign(CAMPAIGN)
+        answers = [_enroll(http, stack, {}) for _ in range(25)]
+        assert [a.status_code for a in answers] == [401] * 10 + [429] * 15
+        limited = answers[-1]
+        assert _problem(limited) == "rate-limited"
+        assert limited.headers["content-type"].startswith("application/problem+json")
+        assert 1 <= int(limited.headers["retry-after"]) <= 10
