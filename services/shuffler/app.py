@@ -2,7 +2,7 @@
 
 | method, path | who |
 | --- | --- |
-| ``POST /v1/campaigns/{cid}/enrollments`` | user, through the :class:`EnrollmentPolicy` |
+| ``POST /v1/campaigns/{cid}/enrollments`` | user with an invitation (:class:`EnrollmentPolicy`) |
 | ``POST /v1/campaigns/{cid}/rounds/{round}/submissions`` | user (Bearer user token) |
 | ``GET /v1/campaigns/{cid}/rounds/{round}`` | anyone: participant count, threshold, state |
 | ``POST /v1/campaigns/{cid}/rounds/{round}/release`` | operator (Bearer operator token) |
@@ -11,9 +11,10 @@
 The routes only authenticate (as dependencies), parse bodies and call the
 :class:`~.service.ShufflerService`.  Every refusal is an RFC 9457 problem
 (:mod:`segshuffle.services.http_edge`) and leaves the state unchanged: a
-submission is stored in one transaction after every check has passed.  Nothing
-about a request's origin is kept or logged: the access log is off, log lines
-carry campaign ids, rounds and counts only.
+submission is stored in one transaction after every check has passed.  Enrollments and
+submissions are rate-limited per source first (:mod:`.limits`).  Nothing about a request's
+origin is kept or logged: the access log is off, the limiter holds keyed digests of
+addresses in memory only, log lines carry campaign ids, rounds and counts only.
 """
 
 from __future__ import annotations
@@ -103,7 +104,10 @@ rounds = APIRouter(prefix="/v1/campaigns/{campaign_id}/rounds/{round_number}", t
 
 @users.post("/enrollments", status_code=201, response_model=EnrollmentResponse,
             dependencies=[Depends(enrollment_limit)],
-            responses={429: {"description": "too many enrollments from this source"}},
+            responses={401: {"description": "invitation-required"},
+                       403: {"description": "invalid-invitation, invitation-wrong-campaign, "
+                                            "invitation-expired or invitation-used"},
+                       429: {"description": "too many enrollments from this source"}},
             openapi_extra={"requestBody": {"required": False, "content": {
                 "application/json": {"schema": EnrollmentRequest.model_json_schema()}}}})
 async def enroll(campaign_id: str, request: Request, service: Service) -> EnrollmentResponse:
