@@ -17,7 +17,6 @@ import pytest
 
 from segshuffle.client import Client
 from segshuffle.client.errors import ServiceError
-from segshuffle.crypto.invitations import generate_issuer_key, new_invitation, sign_invitation
 from segshuffle.testing.localstack import LocalStack
 
 pytestmark = pytest.mark.slow  # both services as real processes
@@ -50,6 +49,12 @@ def test_fakes_cannot_enroll_on_a_default_deployment(tmp_path: Path) -> None:
             user.campaign()
             user.enroll(invitation)
             user.submit_level(1)
+
+        from segshuffle.crypto.invitations import (  # the attacker's own issuer key
+            generate_issuer_key,
+            new_invitation,
+            sign_invitation,
+        )
 
         forged = sign_invitation(new_invitation(CID, 2**40), generate_issuer_key())
         attempts = [_enroll(attacker, stack, {"invitation": forged}) for _ in range(FAKES - 1)]
