@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 import pytest
 from fastapi.testclient import TestClient
 
@@ -17,18 +15,12 @@ from segshuffle.wire.plaintext import (
     level_plaintext,
 )
 
+from .sqlite_backend import snapshot
 from .test_server_support import ADMIN, SHUFFLER, Sealer, deliver, make_settings
 
 CAMPAIGN = {"id": "c1", "domain_size": 4, "set_size": 1, "levels": [1, 2], "min_users": 3,
             "dropout_tolerance": 0.0}
 BATCH = "/v1/campaigns/c1/rounds/1/batches/b1"
-
-
-def snapshot(path) -> dict[str, list]:
-    """Every row of every table of the server database."""
-    with sqlite3.connect(path) as db:
-        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        return {t: sorted(db.execute(f"SELECT * FROM {t}").fetchall()) for t in tables}
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +25,8 @@ from segshuffle.client import Client
 from segshuffle.services.shuffler.vault import RoundKey
 from segshuffle.testing.localstack import LocalStack
 from segshuffle.wire.models import b64url_decode
+
+from .sqlite_backend import rows as sqlite_rows
 
 pytestmark = pytest.mark.slow  # both services as real processes
 
@@ -93,13 +94,11 @@ def test_mid_round_copies_hold_no_ciphertext_and_no_grouping(
     assert _leaks(_raw(copy), flat) == []
 
     # What is stored, read back with the round key (an attacker would also need it).
-    db = sqlite3.connect(copy)
-    rows = db.execute("SELECT stream, row_key, ciphertext FROM pending WHERE campaign_id = ? "
-                      "AND round = 2 ORDER BY row_key", (CID,)).fetchall()
-    columns = {row[1] for row in db.execute("PRAGMA table_info(pending)")}
-    db.close()
+    stored = sqlite_rows(copy, "SELECT stream, row_key, ciphertext FROM pending WHERE "
+                                "campaign_id = ? AND round = 2 ORDER BY row_key", CID)
+    columns = {row[1] for row in sqlite_rows(copy, "PRAGMA table_info(pending)")}
     assert columns == {"campaign_id", "round", "stream", "row_key", "ciphertext"}
-    assert len(rows) == len(flat)
+    assert len(stored) == len(flat)
     key_files = list((Path(f"{stack.database_path('shuffler')}.keys")).glob("round-*.key"))
     keys = [RoundKey(path.read_bytes()) for path in key_files]
     owner = {b64url_decode(text): (user, arrival)
@@ -113,13 +112,13 @@ def test_mid_round_copies_hold_no_ciphertext_and_no_grouping(
                 continue
         raise AssertionError("a stored row opens under no round key")
 
-    users_in_storage_order = [owner[unseal(*row)][0] for row in rows]
+    users_in_storage_order = [owner[unseal(*row)][0] for row in stored]
     # No arrival order: the users' arrival ranks are uncorrelated with the storage order.
-    rho = stats.spearmanr(np.arange(len(rows)), users_in_storage_order).statistic
+    rho = stats.spearmanr(np.arange(len(stored)), users_in_storage_order).statistic
     assert abs(rho) < 0.2, rho
     # No grouping: one user's messages are neighbours no more often than by chance.
     adjacent = sum(a == b for a, b in itertools.pairwise(users_in_storage_order))
-    per_user = len(rows) / USERS
+    per_user = len(stored) / USERS
     expected = per_user - 1  # E[adjacent pairs of one user] in a uniform arrangement
     assert adjacent <= expected + 4 * np.sqrt(expected) + 2, (adjacent, expected)
 
@@ -132,9 +131,6 @@ def test_after_release_the_files_hold_nothing_and_the_key_is_gone(
     assert stack.results(CID).round2_messages == len(flat) - USERS
     copy = _copy_files(stack, tmp_path / "after")
     assert _leaks(_raw(copy), flat) == []
-    db = sqlite3.connect(copy)
-    assert db.execute("SELECT COUNT(*) FROM pending").fetchone() == (0,)
-    assert db.execute("SELECT COUNT(*) FROM participations").fetchone() == (0,)
-    assert db.execute("SELECT COUNT(*) FROM tokens").fetchone() == (0,)
-    db.close()
+    for table in ("pending", "participations", "tokens"):
+        assert sqlite_rows(copy, f"SELECT COUNT(*) FROM {table}") == [(0,)], table
     assert list(Path(f"{stack.database_path('shuffler')}.keys").glob("round-*.key")) == []

@@ -1,4 +1,8 @@
-"""Shuffler storage: one submission per token, atomic release, no identities, crash safety."""
+"""The shuffler's SQLite storage: one submission per token, atomic release, no identities on
+disk, deleted rows overwritten, crash safety.
+
+Backend-specific on purpose (it reads the SQLite files through tests/sqlite_backend.py);
+the behaviour every backend shares is tests/test_storage_contract.py."""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ import multiprocessing
 import os
 import secrets
 import signal
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -25,6 +28,8 @@ from segshuffle.services.shuffler.storage import (
     Storage,
     StoredMessage,
 )
+
+from .sqlite_backend import rows as sqlite_rows
 
 
 @pytest.fixture
@@ -129,12 +134,11 @@ def test_no_arrival_order_or_identity_in_the_database(storage: Storage) -> None:
     tokens = [f"token-{i}" for i in range(200)]
     for i, t in enumerate(tokens):
         storage.submit("c", 1, token_hash(t), _rows({"levels": [_ct(i)]}))
-    db = sqlite3.connect(storage.path)
-    stored = [int.from_bytes(bytes(r[0])[:4], "big") for r in db.execute(
-        "SELECT ciphertext FROM pending")]
+    stored = [int.from_bytes(bytes(r[0])[:4], "big")
+              for r in sqlite_rows(storage.path, "SELECT ciphertext FROM pending")]
     assert sorted(stored) == list(range(200))
     assert stored != list(range(200))  # storage order is the random key order
-    columns = {row[1] for row in db.execute("PRAGMA table_info(pending)")}
+    columns = {row[1] for row in sqlite_rows(storage.path, "PRAGMA table_info(pending)")}
     assert columns == {"campaign_id", "round", "stream", "row_key", "ciphertext"}
     raw = Path(storage.path).read_bytes() + Path(storage.path + "-wal").read_bytes()
     assert not any(t.encode() in raw for t in tokens)

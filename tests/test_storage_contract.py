@@ -13,15 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from segshuffle.services.server.storage import Repository
 from segshuffle.services.server.storage_api import (
     NULL_VALUE,
-    AcceptedMessage,
     BatchRecord,
+    ChunkRecord,
     ConflictError,
     ServerStorage,
     StoredChunk,
@@ -62,22 +61,14 @@ def shuffler(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Shuffle
 
 # -- server ----------------------------------------------------------------------------------
 
-def _receipt(replays: list[int], kept: int) -> dict[str, Any]:
-    return {"replays": replays, "accepted": kept}
-
-
 def _create(server: ServerStorage, campaign_id: str = "c1") -> None:
     server.create_campaign(campaign_id, {"id": campaign_id, "n": 1}, "hash-" + campaign_id,
                            "key-1", b"public")
 
 
-def _store(server: ServerStorage, *, round_: int = 1, batch: str = "b1", stream: str = "levels",
-           index: int = 0, count: int = 2, messages: list[tuple[int | None, bytes]] | None = None
-           ) -> dict[str, Any]:
-    accepted = [(i, AcceptedMessage(value, nonce))
-                for i, (value, nonce) in enumerate(messages or [])]
-    return server.store_chunk("c1", round_, batch, stream, index, count,
-                              f"digest-{stream}-{index}".encode(), accepted, _receipt)
+def _chunk(batch: str = "b1", count: int = 2, tag: str = "x") -> ChunkRecord:
+    return ChunkRecord(batch_id=batch, chunk_count=count, digest=f"digest-{tag}".encode(),
+                       receipt={"tag": tag})
 
 
 def test_server_campaigns(server: ServerStorage) -> None:
@@ -95,54 +86,70 @@ def test_server_campaigns(server: ServerStorage) -> None:
     assert server.campaign_ids() == ["a0", "c1"]
 
 
-def test_server_chunks_pin_the_batch_count_values_and_drop_replays(server: ServerStorage) -> None:
+def test_server_transaction_pins_batches_nonces_counts_and_chunks(
+        server: ServerStorage) -> None:
     _create(server)
     assert server.batch("c1", 1) is None
-    receipt = _store(server, messages=[(0, b"n1"), (1, b"n2"), (None, b"n3"), (1, b"n1")])
-    assert receipt == {"replays": [3], "accepted": 3}
+    with server.transaction() as tx:
+        assert tx.phase("c1") == "round1" and tx.phase("nope") is None
+        assert tx.batch("c1", 1) is None
+        tx.pin_batch("c1", 1, "b1")
+        assert tx.batch("c1", 1) == BatchRecord("b1", None)
+        assert tx.insert_nonces("c1", 1, [b"n1", b"n2", b"n1"]) == [True, True, False]
+        assert tx.insert_nonces("c1", 1, [b"n2", b"n3"]) == [False, True]
+        assert tx.insert_nonces("c1", 2, [b"n1"]) == [True]  # rounds are separate
+        tx.add_counts("c1", 1, "levels", {0: 2, NULL_VALUE: 1})
+        tx.add_counts("c1", 1, "levels", {0: 1, 3: 4})
+        assert tx.chunk("c1", 1, "levels", 0) is None
+        tx.put_chunk("c1", 1, "levels", 0, _chunk())
+        assert tx.chunk("c1", 1, "levels", 0) == _chunk()
     assert server.batch("c1", 1) == BatchRecord("b1", None)
-    assert server.counts("c1", 1, "levels") == {0: 1, 1: 1, NULL_VALUE: 1}
-    stored = server.chunk("c1", 1, "levels", 0)
-    assert stored is not None
-    assert (stored.batch_id, stored.chunk_count, stored.digest, stored.receipt) == (
-        "b1", 2, b"digest-levels-0", receipt)
+    assert server.counts("c1", 1, "levels") == {0: 3, 3: 4, NULL_VALUE: 1}
+    assert server.counts("c1", 1, "data") == {}
+    assert server.chunk("c1", 1, "levels", 0) == _chunk()
     assert server.chunk("c1", 1, "levels", 1) is None
-    _store(server, index=1, messages=[(0, b"n4"), (0, b"n2")])
+    with server.transaction() as tx:
+        tx.put_chunk("c1", 1, "levels", 1, _chunk(tag="y"))
     assert server.stream_chunks("c1", 1, "levels") == [
-        StoredChunk(0, 2, receipt), StoredChunk(1, 2, {"replays": [1], "accepted": 1})]
-    assert server.counts("c1", 1, "levels") == {0: 2, 1: 1, NULL_VALUE: 1}
+        StoredChunk(0, 2, {"tag": "x"}), StoredChunk(1, 2, {"tag": "y"})]
     assert server.stream_chunks("c1", 1, "data") == []
-    with pytest.raises(ConflictError):
-        _store(server, index=0)
-    with pytest.raises(ConflictError):
-        _store(server, batch="b2", index=1)
-    with pytest.raises(ConflictError):
-        _store(server, round_=2, stream="data")
+
+
+def test_server_transaction_rolls_back_on_error(server: ServerStorage) -> None:
+    _create(server)
+    with pytest.raises(RuntimeError), server.transaction() as tx:
+        tx.pin_batch("c1", 1, "b1")
+        tx.insert_nonces("c1", 1, [b"n1"])
+        tx.add_counts("c1", 1, "levels", {0: 1})
+        raise RuntimeError("abandon")
+    assert server.batch("c1", 1) is None and server.counts("c1", 1, "levels") == {}
+    with server.transaction() as tx:
+        assert tx.insert_nonces("c1", 1, [b"n1"]) == [True]
 
 
 def test_server_round_completion(server: ServerStorage) -> None:
     _create(server)
-    _store(server, count=1, messages=[(0, b"n1")])
-    with pytest.raises(ConflictError):
-        server.finish_round1("c1", "other", {"done": 1}, {"p": 1}, "ph", {"r": 1})
-    server.finish_round1("c1", "b1", {"done": 1}, {"p": 1}, "ph", {"r": 1})
+    with server.transaction() as tx:
+        tx.pin_batch("c1", 1, "b1")
+        tx.insert_nonces("c1", 1, [b"n1"])
+    with server.transaction() as tx:
+        tx.complete_batch("c1", 1, {"done": 1})
+        tx.publish_parameters("c1", {"p": 1}, "ph", {"r": 1})
+        tx.delete_nonces("c1", 1)
     record = server.campaign("c1")
     assert record is not None
     assert (record.phase, record.parameters, record.parameters_hash, record.round1) == (
         "round2", {"p": 1}, "ph", {"r": 1})
+    assert server.phase("c1") == "round2"
     assert server.batch("c1", 1) == BatchRecord("b1", {"done": 1})
-    with pytest.raises(ConflictError):
-        server.finish_round1("c1", "b1", {"done": 1}, {"p": 1}, "ph", {"r": 1})
-    with pytest.raises(ConflictError):
-        _store(server, index=0, count=1)
-    _store(server, round_=2, batch="b2", stream="data", count=1, messages=[(3, b"n1")])
-    assert server.counts("c1", 2, "data") == {3: 1}
-    server.finish_round2("c1", "b2", {"done": 2}, {"estimate": [1]})
+    with server.transaction() as tx:
+        assert tx.insert_nonces("c1", 1, [b"n1"]) == [True]  # the round's nonces are gone
+        tx.pin_batch("c1", 2, "b2")
+        tx.complete_batch("c1", 2, {"done": 2})
+        tx.store_results("c1", {"estimate": [1]})
     record = server.campaign("c1")
     assert record is not None and (record.phase, record.results) == ("done", {"estimate": [1]})
     assert server.batch("c1", 2) == BatchRecord("b2", {"done": 2})
-    with pytest.raises(ConflictError):
-        server.finish_round2("c1", "b2", {"done": 2}, {"estimate": [1]})
 
 
 # -- shuffler --------------------------------------------------------------------------------

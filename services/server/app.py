@@ -38,6 +38,7 @@ from segshuffle.wire.models import (
     ID_PATTERN,
     BatchChunk,
     BatchCompletion,
+    CampaignAbort,
     CampaignCreate,
     CampaignView,
     ChunkReceipt,
@@ -179,6 +180,15 @@ def create_app(settings: Settings) -> FastAPI:
         authorize(settings, request, "shuffler")
         cid, round_, bid = _campaign_id(campaign_id), _round(round_number), _batch_id(batch_id)
         return await run_in_threadpool(service.complete, cid, round_, bid)
+
+    @app.post("/v1/campaigns/{campaign_id}/abort", response_model=CampaignView,
+              tags=["campaigns"], openapi_extra=_body(CampaignAbort))
+    async def abort(request: Request, campaign_id: str) -> CampaignView:
+        authorize(settings, request, "admin")
+        cid = _campaign_id(campaign_id)
+        raw = await request.body()
+        body = await read_json(request, CampaignAbort) if raw.strip() else CampaignAbort()
+        return await run_in_threadpool(service.abort, cid, body.reason)
 
     @app.get("/v1/campaigns/{campaign_id}/results", response_model=Results, tags=["results"])
     async def results(request: Request, campaign_id: str) -> Results:

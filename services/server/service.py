@@ -1,10 +1,14 @@
 """The server's operations, independent of HTTP: each raises a domain error
 (:mod:`segshuffle.services.errors`) on refusal.
 
-Calls are synchronous (the HTTP layer runs them in its thread pool).  A
-per-campaign lock serialises the writes of one campaign (chunk storage, round
-completion), so a round is never finished while a chunk of it is being stored;
-one server process per database is assumed.
+Calls are synchronous (the HTTP layer runs them in its thread pool).  Every write
+is one storage transaction (:class:`~.storage_api.ServerTransaction`) that checks
+again, inside it, what it read before doing slow work (decryption, the optimizer):
+the phase, the pinned batch, whether the chunk or the completion is stored already.
+So a round is never finished while a chunk of it is being stored, and the replay
+policy (:meth:`ServerService._count`) lives here, not in storage.  Campaign creation
+still takes an in-process lock per campaign id (its key file is written before its
+row).
 
 Batch intake (docs/architecture.md, "Server"):
 
@@ -57,8 +61,10 @@ from .storage_api import (
     NULL_VALUE,
     AcceptedMessage,
     CampaignRecord,
+    ChunkRecord,
     ConflictError,
     ServerStorage,
+    ServerTransaction,
 )
 
 log = logging.getLogger("segshuffle.server")
@@ -141,6 +147,7 @@ class ServerService:
             parameters=(PublishedParameters.model_validate(record.parameters)
                         if record.parameters is not None else None),
             parameters_hash=record.parameters_hash,
+            end_reason=record.end_reason,
         )
 
     def view_json(self, campaign_id: str) -> bytes:
@@ -160,9 +167,11 @@ class ServerService:
     def results(self, campaign_id: str) -> Results:
         record = self.campaign(campaign_id)
         if record.phase != "done" or record.results is None:
+            extra = {"phase": record.phase}
+            if record.end_reason is not None:
+                extra["end_reason"] = record.end_reason
             raise errors.WrongPhaseError(f"campaign {campaign_id!r} is in phase {record.phase}; "
-                                         "results exist once round 2 is complete",
-                                         extra={"phase": record.phase})
+                                         "results exist once round 2 is complete", extra=extra)
         return Results.model_validate(record.results)
 
     # -- batch intake ------------------------------------------------------------------------
@@ -189,16 +198,15 @@ class ServerService:
             raise errors.ConflictError(f"stream {chunk.stream!r} has chunk_count "
                                        f"{existing[0].chunk_count}, not {chunk.chunk_count}")
 
-    def _stored_receipt(self, record: CampaignRecord, round_: int, batch_id: str,
-                        chunk: BatchChunk, digest: bytes) -> ChunkReceipt | None:
-        stored = self.repository.chunk(record.id, round_, chunk.stream, chunk.chunk_index)
-        if stored is None:
-            return None
+    @staticmethod
+    def _duplicate(campaign_id: str, phase: str | None, round_: int, batch_id: str,
+                   chunk: BatchChunk, digest: bytes, stored: ChunkRecord) -> ChunkReceipt:
+        """The stored receipt of a chunk delivered again, or why it cannot be one."""
         if stored.batch_id != batch_id or stored.digest != digest:
-            if record.phase != f"round{round_}":
+            if phase != f"round{round_}":
                 raise errors.WrongPhaseError(
-                    f"campaign {record.id!r} is in phase {record.phase}, "
-                    f"not accepting round-{round_} batches", extra={"phase": record.phase})
+                    f"campaign {campaign_id!r} is in phase {phase}, "
+                    f"not accepting round-{round_} batches", extra={"phase": phase})
             raise errors.ConflictError(f"chunk {chunk.chunk_index} of stream {chunk.stream!r} "
                                        "was already delivered with different content")
         return ChunkReceipt.model_validate({**stored.receipt, "duplicate": True})
@@ -207,9 +215,10 @@ class ServerService:
                     chunk: BatchChunk) -> ChunkReceipt:
         record = self.campaign(campaign_id)
         digest = chunk_digest(batch_id, chunk)
-        stored = self._stored_receipt(record, round_, batch_id, chunk, digest)
+        stored = self.repository.chunk(campaign_id, round_, chunk.stream, chunk.chunk_index)
         if stored is not None:
-            return stored
+            return self._duplicate(campaign_id, record.phase, round_, batch_id, chunk, digest,
+                                   stored)
         self._check_chunk(record, round_, batch_id, chunk)
         ciphertexts = [b64url_decode(text) for text in chunk.ciphertexts]
         try:
@@ -220,71 +229,149 @@ class ServerService:
         config = CampaignConfig.model_validate(record.config)
         accepted, failures = classify(outcomes, chunk.stream, len(config.levels),
                                       config.privacy_domain_size)
-        with self._lock(campaign_id):
-            record = self.campaign(campaign_id)
-            stored = self._stored_receipt(record, round_, batch_id, chunk, digest)
-            if stored is not None:
-                return stored
-            self._check_chunk(record, round_, batch_id, chunk)
+        with self.repository.transaction() as tx:
+            # Checked again inside the transaction: the same chunk may have been stored, or
+            # the round finished, while this one was being decrypted.
+            phase = tx.phase(campaign_id)
+            existing = tx.chunk(campaign_id, round_, chunk.stream, chunk.chunk_index)
+            if existing is not None:
+                return self._duplicate(campaign_id, phase, round_, batch_id, chunk, digest,
+                                       existing)
+            if phase != f"round{round_}":
+                raise errors.WrongPhaseError(f"campaign {campaign_id!r} is in phase {phase}, "
+                                             f"not accepting round-{round_} batches",
+                                             extra={"phase": phase})
+            pinned = tx.batch(campaign_id, round_)
+            if pinned is None:
+                tx.pin_batch(campaign_id, round_, batch_id)
+            elif pinned.batch_id != batch_id:
+                raise errors.ConflictError(f"round {round_} is receiving another batch")
+            receipt = self._count(tx, campaign_id, round_, batch_id, chunk, accepted, failures)
+            tx.put_chunk(campaign_id, round_, chunk.stream, chunk.chunk_index,
+                         ChunkRecord(batch_id=batch_id, chunk_count=chunk.chunk_count,
+                                     digest=digest, receipt=receipt.model_dump(mode="json")))
+        return receipt
 
-            def make_receipt(replays: list[int], kept: int) -> dict[str, Any]:
-                listed = sorted(failures + [(i, "replay") for i in replays])
-                counts = Counter(name for _, name in listed)
-                return ChunkReceipt(
-                    campaign_id=campaign_id, round=round_, batch_id=batch_id,
-                    stream=chunk.stream, chunk_index=chunk.chunk_index,
-                    chunk_count=chunk.chunk_count, received=len(ciphertexts), accepted=kept,
-                    replays=len(replays),
-                    failures=[MessageFailure(stream=chunk.stream, chunk_index=chunk.chunk_index,
-                                             index=i, type=problem_uri(name))
-                              for i, name in listed[:MAX_LISTED_FAILURES]],
-                    failures_omitted=max(0, len(listed) - MAX_LISTED_FAILURES),
-                    failure_counts={name: counts.get(name, 0) for name in FAILURE_NAMES},
-                ).model_dump(mode="json")
-
-            try:
-                receipt = self.repository.store_chunk(
-                    campaign_id, round_, batch_id, chunk.stream, chunk.chunk_index,
-                    chunk.chunk_count, digest, accepted, make_receipt)
-            except ConflictError as exc:
-                raise errors.ConflictError(str(exc)) from None
-        return ChunkReceipt.model_validate(receipt)
+    @staticmethod
+    def _count(tx: ServerTransaction, campaign_id: str, round_: int, batch_id: str,
+               chunk: BatchChunk, accepted: Sequence[tuple[int, AcceptedMessage]],
+               failures: Sequence[tuple[int, str]]) -> ChunkReceipt:
+        """The replay policy: a message whose nonce this round has already accepted is a
+        replay, listed in the receipt and not counted; every other accepted message adds
+        one to its value's count (nulls under NULL_VALUE)."""
+        fresh = tx.insert_nonces(campaign_id, round_, [m.nonce for _, m in accepted])
+        replays = [position for (position, _), new in zip(accepted, fresh, strict=True)
+                   if not new]
+        counts = Counter(NULL_VALUE if m.value is None else m.value
+                         for (_, m), new in zip(accepted, fresh, strict=True) if new)
+        tx.add_counts(campaign_id, round_, chunk.stream, counts)
+        listed = sorted([*failures, *((i, "replay") for i in replays)])
+        tally = Counter(name for _, name in listed)
+        return ChunkReceipt(
+            campaign_id=campaign_id, round=round_, batch_id=batch_id, stream=chunk.stream,
+            chunk_index=chunk.chunk_index, chunk_count=chunk.chunk_count,
+            received=len(chunk.ciphertexts), accepted=len(accepted) - len(replays),
+            replays=len(replays),
+            failures=[MessageFailure(stream=chunk.stream, chunk_index=chunk.chunk_index,
+                                     index=i, type=problem_uri(name))
+                      for i, name in listed[:MAX_LISTED_FAILURES]],
+            failures_omitted=max(0, len(listed) - MAX_LISTED_FAILURES),
+            failure_counts={name: tally.get(name, 0) for name in FAILURE_NAMES},
+        )
 
     # -- round completion --------------------------------------------------------------------
 
     def complete(self, campaign_id: str, round_: int, batch_id: str) -> BatchCompletion:
-        with self._lock(campaign_id):
-            record = self.campaign(campaign_id)
-            pinned = self.repository.batch(campaign_id, round_)
-            if pinned is None or pinned.batch_id != batch_id:
-                if record.phase != f"round{round_}":
-                    raise errors.WrongPhaseError(f"campaign {campaign_id!r} is in phase "
-                                                 f"{record.phase}", extra={"phase": record.phase})
-                raise errors.NotFoundError(f"no batch {batch_id!r} in round {round_}")
-            if pinned.completion is not None:
-                return BatchCompletion.model_validate(pinned.completion)
-            if record.phase != f"round{round_}":
-                raise errors.WrongPhaseError(f"campaign {campaign_id!r} is in phase "
-                                             f"{record.phase}", extra={"phase": record.phase})
-            summaries, failures, omitted = self._summaries(campaign_id, round_)
-            config = CampaignConfig.model_validate(record.config)
-            observed = histogram(self.repository.counts(campaign_id, round_, "levels"),
-                                 len(config.levels))
-            participants = sum(observed)
-            completion: dict[str, Any] = {
-                "campaign_id": campaign_id, "round": round_, "batch_id": batch_id,
-                "streams": summaries, "failures": failures, "failures_omitted": omitted,
-            }
-            try:
-                if round_ == 1:
-                    self._finish_round1(record, config, batch_id, observed, participants,
-                                        completion)
-                else:
-                    self._finish_round2(record, config, batch_id, observed, participants,
-                                        completion, summaries)
-            except ConflictError as exc:
-                raise errors.ConflictError(str(exc)) from None
-            return BatchCompletion.model_validate(completion)
+        """Finish a round once every chunk of every stream is stored (idempotent).
+
+        The round's outcome (round 1: the published parameters; round 2: the results) is
+        computed outside any transaction, then written in one transaction that checks the
+        batch is still open; a concurrent ``complete`` that wrote first wins, and its
+        stored answer is returned.
+        """
+        record = self.campaign(campaign_id)
+        pinned = self.repository.batch(campaign_id, round_)
+        if pinned is None or pinned.batch_id != batch_id:
+            self._require_phase(campaign_id, record.phase, round_)
+            raise errors.NotFoundError(f"no batch {batch_id!r} in round {round_}")
+        if pinned.completion is not None:
+            return BatchCompletion.model_validate(pinned.completion)
+        self._require_phase(campaign_id, record.phase, round_)
+        summaries, failures, omitted = self._summaries(campaign_id, round_)
+        config = CampaignConfig.model_validate(record.config)
+        observed = histogram(self.repository.counts(campaign_id, round_, "levels"),
+                             len(config.levels))
+        completion: dict[str, Any] = {
+            "campaign_id": campaign_id, "round": round_, "batch_id": batch_id,
+            "streams": summaries, "failures": failures, "failures_omitted": omitted,
+        }
+        failure: str | None = None
+        try:
+            if round_ == 1:
+                parameters, summary = self._round1_parameters(record, config, observed)
+                parameters_hash = parameters.hash_hex()
+                completion.update(phase="round2", parameters_hash=parameters_hash)
+            else:
+                results = self._round2_results(record, config, observed, summaries)
+                completion.update(phase="done", parameters_hash=record.parameters_hash)
+        except (errors.NotEnoughParticipantsError, errors.OptimizationFailedError) as exc:
+            # The round cannot be finished, now or ever: close it as failed rather than
+            # refuse and be asked again forever.
+            failure = f"round {round_}: {exc.detail}"
+            completion.update(phase="failed", end_reason=failure)
+        with self.repository.transaction() as tx:
+            stored = tx.batch(campaign_id, round_)
+            if stored is not None and stored.completion is not None:
+                return BatchCompletion.model_validate(stored.completion)
+            self._require_phase(campaign_id, tx.phase(campaign_id), round_)
+            tx.complete_batch(campaign_id, round_, completion)
+            if failure is not None:
+                tx.end_campaign(campaign_id, "failed", failure)
+            elif round_ == 1:
+                tx.publish_parameters(campaign_id, parameters.model_dump(mode="json"),
+                                      parameters_hash, summary)
+            else:
+                tx.store_results(campaign_id, results)
+            tx.delete_nonces(campaign_id, round_)  # they only served replay detection
+        if failure is not None:
+            log.warning("campaign %s failed: %s", campaign_id, failure)
+        elif round_ == 1:
+            log.info("campaign %s round 1 complete: n=%d n_min=%d m=%.6g (%s blanket, %d "
+                     "messages per user), parameters published", campaign_id, parameters.users,
+                     parameters.accounting_users, parameters.m, parameters.blanket_mode,
+                     parameters.messages_per_user)
+        else:
+            log.info("campaign %s round 2 complete: n2=%d, %d data messages, %d dropped",
+                     campaign_id, sum(observed), results["round2_messages"],
+                     results["dropped_messages"])
+        return BatchCompletion.model_validate(completion)
+
+    def abort(self, campaign_id: str, reason: str) -> CampaignView:
+        """End a campaign that is collecting (round 1 or 2) without results (idempotent).
+
+        Every later chunk or completion of it is refused as ``wrong-phase``; the shuffler
+        learns the phase from the view and forgets the campaign's open rounds.
+        """
+        with self.repository.transaction() as tx:
+            phase = tx.phase(campaign_id)
+            if phase is None:
+                raise errors.UnknownCampaignError(f"no campaign {campaign_id!r}")
+            if phase in ("round1", "round2"):
+                tx.end_campaign(campaign_id, "aborted", reason)
+                for round_ in (1, 2):
+                    tx.delete_nonces(campaign_id, round_)
+            elif phase != "aborted":
+                raise errors.WrongPhaseError(f"campaign {campaign_id!r} has ended ({phase})",
+                                             extra={"phase": phase})
+        if phase != "aborted":
+            log.warning("campaign %s aborted: %s", campaign_id, reason)
+        return self.view(self.campaign(campaign_id))
+
+    @staticmethod
+    def _require_phase(campaign_id: str, phase: str | None, round_: int) -> None:
+        if phase != f"round{round_}":
+            raise errors.WrongPhaseError(f"campaign {campaign_id!r} is in phase {phase}",
+                                         extra={"phase": phase})
 
     def _summaries(self, campaign_id: str, round_: int
                    ) -> tuple[dict[str, Any], list[dict[str, Any]], int]:
@@ -322,34 +409,27 @@ class ServerService:
             ).model_dump(mode="json")
         return summaries, failures, omitted
 
-    def _finish_round1(self, record: CampaignRecord, config: CampaignConfig, batch_id: str,
-                       observed: list[int], participants: int,
-                       completion: dict[str, Any]) -> None:
+    @staticmethod
+    def _round1_parameters(record: CampaignRecord, config: CampaignConfig,
+                           observed: list[int]) -> tuple[PublishedParameters, dict[str, Any]]:
+        """The round-2 parameters from the round-1 level histogram (the optimizer)."""
+        participants = sum(observed)
         if participants < config.min_users:
             raise errors.NotEnoughParticipantsError(
                 f"round 1 has {participants} valid level messages, the campaign "
                 f"needs at least {config.min_users}",
                 extra={"participants": participants, "required": config.min_users})
         try:
-            parameters, summary = publish_parameters(config, record.config_hash,
-                                                     record.key_id, observed)
+            return publish_parameters(config, record.config_hash, record.key_id, observed)
         except ValueError as exc:
             raise errors.OptimizationFailedError(str(exc)) from None
-        parameters_hash = parameters.hash_hex()
-        completion.update(phase="round2", parameters_hash=parameters_hash)
-        self.repository.finish_round1(record.id, batch_id, completion,
-                                      parameters.model_dump(mode="json"), parameters_hash,
-                                      summary)
-        log.info("campaign %s round 1 complete: n=%d n_min=%d m=%.6g (%s blanket, %d "
-                 "messages per user), parameters published", record.id, parameters.users,
-                 parameters.accounting_users, parameters.m, parameters.blanket_mode,
-                 parameters.messages_per_user)
 
-    def _finish_round2(self, record: CampaignRecord, config: CampaignConfig, batch_id: str,
-                       observed: list[int], participants: int, completion: dict[str, Any],
-                       summaries: dict[str, Any]) -> None:
+    def _round2_results(self, record: CampaignRecord, config: CampaignConfig,
+                        observed: list[int], summaries: dict[str, Any]) -> dict[str, Any]:
+        """The decoded estimates of round 2 and what the round received."""
         assert record.parameters is not None and record.round1 is not None
         parameters = PublishedParameters.model_validate(record.parameters)
+        participants = sum(observed)
         if participants < parameters.accounting_users:
             raise errors.NotEnoughParticipantsError(
                 f"round 2 has {participants} valid level messages; privacy was "
@@ -367,10 +447,7 @@ class ServerService:
             parameters_hash=record.parameters_hash,
         )
         Results.model_validate(results)
-        completion.update(phase="done", parameters_hash=record.parameters_hash)
-        self.repository.finish_round2(record.id, batch_id, completion, results)
-        log.info("campaign %s round 2 complete: n2=%d, %d data messages, %d dropped",
-                 record.id, participants, data["received"], results["dropped_messages"])
+        return results
 
 
 def classify(outcomes: Sequence[Outcome], stream: str, level_count: int, domain_size: int

@@ -10,7 +10,8 @@ about a user:
 
 - ``campaigns``: the normalized configuration and its hash, the key id and public
   key (the private key lives in its own 0600 file, :mod:`.keys`), the phase, the
-  published round-2 parameters and the decoded results (JSON).
+  published round-2 parameters and the decoded results (JSON), or why the campaign
+  ended without results.
 - ``batches``: the one batch id pinned per (campaign, round) and, once complete, the
   stored completion answer (so a repeated ``complete`` is idempotent).
 - ``chunks``: one row per (campaign, round, stream, chunk index) with a digest of
@@ -25,7 +26,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +39,12 @@ from .storage_api import (
     CampaignRecord,
     ChunkRecord,
     ConflictError,
-    MakeReceipt,
     StoredChunk,
 )
 
 __all__ = [
     "MIGRATIONS", "NULL_VALUE", "AcceptedMessage", "BatchRecord", "CampaignRecord",
-    "ChunkRecord", "ConflictError", "Repository", "StoredChunk",
+    "ChunkRecord", "ConflictError", "Repository", "SQLiteTransaction", "StoredChunk",
 ]
 
 _SCHEMA_1 = """
@@ -94,8 +95,13 @@ CREATE TABLE IF NOT EXISTS nonces (
 ) WITHOUT ROWID;
 """
 
+_SCHEMA_2 = """
+ALTER TABLE campaigns ADD COLUMN end_reason TEXT;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "campaigns, batches, chunks, counts, nonces", _SCHEMA_1),
+    Migration(2, "why a failed or aborted campaign ended", _SCHEMA_2),
 )
 """The server's schema, in order (:mod:`segshuffle.services.sqlite_base`); append only."""
 
@@ -136,7 +142,8 @@ class Repository(SQLiteStore):
         with self._lock:
             row = self._db.execute(
                 "SELECT id, config_json, config_hash, key_id, public_key, phase, parameters_json,"
-                " parameters_hash, round1_json, results_json FROM campaigns WHERE id = ?",
+                " parameters_hash, round1_json, results_json, end_reason FROM campaigns"
+                " WHERE id = ?",
                 (campaign_id,),
             ).fetchone()
         if row is None:
@@ -145,6 +152,7 @@ class Repository(SQLiteStore):
             id=row[0], config=json.loads(row[1]), config_hash=row[2], key_id=row[3],
             public_key=bytes(row[4]), phase=row[5], parameters=_loads(row[6]),
             parameters_hash=row[7], round1=_loads(row[8]), results=_loads(row[9]),
+            end_reason=row[10],
         )
 
     def phase(self, campaign_id: str) -> str | None:
@@ -172,15 +180,7 @@ class Repository(SQLiteStore):
     def chunk(self, campaign_id: str, round_: int, stream: str, chunk_index: int
               ) -> ChunkRecord | None:
         with self._lock:
-            row = self._db.execute(
-                "SELECT batch_id, chunk_count, digest, receipt_json FROM chunks WHERE"
-                " campaign_id = ? AND round = ? AND stream = ? AND chunk_index = ?",
-                (campaign_id, round_, stream, chunk_index),
-            ).fetchone()
-        if row is None:
-            return None
-        return ChunkRecord(batch_id=row[0], chunk_count=row[1], digest=bytes(row[2]),
-                           receipt=json.loads(row[3]))
+            return _chunk(self._db, campaign_id, round_, stream, chunk_index)
 
     def stream_chunks(self, campaign_id: str, round_: int, stream: str) -> list[StoredChunk]:
         """Every stored chunk of a stream (index, count, receipt), by index."""
@@ -193,77 +193,6 @@ class Repository(SQLiteStore):
         return [StoredChunk(chunk_index=r[0], chunk_count=r[1], receipt=json.loads(r[2]))
                 for r in rows]
 
-    def store_chunk(
-        self,
-        campaign_id: str,
-        round_: int,
-        batch_id: str,
-        stream: str,
-        chunk_index: int,
-        chunk_count: int,
-        digest: bytes,
-        accepted: Iterable[tuple[int, AcceptedMessage]],
-        make_receipt: MakeReceipt,
-    ) -> dict[str, Any]:
-        """Store one chunk atomically and return its receipt.
-
-        ``accepted`` lists (position in chunk, message) of the messages that passed
-        decryption and domain checks, in chunk order.  Inside one transaction: the
-        batch id is pinned (or checked), every nonce is inserted (a nonce already
-        seen in this round makes its message a replay, reported rather than
-        counted), the counts are added, and the chunk row with its receipt is
-        written.  ``make_receipt(replay_positions, accepted_count)``
-        builds the receipt.  Raises :class:`ConflictError` if the phase moved, the
-        round is pinned to another batch, or the chunk exists already.
-        """
-        with self._transaction() as db:
-            phase = db.execute("SELECT phase FROM campaigns WHERE id = ?",
-                               (campaign_id,)).fetchone()
-            if phase is None or phase[0] != f"round{round_}":
-                raise ConflictError("the campaign is no longer in this round")
-            pinned = db.execute(
-                "SELECT batch_id, completion_json FROM batches WHERE campaign_id = ?"
-                " AND round = ?", (campaign_id, round_)).fetchone()
-            if pinned is None:
-                db.execute("INSERT INTO batches (campaign_id, round, batch_id) VALUES (?, ?, ?)",
-                           (campaign_id, round_, batch_id))
-            elif pinned[0] != batch_id:
-                raise ConflictError(f"round {round_} is receiving batch {pinned[0]!r}")
-            elif pinned[1] is not None:
-                raise ConflictError("the batch is already complete")
-            if db.execute(
-                "SELECT 1 FROM chunks WHERE campaign_id = ? AND round = ? AND stream = ?"
-                " AND chunk_index = ?", (campaign_id, round_, stream, chunk_index)
-            ).fetchone():
-                raise ConflictError("the chunk is already stored")
-            replays: list[int] = []
-            counts: dict[int, int] = {}
-            kept = 0
-            for position, message in accepted:
-                cursor = db.execute(
-                    "INSERT OR IGNORE INTO nonces (campaign_id, round, nonce) VALUES (?, ?, ?)",
-                    (campaign_id, round_, message.nonce))
-                if cursor.rowcount == 0:
-                    replays.append(position)
-                    continue
-                kept += 1
-                value = NULL_VALUE if message.value is None else message.value
-                counts[value] = counts.get(value, 0) + 1
-            db.executemany(
-                "INSERT INTO counts (campaign_id, round, stream, value, count)"
-                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (campaign_id, round, stream, value)"
-                " DO UPDATE SET count = count + excluded.count",
-                [(campaign_id, round_, stream, v, c) for v, c in counts.items()],
-            )
-            receipt = make_receipt(replays, kept)
-            db.execute(
-                "INSERT INTO chunks (campaign_id, round, stream, chunk_index, batch_id,"
-                " chunk_count, digest, receipt_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (campaign_id, round_, stream, chunk_index, batch_id, chunk_count, digest,
-                 _dumps(receipt)),
-            )
-        return receipt
-
     def counts(self, campaign_id: str, round_: int, stream: str) -> dict[int, int]:
         """Accepted messages per value of one stream of a round (nulls under NULL_VALUE)."""
         with self._lock:
@@ -272,42 +201,97 @@ class Repository(SQLiteStore):
                 " AND stream = ?", (campaign_id, round_, stream)).fetchall()
         return {int(v): int(c) for v, c in rows}
 
-    # -- round completion --------------------------------------------------------------------
-
-    def finish_round1(self, campaign_id: str, batch_id: str, completion: Mapping[str, Any],
-                      parameters: Mapping[str, Any], parameters_hash: str,
-                      round1: Mapping[str, Any]) -> None:
-        """Publish the round-2 parameters and close round 1, atomically."""
+    @contextmanager
+    def transaction(self) -> Iterator[SQLiteTransaction]:
+        """A ``BEGIN IMMEDIATE`` transaction: writers are serialised, readers are not."""
         with self._transaction() as db:
-            self._complete_batch(db, campaign_id, 1, batch_id, completion)
-            db.execute(
-                "UPDATE campaigns SET phase = 'round2', parameters_json = ?,"
-                " parameters_hash = ?, round1_json = ? WHERE id = ?",
-                (_dumps(parameters), parameters_hash, _dumps(round1), campaign_id),
-            )
+            yield SQLiteTransaction(db)
 
-    def finish_round2(self, campaign_id: str, batch_id: str, completion: Mapping[str, Any],
-                      results: Mapping[str, Any]) -> None:
-        """Store the decoded results and close round 2, atomically."""
-        with self._transaction() as db:
-            self._complete_batch(db, campaign_id, 2, batch_id, completion)
-            db.execute("UPDATE campaigns SET phase = 'done', results_json = ? WHERE id = ?",
-                       (_dumps(results), campaign_id))
-            # The nonces only served replay detection inside the round.
-            db.execute("DELETE FROM nonces WHERE campaign_id = ?", (campaign_id,))
 
-    @staticmethod
-    def _complete_batch(db: sqlite3.Connection, campaign_id: str, round_: int, batch_id: str,
-                        completion: Mapping[str, Any]) -> None:
-        phase = db.execute("SELECT phase FROM campaigns WHERE id = ?", (campaign_id,)).fetchone()
-        if phase is None or phase[0] != f"round{round_}":
-            raise ConflictError("the campaign is no longer in this round")
-        cursor = db.execute(
-            "UPDATE batches SET completion_json = ? WHERE campaign_id = ? AND round = ?"
-            " AND batch_id = ? AND completion_json IS NULL",
-            (_dumps(completion), campaign_id, round_, batch_id),
-        )
-        if cursor.rowcount != 1:
-            raise ConflictError("the batch is not open")
-        if round_ == 1:
-            db.execute("DELETE FROM nonces WHERE campaign_id = ? AND round = 1", (campaign_id,))
+class SQLiteTransaction:
+    """The SQLite implementation of :class:`.storage_api.ServerTransaction`."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def phase(self, campaign_id: str) -> str | None:
+        row = self._db.execute("SELECT phase FROM campaigns WHERE id = ?",
+                               (campaign_id,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def batch(self, campaign_id: str, round_: int) -> BatchRecord | None:
+        row = self._db.execute(
+            "SELECT batch_id, completion_json FROM batches WHERE campaign_id = ? AND round = ?",
+            (campaign_id, round_)).fetchone()
+        return None if row is None else BatchRecord(batch_id=row[0], completion=_loads(row[1]))
+
+    def chunk(self, campaign_id: str, round_: int, stream: str, chunk_index: int
+              ) -> ChunkRecord | None:
+        return _chunk(self._db, campaign_id, round_, stream, chunk_index)
+
+    def pin_batch(self, campaign_id: str, round_: int, batch_id: str) -> None:
+        self._db.execute("INSERT INTO batches (campaign_id, round, batch_id) VALUES (?, ?, ?)",
+                         (campaign_id, round_, batch_id))
+
+    def insert_nonces(self, campaign_id: str, round_: int, nonces: Sequence[bytes]
+                      ) -> list[bool]:
+        fresh = []
+        for nonce in nonces:
+            cursor = self._db.execute(
+                "INSERT OR IGNORE INTO nonces (campaign_id, round, nonce) VALUES (?, ?, ?)",
+                (campaign_id, round_, nonce))
+            fresh.append(cursor.rowcount == 1)
+        return fresh
+
+    def add_counts(self, campaign_id: str, round_: int, stream: str,
+                   counts: Mapping[int, int]) -> None:
+        self._db.executemany(
+            "INSERT INTO counts (campaign_id, round, stream, value, count)"
+            " VALUES (?, ?, ?, ?, ?) ON CONFLICT (campaign_id, round, stream, value)"
+            " DO UPDATE SET count = count + excluded.count",
+            [(campaign_id, round_, stream, value, count) for value, count in counts.items()])
+
+    def put_chunk(self, campaign_id: str, round_: int, stream: str, chunk_index: int,
+                  chunk: ChunkRecord) -> None:
+        self._db.execute(
+            "INSERT INTO chunks (campaign_id, round, stream, chunk_index, batch_id,"
+            " chunk_count, digest, receipt_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (campaign_id, round_, stream, chunk_index, chunk.batch_id, chunk.chunk_count,
+             chunk.digest, _dumps(chunk.receipt)))
+
+    def complete_batch(self, campaign_id: str, round_: int,
+                       completion: Mapping[str, Any]) -> None:
+        self._db.execute(
+            "UPDATE batches SET completion_json = ? WHERE campaign_id = ? AND round = ?",
+            (_dumps(completion), campaign_id, round_))
+
+    def publish_parameters(self, campaign_id: str, parameters: Mapping[str, Any],
+                           parameters_hash: str, round1: Mapping[str, Any]) -> None:
+        self._db.execute(
+            "UPDATE campaigns SET phase = 'round2', parameters_json = ?, parameters_hash = ?,"
+            " round1_json = ? WHERE id = ?",
+            (_dumps(parameters), parameters_hash, _dumps(round1), campaign_id))
+
+    def store_results(self, campaign_id: str, results: Mapping[str, Any]) -> None:
+        self._db.execute("UPDATE campaigns SET phase = 'done', results_json = ? WHERE id = ?",
+                         (_dumps(results), campaign_id))
+
+    def end_campaign(self, campaign_id: str, phase: str, reason: str) -> None:
+        self._db.execute("UPDATE campaigns SET phase = ?, end_reason = ? WHERE id = ?",
+                         (phase, reason, campaign_id))
+
+    def delete_nonces(self, campaign_id: str, round_: int) -> None:
+        self._db.execute("DELETE FROM nonces WHERE campaign_id = ? AND round = ?",
+                         (campaign_id, round_))
+
+
+def _chunk(db: sqlite3.Connection, campaign_id: str, round_: int, stream: str,
+           chunk_index: int) -> ChunkRecord | None:
+    row = db.execute(
+        "SELECT batch_id, chunk_count, digest, receipt_json FROM chunks WHERE"
+        " campaign_id = ? AND round = ? AND stream = ? AND chunk_index = ?",
+        (campaign_id, round_, stream, chunk_index)).fetchone()
+    if row is None:
+        return None
+    return ChunkRecord(batch_id=row[0], chunk_count=row[1], digest=bytes(row[2]),
+                       receipt=json.loads(row[3]))

@@ -1,23 +1,24 @@
 """The server's storage interface: the records it returns and the :class:`ServerStorage` Protocol.
 
 The service layer (:mod:`.service`) types against :class:`ServerStorage` only; the
-SQLite implementation is :class:`.storage.Repository`.  Another backend implements
-the same methods with the same atomicity: every state-changing method is one
-transaction, and the refusals are :class:`ConflictError`.  The contract both must
-satisfy is ``tests/test_storage_contract.py``.
+SQLite implementation is :class:`.storage.Repository`.  Storage only persists: what a
+chunk means (which messages are replays, what is counted, what the receipt says) and
+when a round may finish are decided in service code, which reads and writes through
+one :class:`ServerTransaction` at a time.  Another backend implements the same methods
+with the same atomicity (a transaction is all or nothing, and serialised against every
+other writer of the same campaign); the contract both must satisfy is
+``tests/test_storage_contract.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 NULL_VALUE = -1
 """The ``counts`` row of a stream's null messages (they count for the results only)."""
-
-MakeReceipt = Callable[[list[int], int], dict[str, Any]]
-"""``make_receipt(replay_positions, accepted_count)``: the receipt of a stored chunk."""
 
 
 class ConflictError(Exception):
@@ -38,6 +39,7 @@ class CampaignRecord:
     parameters_hash: str | None
     round1: dict[str, Any] | None
     results: dict[str, Any] | None
+    end_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,67 @@ class AcceptedMessage:
 
     value: int | None
     nonce: bytes
+
+
+class ServerTransaction(Protocol):
+    """Reads and writes inside one transaction (:meth:`ServerStorage.transaction`)."""
+
+    def phase(self, campaign_id: str) -> str | None:
+        """The campaign's phase, ``None`` if unknown."""
+        ...
+
+    def batch(self, campaign_id: str, round_: int) -> BatchRecord | None:
+        """The batch pinned to a round, ``None`` before its first chunk."""
+        ...
+
+    def chunk(self, campaign_id: str, round_: int, stream: str, chunk_index: int
+              ) -> ChunkRecord | None:
+        """One stored chunk, ``None`` if not stored."""
+        ...
+
+    def pin_batch(self, campaign_id: str, round_: int, batch_id: str) -> None:
+        """Pin the round to ``batch_id`` (the round has no batch yet)."""
+        ...
+
+    def insert_nonces(self, campaign_id: str, round_: int, nonces: Sequence[bytes]
+                      ) -> list[bool]:
+        """Record the nonces in the round; per nonce, whether it was new.
+
+        A nonce repeated within ``nonces`` is new only at its first occurrence.
+        """
+        ...
+
+    def add_counts(self, campaign_id: str, round_: int, stream: str,
+                   counts: Mapping[int, int]) -> None:
+        """Add to the per-value message counts of a stream (nulls under NULL_VALUE)."""
+        ...
+
+    def put_chunk(self, campaign_id: str, round_: int, stream: str, chunk_index: int,
+                  chunk: ChunkRecord) -> None:
+        """Store a chunk record (the chunk is not stored yet)."""
+        ...
+
+    def complete_batch(self, campaign_id: str, round_: int,
+                       completion: Mapping[str, Any]) -> None:
+        """Store the completion answer of the round's pinned batch."""
+        ...
+
+    def publish_parameters(self, campaign_id: str, parameters: Mapping[str, Any],
+                           parameters_hash: str, round1: Mapping[str, Any]) -> None:
+        """Store the round-2 parameters and the round-1 summary; phase ``round2``."""
+        ...
+
+    def store_results(self, campaign_id: str, results: Mapping[str, Any]) -> None:
+        """Store the decoded results; phase ``done``."""
+        ...
+
+    def end_campaign(self, campaign_id: str, phase: str, reason: str) -> None:
+        """End the campaign without results: phase ``failed`` or ``aborted``, and why."""
+        ...
+
+    def delete_nonces(self, campaign_id: str, round_: int) -> None:
+        """Forget a finished round's nonces (they only served replay detection)."""
+        ...
 
 
 class ServerStorage(Protocol):
@@ -116,24 +179,10 @@ class ServerStorage(Protocol):
         """Every stored chunk of a stream, by index."""
         ...
 
-    def store_chunk(self, campaign_id: str, round_: int, batch_id: str, stream: str,
-                    chunk_index: int, chunk_count: int, digest: bytes,
-                    accepted: Iterable[tuple[int, AcceptedMessage]],
-                    make_receipt: MakeReceipt) -> dict[str, Any]:
-        """Store one chunk atomically (pin batch, drop replays, count); return its receipt."""
-        ...
-
     def counts(self, campaign_id: str, round_: int, stream: str) -> dict[int, int]:
         """Accepted messages per value of one stream of a round (nulls under NULL_VALUE)."""
         ...
 
-    def finish_round1(self, campaign_id: str, batch_id: str, completion: Mapping[str, Any],
-                      parameters: Mapping[str, Any], parameters_hash: str,
-                      round1: Mapping[str, Any]) -> None:
-        """Publish the round-2 parameters and close round 1, atomically."""
-        ...
-
-    def finish_round2(self, campaign_id: str, batch_id: str, completion: Mapping[str, Any],
-                      results: Mapping[str, Any]) -> None:
-        """Store the decoded results and close round 2, atomically."""
+    def transaction(self) -> AbstractContextManager[ServerTransaction]:
+        """A transaction: committed when the block ends, rolled back if it raises."""
         ...

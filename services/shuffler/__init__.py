@@ -3,8 +3,10 @@
 Modules, one job each:
 
 - :mod:`.settings`: :class:`Settings` from ``SEGSHUFFLE_SHUFFLER_*`` variables.
-- :mod:`.storage`: SQLite (WAL) storage without identities.
-- :mod:`.permutation`: the CSPRNG Fisher-Yates shuffle.
+- :mod:`.storage_api` / :mod:`.storage`: the storage Protocol and its SQLite (WAL)
+  implementation, without identities.
+- :mod:`.vault`: per-round keys that seal stored messages, destroyed after release.
+- :mod:`.permutation`: the release order, computed from the round key, never stored.
 - :mod:`.enrollment`: the pluggable :class:`EnrollmentPolicy` and its default.
 - :mod:`.upstream`: the HTTP link to the server.
 - :mod:`.release`: release thresholds, chunked forwarding with retries, resumption.

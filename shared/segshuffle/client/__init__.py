@@ -10,13 +10,14 @@ Operator and test tooling (local services, simulated populations) lives in
 """
 
 from .aio import AsyncClient
-from .errors import ClientError, ServiceError, VerificationError
+from .errors import CampaignEndedError, ClientError, ServiceError, VerificationError
 from .messages import SentRound1, SentRound2
 from .session import RetryPolicy
 from .sync import Client
 
 __all__ = [
     "AsyncClient",
+    "CampaignEndedError",
     "Client",
     "ClientError",
     "RetryPolicy",

@@ -33,6 +33,7 @@ from .session import (
     UserSession,
     network_error,
     parse,
+    phase_reached,
     service_error,
 )
 
@@ -175,12 +176,15 @@ class AsyncClient:
 
     async def wait_for_phase(self, phase: str, timeout: float = 60.0,
                              interval: float = 0.2) -> CampaignView:
-        """Poll the campaign until it reaches ``phase`` (``round2`` or ``done``)."""
-        order = {"round1": 0, "round2": 1, "done": 2}
+        """Poll the campaign until it reaches ``phase`` (``round2`` or ``done``).
+
+        Raises :class:`~segshuffle.client.errors.CampaignEndedError` if it ends without
+        results, and ``ServiceError`` after ``timeout`` seconds.
+        """
         deadline = time.monotonic() + timeout
         while True:
             view = await self._view(fresh=True)
-            if order[view.phase] >= order[phase]:
+            if phase_reached(view, phase):
                 return view
             if time.monotonic() > deadline:
                 raise ServiceError(f"campaign still in phase {view.phase!r} after {timeout}s")

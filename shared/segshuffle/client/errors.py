@@ -34,3 +34,12 @@ class VerificationError(ClientError):
     pinned one, or the published round-2 parameters would not give this user's
     level its guarantee (docs/protocol.md section 6).
     """
+
+
+class CampaignEndedError(ClientError):
+    """The campaign ended without results (``failed`` or ``aborted``); ``reason`` says why."""
+
+    def __init__(self, phase: str, reason: str | None) -> None:
+        super().__init__(f"the campaign {phase}: {reason or 'no reason given'}")
+        self.phase = phase
+        self.reason = reason

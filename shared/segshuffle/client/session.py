@@ -28,7 +28,7 @@ from segshuffle.wire.models import (
     RoundStatus,
 )
 
-from .errors import ClientError, ServiceError, VerificationError
+from .errors import CampaignEndedError, ClientError, ServiceError, VerificationError
 from .messages import (
     SentRound1,
     SentRound2,
@@ -40,6 +40,20 @@ from .messages import (
 from .verify import verify_campaign, verify_parameters
 
 PROBLEM_PREFIX = "urn:segshuffle:error:"
+
+
+PHASE_ORDER = {"round1": 0, "round2": 1, "done": 2}
+
+
+def phase_reached(view: CampaignView, phase: str) -> bool:
+    """Whether the campaign has reached ``phase`` (``round2`` or ``done``).
+
+    Raises :class:`CampaignEndedError` once it has ended without results, so that no
+    one waits for a phase that will never come.
+    """
+    if view.phase in ("failed", "aborted"):
+        raise CampaignEndedError(view.phase, view.end_reason)
+    return PHASE_ORDER[view.phase] >= PHASE_ORDER[phase]
 
 
 @dataclass(frozen=True)

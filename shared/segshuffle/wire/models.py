@@ -142,8 +142,11 @@ ItemName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ITEM_NA
 Probability = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 Round = Literal[1, 2]
 Stream = Literal["levels", "data"]
-Phase = Literal["round1", "round2", "done"]
-"""Campaign phases: collecting levels, parameters published (collecting data), decoded."""
+Phase = Literal["round1", "round2", "done", "failed", "aborted"]
+"""Campaign phases: collecting levels, parameters published (collecting data), decoded;
+or ended without results: ``failed`` (a round could not be finished, e.g. too few valid
+messages) or ``aborted`` (by the administrator).  The last three are terminal."""
+TERMINAL_PHASES: frozenset[str] = frozenset({"done", "failed", "aborted"})
 BlanketModeName = Literal["slots", "independent"]
 """The values of :class:`segshuffle.core.blanket.BlanketMode` (checked at import)."""
 DEFAULT_BLANKET_MODE: BlanketModeName = "slots"
@@ -339,6 +342,16 @@ Levels = Annotated[
 ]
 
 
+MAX_REASON_LENGTH = 500
+
+
+class CampaignAbort(RequestModel):
+    """``POST /v1/campaigns/{cid}/abort``: end a campaign without results."""
+
+    reason: Annotated[str, StringConstraints(min_length=1, max_length=MAX_REASON_LENGTH)] = \
+        "aborted by the administrator"
+
+
 class CampaignCreate(RequestModel):
     """``POST /v1/campaigns``: what the admin asks for.
 
@@ -519,6 +532,8 @@ class CampaignView(ResponseModel):
     hpke_config: HpkeConfig
     parameters: PublishedParameters | None = None
     parameters_hash: str | None = None
+    end_reason: str | None = None
+    """Why a ``failed`` or ``aborted`` campaign ended (``None`` otherwise)."""
 
     def context_hash_for(self, round_: int) -> bytes:
         """The 32-byte context hash messages of ``round_`` bind (docs/architecture.md)."""
@@ -609,6 +624,8 @@ class BatchCompletion(ResponseModel):
     failures: list[MessageFailure]
     failures_omitted: int = 0
     parameters_hash: str | None = None
+    end_reason: str | None = None
+    """With phase ``failed``: why the round could not be finished."""
 
 
 # --- results --------------------------------------------------------------------------------
