@@ -1,5 +1,6 @@
 """Invitations: the encoding, its fixed test vector (docs/wire.md), verification, and the
-shuffler's single-use invitation policy over real storage."""
+shuffler's single-use invitation policy over real storage (the last test reads the SQLite
+files through tests/sqlite_backend.py)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ from segshuffle.services.shuffler.enrollment import (
 )
 from segshuffle.services.shuffler.storage import Storage
 from segshuffle.wire.models import b64url_decode, b64url_encode
+
+from .sqlite_backend import rows as sqlite_rows
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "wire.md"
 
@@ -171,10 +174,10 @@ def test_used_invitations_are_stored_hashed_apart_from_tokens(storage: Storage) 
     policy = InvitationEnrollment(storage, [key.public_key()])
     fields = new_invitation("c", 2**40)
     token = policy.enroll("c", sign_invitation(fields, key))
-    db = storage._db
-    assert [bytes(r[0]) for r in db.execute("SELECT invitation_hash FROM used_invitations")] \
+    assert [bytes(r[0]) for r in sqlite_rows(storage.path,
+                                             "SELECT invitation_hash FROM used_invitations")] \
         == [invitation_digest(fields)]
-    columns = {row[1] for row in db.execute("PRAGMA table_info(used_invitations)")}
+    columns = {r[1] for r in sqlite_rows(storage.path, "PRAGMA table_info(used_invitations)")}
     assert columns == {"invitation_hash", "expires"}  # nothing that names the token
     raw = Path(storage.path).read_bytes() + Path(storage.path + "-wal").read_bytes()
     assert fields.invitation_id not in raw and token.encode() not in raw
