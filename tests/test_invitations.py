@@ -122,7 +122,7 @@ def test_policy_accepts_each_invitation_once(storage: Storage) -> None:
     clock = [1000.0]
     policy = InvitationEnrollment(storage, [generate_issuer_key().public_key(), key.public_key()],
                                   clock=lambda: clock[0])
-    invitation = sign_invitation(new_invitation("c", 2000), key)
+    invitation = sign_invitation(new_invitation("c", 10_000), key)
     token = policy.enroll("c", invitation)
     assert policy.authenticate("c", token) == token_hash(token)
 
@@ -142,6 +142,10 @@ def test_policy_accepts_each_invitation_once(storage: Storage) -> None:
     assert refused("c", late) == "expired"
     clock[0] = 1000.0
     assert policy.enroll("c", late)  # a refusal does not use the invitation up
+    clock[0] = 1000.0 + 3600  # an hour later: the expired hash is purged, reuse still refused
+    assert refused("c", late) == "expired"
+    assert sqlite_rows(storage.path, "SELECT COUNT(*) FROM used_invitations") == [(1,)]
+    assert refused("c", invitation) == "used"
     with pytest.raises(ValueError):
         InvitationEnrollment(storage, [])
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -44,6 +45,8 @@ TOKEN_BYTES = 32
 _HASH_DOMAIN = b"segshuffle/v1/user-token\x00"
 MAX_ISSUER_KEYS = 16
 """Issuer keys tried per invitation (old and new keys during a rotation)."""
+PURGE_INTERVAL = 3600.0
+"""Seconds between purges of the hashes of used invitations that have expired."""
 
 
 class EnrollmentRefusedError(Exception):
@@ -117,6 +120,10 @@ class InvitationEnrollment(_TokenAuthentication):
     campaign, has not expired (``skew`` seconds of clock difference allowed) and has not
     been used; marking it used and storing the token happen in one transaction, so two
     concurrent enrollments with one invitation get one token between them.
+
+    At most once per :data:`PURGE_INTERVAL` an enrollment also drops the used-invitation
+    hashes with ``expires < now - skew``: those invitations are refused as expired anyway,
+    so the table holds only invitations that could still be presented.
     """
 
     def __init__(self, storage: ShufflerStorage, issuers: Sequence[Ed25519PublicKey], *,
@@ -129,14 +136,19 @@ class InvitationEnrollment(_TokenAuthentication):
         self._issuers = list(issuers)
         self._skew = skew
         self._clock = clock
+        self._purged_at = -math.inf
 
     def enroll(self, campaign_id: str, credential: str | None) -> str:
+        now = self._clock()
+        if now - self._purged_at >= PURGE_INTERVAL:
+            self._purged_at = now
+            self._storage.forget_expired_invitations(now - self._skew)
         if not credential:
             raise EnrollmentRefusedError(
                 "required", "an invitation is required to enroll (body {\"invitation\": ...})")
         try:
-            invitation = verify_invitation(credential, self._issuers, campaign_id,
-                                           self._clock(), self._skew)
+            invitation = verify_invitation(credential, self._issuers, campaign_id, now,
+                                           self._skew)
         except InvitationError as exc:
             raise EnrollmentRefusedError(exc.reason, str(exc)) from None
         token = new_token()

@@ -148,6 +148,12 @@ class Storage(SQLiteStore):
             db.execute("INSERT INTO tokens (token_hash, campaign_id) VALUES (?, ?)",
                        (token_hash, campaign_id))
 
+    def forget_expired_invitations(self, before: float) -> int:
+        """Drop the hashes of used invitations that expired before ``before``; how many."""
+        with self._transaction() as db:
+            return int(db.execute("DELETE FROM used_invitations WHERE expires < ?",
+                                  (before,)).rowcount)
+
     def token_campaign(self, token_hash: bytes) -> str | None:
         """The campaign a token hash was issued for, or ``None`` if unknown."""
         with self._lock:

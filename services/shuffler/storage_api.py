@@ -100,6 +100,10 @@ class ShufflerStorage(Protocol):
         :class:`InvitationUsedError` (recording nothing) if the invitation was used before."""
         ...
 
+    def forget_expired_invitations(self, before: float) -> int:
+        """Drop the hashes of used invitations with ``expires < before``; returns how many."""
+        ...
+
     def token_campaign(self, token_hash: bytes) -> str | None:
         """The campaign a token hash was issued for, or ``None`` if unknown."""
         ...
