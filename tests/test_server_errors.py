@@ -218,12 +218,48 @@ def test_incomplete_batch_and_unknown_batch(setup):
               "conflict", 409)
 
 
-def test_not_enough_participants(setup):
-    client, view, _ = setup
+def test_too_few_valid_messages_close_the_campaign_as_failed(setup):
+    """R2: a released round whose valid count falls below the threshold must end, not be
+    refused forever (the shuffler would retry ``complete`` without end)."""
+    client, view, database = setup
     deliver(client, "c1", 1, "b1", {"levels": Sealer(view, 1).levels([0, 1])}, complete=False)
-    body = unchanged(setup, lambda c: c.post(BATCH + "/complete", headers=SHUFFLER),
-                     "not-enough-participants", 409)
-    assert (body["participants"], body["required"]) == (2, 3)
+    done = client.post(BATCH + "/complete", headers=SHUFFLER)
+    assert done.status_code == 200, done.text
+    completion = done.json()
+    assert completion["phase"] == "failed"
+    assert "2 valid level messages" in completion["end_reason"]
+    assert "at least 3" in completion["end_reason"]
+    campaign = client.get("/v1/campaigns/c1").json()
+    assert (campaign["phase"], campaign["end_reason"]) == ("failed", completion["end_reason"])
+    before = snapshot(database)
+    assert client.post(BATCH + "/complete", headers=SHUFFLER).json() == completion
+    assert snapshot(database) == before
+    body = assert_problem(client.get("/v1/campaigns/c1/results", headers=ADMIN),
+                          "wrong-phase", 409)
+    assert body["end_reason"] == completion["end_reason"]
+    unchanged(setup, lambda c: c.put(BATCH, json=chunk([], 1, 2), headers=SHUFFLER),
+              "wrong-phase", 409)
+
+
+def test_admin_aborts_a_campaign(setup):
+    client, view, database = setup
+    deliver(client, "c1", 1, "b1", {"levels": Sealer(view, 1).levels([0, 1])}, complete=False)
+    unchanged(setup, lambda c: c.post("/v1/campaigns/c1/abort", headers=SHUFFLER),
+              "forbidden", 403)
+    unchanged(setup, lambda c: c.post("/v1/campaigns/c1/abort", json={"reason": ""},
+                                      headers=ADMIN), "invalid-field", 422)
+    answer = client.post("/v1/campaigns/c1/abort", json={"reason": "wrong item list"},
+                         headers=ADMIN)
+    assert answer.status_code == 200
+    assert (answer.json()["phase"], answer.json()["end_reason"]) == ("aborted",
+                                                                     "wrong item list")
+    before = snapshot(database)
+    assert client.post("/v1/campaigns/c1/abort", headers=ADMIN).json() == answer.json()
+    assert snapshot(database) == before
+    unchanged(setup, lambda c: c.post(BATCH + "/complete", headers=SHUFFLER),
+              "wrong-phase", 409)
+    unchanged(setup, lambda c: c.post("/v1/campaigns/nope/abort", headers=ADMIN),
+              "unknown-campaign", 404)
 
 
 # -- idempotency ---------------------------------------------------------------------------

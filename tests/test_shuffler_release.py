@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from segshuffle.services import errors
 from segshuffle.services.shuffler.enrollment import token_hash
 from segshuffle.services.shuffler.release import Backoff, Releaser
 from segshuffle.services.shuffler.storage import RELEASED, RoundRecord, Storage
@@ -150,24 +151,104 @@ def test_backoff_grows_and_is_capped() -> None:
     assert backoff.next_delay() <= 0.1
 
 
-@pytest.mark.parametrize("round_number,phase,finished", [(1, "round2", True), (2, "done", True),
-                                                         (2, "round2", False)])
-def test_lost_completion_acknowledgement(tmp_path: Path, round_number: int, phase: str,
-                                         finished: bool) -> None:
-    """A ``wrong-phase`` answer to ``complete`` means done only if the round is finished."""
+@pytest.mark.parametrize("round_number,phase,ended", [
+    (1, "round2", ("released", None)), (2, "done", ("released", None)), (2, "round2", None),
+    (1, "round1", None),
+    (1, "failed", ("failed", "the campaign failed: too few")),
+    (2, "aborted", ("failed", "the campaign aborted: too few"))])
+def test_how_a_round_ended_is_read_from_the_campaign(tmp_path: Path, round_number: int,
+                                                      phase: str, ended: object) -> None:
+    """A ``wrong-phase`` answer means the round is over only if the campaign moved on."""
     view, _ = _view()
-    body = view.model_copy(update={"phase": phase}).model_dump(mode="json")
+    body = view.model_copy(update={"phase": phase, "end_reason": "too few"}).model_dump(
+        mode="json")
 
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json=body)
 
-    async def main() -> bool:
+    async def main() -> object:
         link = ServerLink("http://server", "t", transport=httpx.MockTransport(handler))
         releaser = _releaser(Storage(tmp_path / "x.sqlite3"), link)
         record = RoundRecord("c1", round_number, "releasing", "b", 1, 10, {"levels": 1})
         try:
-            return await releaser._round_finished(record)
+            return await releaser._ended(record)
         finally:
             await link.aclose()
 
-    assert asyncio.run(main()) is finished
+    assert asyncio.run(main()) == ended
+
+
+def _refusing(status: int, problem: str) -> httpx.MockTransport:
+    calls: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.method)
+        return httpx.Response(status, json={"type": f"urn:segshuffle:error:{problem}"})
+
+    transport = httpx.MockTransport(handler)
+    transport.calls = calls  # type: ignore[attr-defined]
+    return transport
+
+
+@pytest.mark.parametrize("status,problem", [(401, "unauthorized"), (403, "forbidden"),
+                                            (422, "invalid-field"), (409, "conflict")])
+def test_forwarding_stops_at_once_on_a_refusal(tmp_path: Path, status: int,
+                                               problem: str) -> None:
+    """R9: a 4xx is not retried; the round stays releasing and says why."""
+    storage, _ = _filled(tmp_path)
+    transport = _refusing(status, problem)
+
+    async def main() -> None:
+        link = ServerLink("http://server", "shuffler-credential", transport=transport)
+        releaser = _releaser(storage, link, backoff_initial=0.001, backoff_max=0.01)
+        record = releaser.start("c", 2, required=23)
+        with pytest.raises(errors.UpstreamFailedError, match="not retried"):
+            await releaser.forward(record)
+        assert "stopped" in releaser.last_error[("c", 2)]
+        await link.aclose()
+
+    asyncio.run(main())
+    assert transport.calls == ["PUT"]  # type: ignore[attr-defined]
+    assert storage.round_record("c", 2).state == "releasing"  # type: ignore[union-attr]
+
+
+def test_transient_failures_stop_after_the_retry_budget(tmp_path: Path) -> None:
+    storage, _ = _filled(tmp_path)
+    transport = _refusing(503, "unavailable")
+
+    async def main() -> None:
+        link = ServerLink("http://server", "shuffler-credential", transport=transport)
+        releaser = _releaser(storage, link, backoff_initial=0.01, backoff_max=0.02,
+                             retry_seconds=0.2)
+        record = releaser.start("c", 2, required=23)
+        with pytest.raises(errors.UpstreamFailedError, match=r"retried for 0\.2 s"):
+            await releaser.forward(record)
+        await link.aclose()
+
+    asyncio.run(main())
+    assert 3 <= len(transport.calls) <= 40  # type: ignore[attr-defined]
+
+
+def test_a_failed_completion_finishes_the_round_as_failed(tmp_path: Path) -> None:
+    storage, _ = _filled(tmp_path)
+    server = ScriptedServer()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/complete"):
+            return httpx.Response(200, json={
+                "campaign_id": "c", "round": 2, "batch_id": "b", "phase": "failed",
+                "streams": {}, "failures": [], "end_reason": "round 2: too few"})
+        return server(request)
+
+    async def main() -> None:
+        link = ServerLink("http://server", "shuffler-credential",
+                          transport=httpx.MockTransport(handler))
+        releaser = _releaser(storage, link)
+        record = releaser.start("c", 2, required=23)
+        finished = await releaser.forward(record)
+        assert (finished.state, finished.reason) == ("failed", "round 2: too few")
+        await link.aclose()
+
+    asyncio.run(main())
+    assert storage.pending_count("c", 2, "data") == 0
+    assert list((tmp_path / "keys").glob("round-*.key")) == []

@@ -188,6 +188,7 @@ def create_app(
                                 cache_seconds=settings.campaign_cache_seconds)
     keys = RoundKeys(settings.key_directory or f"{settings.database}.keys")
     releaser = Releaser(storage, server, keys, chunk_size=settings.chunk_size,
+                        retry_seconds=settings.release_retry_seconds,
                         backoff_initial=backoff_initial, backoff_max=backoff_max)
     service = ShufflerService(settings, storage, policy, server, releaser)
 

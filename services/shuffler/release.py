@@ -12,12 +12,14 @@ A release has three steps (docs/protocol.md sections 1 and 2):
    identically after a restart), each message unsealed from its stored form
    (:mod:`.vault`).  ``PUT .../batches/{batch_id}`` carries ``chunk_index`` and
    ``chunk_count``; the server stores a chunk idempotently per (batch, stream, index).
-   Every acknowledged chunk is recorded, then ``complete`` is called.  Failures are
-   retried with capped exponential backoff and jitter until the server acknowledges;
-   a restart resumes every batch still in the ``releasing`` state, skipping
-   acknowledged chunks.
-3. Once the server has completed the round, the storage forgets the round's
-   messages and participations and the round key is destroyed (crypto-shredding).
+   Every acknowledged chunk is recorded, then ``complete`` is called.  Network
+   errors, 5xx and 429 are retried with capped exponential backoff and jitter for at
+   most ``retry_seconds``; any other refusal stops forwarding (the round stays
+   ``releasing`` and says why; a new release request resumes it).  A restart resumes
+   every batch still in the ``releasing`` state, skipping acknowledged chunks.
+3. Once the server has finished the round (or closed it as failed, or the campaign
+   was aborted), the storage forgets the round's messages and participations and the
+   round key is destroyed (crypto-shredding).
 
 Required participants: round 1 needs ``max(min_users, floor)``; round 2 needs
 ``max(n_min, min_users, floor)`` with ``n_min = ceil((1 - tau) n1)``, n1 the
@@ -31,13 +33,14 @@ import asyncio
 import logging
 import random
 import secrets
+import time
 
 from segshuffle.core import rules
 from segshuffle.services import errors
 from segshuffle.wire.models import BatchChunk, CampaignView, b64url_encode
 
 from .permutation import ReleaseOrder
-from .storage_api import RoundRecord, ShufflerStorage, StorageError
+from .storage_api import FAILED, RELEASED, RoundRecord, ShufflerStorage, StorageError
 from .upstream import ServerLink, UpstreamError
 from .vault import RoundKeyMissingError, RoundKeys
 
@@ -87,8 +90,8 @@ class Releaser:
     """Starts releases and forwards them to the server, one task per batch."""
 
     def __init__(self, storage: ShufflerStorage, link: ServerLink, keys: RoundKeys, *,
-                 chunk_size: int, backoff_initial: float = 0.1,
-                 backoff_max: float = 10.0) -> None:
+                 chunk_size: int, backoff_initial: float = 0.1, backoff_max: float = 10.0,
+                 retry_seconds: float = 6 * 3600.0) -> None:
         self.storage = storage
         self.link = link
         self.keys = keys
@@ -96,6 +99,7 @@ class Releaser:
         self.chunk_size = chunk_size
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
+        self.retry_seconds = retry_seconds
         self._tasks: dict[tuple[str, int], asyncio.Task[RoundRecord]] = {}
         self.last_error: dict[tuple[str, int], str] = {}
         """Why the latest delivery attempt of a round failed (cleared on success)."""
@@ -121,6 +125,8 @@ class Releaser:
             task = asyncio.get_running_loop().create_task(
                 self.forward(record), name=f"forward {record.campaign_id}/{record.round}"
             )
+            # The outcome is logged and kept in last_error; nobody may be awaiting it.
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
             self._tasks[key] = task
         return task
 
@@ -143,13 +149,19 @@ class Releaser:
         return [key.open(record.campaign_id, record.round, stream, row_key, stored)
                 for row_key, stored in zip(row_keys, sealed, strict=True)]
 
-    def finish(self, record: RoundRecord) -> RoundRecord:
-        """The server has the whole round: forget its messages and destroy its key."""
-        finished = self.storage.finish_release(record)
+    def finish(self, record: RoundRecord, state: str = RELEASED,
+               reason: str | None = None) -> RoundRecord:
+        """The round is over (released, or failed and why): forget it, destroy its key."""
+        finished = self.storage.finish_release(record, state=state, reason=reason)
         self.keys.destroy(record.campaign_id, record.round)
         for stream in record.stream_sizes:
             self._orders.pop((record.batch_id, stream), None)
         return finished
+
+    def forwarding(self, campaign_id: str, round_number: int) -> bool:
+        """Whether a forwarding task of the round is running."""
+        task = self._tasks.get((campaign_id, round_number))
+        return task is not None and not task.done()
 
     def resume_all(self) -> int:
         """Schedule every batch left in the ``releasing`` state (after a restart).
@@ -172,20 +184,39 @@ class Releaser:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def forward(self, record: RoundRecord) -> RoundRecord:
-        """Deliver every chunk, then ``complete``; retries until the server acknowledges.
+        """Deliver every chunk, then ``complete``, until the server has finished the round.
 
-        Raises ``unavailable`` if the round key or a stored message is gone: such a round
-        can never be released, and retrying would only hide it.
+        Network errors, 5xx and 429 are retried with backoff for at most
+        ``retry_seconds``; any other refusal stops forwarding at once.  A round the server
+        finished (or closed as failed, or whose campaign ended) is finished here too, and
+        forgotten.  A stopped forwarding keeps the round ``releasing`` with its reason in
+        :attr:`last_error`; a new release request resumes it.  Raises ``upstream-failed``
+        when stopped and ``unavailable`` when the round can never be sent (its key or a
+        stored message is gone).
         """
+        slot = (record.campaign_id, record.round)
         try:
-            return await self._forward(record)
+            state, reason = await self._forward(record)
+        except _StoppedError as stop:
+            self.last_error[slot] = f"stopped: {stop}"
+            log.error("forwarding of campaign=%s round=%d stopped: %s", *slot, stop)
+            raise errors.UpstreamFailedError(f"forwarding stopped: {stop}") from None
         except (RoundKeyMissingError, StorageError) as exc:
-            self.last_error[(record.campaign_id, record.round)] = str(exc)
-            log.error("release of campaign=%s round=%d cannot proceed: %s",
-                      record.campaign_id, record.round, exc)
+            self.last_error[slot] = str(exc)
+            log.error("release of campaign=%s round=%d cannot proceed: %s", *slot, exc)
             raise errors.UnavailableError(f"the round cannot be released: {exc}") from None
+        finished = await asyncio.to_thread(self.finish, record, state, reason)
+        self.last_error.pop(slot, None)
+        if state == RELEASED:
+            log.info("round released: campaign=%s round=%d", *slot)
+        else:
+            log.warning("round ended without results: campaign=%s round=%d (%s)", *slot,
+                        reason)
+        return finished
 
-    async def _forward(self, record: RoundRecord) -> RoundRecord:
+    async def _forward(self, record: RoundRecord) -> tuple[str, str | None]:
+        """Send until the round is over; returns its final state and reason."""
+        deadline = time.monotonic() + self.retry_seconds
         backoff = Backoff(self.backoff_initial, self.backoff_max)
         while True:
             done = await asyncio.to_thread(self.storage.acknowledged, record)
@@ -194,22 +225,19 @@ class Releaser:
                 for index in range(count):
                     if (stream, index) in done:
                         continue
-                    await self._send_chunk(record, stream, index, count, backoff)
-            outcome = await self._complete(record, backoff)
-            if outcome:
-                finished = await asyncio.to_thread(self.finish, record)
-                self.last_error.pop((record.campaign_id, record.round), None)
-                log.info("round released: campaign=%s round=%d", record.campaign_id,
-                         record.round)
-                return finished
+                    ended = await self._send_chunk(record, stream, index, count, backoff,
+                                                   deadline)
+                    if ended is not None:
+                        return ended
+            outcome = await self._complete(record, backoff, deadline)
+            if outcome is not None:
+                return outcome
             # the server lacks chunks (it answered incomplete-batch): send them all again
-            await asyncio.to_thread(self._forget_acknowledgements, record)
-
-    def _forget_acknowledgements(self, record: RoundRecord) -> None:
-        self.storage.clear_acknowledgements(record)
+            await asyncio.to_thread(self.storage.clear_acknowledgements, record)
 
     async def _send_chunk(self, record: RoundRecord, stream: str, index: int, count: int,
-                          backoff: Backoff) -> None:
+                          backoff: Backoff, deadline: float) -> tuple[str, str | None] | None:
+        """Deliver one chunk; ``None`` once acknowledged, the round's end if it is over."""
         ciphertexts = await asyncio.to_thread(self.chunk, record, stream, index)
         chunk = BatchChunk(
             chunk_index=index, chunk_count=count, stream=stream,  # type: ignore[arg-type]
@@ -220,41 +248,66 @@ class Releaser:
                 await self.link.put_chunk(record.campaign_id, record.round, record.batch_id,
                                           chunk)
             except UpstreamError as exc:
-                await self._wait(record, f"chunk {stream}/{index}", exc, backoff)
+                if exc.problem == "wrong-phase":
+                    ended = await self._ended(record)
+                    if ended is not None:
+                        return ended
+                await self._wait(record, f"chunk {stream}/{index}", exc, backoff, deadline)
                 continue
             backoff.reset()
             await asyncio.to_thread(self.storage.acknowledge, record, stream, index)
-            return
+            return None
 
-    async def _complete(self, record: RoundRecord, backoff: Backoff) -> bool:
-        """True once the server has finished the round; False if it lacks chunks."""
+    async def _complete(self, record: RoundRecord, backoff: Backoff,
+                        deadline: float) -> tuple[str, str | None] | None:
+        """The round's end once the server has finished it; ``None`` if it lacks chunks."""
         while True:
             try:
-                await self.link.complete(record.campaign_id, record.round, record.batch_id)
-                return True
+                completion = await self.link.complete(record.campaign_id, record.round,
+                                                      record.batch_id)
             except UpstreamError as exc:
                 if exc.problem == "incomplete-batch":
                     log.warning("server lacks chunks: campaign=%s round=%d; resending",
                                 record.campaign_id, record.round)
-                    return False
-                if exc.problem == "wrong-phase" and await self._round_finished(record):
-                    return True  # completed earlier; its acknowledgement was lost in a crash
-                await self._wait(record, "complete", exc, backoff)
+                    return None
+                if exc.problem == "wrong-phase":
+                    ended = await self._ended(record)
+                    if ended is not None:
+                        return ended  # e.g. completed earlier, the answer lost in a crash
+                await self._wait(record, "complete", exc, backoff, deadline)
+                continue
+            if completion.phase == "failed":
+                return FAILED, completion.end_reason
+            return RELEASED, None
 
-    async def _round_finished(self, record: RoundRecord) -> bool:
+    async def _ended(self, record: RoundRecord) -> tuple[str, str | None] | None:
+        """How the round ended, from the campaign's phase; ``None`` if it has not."""
         try:
             view = await self.link.campaign(record.campaign_id, fresh=True)
         except UpstreamError:
-            return False
+            return None
         if view is None:
-            return False
-        return view.phase == "done" or (record.round == 1 and view.phase == "round2")
+            return None
+        if view.phase == "done" or (record.round == 1 and view.phase == "round2"):
+            return RELEASED, None
+        if view.phase in ("failed", "aborted"):
+            return FAILED, f"the campaign {view.phase}: {view.end_reason or 'no reason given'}"
+        return None
 
     async def _wait(self, record: RoundRecord, what: str, exc: UpstreamError,
-                    backoff: Backoff) -> None:
+                    backoff: Backoff, deadline: float) -> None:
+        """Sleep before the next attempt, or raise :class:`_StoppedError` if there is none."""
+        message = f"{what}: {exc}"
+        if not exc.transient:
+            raise _StoppedError(f"{message} (not retried)")
         delay = backoff.next_delay()
-        self.last_error[(record.campaign_id, record.round)] = f"{what}: {exc}"
-        level = logging.INFO if exc.transient else logging.WARNING
-        log.log(level, "forwarding %s of campaign=%s round=%d failed (%s); retry in %.2fs",
-                what, record.campaign_id, record.round, exc, delay)
+        if time.monotonic() + delay > deadline:
+            raise _StoppedError(f"{message} (retried for {self.retry_seconds:g} s)")
+        self.last_error[(record.campaign_id, record.round)] = message
+        log.info("forwarding %s of campaign=%s round=%d failed (%s); retry in %.2fs",
+                 what, record.campaign_id, record.round, exc, delay)
         await asyncio.sleep(delay)
+
+
+class _StoppedError(Exception):
+    """Forwarding gave up: the server refused, or kept failing past the retry budget."""

@@ -29,7 +29,9 @@ from .enrollment import AuthenticationError, EnrollmentPolicy, EnrollmentRefused
 from .release import DATA, LEVELS, Releaser, required_participants
 from .settings import Settings
 from .storage_api import (
+    FAILED,
     OPEN,
+    RELEASING,
     AlreadySubmittedError,
     NotEnoughParticipantsError,
     RoundClosedError,
@@ -47,10 +49,12 @@ PHASE_OF_ROUND = {1: "round1", 2: "round2"}
 class ShufflerRoundStatus(RoundStatus):
     """:class:`RoundStatus` plus the release state: ``open``, ``releasing`` or ``released``."""
 
-    state: Literal["open", "releasing", "released"]
+    state: Literal["open", "releasing", "released", "failed"]
     batch_id: str | None = None
     last_error: str | None = None
-    """While releasing: why the latest delivery attempt failed (the shuffler keeps trying)."""
+    """While releasing: why the latest delivery attempt failed, or why forwarding stopped."""
+    reason: str | None = None
+    """Once failed: why the round ended without results (its data is forgotten)."""
     enrollment: Literal["invitations", "open"] = "invitations"
     """The shuffler's enrollment mode; ``open`` lets anyone add fake participants."""
 
@@ -124,7 +128,28 @@ class ShufflerService:
             raise errors.UpstreamFailedError("the server could not be reached") from None
         if view is None:
             raise errors.UnknownCampaignError(f"no campaign {campaign_id!r}")
+        if view.phase in ("failed", "aborted"):
+            await self._forget_ended(view)
         return view
+
+    async def _forget_ended(self, view: CampaignView) -> None:
+        """Forget the rounds of a campaign that ended without results (idempotent).
+
+        Open rounds are closed as failed; a round whose forwarding is not running any
+        more is finished as failed (a running one finds out from the server itself).
+        """
+        reason = f"the campaign {view.phase}: {view.end_reason or 'no reason given'}"
+        for round_number in (1, 2):
+            record = await run_in_threadpool(self.storage.round_record, view.id, round_number)
+            if record is None:
+                await run_in_threadpool(self.storage.discard_round, view.id, round_number,
+                                        reason)
+                await run_in_threadpool(self.keys.destroy, view.id, round_number)
+                log.warning("round forgotten: campaign=%s round=%d (%s)", view.id,
+                            round_number, reason)
+            elif (record.state == RELEASING
+                  and not self.releaser.forwarding(view.id, round_number)):
+                await run_in_threadpool(self.releaser.finish, record, FAILED, reason)
 
     async def view_in_phase(self, campaign_id: str, round_number: int) -> CampaignView:
         """The campaign view, refreshed once if the cached phase does not fit the round."""
@@ -236,9 +261,10 @@ class ShufflerService:
         return ShufflerRoundStatus(
             campaign_id=campaign_id, round=round_number, participants=participants,
             required=required, released=state == "released", state=state,  # type: ignore[arg-type]
-            batch_id=None if record is None else record.batch_id,
+            batch_id=None if record is None or not record.batch_id else record.batch_id,
             last_error=self.releaser.last_error.get((campaign_id, round_number))
-            if state == "releasing" else None,
+            if state == RELEASING else None,
+            reason=None if record is None else record.reason,
             enrollment="open" if self.settings.enrollment == "open" else "invitations",
         )
 
@@ -251,6 +277,9 @@ class ShufflerService:
         if existing is None:
             view = await self.view_in_phase(campaign_id, round_number)
         record, _ = await self._start_release(view, round_number)
+        if record.state == FAILED:
+            raise errors.WrongPhaseError(f"round {round_number} ended without results: "
+                                         f"{record.reason}", extra={"state": record.state})
         done = record.state == "released"
         if not done:
             task = self.releaser.schedule(record)
@@ -261,6 +290,10 @@ class ShufflerService:
                     done = True
                 except TimeoutError:
                     pass  # still forwarding: 202, the round status shows why
+                if record.state == FAILED:
+                    raise errors.WrongPhaseError(
+                        f"round {round_number} was delivered but ended without results: "
+                        f"{record.reason}", extra={"state": record.state})
         answer = ReleaseResponse(
             campaign_id=campaign_id, round=round_number, batch_id=record.batch_id,
             messages=sum(record.stream_sizes.values()),

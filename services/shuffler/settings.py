@@ -32,6 +32,9 @@ Each field of :class:`Settings` is read from the variable named after it in uppe
   campaign's threshold is met (default 0: only on the operator's request).
 - ``CHUNK_SIZE``: ciphertexts per forwarded chunk (default 5000).
 - ``MAX_BODY_BYTES``: largest accepted request body (default 1 MiB).
+- ``RELEASE_RETRY_SECONDS``: how long forwarding retries network errors, 5xx and 429
+  before it stops (default 6 hours); other refusals stop it at once. A stopped release
+  resumes on the operator's next release request.
 - ``RELEASE_WAIT``: how long a release request with ``wait=true`` waits for the server's
   acknowledgement before answering 202 (default 60 seconds; forwarding goes on).
 - ``SYNCHRONOUS``: SQLite ``synchronous``; ``NORMAL`` survives process crashes, ``FULL``
@@ -90,6 +93,7 @@ class Settings(EnvironmentSettings):
     campaign_cache_seconds: float = 1.0
     forward_timeout: float = 120.0
     release_wait: float = 60.0
+    release_retry_seconds: float = 6 * 3600.0
     log_level: str = "info"
 
     def __post_init__(self) -> None:

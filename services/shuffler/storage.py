@@ -33,6 +33,7 @@ from pathlib import Path
 
 from ..sqlite_base import Migration, SQLiteStore
 from .storage_api import (
+    FAILED,
     OPEN,
     RELEASED,
     RELEASING,
@@ -46,7 +47,7 @@ from .storage_api import (
 )
 
 __all__ = [
-    "MIGRATIONS", "OPEN", "RELEASED", "RELEASING", "AlreadySubmittedError",
+    "FAILED", "MIGRATIONS", "OPEN", "RELEASED", "RELEASING", "AlreadySubmittedError",
     "InvitationUsedError", "NotEnoughParticipantsError", "RoundClosedError", "RoundRecord",
     "Storage", "StorageError", "StoredMessage",
 ]
@@ -106,6 +107,10 @@ DROP TABLE IF EXISTS released;
 """
 
 _SCHEMA_3 = """
+ALTER TABLE rounds ADD COLUMN reason TEXT;
+"""
+
+_SCHEMA_4 = """
 CREATE TABLE IF NOT EXISTS used_invitations (
     invitation_hash BLOB PRIMARY KEY,
     expires INTEGER NOT NULL
@@ -116,7 +121,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "tokens, participations, pending, rounds, released, acknowledged", _SCHEMA_1),
     Migration(2, "sealed pending rows are released in a computed order: no released table",
               _SCHEMA_2),
-    Migration(3, "used_invitations", _SCHEMA_3),
+    Migration(3, "why a round failed", _SCHEMA_3),
+    Migration(4, "used_invitations", _SCHEMA_4),
 )
 """The shuffler's schema, in order (:mod:`segshuffle.services.sqlite_base`); append only."""
 
@@ -233,8 +239,8 @@ class Storage(SQLiteStore):
     # -- release -----------------------------------------------------------------------
     def _round_row(self, campaign_id: str, round_number: int) -> RoundRecord | None:
         row = self._db.execute(
-            "SELECT campaign_id, round, state, batch_id, participants, chunk_size, stream_sizes "
-            "FROM rounds WHERE campaign_id = ? AND round = ?",
+            "SELECT campaign_id, round, state, batch_id, participants, chunk_size, stream_sizes, "
+            "reason FROM rounds WHERE campaign_id = ? AND round = ?",
             (campaign_id, round_number),
         ).fetchone()
         return None if row is None else _record(row)
@@ -316,35 +322,63 @@ class Storage(SQLiteStore):
         with self._transaction() as db:
             db.execute("DELETE FROM acknowledged WHERE batch_id = ?", (record.batch_id,))
 
-    def finish_release(self, record: RoundRecord) -> RoundRecord:
-        """The server acknowledged the batch: mark the round released and forget it."""
+    def finish_release(self, record: RoundRecord, *, state: str = RELEASED,
+                       reason: str | None = None) -> RoundRecord:
+        """The round is over: mark it ``state`` (and why) and forget it."""
+        if state not in (RELEASED, FAILED):
+            raise ValueError(f"a finished round is {RELEASED} or {FAILED}, not {state!r}")
         key = (record.campaign_id, record.round)
         with self._transaction() as db:
-            db.execute("UPDATE rounds SET state = ? WHERE campaign_id = ? AND round = ?",
-                       (RELEASED, *key))
-            db.execute("DELETE FROM pending WHERE campaign_id = ? AND round = ?", key)
-            db.execute("DELETE FROM participations WHERE campaign_id = ? AND round = ?", key)
-            db.execute("DELETE FROM acknowledged WHERE batch_id = ?", (record.batch_id,))
-            if record.round == 2:
-                db.execute("DELETE FROM tokens WHERE campaign_id = ?", (record.campaign_id,))
+            db.execute("UPDATE rounds SET state = ?, reason = ? WHERE campaign_id = ? "
+                       "AND round = ?", (state, reason, *key))
+            self._forget(db, record.campaign_id, record.round, record.batch_id,
+                         tokens=record.round == 2 or state == FAILED)
             updated = self._round_row(*key)
         self._checkpoint()
         assert updated is not None
         return updated
+
+    def discard_round(self, campaign_id: str, round_number: int, reason: str) -> RoundRecord:
+        """Close an open round of an ended campaign as failed and forget it (idempotent)."""
+        with self._transaction() as db:
+            existing = self._round_row(campaign_id, round_number)
+            if existing is not None:
+                return existing
+            db.execute(
+                "INSERT INTO rounds (campaign_id, round, state, batch_id, participants, "
+                "chunk_size, stream_sizes, reason) VALUES (?, ?, ?, '', ?, 1, '{}', ?)",
+                (campaign_id, round_number, FAILED,
+                 self._participants(campaign_id, round_number), reason))
+            self._forget(db, campaign_id, round_number, None, tokens=True)
+            record = self._round_row(campaign_id, round_number)
+        self._checkpoint()
+        assert record is not None
+        return record
+
+    @staticmethod
+    def _forget(db: sqlite3.Connection, campaign_id: str, round_number: int,
+                batch_id: str | None, *, tokens: bool) -> None:
+        key = (campaign_id, round_number)
+        db.execute("DELETE FROM pending WHERE campaign_id = ? AND round = ?", key)
+        db.execute("DELETE FROM participations WHERE campaign_id = ? AND round = ?", key)
+        if batch_id is not None:
+            db.execute("DELETE FROM acknowledged WHERE batch_id = ?", (batch_id,))
+        if tokens:
+            db.execute("DELETE FROM tokens WHERE campaign_id = ?", (campaign_id,))
 
     def releasing(self) -> list[RoundRecord]:
         """Rounds whose forwarding has not been acknowledged yet (to resume after a restart)."""
         with self._lock:
             rows = self._db.execute(
                 "SELECT campaign_id, round, state, batch_id, participants, chunk_size, "
-                "stream_sizes FROM rounds WHERE state = ?",
+                "stream_sizes, reason FROM rounds WHERE state = ?",
                 (RELEASING,),
             ).fetchall()
         return [_record(row) for row in rows]
 
 
 def _record(row: Sequence[object]) -> RoundRecord:
-    campaign_id, round_number, state, batch_id, participants, chunk_size, sizes = row
+    campaign_id, round_number, state, batch_id, participants, chunk_size, sizes, reason = row
     return RoundRecord(
         campaign_id=str(campaign_id),
         round=int(round_number),  # type: ignore[call-overload]
@@ -353,4 +387,5 @@ def _record(row: Sequence[object]) -> RoundRecord:
         participants=int(participants),  # type: ignore[call-overload]
         chunk_size=int(chunk_size),  # type: ignore[call-overload]
         stream_sizes={str(k): int(v) for k, v in json.loads(str(sizes)).items()},
+        reason=None if reason is None else str(reason),
     )

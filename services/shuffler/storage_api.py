@@ -23,6 +23,8 @@ from typing import Protocol
 OPEN = "open"
 RELEASING = "releasing"
 RELEASED = "released"
+FAILED = "failed"
+"""A round that ended without delivering results: the campaign failed or was aborted."""
 
 
 
@@ -73,6 +75,8 @@ class RoundRecord:
     participants: int
     chunk_size: int
     stream_sizes: Mapping[str, int]
+    reason: str | None = None
+    """Why a ``failed`` round ended."""
 
     def chunk_count(self, stream: str) -> int:
         """Chunks of ``stream``; an empty stream is still sent as one empty chunk."""
@@ -167,13 +171,19 @@ class ShufflerStorage(Protocol):
         """Forget which chunks were acknowledged, so that all are sent again."""
         ...
 
-    def finish_release(self, record: RoundRecord) -> RoundRecord:
-        """The server acknowledged the batch: mark the round released and forget it.
+    def finish_release(self, record: RoundRecord, *, state: str = RELEASED,
+                       reason: str | None = None) -> RoundRecord:
+        """The round is over: mark it ``state`` (released or failed, and why) and forget it.
 
         Deletes the round's stored messages, acknowledgements and participations (only
-        the count stays) and, after round 2, the campaign's tokens; deleted content is
-        overwritten, not merely unlinked.
+        the count stays) and, after round 2 or a failure, the campaign's tokens; deleted
+        content is overwritten, not merely unlinked.
         """
+        ...
+
+    def discard_round(self, campaign_id: str, round_number: int, reason: str) -> RoundRecord:
+        """Close an open round of an ended campaign as failed and forget it (idempotent:
+        a closed round's record is returned unchanged)."""
         ...
 
     def releasing(self) -> list[RoundRecord]:
