@@ -37,8 +37,16 @@ CREATE TABLE IF NOT EXISTS schema_version (
 """
 
 
-class SchemaVersionError(RuntimeError):
+class UnusableDatabaseError(RuntimeError):
+    """The database cannot be used as it is; the message says why and what to do."""
+
+
+class SchemaVersionError(UnusableDatabaseError):
     """The database was written by a newer version of the service than this one."""
+
+
+class CorruptDatabaseError(UnusableDatabaseError):
+    """The database file is damaged or not a SQLite database (``PRAGMA quick_check``)."""
 
 
 @dataclass(frozen=True)
@@ -142,13 +150,36 @@ def connect(path: str | Path, *, synchronous: str = "NORMAL") -> sqlite3.Connect
 def open_database(path: str | Path, migrations: Sequence[Migration], *, service: str,
                   synchronous: str = "NORMAL") -> sqlite3.Connection:
     """:func:`connect` and :func:`migrate`; the connection is closed if migrating fails."""
-    db = connect(path, synchronous=synchronous)
     try:
+        db = connect(path, synchronous=synchronous)
+    except sqlite3.DatabaseError as exc:
+        raise _corrupt(path, service, exc) from None
+    try:
+        check_integrity(db, path, service=service)
         migrate(db, migrations, service=service)
+    except sqlite3.DatabaseError as exc:
+        db.close()
+        raise _corrupt(path, service, exc) from None
     except BaseException:
         db.close()
         raise
     return db
+
+
+def check_integrity(db: sqlite3.Connection, path: str | Path, *, service: str) -> None:
+    """Refuse a damaged database before anything is written to it (``PRAGMA quick_check``,
+    which reads every page once: O(size), seconds for gigabytes)."""
+    problems = [str(row[0]) for row in db.execute("PRAGMA quick_check(5)").fetchall()]
+    if problems != ["ok"]:
+        raise CorruptDatabaseError(
+            f"the {service} database {path} is damaged ({'; '.join(problems)}); refusing to "
+            "start: restore it from a backup or move it away")
+
+
+def _corrupt(path: str | Path, service: str, exc: sqlite3.DatabaseError) -> CorruptDatabaseError:
+    return CorruptDatabaseError(
+        f"the {service} database {path} cannot be read ({exc}); refusing to start: restore it "
+        "from a backup or move it away")
 
 
 class SQLiteStore:

@@ -364,3 +364,16 @@ def test_receipts_do_not_reveal_which_slots_were_null(tmp_path):
     for answer in answers:
         answer.pop("chunk_index")
     assert answers[0] == answers[1]
+
+
+@pytest.mark.parametrize("change", [
+    {"levels": [5e-324]}, {"levels": [0.001, 1.0]}, {"levels": [40.0]},
+    {"levels": [1.0] * 10_001}, {"domain_size": 1_000_001}, {"set_size": 65},
+    {"min_users": 10**13}, {"delta": 1e-300}, {"dropout_tolerance": 1.0},
+])
+def test_campaigns_beyond_the_caps_are_refused_at_creation(setup, change):
+    """R4: nothing a campaign asks of clients or services exceeds the documented caps."""
+    body = unchanged(setup, lambda c: c.post("/v1/campaigns", json={**CAMPAIGN, "id": "big",
+                                                                    **change}, headers=ADMIN),
+                     "invalid-field", 422)
+    assert "big" not in str(body)

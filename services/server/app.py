@@ -135,12 +135,20 @@ def create_app(settings: Settings) -> FastAPI:
         return response
 
     async def ready() -> None:
+        """Ready: the database answers, keys can be written, and every collecting campaign's
+        private key loads (a lost key file would make every chunk of it fail)."""
         try:
             ready = await run_in_threadpool(repository.ping) and keys.writable()
         except Exception:  # the database is gone or locked: not ready
             ready = False
         if not ready:
             raise errors.UnavailableError("storage is not available")
+        missing = await run_in_threadpool(service.missing_keys)
+        if missing:
+            listed = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more"
+                                                if len(missing) > 5 else "")
+            raise errors.UnavailableError(f"the private key of campaign {listed} is missing "
+                                          "or unreadable", extra={"campaigns": missing[:100]})
 
     app.include_router(health_router(ready, with_version=False))
 

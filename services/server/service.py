@@ -126,6 +126,19 @@ class ServerService:
                  hpke.key_id)
         return self.view(record)
 
+    def missing_keys(self) -> list[str]:
+        """The collecting campaigns whose private key cannot be loaded (readiness)."""
+        missing = []
+        for campaign_id in self.repository.collecting_campaign_ids():
+            try:
+                self.keys.get(campaign_id)  # loads the file once, then cached
+                present = self.keys.path(campaign_id).is_file()
+            except (OSError, ValueError):
+                present = False
+            if not present:
+                missing.append(campaign_id)
+        return missing
+
     def campaign(self, campaign_id: str) -> CampaignRecord:
         record = self.repository.campaign(campaign_id)
         if record is None:

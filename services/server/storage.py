@@ -162,6 +162,12 @@ class Repository(SQLiteStore):
                                    (campaign_id,)).fetchone()
         return None if row is None else str(row[0])
 
+    def collecting_campaign_ids(self) -> list[str]:
+        """The campaigns in round 1 or round 2, sorted."""
+        with self._lock:
+            return [r[0] for r in self._db.execute(
+                "SELECT id FROM campaigns WHERE phase IN ('round1', 'round2') ORDER BY id")]
+
     def campaign_ids(self) -> list[str]:
         with self._lock:
             return [r[0] for r in self._db.execute("SELECT id FROM campaigns ORDER BY id")]

@@ -162,6 +162,10 @@ class ServerStorage(Protocol):
         """The campaign's phase, ``None`` if unknown."""
         ...
 
+    def collecting_campaign_ids(self) -> list[str]:
+        """The campaigns in round 1 or round 2 (they need their keys), sorted."""
+        ...
+
     def campaign_ids(self) -> list[str]:
         """Every stored campaign id, sorted."""
         ...

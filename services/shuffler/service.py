@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from segshuffle.services import errors
 from segshuffle.wire.models import (
+    TERMINAL_PHASES,
     CampaignView,
     ReleaseResponse,
     Round1Submission,
@@ -174,8 +175,9 @@ class ShufflerService:
     async def enroll(self, campaign_id: str, invitation: str | None) -> str:
         """A one-time user token for the campaign, if the enrollment policy agrees."""
         view = await self.campaign_view(campaign_id)
-        if view.phase == "done":
-            raise errors.WrongPhaseError(f"campaign {campaign_id!r} is finished")
+        if view.phase in TERMINAL_PHASES:
+            raise errors.WrongPhaseError(f"campaign {campaign_id!r} has ended ({view.phase})",
+                                         extra={"phase": view.phase})
         try:
             return str(await run_in_threadpool(self.policy.enroll, campaign_id, invitation))
         except EnrollmentRefusedError as exc:

@@ -10,6 +10,7 @@ they do not show in process listings.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from ._args import integer
@@ -68,9 +69,20 @@ def _common(parser: argparse.ArgumentParser, default_port: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Start the service; a store it cannot use is one line on stderr and exit status 1."""
     import fastapi  # noqa: F401  (both services need the server extra)
     import uvicorn  # noqa: F401
 
+    from segshuffle.services.sqlite_base import UnusableDatabaseError
+
+    try:
+        return _run(args)
+    except UnusableDatabaseError as exc:
+        sys.stderr.write(f"segshuffle: error: {exc}\n")
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
     common = {"host": args.host, "port": args.port, "database": args.database,
               "log_level": args.log_level}
     if args.service == "shuffler":

@@ -267,11 +267,21 @@ class LocalStack:
             status = self._http.get(self.shuffler_url + path).json()
             if status.get("state") == "released":
                 break
+            if status.get("state") == "failed":
+                raise ServiceError(f"round {round_number} ended without results: "
+                                   f"{status.get('reason')}", problem="wrong-phase")
             if time.monotonic() > deadline:
                 raise ServiceError(f"round {round_number} not delivered after {timeout:g}s: "
                                    f"{status.get('last_error') or 'no error reported'}")
             time.sleep(0.2)
         return answer
+
+    def abort(self, campaign_id: str, reason: str = "aborted by the administrator"
+              ) -> CampaignView:
+        """``POST /v1/campaigns/{cid}/abort`` on the server (admin)."""
+        response = self._call("POST", f"{self.server_url}/v1/campaigns/{campaign_id}/abort",
+                              "abort", self.admin_token, json={"reason": reason})
+        return parse(CampaignView, response, "abort")
 
     def results(self, campaign_id: str) -> Results:
         """``GET /v1/campaigns/{cid}/results`` on the server (admin)."""
