@@ -79,3 +79,8 @@ def check_common(settings: Any, integer_minimums: Iterable[tuple[str, int]]) -> 
                          f"{settings.synchronous!r}")
     if not settings.database:
         raise ValueError("database path must not be empty")
+    for name in ("header_timeout", "body_timeout"):
+        value = getattr(settings, name)
+        if not (isinstance(value, int | float) and 0 < value <= 3600):
+            raise ValueError(f"{name.replace('_', ' ')} must be in (0, 3600] seconds, "
+                             f"got {value!r}")

@@ -28,6 +28,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from segshuffle import __version__
@@ -185,6 +186,12 @@ def install_problem_handlers(app: FastAPI) -> None:
                 response.headers[key] = value
         return response
 
+    async def on_disconnect(_: Request, exc: Exception) -> JSONResponse:
+        # The client went away (or was cut off by a read deadline) mid-request: nothing
+        # can be answered, and nothing happened that needs more than a debug line.
+        _log.debug("client disconnected before its request was read")
+        return problem_response(Problem("malformed-body", "the request body did not arrive"))
+
     async def on_unexpected(_: Request, exc: Exception) -> JSONResponse:
         _log.error("unexpected error: %s", type(exc).__name__, exc_info=exc)
         return problem_response(Problem("internal", "internal error"))
@@ -193,6 +200,7 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(errors.DomainError, on_domain_error)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(ClientDisconnect, on_disconnect)
     app.add_exception_handler(Exception, on_unexpected)
 
 

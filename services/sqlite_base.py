@@ -149,17 +149,19 @@ def connect(path: str | Path, *, synchronous: str = "NORMAL") -> sqlite3.Connect
 
 def open_database(path: str | Path, migrations: Sequence[Migration], *, service: str,
                   synchronous: str = "NORMAL") -> sqlite3.Connection:
-    """:func:`connect` and :func:`migrate`; the connection is closed if migrating fails."""
+    """:func:`connect`, :func:`check_integrity` and :func:`migrate`; the connection is
+    closed if any of them fails.  A file SQLite cannot read, or one that fails the
+    integrity check, is :class:`CorruptDatabaseError`."""
     try:
         db = connect(path, synchronous=synchronous)
     except sqlite3.DatabaseError as exc:
         raise _corrupt(path, service, exc) from None
     try:
-        check_integrity(db, path, service=service)
+        try:
+            check_integrity(db, path, service=service)
+        except sqlite3.DatabaseError as exc:
+            raise _corrupt(path, service, exc) from None
         migrate(db, migrations, service=service)
-    except sqlite3.DatabaseError as exc:
-        db.close()
-        raise _corrupt(path, service, exc) from None
     except BaseException:
         db.close()
         raise

@@ -8,6 +8,7 @@ import sys
 import uvicorn
 
 from ..listening import listening_socket
+from ..timeouts import bounded_protocol
 from .app import create_app
 from .settings import Settings
 
@@ -33,7 +34,9 @@ def run(settings: Settings) -> int:
     sock = listening_socket(settings.host, settings.port)
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, access_log=False, log_config=None,
-                            log_level=settings.log_level.lower(), timeout_graceful_shutdown=10)
+                            log_level=settings.log_level.lower(), timeout_graceful_shutdown=10,
+                            http=bounded_protocol(settings.header_timeout,
+                                                  settings.body_timeout))
     server = uvicorn.Server(config)
     logging.getLogger("segshuffle.server").info("server listening on port %d", port)
     server.run(sockets=[sock])

@@ -18,6 +18,9 @@ Each field of :class:`Settings` is read from the variable named after it in uppe
 - ``SYNCHRONOUS``: SQLite ``synchronous``; ``NORMAL`` survives process crashes,
   ``FULL`` also power loss (default ``FULL``).
 - ``LOG_LEVEL``: ``debug``, ``info``, ``warning`` or ``error`` (default ``info``).
+- ``HEADER_TIMEOUT`` / ``BODY_TIMEOUT``: the most seconds a client may take to send a
+  request's headers, and then its body, before the connection is closed (default 10
+  and 30; :mod:`segshuffle.services.timeouts`).
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ class Settings(EnvironmentSettings):
     parallel_threshold: int = 2000
     synchronous: str = "FULL"
     log_level: str = "info"
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
 
     def __post_init__(self) -> None:
         for name in ("admin_token", "shuffler_token"):

@@ -125,9 +125,10 @@ async def enroll(campaign_id: str, request: Request, service: Service) -> Enroll
 async def submit(campaign_id: str, round_number: Round,
                  token: Annotated[str, Depends(user_token)], request: Request,
                  service: Service) -> SubmissionReceipt:
+    participant = await service.authenticate(campaign_id, token)  # before the body is read
     model = Round1Submission if round_number == 1 else Round2Submission
     body = await read_json(request, model)
-    await service.submit(campaign_id, round_number, token, body)
+    await service.submit(campaign_id, round_number, participant, body)
     return SubmissionReceipt(campaign_id=campaign_id, round=round_number, accepted=True)
 
 

@@ -14,6 +14,7 @@ import logging.config
 from typing import Any
 
 from ..listening import listening_socket
+from ..timeouts import bounded_protocol
 from .settings import Settings
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -62,6 +63,7 @@ def run(settings: Settings) -> int:
         server_header=False,
         date_header=False,
         timeout_graceful_shutdown=10,
+        http=bounded_protocol(settings.header_timeout, settings.body_timeout),
     )
     logging.getLogger("segshuffle.shuffler").info(
         "shuffler listening on port %d", sock.getsockname()[1]

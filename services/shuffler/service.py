@@ -186,14 +186,17 @@ class ShufflerService:
                 if exc.reason == "required" else None
             raise error(str(exc), headers=headers) from None
 
-    async def submit(self, campaign_id: str, round_number: int, token: str,
-                     body: Round1Submission | Round2Submission) -> None:
-        """Store one user's submission of a round after every check has passed."""
+    async def authenticate(self, campaign_id: str, token: str) -> bytes:
+        """The participant key of a user token for the campaign (before any body is read)."""
         await self.campaign_view(campaign_id)
         try:
-            participant = await run_in_threadpool(self.policy.authenticate, campaign_id, token)
+            return bytes(await run_in_threadpool(self.policy.authenticate, campaign_id, token))
         except AuthenticationError as exc:
             raise unauthorized(str(exc)) from None
+
+    async def submit(self, campaign_id: str, round_number: int, participant: bytes,
+                     body: Round1Submission | Round2Submission) -> None:
+        """Store one authenticated user's submission of a round after every check."""
         view = await self.view_in_phase(campaign_id, round_number)
         streams: dict[str, list[bytes]] = {LEVELS: [b64url_decode(body.level)]}
         if isinstance(body, Round2Submission):

@@ -42,6 +42,9 @@ Each field of :class:`Settings` is read from the variable named after it in uppe
 - ``HOST`` / ``PORT``: listen address (default ``127.0.0.1:8081``; port 0 picks a free
   port, logged as ``shuffler listening on port N``).
 - ``LOG_LEVEL``: ``debug``, ``info``, ``warning`` or ``error`` (default ``info``).
+- ``HEADER_TIMEOUT`` / ``BODY_TIMEOUT``: the most seconds a client may take to send a
+  request's headers, and then its body, before the connection is closed (default 10
+  and 30; :mod:`segshuffle.services.timeouts`).
 """
 
 from __future__ import annotations
@@ -95,6 +98,8 @@ class Settings(EnvironmentSettings):
     release_wait: float = 60.0
     release_retry_seconds: float = 6 * 3600.0
     log_level: str = "info"
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
 
     def __post_init__(self) -> None:
         if not self.server_token:
