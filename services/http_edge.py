@@ -20,7 +20,7 @@ message.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, FastAPI, Request
@@ -318,3 +318,71 @@ def health_router(ready: Callable[[], Awaitable[None]], *,
         return answer("ready")
 
     return router
+
+
+# -- OpenAPI --------------------------------------------------------------------------------
+
+PROBLEM_SCHEMA: dict[str, Any] = {
+    "title": "Problem",
+    "description": "An RFC 9457 problem document; `type` is `urn:segshuffle:error:<name>`.",
+    "type": "object",
+    "properties": {
+        "type": {"type": "string", "format": "uri"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string"},
+    },
+    "required": ["type", "title", "status", "detail"],
+}
+
+_PROBLEM_STATUSES: dict[str, str] = {
+    "400": "malformed JSON body",
+    "401": "missing or invalid bearer token",
+    "403": "these credentials may not do this",
+    "404": "unknown campaign, round or resource",
+    "409": "conflicts with the campaign's phase or stored state",
+    "413": "body too large",
+    "415": "body not declared as JSON",
+    "422": "invalid field",
+    "429": "too many requests from this source",
+    "502": "the other service failed",
+    "503": "not ready (storage, keys or the other service)",
+}
+
+
+def document_problems(schema: dict[str, Any], security: Mapping[tuple[str, str], str]
+                      ) -> dict[str, Any]:
+    """Add every problem response, and the bearer schemes, to an OpenAPI document.
+
+    Each operation documents as ``application/problem+json`` the statuses it can answer:
+    404, 409, 422, 429, 502 and 503 always (path parameters, the campaign's phase, rate
+    limits, the other service, readiness), 400, 413 and 415 with a body, 401 and 403 where
+    ``security`` maps ``(METHOD, path)`` to the name of the bearer token it needs.
+    FastAPI's default 422 (its own validation schema) is replaced: the edge never answers
+    with that shape.
+    """
+    components = schema.setdefault("components", {})
+    components.setdefault("schemas", {})["Problem"] = PROBLEM_SCHEMA
+    components["schemas"].pop("HTTPValidationError", None)
+    components["schemas"].pop("ValidationError", None)
+    schemes = components.setdefault("securitySchemes", {})
+    for name in sorted(set(security.values())):
+        schemes[name] = {"type": "http", "scheme": "bearer",
+                         "description": f"the {name.removesuffix('Token')} bearer token"}
+    reference = {"$ref": "#/components/schemas/Problem"}
+    for path, item in schema.get("paths", {}).items():
+        for method, operation in item.items():
+            statuses = {"404", "409", "422", "429", "502", "503"}
+            if method in ("post", "put", "patch"):
+                statuses |= {"400", "413", "415"}
+            scheme = security.get((method.upper(), path))
+            if scheme is not None:
+                operation["security"] = [{scheme: []}]
+                statuses |= {"401", "403"}
+            responses = operation.setdefault("responses", {})
+            for status in sorted(statuses):
+                responses[status] = {
+                    "description": _PROBLEM_STATUSES[status],
+                    "content": {PROBLEM_MEDIA_TYPE: {"schema": reference}},
+                }
+    return schema

@@ -106,7 +106,7 @@ def test_inflated_user_count_is_refused(published: Published) -> None:
         _verify(forged, view)
     # Consistent but inflated counts pass the consistency check; what holds the server to
     # its n_min is the shuffler's release threshold, which the client checks as well.
-    forged = _tampered(view, users=6000, accounting_users=5400)
+    forged = _tampered(view, users=6000, accounting_users=5400, honest_users=5400)
     session = UserSession(CID)
     session.parameters = verify_parameters(forged, level_index=1, key_id=view.key_id,
                                            config_hash=view.config_hash)

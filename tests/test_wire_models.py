@@ -142,7 +142,8 @@ def _parameters(**changes):
         "lambdas": [1 / 3, 1.0], "domain_size": 5, "privacy_domain_size": 7,
         "padding_items": 2, "set_size": 2, "messages_per_user": 3, "fixed_size": True,
         "level_privacy": None, "delta": 1e-5, "users": 100, "accounting_users": 90,
-        "dropout_tolerance": 0.1, "epsilons": [1.0, None], "epsilons_lower": [0.99, None],
+        "honest_users": 81, "dropout_tolerance": 0.1, "fake_tolerance": 0.1,
+        "epsilons": [1.0, None], "epsilons_lower": [0.99, None],
         "mse_bound": 0.5, "insecure": False,
     }
     base.update(changes)
@@ -181,8 +182,8 @@ def test_response_models_ignore_unknown_members_and_view_context_hashes():
 
 # Hashes (RFC 8785 canonical JSON) of the default (slots) configuration and parameters,
 # which carry no ``blanket_mode`` member: naming the default must not change them.
-BASE_CONFIG_HASH = "7b8640f0a057340bc65dba17d25a70c2af1da7f548daeeca5e6c047d7cd9c08b"
-BASE_PARAMETERS_HASH = "bef6d68ccf855e79e1b7e3306a6403a2e55c8dbc7f2ebe92cad6383300c9e735"
+BASE_CONFIG_HASH = "46d2a9b424d041ce4edfb7dc1297fa0140a8405f5bfa17aa874ae69b829c41a3"
+BASE_PARAMETERS_HASH = "03d6b0c083cd4bf655119eca999aaf3eb1129524663462cace1fffd8389e793f"
 
 
 def test_default_blanket_mode_keeps_the_hashes_and_is_omitted_from_dumps():

@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.hpke import AEAD, KDF, KEM, Suite
 
 from segshuffle.client.errors import VerificationError
 from segshuffle.client.verify import verify_parameters
-from segshuffle.core import accounting
+from segshuffle.core import accounting, rules
 from segshuffle.crypto import DecryptError, key_config, open_, private_key_from_bytes
 from segshuffle.wire import vectors
 from segshuffle.wire.models import CampaignConfig, CampaignView, PublishedParameters
@@ -141,11 +141,25 @@ def test_parameters_vector_hashes_and_verdicts(case):
         assert row["lambda"] == lam
         holds = accounting.user_level_holds(
             row["level"], lam, parameters.set_size, parameters.delta,
-            parameters.accounting_users, parameters.m, parameters.privacy_domain_size,
+            parameters.honest_users, parameters.m, parameters.privacy_domain_size,
             mode=parameters.blanket_mode)
         assert holds is row["holds"]
         assert (row["delta_user"] <= parameters.delta) is row["holds"]
-    assert case["client_accepts"] is all(row["holds"] for row in verdicts)
+    rule = rules.honest_users(parameters.users, parameters.dropout_tolerance,
+                              parameters.fake_tolerance)
+    assert case["honest_users_rule"] == rule
+    assert case["client_accepts"] is (parameters.honest_users == rule
+                                      and all(row["holds"] for row in verdicts))
+
+
+def test_the_vectors_campaign_tolerates_fakes_and_one_case_ignores_them():
+    """The vectors exercise h = ceil((1 - f) n_min) < n_min and its refusal."""
+    honest = [case for case in VECTORS["parameters"] if case["client_accepts"]]
+    assert honest and all(case["parameters"]["fake_tolerance"] == 0.1
+                          and case["parameters"]["honest_users"] == 810
+                          and case["parameters"]["accounting_users"] == 900 for case in honest)
+    assert any(case["parameters"]["honest_users"] == case["parameters"]["accounting_users"]
+               and not case["client_accepts"] for case in VECTORS["parameters"])
 
 
 @pytest.mark.parametrize("case", VECTORS["parameters"],
@@ -158,12 +172,14 @@ def test_the_client_reaches_the_vectors_verdict(case):
         "hpke_config": hpke.model_dump(mode="json"), "parameters": case["parameters"],
         "parameters_hash": case["parameters_hash"]})
     failing = [row["level"] for row in case["level_verdicts"] if not row["holds"]]
+    refusal = (f"protect level {failing[0]:g} " if failing else
+               "inconsistent with the campaign: honest users")
     for level_index in range(len(case["level_verdicts"])):
         if case["client_accepts"]:
             verify_parameters(view, level_index=level_index, key_id=hpke.key_id,
                               config_hash=case["config_hash"])
             continue
-        with pytest.raises(VerificationError, match=f"protect level {failing[0]:g} "):
+        with pytest.raises(VerificationError, match=refusal):
             verify_parameters(view, level_index=level_index, key_id=hpke.key_id,
                               config_hash=case["config_hash"])
 

@@ -4,8 +4,10 @@ Round 1 (:func:`publish_parameters`): the level histogram (n_1..n_K), debiased w
 levels were reported through eps_p randomized response (clipped at 0), goes to
 :func:`segshuffle.core.optimizer.optimize` with delta (default 0.01/n), the privacy
 domain d + s (padding ids d..d+s-1 included, docs/architecture.md, "Plaintext") and
-the dropout tolerance tau, which accounts with n_min = ceil((1 - tau) n) users
-(docs/protocol.md section 2, dropouts), and the campaign's blanket mode.  The outcome
+the dropout tolerance tau and the fake tolerance f, which account with the
+h = ceil((1 - f) n_min) honest users of n_min = ceil((1 - tau) n)
+(:func:`segshuffle.core.rules.honest_users`, docs/protocol.md section 2, dropouts
+and fake users), and the campaign's blanket mode.  The outcome
 is the immutable
 :class:`~segshuffle.wire.models.PublishedParameters`, whose ``blanket_slots`` and
 ``messages_per_user`` come from :mod:`segshuffle.core.blanket` (ceil(m) slots, or
@@ -21,8 +23,8 @@ with standard errors from :func:`segshuffle.core.estimator.estimate_frequencies`
 (the blanket term of the variance follows the blanket mode), plus the projection
 onto {w >= 0, sum w = s} as an optional post-processed estimate.  The privacy
 report gives, per level, the achieved user-level epsilon (upper bound, and the
-paper's lower bound as a tightness audit) for the published (m, lambda_k), n_min
-and blanket mode.
+paper's lower bound as a tightness audit) for the published (m, lambda_k), h and
+blanket mode, and states f and h.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from segshuffle.core.accounting import user_epsilon
 from segshuffle.core.estimator import estimate_frequencies, mse_bound, project_to_simplex
 from segshuffle.core.levels import debias_histogram
 from segshuffle.core.optimizer import LOWER_BOUND_LEVELS, optimize
-from segshuffle.core.rules import accounting_users, default_delta
+from segshuffle.core.rules import accounting_users, default_delta, honest_users
 from segshuffle.wire.models import CampaignConfig, PublishedParameters
 
 
@@ -88,13 +90,15 @@ def publish_parameters(config: CampaignConfig, config_hash: str, key_id: str,
     insecure = config.insecure_parameters
     if insecure is None:
         result = optimize(counts, config.levels, domain, s, delta,
-                          dropout_tolerance=config.dropout_tolerance, blanket_mode=mode)
+                          dropout_tolerance=config.dropout_tolerance,
+                          fake_tolerance=config.fake_tolerance, blanket_mode=mode)
         if blanket.parse_mode(result.blanket_mode) is not mode:
             raise ValueError(f"the optimizer chose parameters for the {result.blanket_mode} "
                              f"blanket mode, the campaign uses {mode.value}")
         m = float(result.m)
         lambdas = [float(x) for x in result.lambdas]
         n_min = int(result.accounting_users)
+        honest = int(result.honest_users)
         epsilons = list(result.epsilons)
         epsilons_lower = list(result.epsilons_lower)
         bound: float | None = float(result.mse_bound)
@@ -102,10 +106,11 @@ def publish_parameters(config: CampaignConfig, config_hash: str, key_id: str,
         m = float(insecure.m)
         lambdas = [float(x) for x in insecure.lambdas]
         n_min = accounting_users(float(users), config.dropout_tolerance)
-        epsilons = [user_epsilon(lam, s, delta, n_min, m, domain, mode=mode)
+        honest = honest_users(float(users), config.dropout_tolerance, config.fake_tolerance)
+        epsilons = [user_epsilon(lam, s, delta, honest, m, domain, mode=mode)
                     for lam in lambdas]
         epsilons_lower = [
-            user_epsilon(lam, s, delta, n_min, m, domain, lower=True, mode=mode)
+            user_epsilon(lam, s, delta, honest, m, domain, lower=True, mode=mode)
             if len(lambdas) <= LOWER_BOUND_LEVELS else None
             for lam in lambdas
         ]
@@ -130,7 +135,9 @@ def publish_parameters(config: CampaignConfig, config_hash: str, key_id: str,
         delta=float(delta),
         users=users,
         accounting_users=n_min,
+        honest_users=honest,
         dropout_tolerance=config.dropout_tolerance,
+        fake_tolerance=config.fake_tolerance,
         epsilons=[None if e is None else float(e) for e in epsilons],
         epsilons_lower=[None if e is None else float(e) for e in epsilons_lower],
         mse_bound=bound if bound is not None and math.isfinite(bound) else None,
@@ -188,6 +195,8 @@ def decode_results(config: CampaignConfig, parameters: PublishedParameters,
             "lambdas": list(parameters.lambdas),
             "users": parameters.users,
             "accounting_users": parameters.accounting_users,
+            "fake_tolerance": parameters.fake_tolerance,
+            "honest_users": parameters.honest_users,
             "round2_users": int(sum(observed_levels)),
             "levels": level_rows,
             "insecure": parameters.insecure,

@@ -29,6 +29,7 @@ from segshuffle import __version__
 from segshuffle.services import errors
 from segshuffle.services.http_edge import (
     bearer_token,
+    document_problems,
     health_router,
     install_edge,
     read_json,
@@ -55,6 +56,16 @@ from .storage import Repository
 log = logging.getLogger("segshuffle.server")
 Role = Literal["admin", "shuffler"]
 _ID = re.compile(ID_PATTERN)
+_CAMPAIGN = "/v1/campaigns/{campaign_id}"
+_BATCH = _CAMPAIGN + "/rounds/{round_number}/batches/{batch_id}"
+SECURITY: dict[tuple[str, str], str] = {
+    ("POST", "/v1/campaigns"): "adminToken",
+    ("POST", _CAMPAIGN + "/abort"): "adminToken",
+    ("GET", _CAMPAIGN + "/results"): "adminToken",
+    ("PUT", _BATCH): "shufflerToken",
+    ("POST", _BATCH + "/complete"): "shufflerToken",
+}
+"""The bearer token each authenticated route needs (documented in the OpenAPI schema)."""
 _BODIES: dict[str, type[BaseModel]] = {}
 
 
@@ -213,7 +224,7 @@ def create_app(settings: Settings) -> FastAPI:
                     ref_template="#/components/schemas/{model}")
                 components.update(body_schema.pop("$defs", {}))
                 components[name] = body_schema
-            app.openapi_schema = schema
+            app.openapi_schema = document_problems(schema, SECURITY)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

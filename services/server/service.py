@@ -349,9 +349,10 @@ class ServerService:
         if failure is not None:
             log.warning("campaign %s failed: %s", campaign_id, failure)
         elif round_ == 1:
-            log.info("campaign %s round 1 complete: n=%d n_min=%d m=%.6g (%s blanket, %d "
-                     "messages per user), parameters published", campaign_id, parameters.users,
-                     parameters.accounting_users, parameters.m, parameters.blanket_mode,
+            log.info("campaign %s round 1 complete: n=%d n_min=%d h=%d (f=%g) m=%.6g (%s "
+                     "blanket, %d messages per user), parameters published", campaign_id,
+                     parameters.users, parameters.accounting_users, parameters.honest_users,
+                     parameters.fake_tolerance, parameters.m, parameters.blanket_mode,
                      parameters.messages_per_user)
         else:
             log.info("campaign %s round 2 complete: n2=%d, %d data messages, %d dropped",

@@ -32,6 +32,7 @@ from segshuffle import __version__
 from segshuffle.services.http_edge import (
     Health,
     bearer_token,
+    document_problems,
     health_router,
     install_edge,
     read_json,
@@ -98,6 +99,12 @@ def _openapi_body(*models: type[BaseModel]) -> dict[str, Any]:
 
 
 # -- routes ----------------------------------------------------------------------------
+SECURITY: dict[tuple[str, str], str] = {
+    ("POST", "/v1/campaigns/{campaign_id}/rounds/{round_number}/submissions"): "userToken",
+    ("POST", "/v1/campaigns/{campaign_id}/rounds/{round_number}/release"): "operatorToken",
+}
+"""The bearer token each authenticated route needs (documented in the OpenAPI schema)."""
+
 users = APIRouter(prefix="/v1/campaigns/{campaign_id}", tags=["users"])
 rounds = APIRouter(prefix="/v1/campaigns/{campaign_id}/rounds/{round_number}", tags=["rounds"])
 
@@ -221,4 +228,12 @@ def create_app(
     app.include_router(health_router(service.ready))
     app.include_router(users)
     app.include_router(rounds)
+    default_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = document_problems(default_openapi(), SECURITY)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app

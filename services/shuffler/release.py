@@ -24,7 +24,8 @@ A release has three steps (docs/protocol.md sections 1 and 2):
 Required participants: round 1 needs ``max(min_users, floor)``; round 2 needs
 ``max(n_min, min_users, floor)`` with ``n_min = ceil((1 - tau) n1)``, n1 the
 round-1 participant count (the server publishes the same n_min as
-``accounting_users``; the larger of the two is used).
+``accounting_users``; the larger of the two is used).  A campaign's fake tolerance
+lowers the count the accounting uses (``honest_users``), never this threshold.
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "violates (lower) for a blanket rate m and Poisson rate lambda.",
     )
     parser.add_argument("--users", type=integer, required=True,
-                        help="users whose blanket is guaranteed (n, or n_min with dropouts)")
+                        help="users whose blanket is guaranteed: the published honest_users h "
+                        "(n without dropout or fake tolerance)")
     parser.add_argument("--domain-size", type=integer, required=True, help="number of items d")
     parser.add_argument("--set-size", type=integer, required=True, help="items per user s")
     parser.add_argument("--blanket", type=number, required=True, help="blanket rate m")

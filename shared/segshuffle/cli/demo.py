@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from segshuffle.core import validation
 from segshuffle.core.blanket import BlanketMode
 
 from ._args import float_list, integer, number
@@ -60,6 +61,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--delta", type=number, default=None,
                         help="delta (default: the server's 0.01/n)")
     parser.add_argument("--dropout-tolerance", type=number, default=0.1)
+    parser.add_argument("--fake-tolerance", type=number, default=0.0,
+                        help="largest share of round-2 participants that may be fake; the "
+                             "server accounts with the honest rest (default 0)")
     parser.add_argument("--level-privacy", type=number, default=None,
                         help="eps_p: randomize levels with K-ary randomized response")
     parser.add_argument("--blanket-mode", choices=BLANKET_MODES, default=BlanketMode.SLOTS.value,
@@ -125,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--shares needs one non-negative share per level, summing to 1")
     if args.concurrency < 1:
         raise ValueError("--concurrency must be >= 1")
+    fake_tolerance = validation.require_tolerance("--fake-tolerance", args.fake_tolerance)
     started = time.perf_counter()
     rng = np.random.default_rng(args.seed)
     data = load_data(args, rng)
@@ -139,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
                 "id": CAMPAIGN_ID, "items": data.names, "set_size": data.set_size,
                 "levels": levels, "min_users": min(args.users, 100),
                 "dropout_tolerance": args.dropout_tolerance,
+                "fake_tolerance": fake_tolerance,
                 "blanket_mode": args.blanket_mode,
             }
             if args.delta is not None:
@@ -234,6 +240,8 @@ def _report(args: argparse.Namespace, data: DemoData, outcome: dict[str, Any],
         "epsilons_lower": list(parameters.epsilons_lower),
         "delta": parameters.delta,
         "accounting_users": parameters.accounting_users,
+        "fake_tolerance": parameters.fake_tolerance,
+        "honest_users": parameters.honest_users,
         "level_counts": [lv.users_round2 for lv in results.privacy.levels],
         "items": names,
         "estimates": estimates,
@@ -260,7 +268,8 @@ def _human(report: dict[str, Any], top: int) -> str:
         f"padding), s={report['set_size']}",
         f"parameters: m={report['m']:.4f} ({report['blanket_mode']} blanket, "
         f"{report['messages_per_user']} messages per user), delta={report['delta']:.3g}, "
-        f"n_min={report['accounting_users']}",
+        f"n_min={report['accounting_users']}, accounted with h={report['honest_users']} "
+        f"honest users (fake tolerance {report['fake_tolerance']:g})",
     ]
     for k, level in enumerate(report["levels"]):
         eps = report["epsilons"][k]

@@ -36,6 +36,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="fix the blanket rate m instead of optimising it")
     parser.add_argument("--dropout-tolerance", type=number, default=0.0,
                         help="share of users that may miss round 2 (default 0)")
+    parser.add_argument("--fake-tolerance", type=number, default=0.0,
+                        help="largest share of round-2 participants that may be fake or "
+                        "collude with the server; privacy is accounted with the honest rest "
+                        "(default 0)")
     parser.add_argument("--blanket-mode", choices=[*(m.value for m in BlanketMode), "best"],
                         default=BlanketMode.SLOTS.value,
                         help="slots: ceil(m) slots per user (the paper's blanket); "
@@ -56,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
     shares = validation.require_shares(args.shares, len(levels))
     started = time.perf_counter()
     counts = [users * share for share in shares]
-    options = {"dropout_tolerance": args.dropout_tolerance, "blanket": args.blanket,
+    options = {"dropout_tolerance": args.dropout_tolerance,
+               "fake_tolerance": args.fake_tolerance, "blanket": args.blanket,
                "max_messages_per_user": args.max_messages_per_user}
     if args.blanket_mode == "best":
         result = optimize_best_mode(counts, levels, args.domain_size, args.set_size,
@@ -78,6 +83,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"MSE bound           {result.mse_bound:.6g}")
     print(f"messages per user   {result.messages_per_user}")
     print(f"accounting users    {result.accounting_users} of {users}")
+    print(f"honest users        {result.honest_users} of {result.accounting_users}"
+          f"  (fake tolerance {result.fake_tolerance:g}; audit with --users "
+          f"{result.honest_users})")
     print(f"{'level':>10} {'share':>8} {'lambda':>10} {'eps upper':>10} {'eps lower':>10}"
           f" {'m_k':>10}")
     blankets = result.level_blankets or (None,) * len(levels)

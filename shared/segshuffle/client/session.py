@@ -9,6 +9,7 @@ they never touch the network.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Iterable
@@ -135,10 +136,16 @@ class UserSession:
     """One user's protocol state in one campaign."""
 
     def __init__(self, campaign_id: str, rng: np.random.Generator | None = None,
-                 *, allow_insecure: bool = False) -> None:
+                 *, allow_insecure: bool = False, min_fake_tolerance: float = 0.0) -> None:
+        """``min_fake_tolerance``: refuse campaigns that tolerate a smaller fraction f of
+        fake or colluding participants than the app requires (default 0: any)."""
+        if not (math.isfinite(min_fake_tolerance) and 0.0 <= min_fake_tolerance < 1.0):
+            raise ClientError(f"min_fake_tolerance must be in [0, 1), got "
+                              f"{min_fake_tolerance!r}")
         self.campaign_id = campaign_id
         self.rng = rng if rng is not None else np.random.default_rng()
         self.allow_insecure = allow_insecure
+        self.min_fake_tolerance = float(min_fake_tolerance)
         self.view: CampaignView | None = None
         self.key: PinnedKey | None = None
         self.config_hash: str | None = None
@@ -163,7 +170,8 @@ class UserSession:
     # -- answers -------------------------------------------------------------------------
     def accept_campaign(self, view: CampaignView, hpke: HpkeConfig) -> CampaignView:
         """Verify a fetched view; the first one pins the key id and configuration hash."""
-        key = verify_campaign(view, hpke, self.campaign_id)
+        key = verify_campaign(view, hpke, self.campaign_id,
+                              min_fake_tolerance=self.min_fake_tolerance)
         if self.key is None:
             self.key, self.config_hash = key, view.config_hash
         elif key.key_id != self.key.key_id or view.config_hash != self.config_hash:
@@ -185,6 +193,7 @@ class UserSession:
         self.parameters = verify_parameters(
             view, level_index=self.level_index, key_id=self.key.key_id,
             config_hash=self.config_hash, allow_insecure=self.allow_insecure,
+            min_fake_tolerance=self.min_fake_tolerance,
         )
         self.view = view
         return self.parameters

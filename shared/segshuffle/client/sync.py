@@ -59,10 +59,12 @@ class Client:
         retry: RetryPolicy | None = None,
         timeout: float = 30.0,
         allow_insecure: bool = False,
+        min_fake_tolerance: float = 0.0,
         http: httpx.Client | None = None,
         cache: PublicCache | None = None,
     ) -> None:
-        self.session = UserSession(campaign_id, rng, allow_insecure=allow_insecure)
+        self.session = UserSession(campaign_id, rng, allow_insecure=allow_insecure,
+                                   min_fake_tolerance=min_fake_tolerance)
         self.server_url = server_url.rstrip("/")
         self.shuffler_url = shuffler_url.rstrip("/")
         self.retry = retry or RetryPolicy()

@@ -1,8 +1,10 @@
 """Checks a client makes before it sends anything that depends on what the server published.
 
 Round 1 (:func:`verify_campaign`): the view's ``config_hash`` is the SHA-256 of
-its canonical configuration, and the HPKE key config is well formed, its key id
-is the hash of its key and equals the key id the view pins.
+its canonical configuration, the HPKE key config is well formed, its key id
+is the hash of its key and equals the key id the view pins, and the campaign
+tolerates at least the fraction of fake or colluding participants the app demands
+(``min_fake_tolerance``, default 0: a campaign assuming fewer fakes is refused).
 
 Round 2 (:func:`verify_parameters`): the published parameters
 
@@ -10,15 +12,17 @@ Round 2 (:func:`verify_parameters`): the published parameters
   and key id as round 1 (a swapped key or campaign would split the anonymity
   set or redirect messages);
 - are consistent with the configuration (levels, set size, privacy domain,
-  dropout tolerance, fixed size, level privacy, blanket mode: parameters for another
+  dropout and fake tolerances, fixed size, level privacy, blanket mode: parameters for another
   mode than the configuration's are refused), with the geometry of
   :mod:`segshuffle.core.blanket` for that mode and its caps (``blanket_slots`` =
   ceil(m), or D in the independent mode; ``messages_per_user = s + blanket_slots``)
-  and with the rules of :mod:`segshuffle.core.rules` (``accounting_users`` = n_min);
+  and with the rules of :mod:`segshuffle.core.rules` (``accounting_users`` = n_min,
+  ``honest_users`` = h = ceil((1 - f) n_min): parameters accounted with any other
+  count, such as n_min by a server that ignores f, are refused);
 - use the campaign's delta, or the default rule's 0.01 / n when the campaign left
   it unset, and no more than the client's ceiling (1 / n unless the app sets one);
 - protect *every* level, not only this user's: delta_user(E_k) <= delta holds on
-  the server's full view for each published lambda_k at the published m, n_min,
+  the server's full view for each published lambda_k at the published m, h,
   privacy domain and blanket mode (:func:`segshuffle.core.accounting.user_level_holds`).
   Parameters are the same for everyone; a server that under-protects one level
   would learn who sits at it from who refuses.  Tampered parameters such as
@@ -40,7 +44,8 @@ from segshuffle.wire.models import CampaignView, HpkeConfig, PublishedParameters
 from .errors import VerificationError
 
 
-def verify_campaign(view: CampaignView, hpke: HpkeConfig, campaign_id: str) -> PinnedKey:
+def verify_campaign(view: CampaignView, hpke: HpkeConfig, campaign_id: str, *,
+                    min_fake_tolerance: float = 0.0) -> PinnedKey:
     """Round-1 checks; returns the verified public key to seal with."""
     if view.id != campaign_id or view.config.id != campaign_id:
         raise VerificationError(f"the server answered for campaign {view.id!r}, "
@@ -58,7 +63,18 @@ def verify_campaign(view: CampaignView, hpke: HpkeConfig, campaign_id: str) -> P
         )
     if view.hpke_config.public_key != hpke.public_key:
         raise VerificationError("the key config differs from the key in the campaign view")
+    _require_fake_tolerance(view.config.fake_tolerance, min_fake_tolerance)
     return pinned
+
+
+def _require_fake_tolerance(campaign: float, minimum: float) -> None:
+    """Refuse a campaign that accounts for fewer fake participants than the app demands."""
+    if not 0.0 <= campaign < 1.0:
+        raise VerificationError(f"fake tolerance: the campaign's {campaign!r} is not in [0, 1)")
+    if not campaign >= minimum:
+        raise VerificationError(
+            f"fake tolerance: the campaign tolerates a fraction {campaign:g} of fake or "
+            f"colluding participants, this client requires at least {minimum:g}")
 
 
 @functools.lru_cache(maxsize=256)
@@ -80,6 +96,14 @@ def _unprotected_levels(levels: tuple[float, ...], lambdas: tuple[float, ...], s
         if not bound <= delta:
             failing.append(f"level {level:g} (lambda={lam:g}: delta_user={bound:.3g})")
     return tuple(failing)
+
+
+def _honest_users(p: PublishedParameters) -> int | None:
+    """h from the published n, tau and f; None when f is not a valid tolerance."""
+    try:
+        return rules.honest_users(p.users, p.dropout_tolerance, p.fake_tolerance)
+    except ValueError:
+        return None
 
 
 def _delta_problems(p: PublishedParameters, configured: float | None,
@@ -119,10 +143,12 @@ def verify_parameters(
     config_hash: str,
     allow_insecure: bool = False,
     delta_ceiling: float | None = None,
+    min_fake_tolerance: float = 0.0,
 ) -> PublishedParameters:
     """Round-2 checks for a user at ``level_index``; returns the verified parameters.
 
-    ``delta_ceiling`` is the largest delta the app accepts (default 1 / n).
+    ``delta_ceiling`` is the largest delta the app accepts (default 1 / n);
+    ``min_fake_tolerance`` the smallest fake tolerance f it accepts (default 0).
     """
     p = view.parameters
     if p is None or view.parameters_hash is None:
@@ -150,6 +176,8 @@ def verify_parameters(
         problems.append("message format")
     if p.dropout_tolerance != config.dropout_tolerance:
         problems.append("dropout tolerance")
+    if p.fake_tolerance != config.fake_tolerance:
+        problems.append("fake tolerance")
     mode = blanket.parse_mode(config.blanket_mode)
     if p.blanket_mode != config.blanket_mode:
         problems.append(f"blanket mode ({p.blanket_mode}, the campaign uses "
@@ -158,6 +186,11 @@ def verify_parameters(
     if (not 1 <= p.users <= rules.MAX_USERS
             or p.accounting_users != rules.accounting_users(p.users, p.dropout_tolerance)):
         problems.append("user counts")
+    elif (honest := _honest_users(p)) is None:
+        problems.append(f"fake tolerance ({p.fake_tolerance!r} is not in [0, 1))")
+    elif p.honest_users != honest:
+        problems.append(f"honest users ({p.honest_users}, the campaign's rule gives "
+                        f"ceil((1 - {p.fake_tolerance:g}) {p.accounting_users}) = {honest})")
     if not all(0.0 <= lam <= 1.0 for lam in p.lambdas):
         problems.append("Poisson rates")
     if not rules.MIN_DELTA <= p.delta < 1.0:
@@ -167,6 +200,7 @@ def verify_parameters(
     if problems:
         raise VerificationError("the published parameters are inconsistent with the "
                                 f"campaign: {', '.join(problems)}")
+    _require_fake_tolerance(config.fake_tolerance, min_fake_tolerance)
     if not 0 <= level_index < k:
         raise VerificationError(f"level index {level_index} is not one of the {k} levels")
     if p.insecure:
@@ -175,13 +209,14 @@ def verify_parameters(
         raise VerificationError("the server published insecure (unaccounted) parameters")
     try:
         failing = _unprotected_levels(tuple(config.levels), tuple(p.lambdas), s, p.delta,
-                                      p.accounting_users, p.m, p.privacy_domain_size, mode)
+                                      p.honest_users, p.m, p.privacy_domain_size, mode)
     except ValueError as exc:
         raise VerificationError(f"the published parameters cannot be accounted: {exc}") from None
     if failing:
         raise VerificationError(
             f"the published parameters would not protect {', '.join(failing)} at "
             f"delta={p.delta:g} with m={p.m:g} ({mode.value} blanket), "
-            f"n_min={p.accounting_users}, d={p.privacy_domain_size}"
+            f"h={p.honest_users} honest of n_min={p.accounting_users} (f={p.fake_tolerance:g}), "
+            f"d={p.privacy_domain_size}"
         )
     return p

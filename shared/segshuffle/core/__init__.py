@@ -3,8 +3,8 @@
 Modules, one job each:
 
 - :mod:`~segshuffle.core.validation`: argument checks shared by the library and the CLI.
-- :mod:`~segshuffle.core.rules`: what every party computes identically (n_min, default
-  delta) and the caps on every input.
+- :mod:`~segshuffle.core.rules`: what every party computes identically (n_min, the
+  honest count h, default delta) and the caps on every input.
 - :mod:`~segshuffle.core.blanket`: the two blanket modes and their message geometry.
 - :mod:`~segshuffle.core.hockey_stick`: the hockey-stick divergence of the two-bin count
   pair, evaluated per total count.

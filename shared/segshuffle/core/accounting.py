@@ -2,11 +2,13 @@
 
 The server sees the whole histogram of decrypted messages, null messages
 included.  Every bound here is a bound on that full view; none goes through
-group privacy.  ``users`` is n_min, the number of users whose blanket is
-guaranteed (n, or ceil((1 - tau) n) with a dropout tolerance tau).  A user at
-level E with Poisson rate lambda is protected when delta_user(E) <= delta.
+group privacy.  ``users`` is h, the number of honest users whose blanket is
+guaranteed, the victim included (:func:`segshuffle.core.rules.honest_users`: n,
+or ceil((1 - f) ceil((1 - tau) n)) with a dropout tolerance tau and a fake
+tolerance f).  A user at level E with Poisson rate lambda is protected when
+delta_user(E) <= delta.
 
-**Slot blanket** (:attr:`BlanketMode.SLOTS`, the paper's).  N = n_min ceil(m) - 1
+**Slot blanket** (:attr:`BlanketMode.SLOTS`, the paper's).  N = h ceil(m) - 1
 slots each land on a given item with probability r = gamma / d.  Reveal the
 victim's send indicators V (they do not depend on its data, so revealing them
 only helps the server); by joint convexity,
@@ -31,7 +33,7 @@ disjoint pairs.  Hence tau_j = max_{i <= min(j, d // 2)} (D_i + eta_i) with
   depend on lambda, so every lambda_k is the root of a polynomial inequality.
 
 **Independent blanket** (:attr:`BlanketMode.INDEPENDENT`).  Every item's blanket
-count is Binomial(n_min - 1, m / d), independent across items, so the view of
+count is Binomial(h - 1, m / d), independent across items, so the view of
 disjoint x and x' is exactly the s-fold product of item pairs with lambda;
 overlapping sets compose fewer pairs.  delta_user is computed from the s-fold
 composed PLD (pessimistic grid): no slack, no revealed V.
@@ -231,7 +233,7 @@ def clear_caches() -> None:
 
 
 def _independent_law(users: int, m: float, domain_size: int, *, lower: bool) -> BinLaw:
-    """One item's blanket count: Binomial(n_min - 1, m/d); Binomial(n_min, m/d) for lower bounds.
+    """One item's blanket count: Binomial(h - 1, m/d); Binomial(h, m/d) for lower bounds.
 
     Upper bounds count at most ACCOUNTED_BLANKET_PER_ITEM expected messages.
     """

@@ -15,8 +15,10 @@ so it is not assumed unimodal: a grid over every bucket ceil(m) = c is evaluated
 first, then the best cell is refined with a bounded scalar search.  A few points
 below min_k m_k are tried too, since nothing forbids the optimum from lying there.
 
-Dropouts (docs/protocol.md section 2): privacy is accounted with n_min = ceil((1 - tau) n)
-users, the utility with the n expected participants.
+Dropouts and fake users (docs/protocol.md section 2): privacy is accounted with the
+h = ceil((1 - f) n_min) honest users of :func:`segshuffle.core.rules.honest_users`, where
+n_min = ceil((1 - tau) n) is the release threshold and f the tolerated fraction of fake or
+colluding participants (h = n_min at f = 0); the utility with the n expected participants.
 
 Levels may number in the thousands (fully personalised budgets).  The search then
 evaluates lambda at up to :data:`ANCHOR_LEVELS` anchor levels and interpolates
@@ -53,7 +55,7 @@ from .blanket import (
 )
 from .estimator import mse_bound
 from .privacy_loss import DEFAULT_STEP
-from .rules import MAX_MESSAGES_PER_USER, accounting_users
+from .rules import MAX_MESSAGES_PER_USER, accounting_users, honest_users
 
 #: Number of levels whose lambda is computed exactly during the m search when K is large.
 ANCHOR_LEVELS = 24
@@ -75,8 +77,10 @@ class OptimizationResult:
     ``epsilons`` are the achieved user-level guarantees (upper bounds, at most the
     requested levels), ``epsilons_lower`` the exhibited-dataset lower bounds
     (``None`` entries: not computed or above the cap), ``level_blankets`` the
-    full-signal rates m_k.  ``alternative`` summarises the optimum of the other
-    blanket mode (its m, MSE bound and messages per user) when it was computed.
+    full-signal rates m_k.  ``accounting_users`` is n_min, the round-2 release
+    threshold; ``honest_users`` is h, the count every epsilon here is accounted with.
+    ``alternative`` summarises the optimum of the other blanket mode (its m, MSE
+    bound and messages per user) when it was computed.
     """
 
     m: float
@@ -87,11 +91,13 @@ class OptimizationResult:
     delta: float
     users: float
     accounting_users: int
+    honest_users: int
     levels: tuple[float, ...]
     level_counts: tuple[float, ...]
     domain_size: int
     set_size: int
     dropout_tolerance: float
+    fake_tolerance: float
     level_blankets: tuple[float, ...] | None
     blanket_fixed: bool
     blanket_mode: str = BlanketMode.SLOTS.value
@@ -190,6 +196,7 @@ def optimize(
     delta: float,
     *,
     dropout_tolerance: float = 0.0,
+    fake_tolerance: float = 0.0,
     blanket: float | None = None,
     lower_bounds: bool | None = None,
     blanket_mode: str | BlanketMode = BlanketMode.SLOTS,
@@ -206,6 +213,8 @@ def optimize(
     reports it as ``alternative``.  ``max_messages_per_user`` caps the data
     ciphertexts of one submission: the slot blanket's m is searched up to
     budget - s; the independent blanket (s + d messages) is refused above it.
+    ``dropout_tolerance`` tau and ``fake_tolerance`` f set the accounted count
+    h = ceil((1 - f) ceil((1 - tau) n)).
     """
     mode = parse_mode(blanket_mode)
     levels = validation.require_levels(levels)
@@ -213,17 +222,19 @@ def optimize(
     d, s = validation.require_domain(domain_size, set_size)
     delta = validation.require_delta(delta)
     tau = validation.require_tolerance("dropout tolerance", dropout_tolerance)
+    f = validation.require_tolerance("fake tolerance", fake_tolerance)
     users = math.fsum(counts)
     if users < 2:
         raise ValueError(f"need at least 2 users, got {users:g}")
     validation.require_users("users", math.ceil(users))
     n_min = accounting_users(users, tau)
-    solver = _LambdaSolver(levels, s, delta, n_min, d, mode)
+    honest = honest_users(users, tau, f)
+    solver = _LambdaSolver(levels, s, delta, honest, d, mode)
     ceiling = _blanket_ceiling(mode, s, d, max_messages_per_user)
 
     def signal_blanket(level: float) -> float:
         try:
-            m_k = full_signal_blanket(level, s, delta, n_min, d, mode=mode, rtol=SEARCH_RTOL,
+            m_k = full_signal_blanket(level, s, delta, honest, d, mode=mode, rtol=SEARCH_RTOL,
                                       step=COARSE_STEP)
         except UnprotectableLevelError:  # no rate up to the cap gives lambda = 1
             return ceiling
@@ -249,11 +260,11 @@ def optimize(
         # strictest level's full-signal rate, which the coarse steering grid overstates.
         m = _lowest_full_signal_blanket(solver, levels[0], m)
         lambdas = solver.all_exact(m, LAMBDA_XTOL)
-    epsilons = _achieved_epsilons(levels, lambdas, s, delta, n_min, m, d, mode)
+    epsilons = _achieved_epsilons(levels, lambdas, s, delta, honest, m, d, mode)
     if lower_bounds is None:
         lower_bounds = len(levels) <= LOWER_BOUND_LEVELS
     epsilons_lower = tuple(
-        user_epsilon(lam, s, delta, n_min, m, d, lower=True, hint=upper, mode=mode)
+        user_epsilon(lam, s, delta, honest, m, d, lower=True, hint=upper, mode=mode)
         if lower_bounds else None
         for lam, upper in zip(lambdas, epsilons, strict=True)
     )
@@ -262,6 +273,7 @@ def optimize(
         other = (BlanketMode.INDEPENDENT if mode is BlanketMode.SLOTS else BlanketMode.SLOTS)
         try:
             result = optimize(counts, levels, d, s, delta, dropout_tolerance=tau,
+                              fake_tolerance=f,
                               blanket=None if blanket is None else min(blanket, float(d)),
                               lower_bounds=False, blanket_mode=other,
                               max_messages_per_user=max_messages_per_user)
@@ -277,11 +289,13 @@ def optimize(
         delta=delta,
         users=users,
         accounting_users=n_min,
+        honest_users=honest,
         levels=tuple(levels),
         level_counts=tuple(counts),
         domain_size=d,
         set_size=s,
         dropout_tolerance=tau,
+        fake_tolerance=f,
         level_blankets=level_blankets,
         blanket_fixed=blanket is not None,
         blanket_mode=mode.value,

@@ -3,11 +3,16 @@
 Each quantity here is decided by one party and checked by another, so each has
 exactly one definition:
 
-- **n_min**, the users whose blanket the accounting counts on and below which the
-  shuffler never releases round 2: ceil((1 - tau) n), evaluated in exact rational
-  arithmetic on tau's shortest round-trip decimal, the text it has in every JSON
-  document (so tau = 0.45 of 100 users is 55 and tau = 0.7 of 10 users is 3 everywhere,
-  with no floating-point fudge that two implementations could choose differently);
+- **n_min**, the users below which the shuffler never releases round 2 (and whose
+  blanket the accounting counts on when no fake users are tolerated):
+  ceil((1 - tau) n), evaluated in exact rational arithmetic on tau's shortest
+  round-trip decimal, the text it has in every JSON document (so tau = 0.45 of 100
+  users is 55 and tau = 0.7 of 10 users is 3 everywhere, with no floating-point
+  fudge that two implementations could choose differently);
+- **h**, the honest users whose blanket the accounting counts on when a campaign
+  tolerates a fraction f of fake or colluding participants (:func:`honest_users`):
+  ceil((1 - f) n_min), exact in the same way on f's shortest decimal.  It is the
+  count every accountant call receives; n_min stays the release threshold;
 - the **default delta** of a campaign that leaves it unset: 0.01 / n for the round-1
   participant count n, and the largest delta a client accepts by default: 1 / n;
 - the **caps** on everything a campaign can make a client or a service compute or send.
@@ -67,6 +72,7 @@ __all__ = [
     "accounting_users",
     "client_delta_ceiling",
     "default_delta",
+    "honest_users",
 ]
 
 
@@ -81,6 +87,26 @@ def accounting_users(users: float, dropout_tolerance: float) -> int:
     if not (math.isfinite(dropout_tolerance) and 0.0 <= dropout_tolerance < 1.0):
         raise ValueError(f"dropout tolerance must be in [0, 1), got {dropout_tolerance!r}")
     exact = (1 - Fraction(repr(float(dropout_tolerance)))) * Fraction(repr(float(users)))
+    return max(1, math.ceil(exact))
+
+
+def honest_users(users: float, dropout_tolerance: float, fake_tolerance: float) -> int:
+    """h = ceil((1 - f) n_min): the honest round-2 participants the accounting counts on.
+
+    Round 2 is released only with n2 >= n_min = ceil((1 - tau) n) participants, and
+    the campaign tolerates that at most floor(f n2) of them are fake or collude with
+    the server (they send no blanket, or blanket the server can subtract).  The
+    honest ones, the target user among them, number at least n2 - floor(f n2) =
+    ceil((1 - f) n2), which never decreases as n2 grows (floor(f n2) rises by at
+    most 1 per user since f < 1), so at least ceil((1 - f) n_min) >= 1 honest users
+    contribute blanket.  That count enters the accountant exactly where n_min
+    does without fakes: h = n_min at f = 0.  Evaluated in rational arithmetic on
+    f's shortest round-trip decimal, like n_min (:func:`accounting_users`).
+    """
+    if not (math.isfinite(fake_tolerance) and 0.0 <= fake_tolerance < 1.0):
+        raise ValueError(f"fake tolerance must be in [0, 1), got {fake_tolerance!r}")
+    n_min = accounting_users(users, dropout_tolerance)
+    exact = (1 - Fraction(repr(float(fake_tolerance)))) * n_min
     return max(1, math.ceil(exact))
 
 

@@ -373,6 +373,7 @@ class CampaignCreate(RequestModel):
     delta: float | None = Field(default=None, ge=rules.MIN_DELTA, lt=1.0, allow_inf_nan=False)
     min_users: int = Field(ge=2, le=MAX_USERS)
     dropout_tolerance: float = Field(default=0.1, ge=0.0, lt=1.0, allow_inf_nan=False)
+    fake_tolerance: float = Field(default=0.0, ge=0.0, lt=1.0, allow_inf_nan=False)
     level_privacy: float | None = Field(default=None, gt=0.0, le=MAX_LEVEL_EPSILON,
                                         allow_inf_nan=False)
     fixed_size: bool = True
@@ -429,6 +430,7 @@ class CampaignCreate(RequestModel):
             delta=self.delta,
             min_users=self.min_users,
             dropout_tolerance=float(self.dropout_tolerance),
+            fake_tolerance=float(self.fake_tolerance),
             level_privacy=self.level_privacy,
             fixed_size=self.fixed_size,
             padding=self.padding,
@@ -453,6 +455,7 @@ class CampaignConfig(_DefaultBlanketModeOmitted):
     delta: float | None
     min_users: int
     dropout_tolerance: float
+    fake_tolerance: float = 0.0
     level_privacy: float | None
     fixed_size: bool
     padding: bool
@@ -481,7 +484,10 @@ class PublishedParameters(_DefaultBlanketModeOmitted):
     (:func:`segshuffle.core.blanket.blanket_slots`; the mode is the campaign's and
     is omitted from the dump when it is the default).  ``users`` is the round-1 n,
     ``accounting_users`` n_min = ceil((1 - tau) n): the shuffler must not release
-    round 2 with fewer participants.
+    round 2 with fewer participants.  ``fake_tolerance`` f is the campaign's tolerated
+    fraction of fake or colluding participants and ``honest_users`` h = ceil((1 - f) n_min)
+    the users whose blanket every published epsilon is accounted with
+    (:func:`segshuffle.core.rules.honest_users`).
     """
 
     campaign_id: str
@@ -501,11 +507,22 @@ class PublishedParameters(_DefaultBlanketModeOmitted):
     delta: float
     users: int
     accounting_users: int
+    honest_users: int
     dropout_tolerance: float
+    fake_tolerance: float = 0.0
     epsilons: list[float | None]
     epsilons_lower: list[float | None]
     mse_bound: float | None
     insecure: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_honest_users(cls, data: Any) -> Any:
+        """Documents from before fake tolerances accounted with n_min: h = n_min, f = 0."""
+        if (isinstance(data, dict) and "honest_users" not in data
+                and "fake_tolerance" not in data and "accounting_users" in data):
+            data = {**data, "honest_users": data["accounting_users"]}
+        return data
 
     def hash_hex(self) -> str:
         return context_hash_hex(self)
@@ -664,6 +681,10 @@ class PrivacyReport(ResponseModel):
     lambdas: list[float]
     users: int
     accounting_users: int
+    fake_tolerance: float = 0.0
+    """The campaign's tolerated fraction f of fake or colluding round-2 participants."""
+    honest_users: int | None = None
+    """h = ceil((1 - f) n_min): the honest users every epsilon below is accounted with."""
     round2_users: int
     levels: list[LevelPrivacy]
     insecure: bool

@@ -27,8 +27,11 @@ Sections of the file:
     ``{description, object, canonical, sha256}``: RFC 8785 canonical forms.
 ``parameters``
     campaigns with their configuration and published parameters, both hashes,
+    the honest count the rule gives (``honest_users_rule``, h = ceil((1 - f) n_min)),
     and the verdict of the client's check (docs/protocol.md section 6) for every
-    level: ``holds`` is delta_user(E_k) <= delta at the published lambda_k.
+    level: ``holds`` is delta_user(E_k) <= delta at the published lambda_k and
+    ``honest_users``; ``client_accepts`` needs every level to hold and the published
+    ``honest_users`` to equal the rule's.
 
 This module uses only the protocol core, :mod:`segshuffle.crypto` and the wire
 models: no server stack.
@@ -52,7 +55,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from segshuffle.core import accounting, blanket
 from segshuffle.core.blanket import BlanketMode
 from segshuffle.core.optimizer import optimize
-from segshuffle.core.rules import accounting_users, default_delta
+from segshuffle.core.rules import accounting_users, default_delta, honest_users
 from segshuffle.crypto import (
     build_info,
     key_id_for,
@@ -141,6 +144,8 @@ ITEMS = ["café", "naïve", "Zürich", "東京", "emoji 😀", 'say "hi"', "back
 LEVELS = [0.5, 1.0, 2.0]
 LEVEL_COUNTS = [250, 500, 250]
 """Round-1 histogram n_k the published parameters are computed from (n = 1000)."""
+FAKE_TOLERANCE = 0.1
+"""The vectors' campaign tolerates 10% fakes: n_min = 900, h = 810."""
 
 
 def campaign_config(mode: BlanketMode) -> CampaignConfig:
@@ -148,7 +153,7 @@ def campaign_config(mode: BlanketMode) -> CampaignConfig:
     return CampaignCreate.model_validate({
         "id": f"vectors-{mode.value}", "items": ITEMS, "set_size": 2,
         "levels": LEVELS, "min_users": 100, "dropout_tolerance": 0.1,
-        "blanket_mode": mode.value,
+        "fake_tolerance": FAKE_TOLERANCE, "blanket_mode": mode.value,
     }).to_config()
 
 
@@ -157,7 +162,7 @@ def optimized_parameters(config: CampaignConfig, key_id: str) -> PublishedParame
 
     The same steps as the server's round-1 completion: delta by the campaign's
     rule, the optimizer in the campaign's blanket mode, n_min from the dropout
-    tolerance.
+    tolerance and h from n_min and the fake tolerance.
     """
     users = sum(LEVEL_COUNTS)
     delta = config.delta if config.delta is not None else default_delta(users)
@@ -165,7 +170,8 @@ def optimized_parameters(config: CampaignConfig, key_id: str) -> PublishedParame
     domain = config.privacy_domain_size
     s = config.set_size
     result = optimize([float(c) for c in LEVEL_COUNTS], config.levels, domain, s, delta,
-                      dropout_tolerance=config.dropout_tolerance, blanket_mode=mode)
+                      dropout_tolerance=config.dropout_tolerance,
+                      fake_tolerance=config.fake_tolerance, blanket_mode=mode)
     m = float(result.m)
     return PublishedParameters(
         campaign_id=config.id, key_id=key_id, config_hash=config.hash_hex(),
@@ -177,7 +183,10 @@ def optimized_parameters(config: CampaignConfig, key_id: str) -> PublishedParame
         fixed_size=config.fixed_size, level_privacy=config.level_privacy,
         delta=float(delta), users=users,
         accounting_users=accounting_users(float(users), config.dropout_tolerance),
+        honest_users=honest_users(float(users), config.dropout_tolerance,
+                                  config.fake_tolerance),
         dropout_tolerance=config.dropout_tolerance,
+        fake_tolerance=config.fake_tolerance,
         epsilons=[None if e is None else float(e) for e in result.epsilons],
         epsilons_lower=[None if e is None else float(e) for e in result.epsilons_lower],
         mse_bound=float(result.mse_bound), insecure=False,
@@ -190,6 +199,11 @@ def tampered_parameters(honest: PublishedParameters) -> PublishedParameters:
     return honest.model_copy(update={"lambdas": lambdas})
 
 
+def fake_tolerance_ignored(honest: PublishedParameters) -> PublishedParameters:
+    """``honest`` claiming to be accounted with all n_min users, as if f were 0: refused."""
+    return honest.model_copy(update={"honest_users": honest.accounting_users})
+
+
 def level_verdicts(parameters: PublishedParameters) -> list[dict[str, Any]]:
     """For each level: does the published lambda_k meet delta_user(E_k) <= delta?"""
     mode = blanket.parse_mode(parameters.blanket_mode)
@@ -197,10 +211,10 @@ def level_verdicts(parameters: PublishedParameters) -> list[dict[str, Any]]:
     for level, lam in zip(parameters.levels, parameters.lambdas, strict=True):
         arguments = (level, lam, parameters.set_size)
         holds = accounting.user_level_holds(
-            *arguments, parameters.delta, parameters.accounting_users, parameters.m,
+            *arguments, parameters.delta, parameters.honest_users, parameters.m,
             parameters.privacy_domain_size, mode=mode)
         bound = accounting.user_delta(
-            *arguments, parameters.accounting_users, parameters.m,
+            *arguments, parameters.honest_users, parameters.m,
             parameters.privacy_domain_size, mode=mode, delta=parameters.delta)
         rows.append({"level": level, "lambda": lam, "delta_user": bound, "holds": holds})
     return rows
@@ -285,13 +299,17 @@ def canonical_section(extra: Sequence[tuple[str, Any]] = ()) -> list[dict[str, A
 def _parameters_case(description: str, config: CampaignConfig,
                      parameters: PublishedParameters) -> dict[str, Any]:
     verdicts = level_verdicts(parameters)
+    rule = honest_users(parameters.users, parameters.dropout_tolerance,
+                        parameters.fake_tolerance)
     return {
         "description": description,
         "config": config.model_dump(mode="json"), "config_hash": config.hash_hex(),
         "parameters": parameters.model_dump(mode="json"),
         "parameters_hash": parameters.hash_hex(),
+        "honest_users_rule": rule,
         "level_verdicts": verdicts,
-        "client_accepts": all(row["holds"] for row in verdicts),
+        "client_accepts": (parameters.honest_users == rule
+                           and all(row["holds"] for row in verdicts)),
     }
 
 
@@ -318,6 +336,9 @@ def build_vectors(published: Mapping[str, Mapping[str, Any]] | None = None) -> d
         _parameters_case("tampered: the strictest level's lambda raised to 1 (hash "
                          "recomputed); a client must refuse", slots_config,
                          tampered_parameters(slots_parameters)),
+        _parameters_case("tampered: honest_users set to n_min, ignoring the fake tolerance "
+                         "(hash recomputed); a client must refuse", slots_config,
+                         fake_tolerance_ignored(slots_parameters)),
     ]
     documents = [("a campaign configuration", slots_config.model_dump(mode="json")),
                  ("published parameters", slots_parameters.model_dump(mode="json"))]
