@@ -46,6 +46,7 @@ from segshuffle.wire.models import (
     Round2Submission,
     SubmissionReceipt,
 )
+from segshuffle.wire.problems import PROBLEM_MEDIA_TYPE
 
 from .enrollment import EnrollmentPolicy, InvitationEnrollment, OpenEnrollment
 from .limits import RouteLimits, enrollment_limit, submission_limit
@@ -98,6 +99,12 @@ def _openapi_body(*models: type[BaseModel]) -> dict[str, Any]:
                             "content": {"application/json": {"schema": schema}}}}
 
 
+def _problem(description: str) -> dict[str, Any]:
+    """An OpenAPI response of problem documents (:func:`document_problems` adds the rest)."""
+    return {"description": description, "content": {
+        PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+
+
 # -- routes ----------------------------------------------------------------------------
 SECURITY: dict[tuple[str, str], str] = {
     ("POST", "/v1/campaigns/{campaign_id}/rounds/{round_number}/submissions"): "userToken",
@@ -111,10 +118,9 @@ rounds = APIRouter(prefix="/v1/campaigns/{campaign_id}/rounds/{round_number}", t
 
 @users.post("/enrollments", status_code=201, response_model=EnrollmentResponse,
             dependencies=[Depends(enrollment_limit)],
-            responses={401: {"description": "invitation-required"},
-                       403: {"description": "invalid-invitation, invitation-wrong-campaign, "
-                                            "invitation-expired or invitation-used"},
-                       429: {"description": "too many enrollments from this source"}},
+            responses={401: _problem("invitation-required"),
+                       403: _problem("invalid-invitation, invitation-wrong-campaign, "
+                                     "invitation-expired or invitation-used")},
             openapi_extra={"requestBody": {"required": False, "content": {
                 "application/json": {"schema": EnrollmentRequest.model_json_schema()}}}})
 async def enroll(campaign_id: str, request: Request, service: Service) -> EnrollmentResponse:
@@ -127,7 +133,6 @@ async def enroll(campaign_id: str, request: Request, service: Service) -> Enroll
 
 @users.post("/rounds/{round_number}/submissions", status_code=201,
             response_model=SubmissionReceipt, dependencies=[Depends(submission_limit)],
-            responses={429: {"description": "too many submissions from this source"}},
             openapi_extra=_openapi_body(Round1Submission, Round2Submission))
 async def submit(campaign_id: str, round_number: Round,
                  token: Annotated[str, Depends(user_token)], request: Request,
