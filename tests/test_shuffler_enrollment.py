@@ -58,7 +58,8 @@ def _client(settings: Settings) -> TestClient:
 
 @pytest.fixture
 def shuffler(tmp_path: Path) -> Iterator[TestClient]:
-    with _client(_settings(tmp_path)) as client:
+    """A shuffler with default settings but no rate limit (every request is one source)."""
+    with _client(_settings(tmp_path, enroll_rate=0)) as client:
         yield client
 
 
@@ -108,6 +109,8 @@ def test_every_refusal_has_its_problem_type(shuffler: TestClient) -> None:
              "invalid-invitation")
     _problem(_enroll(shuffler, {"invitation": _invitation()}, cid="nope"), 404,
              "unknown-campaign")
+    for odd in ("%00", "a%20b", "%C3%A9", "x" * 65):  # ids no campaign has: no server request
+        _problem(_enroll(shuffler, {}, cid=odd), 404, "unknown-campaign")
 
 
 def test_enrollment_bursts_get_429_with_retry_after(tmp_path: Path) -> None:

@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import re
 from typing import Any, Literal
 
 from starlette.concurrency import run_in_threadpool
 
 from segshuffle.services import errors
 from segshuffle.wire.models import (
+    ID_PATTERN,
     TERMINAL_PHASES,
     CampaignView,
     ReleaseResponse,
@@ -45,6 +47,7 @@ from .vault import RoundKeys, seal_submission
 log = logging.getLogger("segshuffle.shuffler")
 
 PHASE_OF_ROUND = {1: "round1", 2: "round2"}
+CAMPAIGN_ID = re.compile(ID_PATTERN)
 
 
 class ShufflerRoundStatus(RoundStatus):
@@ -121,7 +124,10 @@ class ShufflerService:
             raise errors.ForbiddenError("these credentials may not release rounds")
 
     async def campaign_view(self, campaign_id: str, *, fresh: bool = False) -> CampaignView:
-        """The server's public view of a campaign (cached by the link)."""
+        """The server's public view of a campaign (cached by the link); an id no campaign
+        can have is unknown without asking the server (it may not even form a URL)."""
+        if not CAMPAIGN_ID.fullmatch(campaign_id):
+            raise errors.UnknownCampaignError("no such campaign (not a valid campaign id)")
         try:
             view = await self.server.campaign(campaign_id, fresh=fresh)
         except UpstreamError as exc:
