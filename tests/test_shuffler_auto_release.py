@@ -1,6 +1,6 @@
 """Automatic release: with SEGSHUFFLE_SHUFFLER_AUTO_RELEASE=N the shuffler releases a round
-by itself once it has N participants and the campaign's threshold is met.  The stack also
-gates enrollment with an enrollment secret."""
+by itself once it has N participants and the campaign's threshold is met.  Users enroll with
+invitations; enrollment without one, or with a bad one, is refused."""
 
 from __future__ import annotations
 
