@@ -1,30 +1,61 @@
 #!/usr/bin/env bash
-# Generate deploy/.env: the random bearer tokens the deployment authenticates with.
+# Generate deploy/.env: the random bearer tokens the deployment authenticates with, and the
+# app operator's invitation issuer key (Ed25519, made with openssl).
 #
-#   COMPOSE_PROJECT_NAME       segshuffle (names of the containers and volumes)
-#   SEGSHUFFLE_ADMIN_TOKEN     creates campaigns and reads results on the server
-#   SEGSHUFFLE_SHUFFLER_TOKEN  the shuffler's credential when it forwards batches to the server
-#   SEGSHUFFLE_OPERATOR_TOKEN  triggers the release of a round on the shuffler
+#   COMPOSE_PROJECT_NAME           segshuffle (names of the containers and volumes)
+#   SEGSHUFFLE_ADMIN_TOKEN         creates campaigns and reads results on the server
+#   SEGSHUFFLE_SHUFFLER_TOKEN      the shuffler's credential when it forwards batches to the server
+#   SEGSHUFFLE_OPERATOR_TOKEN      triggers the release of a round on the shuffler
+#   SEGSHUFFLE_ISSUER_PUBLIC_KEY   the shuffler accepts invitations signed by this key only
+#   SEGSHUFFLE_ISSUER_PRIVATE_KEY  its private key (32-byte seed, base64url), for the load test
+#
+# The private key is also written as PKCS#8 PEM to issuer-key.pem next to the env file (mode
+# 0600, ignored by git; SEGSHUFFLE_ISSUER_KEY_FILE overrides the path), for
+# `segshuffle admin invitations ID --count N --out FILE --issuer-key deploy/issuer-key.pem`.
 #
 # `docker compose -f deploy/compose.yaml ...` reads deploy/.env for variable substitution and
 # hands each service only the tokens it needs. The file is mode 0600 and ignored by git.
-# An existing file is kept (tokens stay stable across rebuilds); pass --force to rotate.
+# An existing file is kept (tokens stay stable across rebuilds; an issuer key is added if it
+# lacks one); pass --force to rotate everything.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 target="${SEGSHUFFLE_ENV_FILE:-${here}/.env}"
+keyfile="${SEGSHUFFLE_ISSUER_KEY_FILE:-$(dirname "$target")/issuer-key.pem}"
 
+b64url() { base64 | tr '+/' '-_' | tr -d '=\n'; }
+
+# 32 random bytes, base64url without padding (43 characters).
+token() {
+    head -c 32 /dev/urandom | b64url
+}
+
+# A new Ed25519 issuer key in $keyfile; prints the two .env lines. The raw 32-byte seed and
+# public key are the last 32 bytes of the PKCS#8 and SubjectPublicKeyInfo DER encodings.
+issuer_key() {
+    command -v openssl > /dev/null || { echo "[init-secrets] openssl is required" >&2; exit 1; }
+    local tmpkey
+    tmpkey="$(mktemp "${keyfile}.XXXXXX")"
+    openssl genpkey -algorithm ed25519 -out "$tmpkey" 2> /dev/null
+    printf 'SEGSHUFFLE_ISSUER_PUBLIC_KEY=%s\n' \
+        "$(openssl pkey -in "$tmpkey" -pubout -outform DER | tail -c 32 | b64url)"
+    printf 'SEGSHUFFLE_ISSUER_PRIVATE_KEY=%s\n' \
+        "$(openssl pkey -in "$tmpkey" -outform DER | tail -c 32 | b64url)"
+    mv "$tmpkey" "$keyfile"
+}
+
+umask 077
 if [[ -e "$target" && "${1:-}" != "--force" ]]; then
+    if ! grep -q '^SEGSHUFFLE_ISSUER_PUBLIC_KEY=' "$target"; then
+        issuer_key >> "$target"
+        printf '[init-secrets] added an invitation issuer key to %s (%s)\n' "$target" \
+            "$keyfile" >&2
+        exit 0
+    fi
     printf '[init-secrets] %s exists, keeping it (--force rotates the tokens)\n' "$target" >&2
     exit 0
 fi
 
-# 32 random bytes, base64url without padding (43 characters).
-token() {
-    head -c 32 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n'
-}
-
-umask 077
 tmp="$(mktemp "${target}.XXXXXX")"
 trap 'rm -f "$tmp"' EXIT
 {
@@ -34,6 +65,8 @@ trap 'rm -f "$tmp"' EXIT
     printf 'SEGSHUFFLE_ADMIN_TOKEN=%s\n' "$(token)"
     printf 'SEGSHUFFLE_SHUFFLER_TOKEN=%s\n' "$(token)"
     printf 'SEGSHUFFLE_OPERATOR_TOKEN=%s\n' "$(token)"
+    printf '# Invitation issuer (private key also in %s).\n' "$keyfile"
+    issuer_key
 } > "$tmp"
 mv "$tmp" "$target"
 trap - EXIT

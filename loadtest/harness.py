@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 TOKEN_VARIABLES = {
     "admin": ("SEGSHUFFLE_ADMIN_TOKEN", "SEGSHUFFLE_SERVER_ADMIN_TOKEN"),
     "operator": ("SEGSHUFFLE_OPERATOR_TOKEN", "SEGSHUFFLE_SHUFFLER_OPERATOR_TOKEN"),
+    "issuer": ("SEGSHUFFLE_ISSUER_PRIVATE_KEY",),
 }
 """Where each token is looked up, in order (deploy/.env names first, then service names)."""
 
@@ -75,7 +76,7 @@ def read_env_file(path: Path) -> dict[str, str]:
 
 
 def resolve_token(role: str, explicit: str | None, env_file: Path | None,
-                  environ: Mapping[str, str] | None = None) -> str:
+                  environ: Mapping[str, str] | None = None, *, flag: str | None = None) -> str:
     """The ``role`` token: the flag, else the environment, else the env file."""
     if explicit:
         return explicit
@@ -90,7 +91,8 @@ def resolve_token(role: str, explicit: str | None, env_file: Path | None,
             if values.get(name):
                 return values[name]
     where = f" or in {env_file}" if env_file is not None else ""
-    raise ValueError(f"no {role} token: pass --{role}-token or set {names[0]}{where}")
+    raise ValueError(f"no {role} token: pass {flag or f'--{role}-token'} or set "
+                     f"{names[0]}{where}")
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -3,10 +3,11 @@
 
 Each repeat creates a fresh campaign on the server (admin token), then plays N simulated
 users with the client SDK's population simulator (:class:`segshuffle.testing.population.
-Population`: every user fetches and verifies the campaign, enrolls at the shuffler, sends
-its sealed level; after the release, fetches and verifies the published parameters and
-sends its sealed data), releasing each round with the operator token and waiting for the
-server to finish it (round 1: level histogram, optimizer, publication; round 2: decoding).
+Population`: every user fetches and verifies the campaign, enrolls at the shuffler with an
+invitation of its own, signed here with the app operator's issuer key, sends its sealed
+level; after the release, fetches and verifies the published parameters and sends its sealed
+data), releasing each round with the operator token and waiting for the server to finish it
+(round 1: level histogram, optimizer, publication; round 2: decoding).
 It prints per repeat, and as medians over the repeats:
 
 - round-1 and round-2 submissions per second (completed users / wall time of the round),
@@ -18,6 +19,12 @@ It prints per repeat, and as medians over the repeats:
 - the CPU time the load generator itself spends per user (sealing, verifying, HTTP), to
   tell how much of the machine the clients take from the services,
 - the decoded estimates' MSE against the population's true frequencies, as a sanity check.
+
+The issuer key is ``--issuer-key FILE`` (PEM) or ``SEGSHUFFLE_ISSUER_PRIVATE_KEY`` (the
+environment, then the env file that deploy/init-secrets.sh writes); ``--no-invitations``
+targets a shuffler with open enrollment.  All simulated users share one source address, so
+the shuffler under test needs its per-source rate limits off (``ENROLL_RATE`` and
+``SUBMIT_RATE`` 0, as deploy/compose.yaml lets you set them).
 
 Targets must resolve to loopback addresses (``--allow-private`` also accepts private ones,
 for the compose network); the number of users and the total time are bounded.
@@ -186,6 +193,8 @@ async def run_once(args: argparse.Namespace, workload: Workload, repeat: int,
             f"s={workload.set_size}, levels={list(workload.levels)}")
         population = Population.with_shares(
             args.shuffler_url, campaign_id, items.tolist(), workload.shares,
+            invitations=invitations(args.issuer, campaign_id, workload.users,
+                                    args.max_seconds + 3600),
             seed=None if args.seed is None else args.seed + repeat,
             concurrency=args.concurrency, timeout=args.request_timeout,
             progress=stderr_progress if args.progress else None)
@@ -235,6 +244,16 @@ async def run_once(args: argparse.Namespace, workload: Workload, repeat: int,
     return campaign_id, figures
 
 
+def invitations(issuer: Any, campaign_id: str, count: int, lifetime: float) -> list[str] | None:
+    """One invitation per simulated user, signed as the app operator (None: open shuffler)."""
+    from segshuffle.crypto.invitations import new_invitation, sign_invitation
+
+    if issuer is None:
+        return None
+    expires = int(time.time() + lifetime)
+    return [sign_invitation(new_invitation(campaign_id, expires), issuer) for _ in range(count)]
+
+
 def _phase_figures(prefix: str, timing: Any) -> dict[str, float]:
     completed = timing.users - timing.failures
     return {
@@ -280,6 +299,12 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--operator-token", default=None,
                         help="shuffler operator token (default: $SEGSHUFFLE_OPERATOR_TOKEN or "
                              "the env file)")
+    target.add_argument("--issuer-key", type=Path, default=None, metavar="FILE",
+                        help="the invitation issuer's private key (PEM) to invite the users "
+                             "with; default: SEGSHUFFLE_ISSUER_PRIVATE_KEY from the environment "
+                             "or the env file")
+    target.add_argument("--no-invitations", action="store_true",
+                        help="enroll without invitations (a shuffler with open enrollment)")
     target.add_argument("--env-file", type=Path, default=DEFAULT_ENV_FILE,
                         help="dotenv file with the tokens (written by deploy/init-secrets.sh)")
     target.add_argument("--allow-private", action="store_true",
@@ -334,6 +359,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Workl
         args.shuffler_url = check_target(args.shuffler_url, allow_private=args.allow_private)
         args.admin_token = resolve_token("admin", args.admin_token, args.env_file)
         args.operator_token = resolve_token("operator", args.operator_token, args.env_file)
+        args.issuer = resolve_issuer(args)
     except (TargetError, ValueError) as exc:
         parser.error(str(exc))
     workload = Workload(
@@ -342,6 +368,19 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Workl
         dropout_tolerance=args.dropout_tolerance, level_privacy=args.level_privacy,
         min_users=max(10, args.users // 2))
     return args, workload
+
+
+def resolve_issuer(args: argparse.Namespace) -> Any:
+    """The issuer key: ``--issuer-key``, else SEGSHUFFLE_ISSUER_PRIVATE_KEY (environment, env
+    file); None with ``--no-invitations``."""
+    from segshuffle.crypto.invitations import issuer_key_from_text, load_issuer_key
+
+    if args.no_invitations:
+        return None
+    if args.issuer_key is not None:
+        return load_issuer_key(args.issuer_key)
+    return issuer_key_from_text(resolve_token("issuer", None, args.env_file,
+                                              flag="--issuer-key (or --no-invitations)"))
 
 
 async def run(args: argparse.Namespace,

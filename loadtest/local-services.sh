@@ -6,7 +6,8 @@
 #
 # Starts `segshuffle serve server` and `segshuffle serve shuffler` on 127.0.0.1 (free ports
 # unless SEGSHUFFLE_LOADTEST_SERVER_PORT / SEGSHUFFLE_LOADTEST_SHUFFLER_PORT are set) with
-# fresh databases in a temporary directory and random tokens, waits for /readyz, runs
+# fresh databases in a temporary directory, random tokens and a fresh invitation issuer key
+# (per-source rate limits off: every simulated user comes from 127.0.0.1), waits for /readyz, runs
 # loadtest/loadtest.py against them, stops them and removes the directory. The services' logs
 # are kept when the load test fails.
 #
@@ -60,6 +61,7 @@ shuffler_port="${SEGSHUFFLE_LOADTEST_SHUFFLER_PORT:-$(free_port)}"
 admin_token="$(token)"
 shuffler_token="$(token)"
 operator_token="$(token)"
+issuer_public="$("$segshuffle" admin issuer-key --out "$workdir/issuer-key.pem")"
 
 log "server on 127.0.0.1:$server_port, shuffler on 127.0.0.1:$shuffler_port, state in $workdir"
 SEGSHUFFLE_SERVER_ADMIN_TOKEN="$admin_token" \
@@ -69,6 +71,8 @@ SEGSHUFFLE_SERVER_SHUFFLER_TOKEN="$shuffler_token" \
 pids+=("$!")
 SEGSHUFFLE_SHUFFLER_SERVER_TOKEN="$shuffler_token" \
 SEGSHUFFLE_SHUFFLER_OPERATOR_TOKEN="$operator_token" \
+SEGSHUFFLE_SHUFFLER_INVITATION_KEYS="$issuer_public" \
+SEGSHUFFLE_SHUFFLER_ENROLL_RATE=0 SEGSHUFFLE_SHUFFLER_SUBMIT_RATE=0 \
     "$segshuffle" serve shuffler --host 127.0.0.1 --port "$shuffler_port" \
         --database "$workdir/shuffler.sqlite3" \
         --server-url "http://127.0.0.1:$server_port" > "$workdir/shuffler.log" 2>&1 &
@@ -127,7 +131,8 @@ shuffler_cpu_before="$(cpu_seconds "${pids[1]}")"
 set +e
 SEGSHUFFLE_ADMIN_TOKEN="$admin_token" SEGSHUFFLE_OPERATOR_TOKEN="$operator_token" \
     "$python" "$here/loadtest.py" --server-url "http://127.0.0.1:$server_port" \
-        --shuffler-url "http://127.0.0.1:$shuffler_port" --env-file /dev/null "$@"
+        --shuffler-url "http://127.0.0.1:$shuffler_port" --env-file /dev/null \
+        --issuer-key "$workdir/issuer-key.pem" "$@"
 status=$?
 set -e
 server_cpu="$(cpu_seconds "${pids[0]}")"

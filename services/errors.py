@@ -80,6 +80,30 @@ class ForbiddenError(DomainError):
     """The credentials do not allow the operation."""
 
 
+class InvitationRequiredError(UnauthorizedError):
+    """Enrollment needs an invitation and none was given."""
+
+
+class InvalidInvitationError(ForbiddenError):
+    """The invitation is malformed or its signature does not verify."""
+
+
+class InvitationWrongCampaignError(ForbiddenError):
+    """The invitation was issued for another campaign."""
+
+
+class InvitationExpiredError(ForbiddenError):
+    """The invitation has expired."""
+
+
+class InvitationUsedError(ForbiddenError):
+    """The invitation has already been used."""
+
+
+class RateLimitedError(DomainError):
+    """Too many requests from this source; ``Retry-After`` says when to come back."""
+
+
 class InsecureRefusedError(DomainError):
     """Insecure parameters are disabled on this server."""
 

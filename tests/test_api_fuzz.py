@@ -52,8 +52,8 @@ def shuffler_schema(stack: LocalStack) -> schemathesis.schemas.BaseSchema:
 
 @pytest.fixture(scope="module")
 def user_token(stack: LocalStack) -> str:
-    answer = httpx.post(f"{stack.shuffler_url}/v1/campaigns/c/enrollments", json={},
-                        timeout=30)
+    answer = httpx.post(f"{stack.shuffler_url}/v1/campaigns/c/enrollments",
+                        json={"invitation": stack.invitations("c", 1)[0]}, timeout=30)
     return str(answer.json()["token"])
 
 

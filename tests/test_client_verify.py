@@ -43,7 +43,8 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Published]:
         rng = np.random.default_rng(2)
         sets = [list(rng.choice(10, size=2, replace=False)) for _ in range(USERS)]
         population = Population.with_shares(stack.shuffler_url, CID, sets,
-                                            [0.5, 0.5], seed=4)
+                                            [0.5, 0.5], seed=4,
+                                            invitations=stack.invitations(CID, len(sets)))
         run_rounds(population, 1)
         stack.release(CID, 1)
         view = CampaignView.model_validate(
@@ -179,7 +180,7 @@ def test_live_client_refuses_and_sends_nothing(published: Published) -> None:
     with Client(stack.shuffler_url, CID,
                 http=httpx.Client(transport=httpx.MockTransport(handler))) as client:
         client.campaign()
-        client.enroll()
+        client.enroll(stack.invitations(CID, 1)[0])
         client.session.level_index = 0  # a level-0.5 user who joined round 1 elsewhere
         with pytest.raises(VerificationError, match=r"would not protect level 0\.5"):
             client.submit_data([1, 2])

@@ -206,6 +206,9 @@ def test_docker_compose_accepts_the_file(tmp_path: Path) -> None:
             == shuffler["SEGSHUFFLE_SHUFFLER_SERVER_TOKEN"]
             == secrets["SEGSHUFFLE_SHUFFLER_TOKEN"])
     assert shuffler["SEGSHUFFLE_SHUFFLER_OPERATOR_TOKEN"] == secrets["SEGSHUFFLE_OPERATOR_TOKEN"]
+    assert (shuffler["SEGSHUFFLE_SHUFFLER_INVITATION_KEYS"]
+            == secrets["SEGSHUFFLE_ISSUER_PUBLIC_KEY"])
+    assert "SEGSHUFFLE_SHUFFLER_ENROLLMENT" not in shuffler  # invitations, the default
     # Without any tokens compose refuses to start and says what to run.
     empty = tmp_path / "empty.env"
     empty.write_text("")
@@ -235,7 +238,8 @@ def test_loadtest_profile_runs_the_copied_script_against_the_services(
         port = _environment(compose["services"][name])[f"SEGSHUFFLE_{name.upper()}_PORT"]
         assert getattr(parsed, f"{name}_url") == f"http://{name}:{port}"
     assert parsed.allow_private
-    assert set(_environment(service)) == {"SEGSHUFFLE_ADMIN_TOKEN", "SEGSHUFFLE_OPERATOR_TOKEN"}
+    assert set(_environment(service)) == {"SEGSHUFFLE_ADMIN_TOKEN", "SEGSHUFFLE_OPERATOR_TOKEN",
+                                          "SEGSHUFFLE_ISSUER_PRIVATE_KEY"}
     assert "ports" not in service
 
 
@@ -311,6 +315,34 @@ def test_init_secrets_writes_private_random_tokens_and_keeps_them(tmp_path: Path
                    capture_output=True, env=env)
     rotated = _read(target)
     assert all(rotated[name] != first[name] for name in SECRET_NAMES)
+
+
+def test_init_secrets_makes_the_invitation_issuer_key(tmp_path: Path,
+                                                      compose: dict[str, Any]) -> None:
+    from segshuffle.crypto.invitations import (
+        issuer_key_from_text,
+        load_issuer_key,
+        public_key_text,
+    )
+
+    values = _generated_env(tmp_path)
+    key_file = tmp_path / "issuer-key.pem"  # next to the env file
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    public = values["SEGSHUFFLE_ISSUER_PUBLIC_KEY"]
+    assert public == public_key_text(load_issuer_key(key_file))
+    assert public == public_key_text(issuer_key_from_text(values["SEGSHUFFLE_ISSUER_PRIVATE_KEY"]))
+    shuffler = _environment(compose["services"]["shuffler"])
+    assert shuffler["SEGSHUFFLE_SHUFFLER_INVITATION_KEYS"].startswith(
+        "${SEGSHUFFLE_ISSUER_PUBLIC_KEY:?")
+    # an env file from before invitations gets a key added, its tokens kept
+    target = tmp_path / "secrets.env"
+    old = [line for line in target.read_text().splitlines() if "ISSUER" not in line]
+    target.write_text("\n".join(old) + "\n")
+    subprocess.run([str(DEPLOY / "init-secrets.sh")], check=True, capture_output=True,
+                   env={**os.environ, "SEGSHUFFLE_ENV_FILE": str(target)})
+    updated = _read(target)
+    assert all(updated[name] == values[name] for name in SECRET_NAMES)
+    assert updated["SEGSHUFFLE_ISSUER_PUBLIC_KEY"] == public_key_text(load_issuer_key(key_file))
 
 
 def _read(path: Path) -> dict[str, str]:

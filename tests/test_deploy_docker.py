@@ -74,9 +74,12 @@ class Deployment:
         subprocess.run([str(REPO / "deploy" / "init-secrets.sh")], check=True,
                        env={**os.environ, "SEGSHUFFLE_ENV_FILE": str(self.env_file)})
         self.server_port, self.shuffler_port = _free_port(), _free_port()
+        # the load test's users share one source address: per-source rate limits off
         self.env = {**os.environ,
                     "SEGSHUFFLE_SERVER_PUBLISH_PORT": str(self.server_port),
-                    "SEGSHUFFLE_SHUFFLER_PUBLISH_PORT": str(self.shuffler_port)}
+                    "SEGSHUFFLE_SHUFFLER_PUBLISH_PORT": str(self.shuffler_port),
+                    "SEGSHUFFLE_SHUFFLER_ENROLL_RATE": "0",
+                    "SEGSHUFFLE_SHUFFLER_SUBMIT_RATE": "0"}
         self.server_url = f"http://127.0.0.1:{self.server_port}"
         self.shuffler_url = f"http://127.0.0.1:{self.shuffler_port}"
 
@@ -134,8 +137,25 @@ def test_compose_deployment_runs_both_rounds_and_keeps_state(deployment: Deploym
     assert refused.value.code in (401, 403)
     assert refused.value.headers["Content-Type"].startswith("application/problem+json")
 
-    # The campaign survives down + up (named volumes): the server still serves its view.
+    # Enrollment needs an invitation (the default deployment admits no self-enrolled users).
+    admin = dict(line.split("=", 1) for line in deployment.env_file.read_text().splitlines()
+                 if line and not line.startswith("#"))["SEGSHUFFLE_ADMIN_TOKEN"]
+    body = json.dumps({"id": "sybil", "domain_size": 4, "set_size": 1, "levels": [1.0],
+                       "min_users": 10}).encode()
+    urllib.request.urlopen(urllib.request.Request(
+        deployment.server_url + "/v1/campaigns", data=body, method="POST",
+        headers={"Authorization": f"Bearer {admin}", "Content-Type": "application/json"}),
+        timeout=10)
+    request = urllib.request.Request(
+        f"{deployment.shuffler_url}/v1/campaigns/sybil/enrollments", data=b"{}",
+        method="POST", headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 401
+    assert json.loads(refused.value.read())["type"].endswith(":invitation-required")
     (campaign,) = report["campaigns"]
+
+    # The campaign survives down + up (named volumes): the server still serves its view.
     deployment.compose("down")
     deployment.compose("up", "-d")
     _wait_ready([deployment.server_url, deployment.shuffler_url])

@@ -72,6 +72,42 @@ def test_tokens_come_from_flag_then_environment_then_env_file(tmp_path: Path) ->
         harness.resolve_token("admin", None, tmp_path / "missing.env", {})
 
 
+def test_users_are_invited_with_the_issuer_key(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from segshuffle.crypto.invitations import (
+        generate_issuer_key,
+        issuer_key_pem,
+        parse_public_keys,
+        public_key_text,
+        verify_invitation,
+    )
+    from segshuffle.wire.models import b64url_encode
+
+    loadtest = _load("loadtest")
+    key = generate_issuer_key()
+    seed = b64url_encode(key.private_bytes_raw())
+    env_file = tmp_path / "deploy.env"
+    env_file.write_text(f"SEGSHUFFLE_ADMIN_TOKEN=a\nSEGSHUFFLE_OPERATOR_TOKEN=o\n"
+                        f"SEGSHUFFLE_ISSUER_PRIVATE_KEY={seed}\n")
+    monkeypatch.delenv("SEGSHUFFLE_ISSUER_PRIVATE_KEY", raising=False)
+    args, _ = loadtest.parse_args(["--env-file", str(env_file)])
+    assert public_key_text(args.issuer) == public_key_text(key)
+    pem = tmp_path / "issuer.pem"
+    pem.write_bytes(issuer_key_pem(key))
+    args, _ = loadtest.parse_args(["--env-file", str(env_file), "--issuer-key", str(pem)])
+    invited = loadtest.invitations(args.issuer, "load-1", 3, 60.0)
+    assert len(set(invited)) == 3
+    for text in invited:
+        verify_invitation(text, parse_public_keys(public_key_text(key)), "load-1", time.time())
+    args, _ = loadtest.parse_args(["--env-file", str(env_file), "--no-invitations"])
+    assert args.issuer is None and loadtest.invitations(None, "load-1", 3, 60.0) is None
+    env_file.write_text("SEGSHUFFLE_ADMIN_TOKEN=a\nSEGSHUFFLE_OPERATOR_TOKEN=o\n")
+    with pytest.raises(SystemExit):
+        loadtest.parse_args(["--env-file", str(env_file)])
+
+
 def test_env_file_syntax_errors_name_the_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.env"
     bad.write_text("A=1\nnot a pair\n")

@@ -27,7 +27,8 @@ def test_every_count_is_exactly_one(tmp_path: Path) -> None:
         })
         sets = [[i] for i in range(USERS)]
         population = Population(stack.shuffler_url, "integrity", sets,
-                                [0] * USERS, seed=1, allow_insecure=True)
+                                [0] * USERS, seed=1, allow_insecure=True,
+                                invitations=stack.invitations("integrity", USERS))
         run_rounds(population, 1)
         stack.release("integrity", 1)
         parameters = stack.campaign("integrity").parameters
@@ -35,7 +36,8 @@ def test_every_count_is_exactly_one(tmp_path: Path) -> None:
         assert (parameters.m, parameters.lambdas, parameters.messages_per_user) == (0.0, [1.0], 1)
 
         # a client that does not opt in refuses these unaccounted parameters
-        careful = Population(stack.shuffler_url, "integrity", [[0]], [0])
+        careful = Population(stack.shuffler_url, "integrity", [[0]], [0],
+                             invitations=stack.invitations("integrity", 1))
 
         async def refused() -> None:
             async with careful:

@@ -67,7 +67,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         stack.create_campaign({"id": "e2e", "domain_size": ITEMS, "set_size": SET_SIZE,
                                "levels": LEVELS, "min_users": 100, "delta": 1e-5})
         population = Population.with_shares(stack.shuffler_url, "e2e", sets,
-                                            SHARES, seed=3, local_address=USER_ADDRESS)
+                                            SHARES, seed=3, local_address=USER_ADDRESS,
+                                            invitations=stack.invitations("e2e", len(sets)))
         run_rounds(population, 1)
         stack.release("e2e", 1)
         run_rounds(population, 2)

@@ -378,7 +378,8 @@ def test_live_campaign_states_its_tolerance_and_clients_hold_it(tmp_path):
                                "levels": LEVELS, "min_users": 20, "delta": 1e-4,
                                "dropout_tolerance": 0.0, "fake_tolerance": f})
         population = Population.with_shares(stack.shuffler_url, "live",
-                                            sets, [0.5, 0.5], seed=3)
+                                            sets, [0.5, 0.5], seed=3,
+                                            invitations=stack.invitations("live", users))
         run_rounds(population, 1)
         stack.release("live", 1)
         p = stack.campaign("live").parameters

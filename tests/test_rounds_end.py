@@ -26,10 +26,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
 
 def _users(stack: LocalStack, cid: str, count: int) -> list[Client]:
     users = []
-    for index in range(count):
+    for index, invitation in enumerate(stack.invitations(cid, count)):
         user = Client(stack.shuffler_url, cid)
         user.campaign()
-        user.enroll()
+        user.enroll(invitation)
         user.submit_level(index % 2)
         users.append(user)
     return users
@@ -59,9 +59,9 @@ def test_garbage_below_the_threshold_fails_the_campaign_instead_of_wedging(
     stack.create_campaign({"id": cid, "domain_size": 8, "set_size": 1, "levels": [1.0, 2.0],
                            "min_users": 11})
     users = _users(stack, cid, 10)
-    for _ in range(4):
+    for invitation in stack.invitations(cid, 4):
         token = httpx.post(f"{stack.shuffler_url}/v1/campaigns/{cid}/enrollments",
-                           json={}, timeout=30).json()["token"]
+                           json={"invitation": invitation}, timeout=30).json()["token"]
         answer = httpx.post(
             f"{stack.shuffler_url}/v1/campaigns/{cid}/rounds/1/submissions",
             json={"level": b64url_encode(bytes(80))},
@@ -97,7 +97,7 @@ def test_an_aborted_campaign_is_forgotten_by_the_shuffler(stack: LocalStack) -> 
     assert _keys(stack) == []
     late = Client(stack.shuffler_url, cid)
     with pytest.raises(ServiceError) as refused:
-        late.enroll()
+        late.enroll(stack.invitations(cid, 1)[0])
     assert refused.value.problem == "wrong-phase"
     with pytest.raises(ServiceError) as refused:
         stack.release(cid, 1, timeout=30)

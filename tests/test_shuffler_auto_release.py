@@ -1,6 +1,6 @@
 """Automatic release: with SEGSHUFFLE_SHUFFLER_AUTO_RELEASE=N the shuffler releases a round
-by itself once it has N participants and the campaign's threshold is met.  The stack also
-gates enrollment with an enrollment secret."""
+by itself once it has N participants and the campaign's threshold is met.  Users enroll with
+invitations; enrollment without one, or with a bad one, is refused."""
 
 from __future__ import annotations
 
@@ -32,20 +32,20 @@ def _wait_released(stack: LocalStack, round_number: int) -> None:
 
 def test_rounds_release_themselves_at_the_target(tmp_path: Path) -> None:
     users = 30
-    env = {"SEGSHUFFLE_SHUFFLER_AUTO_RELEASE": str(users),
-           "SEGSHUFFLE_SHUFFLER_ENROLLMENT_SECRET": "invite-1234"}
+    env = {"SEGSHUFFLE_SHUFFLER_AUTO_RELEASE": str(users)}
     with LocalStack(tmp_path, min_users=2, shuffler_env=env) as stack:
         stack.create_campaign({"id": "auto", "domain_size": 6, "set_size": 2,
                                "levels": [1.0, 2.0], "min_users": 10})
         enroll = f"{stack.shuffler_url}/v1/campaigns/auto/enrollments"
-        for body in ({}, {"invitation": "wrong"}):
+        for body, status, problem in (({}, 401, "invitation-required"),
+                                      ({"invitation": "wrong"}, 403, "invalid-invitation")):
             refused = httpx.post(enroll, json=body, timeout=10)
-            assert refused.status_code == 403
-            assert refused.json()["type"] == "urn:segshuffle:error:forbidden"
+            assert refused.status_code == status
+            assert refused.json()["type"] == f"urn:segshuffle:error:{problem}"
         sets = [[i % 6, (i + 1) % 6] for i in range(users)]
         population = Population(stack.shuffler_url, "auto", sets,
                                 [i % 2 for i in range(users)], seed=1,
-                                invitation="invite-1234")
+                                invitations=stack.invitations("auto", users))
         run_rounds(population, 1, indices=range(users - 1))
         assert _state(stack, 1)["state"] == "open"  # one short of the target
         run_rounds(population, 1, indices=[users - 1])

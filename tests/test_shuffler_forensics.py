@@ -68,10 +68,11 @@ def submissions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Loca
         users = [Client(stack.shuffler_url, CID,
                         http=httpx.Client(timeout=30, event_hooks={"request": [record]}),
                         rng=np.random.default_rng(i)) for i in range(USERS)]
+        invitations = stack.invitations(CID, USERS)
         try:
             for index, user in enumerate(users):
                 user.campaign()
-                user.enroll()
+                user.enroll(invitations[index])
                 user.submit_level(index % 2)
             stack.release(CID, 1, timeout=60)
             for index, user in enumerate(users):

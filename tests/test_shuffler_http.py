@@ -72,7 +72,7 @@ def user(stack: LocalStack) -> Iterator[Client]:
     """One real user who enrolled and submitted round 1 (state to protect)."""
     with Client(stack.shuffler_url, CID) as client:
         client.campaign()
-        client.enroll()
+        client.enroll(stack.invitations(CID, 1)[0])
         client.submit_level(1)
         yield client
 
@@ -83,7 +83,8 @@ def test_refusals_leave_the_state_unchanged(stack: LocalStack, http: httpx.Clien
     assert token is not None
     before = (_status(stack, http)["participants"], _stored(stack))
     assert before == (1, 1)
-    other = http.post(f"{stack.shuffler_url}/v1/campaigns/{CID}/enrollments", json={}).json()
+    other = http.post(f"{stack.shuffler_url}/v1/campaigns/{CID}/enrollments",
+                      json={"invitation": stack.invitations(CID, 1)[0]}).json()
     fresh = other["token"]
     valid = {"level": b64url_encode(bytes(80))}
 
@@ -139,12 +140,13 @@ def test_round_two_checks_the_submission_size(stack: LocalStack, http: httpx.Cli
                            "levels": [1.0, 2.0], "min_users": 3})
     users = [Client(stack.shuffler_url, cid) for _ in range(3)]
     try:
+        invitations = stack.invitations(cid, len(users) + 1)
         for index, member in enumerate(users):
             member.campaign()
-            member.enroll()
+            member.enroll(invitations[index])
             member.submit_level((index + 1) % 2)
         garbage = http.post(f"{stack.shuffler_url}/v1/campaigns/{cid}/enrollments",
-                            json={}).json()["token"]
+                            json={"invitation": invitations[-1]}).json()["token"]
         ct = b64url_encode(bytes(80))
         assert _submit(stack, http, garbage, cid=cid, json={"level": ct}).status_code == 201
         stack.release(cid, 1, timeout=60)
@@ -202,9 +204,10 @@ def test_independent_campaign_takes_s_plus_d_messages(stack: LocalStack,
                            "min_users": 3, "blanket_mode": "independent"})
     users = [Client(stack.shuffler_url, cid) for _ in range(3)]
     try:
+        invitations = stack.invitations(cid, len(users))
         for index, user in enumerate(users):
             user.campaign()
-            user.enroll()
+            user.enroll(invitations[index])
             user.submit_level(index % 2)
         stack.release(cid, 1, timeout=60)
         parameters = users[0].fetch_parameters()

@@ -66,7 +66,8 @@ def test_trickled_headers_are_cut_off(stack: LocalStack, service: str) -> None:
 
 
 def test_a_trickled_body_is_cut_off(stack: LocalStack) -> None:
-    token = httpx.post(f"{stack.shuffler_url}/v1/campaigns/c/enrollments", json={},
+    token = httpx.post(f"{stack.shuffler_url}/v1/campaigns/c/enrollments",
+                       json={"invitation": stack.invitations("c", 1)[0]},
                        timeout=30).json()["token"]
     sock = _connect(stack.ports["shuffler"])
     sock.sendall(b"POST /v1/campaigns/c/rounds/1/submissions HTTP/1.1\r\nHost: x\r\n"

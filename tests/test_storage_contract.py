@@ -30,6 +30,7 @@ from segshuffle.services.shuffler.storage_api import (
     RELEASED,
     RELEASING,
     AlreadySubmittedError,
+    InvitationUsedError,
     NotEnoughParticipantsError,
     RoundClosedError,
     ShufflerStorage,
@@ -159,6 +160,22 @@ def test_shuffler_tokens(shuffler: ShufflerStorage) -> None:
     assert shuffler.token_campaign(b"t" * 32) is None
     shuffler.add_token("c", b"t" * 32)
     assert shuffler.token_campaign(b"t" * 32) == "c"
+
+
+def test_shuffler_invitations_buy_one_token(shuffler: ShufflerStorage) -> None:
+    shuffler.add_token_for_invitation("c", b"a" * 32, b"i" * 32, 10**9)
+    assert shuffler.token_campaign(b"a" * 32) == "c"
+    with pytest.raises(InvitationUsedError):
+        shuffler.add_token_for_invitation("c", b"b" * 32, b"i" * 32, 10**9)
+    assert shuffler.token_campaign(b"b" * 32) is None  # nothing recorded by the refusal
+    shuffler.add_token_for_invitation("c", b"b" * 32, b"j" * 32, 10**9)
+    assert shuffler.token_campaign(b"b" * 32) == "c"
+    shuffler.add_token_for_invitation("c", b"d" * 32, b"k" * 32, 500)
+    assert shuffler.forget_expired_invitations(500) == 0
+    assert shuffler.forget_expired_invitations(501) == 1  # expires < before
+    shuffler.add_token_for_invitation("c", b"e" * 32, b"k" * 32, 500)  # forgotten: no reuse
+    with pytest.raises(InvitationUsedError):
+        shuffler.add_token_for_invitation("c", b"f" * 32, b"i" * 32, 10**9)  # still known
 
 
 def _rows(streams: dict[str, list[bytes]]) -> list[StoredMessage]:

@@ -4,7 +4,7 @@
 | --- | --- |
 | ``GET /v1/campaigns/{cid}`` | anyone: the server's campaign view, relayed byte for byte |
 | ``GET /v1/campaigns/{cid}/hpke-config`` | anyone: the server's key config, relayed |
-| ``POST /v1/campaigns/{cid}/enrollments`` | user, through the :class:`EnrollmentPolicy` |
+| ``POST /v1/campaigns/{cid}/enrollments`` | user with an invitation (:class:`EnrollmentPolicy`) |
 | ``POST /v1/campaigns/{cid}/rounds/{round}/submissions`` | user (Bearer user token) |
 | ``GET /v1/campaigns/{cid}/rounds/{round}`` | anyone: participant count, threshold, state |
 | ``POST /v1/campaigns/{cid}/rounds/{round}/release`` | operator (Bearer operator token) |
@@ -21,15 +21,16 @@ otherwise), before any storage or upstream access.
 The routes only authenticate (as dependencies), parse bodies and call the
 :class:`~.service.ShufflerService`.  Every refusal is an RFC 9457 problem
 (:mod:`segshuffle.services.http_edge`) and leaves the state unchanged: a
-submission is stored in one transaction after every check has passed.  Nothing
-about a request's origin is kept or logged: the access log is off, log lines
-carry campaign ids, rounds and counts only.
+submission is stored in one transaction after every check has passed.  Enrollments and
+submissions are rate-limited per source first (:mod:`.limits`).  Nothing about a request's
+origin is kept or logged: the access log is off, the limiter holds keyed digests of
+addresses in memory only, log lines carry campaign ids, rounds and counts only.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
@@ -59,8 +60,10 @@ from segshuffle.wire.models import (
     Round2Submission,
     SubmissionReceipt,
 )
+from segshuffle.wire.problems import PROBLEM_MEDIA_TYPE
 
-from .enrollment import EnrollmentPolicy, OneTimeTokenEnrollment
+from .enrollment import EnrollmentPolicy, InvitationEnrollment, OpenEnrollment
+from .limits import RouteLimits, enrollment_limit, submission_limit
 from .release import Releaser
 from .service import PHASE_OF_ROUND, ShufflerRoundStatus, ShufflerService, unauthorized
 from .settings import Settings
@@ -116,6 +119,12 @@ def _openapi_body(*models: type[BaseModel]) -> dict[str, Any]:
                             "content": {"application/json": {"schema": schema}}}}
 
 
+def _problem(description: str) -> dict[str, Any]:
+    """An OpenAPI response of problem documents (:func:`document_problems` adds the rest)."""
+    return {"description": description, "content": {
+        PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+
+
 # -- routes ----------------------------------------------------------------------------
 SECURITY: dict[tuple[str, str], str] = {
     ("POST", "/v1/campaigns/{campaign_id}/rounds/{round_number}/submissions"): "userToken",
@@ -151,6 +160,10 @@ async def key_config(campaign_id: str, request: Request, service: Service) -> Re
 
 
 @users.post("/enrollments", status_code=201, response_model=EnrollmentResponse,
+            dependencies=[Depends(enrollment_limit)],
+            responses={401: _problem("invitation-required"),
+                       403: _problem("invalid-invitation, invitation-wrong-campaign, "
+                                     "invitation-expired or invitation-used")},
             openapi_extra={"requestBody": {"required": False, "content": {
                 "application/json": {"schema": EnrollmentRequest.model_json_schema()}}}})
 async def enroll(campaign_id: str, request: Request, service: Service) -> EnrollmentResponse:
@@ -162,7 +175,7 @@ async def enroll(campaign_id: str, request: Request, service: Service) -> Enroll
 
 
 @users.post("/rounds/{round_number}/submissions", status_code=201,
-            response_model=SubmissionReceipt,
+            response_model=SubmissionReceipt, dependencies=[Depends(submission_limit)],
             openapi_extra=_openapi_body(Round1Submission, Round2Submission))
 async def submit(campaign_id: str, round_number: Round,
                  token: Annotated[str, Depends(user_token)], request: Request,
@@ -194,6 +207,25 @@ async def release_round(
     return JSONResponse(answer.model_dump(mode="json"), status_code=200 if acknowledged else 202)
 
 
+OPEN_WARNING = ("OPEN ENROLLMENT: anyone may enroll any number of times, so fake users can "
+                "surround a real one (n-1 attack) and the published epsilons no longer "
+                "protect anyone; use invitations (SEGSHUFFLE_SHUFFLER_ENROLLMENT=invitations) "
+                "outside tests")
+
+
+def policy_factory(settings: Settings) -> Callable[[Storage], EnrollmentPolicy]:
+    """The enrollment policy the settings name, to be built over the storage.
+
+    Reads the issuer keys first and raises :class:`ValueError` (one line) if they are
+    missing or malformed, so that a misconfigured shuffler does not start.
+    """
+    if settings.enrollment == "open":
+        return OpenEnrollment
+    issuers = settings.issuer_keys()
+    return lambda storage: InvitationEnrollment(storage, issuers,
+                                                skew=settings.invitation_skew)
+
+
 def create_app(
     settings: Settings,
     *,
@@ -203,10 +235,10 @@ def create_app(
     backoff_max: float = 10.0,
 ) -> FastAPI:
     """The shuffler application; state lives in ``settings.database``."""
+    build_policy = None if enrollment is not None else policy_factory(settings)
+    limits = RouteLimits.from_settings(settings)
     storage = Storage(settings.database, synchronous=settings.synchronous)
-    policy: EnrollmentPolicy = enrollment or OneTimeTokenEnrollment(
-        storage, settings.enrollment_secret
-    )
+    policy: EnrollmentPolicy = enrollment if build_policy is None else build_policy(storage)
     server = link or ServerLink(settings.server_url, settings.server_token,
                                 timeout=settings.forward_timeout,
                                 cache_seconds=settings.campaign_cache_seconds,
@@ -222,7 +254,10 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         resumed = service.start()
-        log.info("shuffler ready (%d release(s) resumed)", resumed)
+        if settings.enrollment == "open":
+            log.warning(OPEN_WARNING)
+        log.info("shuffler ready (%d release(s) resumed, enrollment: %s)", resumed,
+                 settings.enrollment)
         try:
             yield
         finally:
@@ -240,6 +275,7 @@ def create_app(
     app.state.storage = storage
     app.state.releaser = releaser
     app.state.settings = settings
+    app.state.limits = limits
     app.include_router(health_router(service.ready))
     app.include_router(documents)
     app.include_router(users)

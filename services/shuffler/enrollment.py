@@ -8,27 +8,57 @@ tokens...): it turns whatever the user presents at enrollment into a bearer
 token, and turns that token back into an opaque *participant key* at
 submission time.  The one-submission rule is enforced on participant keys.
 
-The default, :class:`OneTimeTokenEnrollment`, issues one random token per
-enrollment, bound to one campaign, optionally only to callers who know an
-enrollment secret.  It stores only ``SHA-256(domain || token)``: a copy of the
-database does not let anyone submit as a user.
+Whoever can enroll many times controls many participants, and with them the n-1
+attack: fake users that send only nulls leave one real user's items alone in the
+server's counts.  The default, :class:`InvitationEnrollment`, therefore admits only
+holders of a one-time invitation signed by the app operator's issuer key
+(:mod:`segshuffle.crypto.invitations`); each invitation buys one token, once.
+:class:`OpenEnrollment` admits anyone and is for tests and trusted networks only.
+
+Both issue one random token per enrollment, bound to one campaign, and store only
+``SHA-256(domain || token)``: a copy of the database does not let anyone submit as a
+user.  A used invitation is stored as a hash in a table of its own, with nothing that
+links it to the token it bought.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import secrets
+import time
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from .storage_api import ShufflerStorage
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from segshuffle.crypto.invitations import (
+    InvitationError,
+    invitation_digest,
+    verify_invitation,
+)
+
+from .storage_api import InvitationUsedError, ShufflerStorage
 
 TOKEN_BYTES = 32
 _HASH_DOMAIN = b"segshuffle/v1/user-token\x00"
+MAX_ISSUER_KEYS = 16
+"""Issuer keys tried per invitation (old and new keys during a rotation)."""
+PURGE_INTERVAL = 3600.0
+"""Seconds between purges of the hashes of used invitations that have expired."""
 
 
 class EnrollmentRefusedError(Exception):
-    """The caller may not enroll (missing or wrong enrollment secret)."""
+    """The caller may not enroll.
+
+    ``reason``: ``required`` (no invitation), ``malformed``, ``signature``,
+    ``campaign`` (issued for another campaign), ``expired`` or ``used``.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class AuthenticationError(Exception):
@@ -52,26 +82,15 @@ def token_hash(token: str) -> bytes:
     return hashlib.sha256(_HASH_DOMAIN + token.encode("utf-8")).digest()
 
 
-class OneTimeTokenEnrollment:
-    """Default policy: random per-campaign tokens, optionally gated by a shared secret."""
+def new_token() -> str:
+    return secrets.token_urlsafe(TOKEN_BYTES)
 
-    def __init__(self, storage: ShufflerStorage, secret: str | None = None) -> None:
+
+class _TokenAuthentication:
+    """Token checks shared by the policies."""
+
+    def __init__(self, storage: ShufflerStorage) -> None:
         self._storage = storage
-        self._secret = secret or None
-
-    @property
-    def requires_secret(self) -> bool:
-        return self._secret is not None
-
-    def enroll(self, campaign_id: str, credential: str | None) -> str:
-        if self._secret is not None and (
-            credential is None
-            or not hmac.compare_digest(credential.encode("utf-8"), self._secret.encode("utf-8"))
-        ):
-            raise EnrollmentRefusedError("a valid enrollment secret is required")
-        token = secrets.token_urlsafe(TOKEN_BYTES)
-        self._storage.add_token(campaign_id, token_hash(token))
-        return token
 
     def authenticate(self, campaign_id: str, token: str) -> bytes:
         if not token or len(token) > 256:
@@ -83,3 +102,60 @@ class OneTimeTokenEnrollment:
         ):
             raise AuthenticationError("the user token is not valid for this campaign")
         return digest
+
+
+class OpenEnrollment(_TokenAuthentication):
+    """Anyone may enroll, any number of times: unsafe against Sybils (explicit opt-in)."""
+
+    def enroll(self, campaign_id: str, credential: str | None) -> str:
+        token = new_token()
+        self._storage.add_token(campaign_id, token_hash(token))
+        return token
+
+
+class InvitationEnrollment(_TokenAuthentication):
+    """Default policy: one token per valid, unused invitation of the operator's issuer.
+
+    An invitation is accepted if it verifies under one of ``issuers``, names this
+    campaign, has not expired (``skew`` seconds of clock difference allowed) and has not
+    been used; marking it used and storing the token happen in one transaction, so two
+    concurrent enrollments with one invitation get one token between them.
+
+    At most once per :data:`PURGE_INTERVAL` an enrollment also drops the used-invitation
+    hashes with ``expires < now - skew``: those invitations are refused as expired anyway,
+    so the table holds only invitations that could still be presented.
+    """
+
+    def __init__(self, storage: ShufflerStorage, issuers: Sequence[Ed25519PublicKey], *,
+                 skew: float = 60.0, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(storage)
+        if not issuers:
+            raise ValueError("invitation enrollment needs at least one issuer public key")
+        if len(issuers) > MAX_ISSUER_KEYS:
+            raise ValueError(f"at most {MAX_ISSUER_KEYS} issuer keys, got {len(issuers)}")
+        self._issuers = list(issuers)
+        self._skew = skew
+        self._clock = clock
+        self._purged_at = -math.inf
+
+    def enroll(self, campaign_id: str, credential: str | None) -> str:
+        now = self._clock()
+        if now - self._purged_at >= PURGE_INTERVAL:
+            self._purged_at = now
+            self._storage.forget_expired_invitations(now - self._skew)
+        if not credential:
+            raise EnrollmentRefusedError(
+                "required", "an invitation is required to enroll (body {\"invitation\": ...})")
+        try:
+            invitation = verify_invitation(credential, self._issuers, campaign_id, now,
+                                           self._skew)
+        except InvitationError as exc:
+            raise EnrollmentRefusedError(exc.reason, str(exc)) from None
+        token = new_token()
+        try:
+            self._storage.add_token_for_invitation(campaign_id, token_hash(token),
+                                                   invitation_digest(invitation),
+                                                   invitation.expires)
+        except InvitationUsedError as exc:
+            raise EnrollmentRefusedError("used", str(exc)) from None
+        return token

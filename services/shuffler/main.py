@@ -1,7 +1,8 @@
 """Run the shuffler under uvicorn with a log configuration that records no request origin.
 
 uvicorn's access log (client address, path, status per request) is switched
-off, proxy headers are ignored, and the ``Server`` header is not sent; the
+off, uvicorn's proxy header handling is off (``X-Forwarded-For`` is read only by the rate
+limiter, and only from ``TRUSTED_PROXIES``), and the ``Server`` header is not sent; the
 remaining log lines come from :mod:`segshuffle.shuffler` and carry campaign ids,
 rounds and counts only (never a token, an address or a ciphertext).
 """
@@ -48,6 +49,7 @@ def run(settings: Settings) -> int:
 
     from .app import create_app
 
+    settings.issuer_keys()  # a missing or malformed issuer key: one line, before anything
     log_level = settings.log_level.upper()
     logging.config.dictConfig(log_config(log_level))
     app = create_app(settings)

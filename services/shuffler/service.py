@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import re
 from typing import Any, Literal
 
 from starlette.concurrency import run_in_threadpool
 
 from segshuffle.services import errors
 from segshuffle.wire.models import (
+    ID_PATTERN,
     TERMINAL_PHASES,
     CampaignView,
     ReleaseResponse,
@@ -46,6 +48,7 @@ from .vault import RoundKeys, seal_submission
 log = logging.getLogger("segshuffle.shuffler")
 
 PHASE_OF_ROUND = {1: "round1", 2: "round2"}
+CAMPAIGN_ID = re.compile(ID_PATTERN)
 
 
 class ShufflerRoundStatus(RoundStatus):
@@ -57,6 +60,19 @@ class ShufflerRoundStatus(RoundStatus):
     """While releasing: why the latest delivery attempt failed, or why forwarding stopped."""
     reason: str | None = None
     """Once failed: why the round ended without results (its data is forgotten)."""
+    enrollment: Literal["invitations", "open"] = "invitations"
+    """The shuffler's enrollment mode; ``open`` lets anyone add fake participants."""
+
+
+#: The domain error of each reason an enrollment is refused for.
+REFUSALS: dict[str, type[errors.DomainError]] = {
+    "required": errors.InvitationRequiredError,
+    "malformed": errors.InvalidInvitationError,
+    "signature": errors.InvalidInvitationError,
+    "campaign": errors.InvitationWrongCampaignError,
+    "expired": errors.InvitationExpiredError,
+    "used": errors.InvitationUsedError,
+}
 
 
 def upstream_refusal(exc: UpstreamError) -> errors.DomainError:
@@ -134,7 +150,10 @@ class ShufflerService:
         return document
 
     async def campaign_view(self, campaign_id: str, *, fresh: bool = False) -> CampaignView:
-        """The server's public view of a campaign (cached by the link)."""
+        """The server's public view of a campaign (cached by the link); an id no campaign
+        can have is unknown without asking the server."""
+        if not CAMPAIGN_ID.fullmatch(campaign_id):
+            raise errors.UnknownCampaignError("no such campaign (not a valid campaign id)")
         view = (await self.document("view", campaign_id, fresh=fresh)).value
         assert isinstance(view, CampaignView)
         if view.phase in ("failed", "aborted"):
@@ -190,7 +209,10 @@ class ShufflerService:
         try:
             return str(await run_in_threadpool(self.policy.enroll, campaign_id, invitation))
         except EnrollmentRefusedError as exc:
-            raise errors.ForbiddenError(str(exc)) from None
+            error = REFUSALS.get(exc.reason, errors.ForbiddenError)
+            headers = {"WWW-Authenticate": 'Invitation realm="shuffler"'} \
+                if exc.reason == "required" else None
+            raise error(str(exc), headers=headers) from None
 
     async def authenticate(self, campaign_id: str, token: str) -> bytes:
         """The participant key of a user token for the campaign (before any body is read)."""
@@ -276,6 +298,7 @@ class ShufflerService:
             last_error=self.releaser.last_error.get((campaign_id, round_number))
             if state == RELEASING else None,
             reason=None if record is None else record.reason,
+            enrollment="open" if self.settings.enrollment == "open" else "invitations",
         )
 
     def _status_rows(self, view: CampaignView, round_number: int) -> tuple[int, Any, int]:

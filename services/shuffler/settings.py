@@ -9,7 +9,23 @@ Each field of :class:`Settings` is read from the variable named after it in uppe
 - ``KEY_DIRECTORY``: where the per-round keys that seal stored messages live (default
   ``<DATABASE>.keys``); point it at memory-backed storage (tmpfs) so that a key never
   reaches a disk (docs/architecture.md, "What the shuffler keeps").
-- ``ENROLLMENT_SECRET``: if set, enrollment requires it (default unset: open enrollment).
+- ``ENROLLMENT``: ``invitations`` (default): a user enrolls once per invitation signed by
+  the app operator's issuer key; ``open``: anyone enrolls any number of times, which lets
+  fake users isolate a real one (the n-1 attack): for tests and closed networks only,
+  logged as a warning at startup and shown in every round status.
+- ``INVITATION_KEYS``: the issuer's Ed25519 public key(s), unpadded base64url, comma
+  separated (``segshuffle admin issuer-key`` prints one); and/or ``INVITATION_KEYS_FILE``:
+  a file of such keys, one per line.  Invitations mode refuses to start without one.
+- ``INVITATION_SKEW``: seconds an expired invitation is still accepted, for clock
+  differences (default 60).
+- ``ENROLL_RATE`` / ``ENROLL_BURST``: per source address, enrollments per second and the
+  burst allowed (default 0.1 and 10); ``SUBMIT_RATE`` / ``SUBMIT_BURST``: the same for
+  submissions (default 1 and 30).  A rate of 0 switches that limit off.  Refusals are 429
+  ``rate-limited`` with ``Retry-After``.
+- ``RATE_LIMIT_SOURCES``: sources tracked at once, least recently seen evicted first
+  (default 65536).
+- ``TRUSTED_PROXIES``: addresses or networks of reverse proxies whose ``X-Forwarded-For``
+  names the source (default none: the peer address is the source).
 - ``MIN_USERS``: the shuffler's own floor on participants per release, applied on top of
   the campaign's ``min_users`` (default 10).
 - ``AUTO_RELEASE``: release automatically once a round has this many participants and the
@@ -40,12 +56,20 @@ Each field of :class:`Settings` is read from the variable named after it in uppe
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from segshuffle.crypto.invitations import parse_public_keys
+
 from ..configuration import EnvironmentSettings, check_common
+from ..rate_limit import parse_networks
 
 PREFIX = "SEGSHUFFLE_SHUFFLER_"
+ENROLLMENT_MODES = ("invitations", "open")
 
 
 @dataclass(frozen=True)
@@ -59,7 +83,16 @@ class Settings(EnvironmentSettings):
     server_url: str = "http://127.0.0.1:8080"
     server_token: str = ""
     operator_token: str = ""
-    enrollment_secret: str | None = None
+    enrollment: str = "invitations"
+    invitation_keys: str = ""
+    invitation_keys_file: str = ""
+    invitation_skew: float = 60.0
+    enroll_rate: float = 0.1
+    enroll_burst: int = 10
+    submit_rate: float = 1.0
+    submit_burst: int = 30
+    rate_limit_sources: int = 65536
+    trusted_proxies: str = ""
     min_users: int = 10
     auto_release: int = 0
     chunk_size: int = 5000
@@ -88,9 +121,39 @@ class Settings(EnvironmentSettings):
                              f"{self.server_url!r}")
         check_common(self, (("min_users", 1), ("auto_release", 0), ("chunk_size", 1),
                             ("max_body_bytes", 1024), ("document_cache_entries", 1),
-                            ("upstream_connections", 1)))
+                            ("upstream_connections", 1), ("enroll_burst", 1),
+                            ("submit_burst", 1), ("rate_limit_sources", 1)))
         for name in ("campaign_cache_seconds", "upstream_pool_timeout", "forward_timeout"):
             value = getattr(self, name)
             if not 0 < value <= 3600:
                 raise ValueError(f"{name.replace('_', ' ')} must be in (0, 3600] seconds, "
                                  f"got {value!r}")
+        if self.enrollment not in ENROLLMENT_MODES:
+            raise ValueError(f"{PREFIX}ENROLLMENT must be one of {', '.join(ENROLLMENT_MODES)}, "
+                             f"got {self.enrollment!r}")
+        for name in ("invitation_skew", "enroll_rate", "submit_rate"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not 0 <= value < math.inf:
+                raise ValueError(f"{name.replace('_', ' ')} must be a number >= 0, "
+                                 f"got {value!r}")
+        parse_networks(self.trusted_proxies)
+        if self.enrollment == "invitations" and not (self.invitation_keys.strip()
+                                                     or self.invitation_keys_file):
+            raise ValueError(
+                f"invitation enrollment needs the issuer public key: set {PREFIX}INVITATION_KEYS "
+                f"or {PREFIX}INVITATION_KEYS_FILE (segshuffle admin issuer-key prints it), "
+                f"or {PREFIX}ENROLLMENT=open to accept anyone (unsafe against fake users)")
+
+    def issuer_keys(self) -> list[Ed25519PublicKey]:
+        """The issuer public keys of ``INVITATION_KEYS`` and ``INVITATION_KEYS_FILE``."""
+        text = self.invitation_keys
+        if self.invitation_keys_file:
+            try:
+                text += "\n" + Path(self.invitation_keys_file).read_text("utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ValueError(f"cannot read {PREFIX}INVITATION_KEYS_FILE "
+                                 f"{self.invitation_keys_file}: {exc}") from None
+        keys = parse_public_keys(text)
+        if self.enrollment == "invitations" and not keys:
+            raise ValueError("invitation enrollment needs at least one issuer public key")
+        return keys

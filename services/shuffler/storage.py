@@ -38,6 +38,7 @@ from .storage_api import (
     RELEASED,
     RELEASING,
     AlreadySubmittedError,
+    InvitationUsedError,
     NotEnoughParticipantsError,
     RoundClosedError,
     RoundRecord,
@@ -47,8 +48,8 @@ from .storage_api import (
 
 __all__ = [
     "FAILED", "MIGRATIONS", "OPEN", "RELEASED", "RELEASING", "AlreadySubmittedError",
-    "NotEnoughParticipantsError", "RoundClosedError", "RoundRecord", "Storage",
-    "StorageError", "StoredMessage",
+    "InvitationUsedError", "NotEnoughParticipantsError", "RoundClosedError", "RoundRecord",
+    "Storage", "StorageError", "StoredMessage",
 ]
 
 _SCHEMA_1 = """
@@ -109,11 +110,19 @@ _SCHEMA_3 = """
 ALTER TABLE rounds ADD COLUMN reason TEXT;
 """
 
+_SCHEMA_4 = """
+CREATE TABLE IF NOT EXISTS used_invitations (
+    invitation_hash BLOB PRIMARY KEY,
+    expires INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "tokens, participations, pending, rounds, released, acknowledged", _SCHEMA_1),
     Migration(2, "sealed pending rows are released in a computed order: no released table",
               _SCHEMA_2),
     Migration(3, "why a round failed", _SCHEMA_3),
+    Migration(4, "used_invitations", _SCHEMA_4),
 )
 """The shuffler's schema, in order (:mod:`segshuffle.services.sqlite_base`); append only."""
 
@@ -128,6 +137,28 @@ class Storage(SQLiteStore):
         with self._transaction() as db:
             db.execute("INSERT INTO tokens (token_hash, campaign_id) VALUES (?, ?)",
                        (token_hash, campaign_id))
+
+    def add_token_for_invitation(self, campaign_id: str, token_hash: bytes,
+                                 invitation_hash: bytes, expires: int) -> None:
+        """Mark an invitation used and record the token it buys, in one transaction.
+
+        Raises :class:`InvitationUsedError` (and records nothing) if the invitation was
+        used before.  The two rows share no key: nothing links an invitation to a token.
+        """
+        with self._transaction() as db:
+            try:
+                db.execute("INSERT INTO used_invitations (invitation_hash, expires) "
+                           "VALUES (?, ?)", (invitation_hash, expires))
+            except sqlite3.IntegrityError:
+                raise InvitationUsedError("the invitation has already been used") from None
+            db.execute("INSERT INTO tokens (token_hash, campaign_id) VALUES (?, ?)",
+                       (token_hash, campaign_id))
+
+    def forget_expired_invitations(self, before: float) -> int:
+        """Drop the hashes of used invitations that expired before ``before``; how many."""
+        with self._transaction() as db:
+            return int(db.execute("DELETE FROM used_invitations WHERE expires < ?",
+                                  (before,)).rowcount)
 
     def token_campaign(self, token_hash: bytes) -> str | None:
         """The campaign a token hash was issued for, or ``None`` if unknown."""

@@ -45,6 +45,10 @@ class AlreadySubmittedError(StorageError):
     """This token has already submitted this round."""
 
 
+class InvitationUsedError(StorageError):
+    """This invitation has already bought a token."""
+
+
 class RoundClosedError(StorageError):
     """The round has been released: no further submissions."""
 
@@ -92,6 +96,16 @@ class ShufflerStorage(Protocol):
 
     def add_token(self, campaign_id: str, token_hash: bytes) -> None:
         """Record an issued token's hash for a campaign."""
+        ...
+
+    def add_token_for_invitation(self, campaign_id: str, token_hash: bytes,
+                                 invitation_hash: bytes, expires: int) -> None:
+        """Mark an invitation used and record the token's hash, atomically; raises
+        :class:`InvitationUsedError` (recording nothing) if the invitation was used before."""
+        ...
+
+    def forget_expired_invitations(self, before: float) -> int:
+        """Drop the hashes of used invitations with ``expires < before``; returns how many."""
         ...
 
     def token_campaign(self, token_hash: bytes) -> str | None:

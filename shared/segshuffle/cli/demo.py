@@ -3,7 +3,8 @@
 Starts the server and the shuffler as uvicorn subprocesses on free loopback ports
 with storage in a temporary directory (:class:`segshuffle.testing.localstack.LocalStack`),
 creates a campaign (in the blanket mode ``--blanket-mode`` names, docs/protocol.md section 3),
-runs N simulated users (:mod:`segshuffle.testing.population`)
+signs one enrollment invitation per user (the shuffler admits invited users only), runs N
+simulated users (:mod:`segshuffle.testing.population`)
 through round 1, has the shuffler release it (the server optimizes and publishes
 m and the lambda_k), runs round 2, releases it, and reads the server's estimates.
 
@@ -177,6 +178,7 @@ async def _rounds(args: argparse.Namespace, stack: Any, data: DemoData,
     population = Population.with_shares(
         stack.shuffler_url, CAMPAIGN_ID, data.sets, shares,
         seed=args.seed, concurrency=args.concurrency, progress=stderr_progress,
+        invitations=stack.invitations(CAMPAIGN_ID, len(data.sets)),
     )
     async with population:
         rounds = ((1, population.round1, "server optimizes and publishes the parameters"),

@@ -23,6 +23,7 @@ SUBCOMMANDS = {
     "demo": "segshuffle.cli.demo",
     "reproduce": "segshuffle.cli.reproduce",
     "serve": "segshuffle.cli.serve",
+    "admin": "segshuffle.cli.admin",
 }
 
 EXIT_USAGE = 2

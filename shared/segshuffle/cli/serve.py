@@ -2,8 +2,8 @@
 
 Settings come from environment variables (``SEGSHUFFLE_SHUFFLER_*``,
 ``SEGSHUFFLE_SERVER_*``; see each service's ``settings`` module); the flags
-below override them.  Secrets (admin, shuffler and operator tokens, the
-enrollment secret) are read from the environment only, never from flags, so
+below override them.  Secrets (admin, shuffler and operator tokens) and the
+enrollment mode are read from the environment only, never from flags, so
 they do not show in process listings.
 """
 
@@ -32,8 +32,11 @@ def register(subparsers: Any) -> None:
 
     shuffler = services.add_parser(
         "shuffler", help="enrollment, anonymous submissions, shuffling and release",
-        description="Needs SEGSHUFFLE_SHUFFLER_SERVER_TOKEN and "
-                    "SEGSHUFFLE_SHUFFLER_OPERATOR_TOKEN in the environment.")
+        description="Needs SEGSHUFFLE_SHUFFLER_SERVER_TOKEN, SEGSHUFFLE_SHUFFLER_OPERATOR_TOKEN "
+                    "and the invitation issuer's public key SEGSHUFFLE_SHUFFLER_INVITATION_KEYS "
+                    "('segshuffle admin issuer-key' prints it) in the environment. "
+                    "SEGSHUFFLE_SHUFFLER_ENROLLMENT=open admits anyone instead: unsafe against "
+                    "fake users, for tests only.")
     _common(shuffler, default_port=8081)
     shuffler.add_argument("--server-url", help="base URL of the server (analyzer)")
     shuffler.add_argument("--min-users", type=integer,

@@ -121,7 +121,8 @@ class AsyncClient:
         return s.accept_campaign(view, hpke)
 
     async def enroll(self, invitation: str | None = None) -> str:
-        """Obtain a one-time user token from the shuffler."""
+        """Obtain a one-time user token from the shuffler with the user's invitation (None
+        only for a shuffler with open enrollment)."""
         body = {} if invitation is None else {"invitation": invitation}
         url = self.shuffler_url + self.session.campaign_path + "/enrollments"
         response = await self._request("POST", url, "enrollment", json=body)

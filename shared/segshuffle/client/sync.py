@@ -4,7 +4,7 @@ Typical use::
 
     with Client(shuffler_url, "survey-1") as client:
         client.campaign()                  # fetch + verify the configuration and key
-        client.enroll()                    # a one-time token from the shuffler
+        client.enroll(invitation)          # the operator's invitation buys a one-time token
         client.submit_level(level_index)   # round 1
         ...                                # the operator releases round 1
         client.fetch_parameters()          # verified for this user's level, or refused
@@ -136,7 +136,8 @@ class Client:
         return s.accept_campaign(view, hpke)
 
     def enroll(self, invitation: str | None = None) -> str:
-        """Obtain a one-time user token from the shuffler."""
+        """Obtain a one-time user token from the shuffler with the user's invitation (None
+        only for a shuffler with open enrollment)."""
         body = {} if invitation is None else {"invitation": invitation}
         url = self.shuffler_url + self.session.campaign_path + "/enrollments"
         response = self._request("POST", url, "enrollment", json=body)

@@ -8,7 +8,13 @@ port from the log.  A service can be killed (``SIGKILL`` included) and restarted
 on the same port with the same storage, which is how crash recovery is tested.
 
 It also speaks the two operator APIs: creating campaigns and reading results on
-the server (admin token), releasing rounds on the shuffler (operator token).
+the server (admin token), releasing rounds on the shuffler (operator token); and it plays
+the app operator who invites users: each stack has its own invitation issuer key (the
+shuffler gets the public key) and :meth:`LocalStack.invitations` signs invitations with it.
+
+The shuffler runs with its default settings (invitation enrollment) except that the
+per-source rate limits are off unless ``rate_limits=True``: every simulated user of one
+process connects from the same loopback address.
 """
 
 from __future__ import annotations
@@ -29,6 +35,12 @@ import httpx
 
 from segshuffle.client.errors import ServiceError
 from segshuffle.client.session import parse, service_error
+from segshuffle.crypto.invitations import (
+    generate_issuer_key,
+    new_invitation,
+    public_key_text,
+    sign_invitation,
+)
 from segshuffle.wire.models import CampaignView, Results
 
 SERVICES = ("server", "shuffler")
@@ -46,6 +58,7 @@ class LocalStack:
         allow_insecure: bool = False,
         server_env: Mapping[str, str] | None = None,
         shuffler_env: Mapping[str, str] | None = None,
+        rate_limits: bool = False,
         startup_timeout: float = 30.0,
         python: str = sys.executable,
     ) -> None:
@@ -59,6 +72,9 @@ class LocalStack:
         self.shuffler_token = secrets.token_urlsafe(32)
         self.operator_token = secrets.token_urlsafe(32)
         self.min_users = min_users
+        self.rate_limits = rate_limits
+        self.issuer_key = generate_issuer_key()
+        """The app operator's invitation issuer key (its public key configures the shuffler)."""
         self.allow_insecure = allow_insecure
         self.startup_timeout = startup_timeout
         self.python = python
@@ -108,7 +124,11 @@ class LocalStack:
                 "SEGSHUFFLE_SHUFFLER_SERVER_TOKEN": self.shuffler_token,
                 "SEGSHUFFLE_SHUFFLER_OPERATOR_TOKEN": self.operator_token,
                 "SEGSHUFFLE_SHUFFLER_MIN_USERS": str(self.min_users),
+                "SEGSHUFFLE_SHUFFLER_INVITATION_KEYS": public_key_text(self.issuer_key),
             })
+            if not self.rate_limits:
+                env.update({"SEGSHUFFLE_SHUFFLER_ENROLL_RATE": "0",
+                            "SEGSHUFFLE_SHUFFLER_SUBMIT_RATE": "0"})
         env.update(self._extra[service])
         return env
 
@@ -207,6 +227,13 @@ class LocalStack:
         self.close()
 
     # -- operator APIs -------------------------------------------------------------------------
+    def invitations(self, campaign_id: str, count: int, *, expires_in: int = 3600
+                    ) -> list[str]:
+        """``count`` single-use invitations to ``campaign_id``, signed with the stack's key."""
+        expires = int(time.time()) + expires_in
+        return [sign_invitation(new_invitation(campaign_id, expires), self.issuer_key)
+                for _ in range(count)]
+
     def _call(self, method: str, url: str, what: str, token: str, **kwargs: Any
               ) -> httpx.Response:
         try:

@@ -4,7 +4,7 @@
 :class:`~segshuffle.client.AsyncClient` sharing one connection pool:
 
 - :meth:`Population.round1`: every user fetches and verifies the campaign,
-  enrolls, and sends its (possibly randomized) level;
+  enrolls (with its own invitation), and sends its (possibly randomized) level;
 - :meth:`Population.round2`: every (remaining) user fetches the published
   parameters, verifies them for its own level, and sends its data.
 
@@ -91,7 +91,9 @@ class Population:
     concurrency: int = 16
     """Users in flight at once (also the connection pool size: httpx's pool gets slow with
     many connections, and a few keep-alive connections already saturate local services)."""
-    invitation: str | None = None
+    invitations: Sequence[str] | None = None
+    """One enrollment invitation per user (``LocalStack.invitations``), or None for a
+    shuffler with open enrollment."""
     local_address: str | None = None
     """Source address of the users' connections (e.g. 127.0.0.2 to tell them apart)."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
@@ -111,6 +113,8 @@ class Population:
             raise ValueError("give one level per item set")
         if self.concurrency < 1:
             raise ValueError("concurrency must be >= 1")
+        if self.invitations is not None and len(self.invitations) != len(self.item_sets):
+            raise ValueError("give one invitation per user")
         self.users = [
             UserRecord(index=i, items=tuple(int(j) for j in items), level_index=int(level))
             for i, (items, level) in enumerate(zip(self.item_sets, self.level_indices,
@@ -200,7 +204,7 @@ class Population:
         async def job(i: int) -> None:
             client = self._clients[i]
             await client.campaign()
-            await client.enroll(self.invitation)
+            await client.enroll(None if self.invitations is None else self.invitations[i])
             self.users[i].round1 = await client.submit_level(self.users[i].level_index)
             self.users[i].finished[1] = next(order)
 

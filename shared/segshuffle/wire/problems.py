@@ -42,6 +42,13 @@ class ProblemType(Enum):
     INCOMPLETE_BATCH = ("incomplete-batch", 409, "Not every chunk of the batch has arrived")
     UNAUTHORIZED = ("unauthorized", 401, "Missing or invalid credentials")
     FORBIDDEN = ("forbidden", 403, "These credentials do not allow this operation")
+    INVITATION_REQUIRED = ("invitation-required", 401, "An invitation is required to enroll")
+    INVALID_INVITATION = ("invalid-invitation", 403,
+                          "The invitation is malformed or not signed by a trusted issuer")
+    INVITATION_WRONG_CAMPAIGN = ("invitation-wrong-campaign", 403,
+                                 "The invitation was issued for another campaign")
+    INVITATION_EXPIRED = ("invitation-expired", 403, "The invitation has expired")
+    INVITATION_USED = ("invitation-used", 403, "The invitation has already been used")
     INSECURE_REFUSED = ("insecure-refused", 403,
                         "Insecure parameters are disabled on this server")
     DECRYPT_FAILED = ("decrypt-failed", 422, "A ciphertext failed to decrypt")
