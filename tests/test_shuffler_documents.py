@@ -53,6 +53,9 @@ class Services:
     server_database: Path
 
 
+OPEN: dict[str, Any] = {"enrollment": "open", "enroll_rate": 0.0, "submit_rate": 0.0}
+"""These tests are about documents and ids: open enrollment, no rate limits."""
+
 @pytest.fixture
 def services(tmp_path: Path) -> Iterator[Services]:
     server_settings = make_settings(tmp_path)
@@ -60,7 +63,7 @@ def services(tmp_path: Path) -> Iterator[Services]:
     upstream = RecordingUpstream(server_app)
     settings = ShufflerSettings(database=str(tmp_path / "shuffler.sqlite3"),
                                 server_url="http://server", server_token=SHUFFLER_TOKEN,
-                                operator_token=OPERATOR, min_users=2)
+                                operator_token=OPERATOR, min_users=2, **OPEN)
     link = ServerLink(settings.server_url, settings.server_token, transport=upstream)
     with TestClient(server_app, raise_server_exceptions=False) as server, \
             TestClient(create_shuffler(settings, link=link),
@@ -140,7 +143,7 @@ def test_dead_server_fails_fast_with_503(tmp_path: Path) -> None:
         raise httpx.ConnectError("connection refused")
 
     settings = ShufflerSettings(database=str(tmp_path / "s.sqlite3"), server_url="http://x",
-                                server_token=SHUFFLER_TOKEN, operator_token=OPERATOR)
+                                server_token=SHUFFLER_TOKEN, operator_token=OPERATOR, **OPEN)
     link = ServerLink("http://x", SHUFFLER_TOKEN, transport=httpx.MockTransport(refuse))
     with TestClient(create_shuffler(settings, link=link),
                     raise_server_exceptions=False) as shuffler:
@@ -242,4 +245,4 @@ def test_upstream_paths_are_escaped() -> None:
 def test_cache_and_pool_settings_are_checked(tmp_path: Path, change: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         ShufflerSettings(database=str(tmp_path / "s.sqlite3"), server_token=SHUFFLER_TOKEN,
-                         operator_token=OPERATOR, **change)
+                         operator_token=OPERATOR, **OPEN, **change)
