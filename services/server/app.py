@@ -46,6 +46,7 @@ from segshuffle.wire.models import (
     BatchCompletion,
     CampaignAbort,
     CampaignCreate,
+    CampaignList,
     CampaignView,
     ChunkReceipt,
     HpkeConfig,
@@ -64,6 +65,7 @@ _ID = re.compile(ID_PATTERN)
 _CAMPAIGN = "/v1/campaigns/{campaign_id}"
 _BATCH = _CAMPAIGN + "/rounds/{round_number}/batches/{batch_id}"
 SECURITY: dict[tuple[str, str], str] = {
+    ("GET", "/v1/campaigns"): "adminToken",
     ("POST", "/v1/campaigns"): "adminToken",
     ("POST", _CAMPAIGN + "/abort"): "adminToken",
     ("GET", _CAMPAIGN + "/results"): "adminToken",
@@ -71,6 +73,9 @@ SECURITY: dict[tuple[str, str], str] = {
     ("POST", _BATCH + "/complete"): "shufflerToken",
 }
 """The bearer token each authenticated route needs (documented in the OpenAPI schema)."""
+LIST_LIMIT = 100
+MAX_LIST_LIMIT = 1000
+"""Campaigns per page of ``GET /v1/campaigns`` (default, largest)."""
 _BODIES: dict[str, type[BaseModel]] = {}
 VIEW_MAX_AGE = 1
 """Seconds a client or cache may keep a campaign view that can still change (the key
@@ -177,6 +182,19 @@ def create_app(settings: Settings) -> FastAPI:
         view = await run_in_threadpool(service.create_campaign, body)
         response.headers["Location"] = f"/v1/campaigns/{view.id}"
         return view
+
+    @app.get("/v1/campaigns", response_model=CampaignList, tags=["campaigns"])
+    async def list_campaigns(request: Request, after: str | None = None,
+                             limit: int = LIST_LIMIT) -> CampaignList:
+        """Campaign ids with their phase, sorted by id, at most ``limit`` (1..1000) per page;
+        pass the answer's ``next`` as ``after`` for the following page."""
+        authorize(settings, request, "admin")
+        if after is not None and not _ID.fullmatch(after):
+            raise errors.InvalidRequestError("after must be a campaign id (1-64 characters "
+                                             "[A-Za-z0-9._-])")
+        if not 1 <= limit <= MAX_LIST_LIMIT:
+            raise errors.InvalidRequestError(f"limit must be between 1 and {MAX_LIST_LIMIT}")
+        return await run_in_threadpool(service.list_campaigns, after, limit)
 
     conditional = {304: {"description": "not modified (If-None-Match names the ETag)"}}
 
