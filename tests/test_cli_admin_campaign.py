@@ -12,12 +12,12 @@ import httpx
 import numpy as np
 import pytest
 
-from segshuffle.cli.admin_http import OperatorClient
-from segshuffle.cli.errors import CommandError
 from segshuffle.cli.main import main
+from segshuffle.client.errors import ServiceError
 from segshuffle.client.sync import Client
 from segshuffle.crypto.invitations import issuer_key_pem
 from segshuffle.testing.localstack import LocalStack
+from segshuffle.testing.operator import OperatorClient
 
 ITEMS = ["apple", "banana", "cherry", "date", "elder", "fig", "grape", "honeydew"]
 USERS = 12
@@ -220,12 +220,14 @@ def test_release_wait_polls_until_released() -> None:
 def test_release_wait_names_why_a_round_failed() -> None:
     with _release_client([{"state": "releasing"},
                           {"state": "failed", "reason": "too few valid messages"}]) as client, \
-            pytest.raises(CommandError, match="the round failed: too few valid messages"):
+            pytest.raises(ServiceError, match="round 1 ended without results: too few valid "
+                                              "messages") as failed:
         client.release("c", 1, wait=True, timeout=10, sleep=lambda _: None)
+    assert failed.value.problem == "wrong-phase"
 
 
 def test_release_wait_is_bounded_and_names_the_delivery_error() -> None:
     waiting = [{"state": "releasing", "last_error": "server: ConnectError"}] * 3
     with _release_client(waiting) as client, \
-            pytest.raises(CommandError, match="after 0s: server: ConnectError"):
+            pytest.raises(ServiceError, match="not delivered after 0s: server: ConnectError"):
         client.release("c", 1, wait=True, timeout=0, sleep=lambda _: None)

@@ -21,17 +21,22 @@ import json
 import re
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ._args import float_list, integer, number
-from .admin_http import (
+from segshuffle.client.errors import ServiceError
+from segshuffle.testing.operator import (
     ADMIN_TOKEN_ENV,
     OPERATOR_TOKEN_ENV,
     OperatorClient,
     base_url,
     read_token,
 )
+
+from ._args import float_list, integer, number
+from .errors import CommandError
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 DEFAULT_SHUFFLER = "http://127.0.0.1:8081"
@@ -143,13 +148,22 @@ def register(commands: Any) -> None:
 
 # -- helpers ------------------------------------------------------------------------------------
 
-def _client(args: argparse.Namespace, token_env: str | None) -> OperatorClient:
+@contextmanager
+def _client(args: argparse.Namespace, token_env: str | None) -> Iterator[OperatorClient]:
+    """The operator client of the command's URLs and token; a refusal or a network error
+    of the services becomes one :class:`CommandError` line."""
     token = read_token(args.token_file, token_env) if token_env else None
-    return OperatorClient(
+    client = OperatorClient(
         server=base_url(args.server, "--server") if hasattr(args, "server") else "",
         shuffler=base_url(args.shuffler, "--shuffler") if hasattr(args, "shuffler") else "",
         admin_token=token if token_env == ADMIN_TOKEN_ENV else None,
         operator_token=token if token_env == OPERATOR_TOKEN_ENV else None)
+    try:
+        yield client
+    except ServiceError as exc:
+        raise CommandError(str(exc)) from None
+    finally:
+        client.close()
 
 
 def _emit(args: argparse.Namespace, document: Any, text: str) -> None:

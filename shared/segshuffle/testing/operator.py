@@ -1,10 +1,11 @@
-"""The operator calls of ``segshuffle admin``: the server's admin API and the shuffler's
-operator API over HTTP, every failure one :class:`CommandError` line.
+"""The operator calls over HTTP, one definition each, for ``segshuffle admin`` and
+:class:`~segshuffle.testing.localstack.LocalStack`: the server's admin API (admin token)
+and the shuffler's operator API (operator token; round status and relayed view need none).
 
-Tokens: the server's admin token from ``SEGSHUFFLE_ADMIN_TOKEN``, the shuffler's operator
-token from ``SEGSHUFFLE_OPERATOR_TOKEN``, or either from ``--token-file`` (each command
-needs at most one of them).  A refused request becomes ``WHAT: HTTP STATUS PROBLEM-TYPE:
-detail``; an unreachable service ``WHAT: cannot reach URL (ConnectError)``.
+Every failure is a :class:`~segshuffle.client.errors.ServiceError` whose message is one
+line: ``WHAT: HTTP STATUS PROBLEM-TYPE: detail`` for a refusal (``problem`` and
+``status`` set), ``WHAT: cannot reach URL (ConnectError)`` when there is no answer.
+:func:`read_token` and :func:`base_url` check what an operator types (``ValueError``).
 """
 
 from __future__ import annotations
@@ -17,10 +18,9 @@ from typing import Any
 
 import httpx
 
+from segshuffle.client.errors import ServiceError
 from segshuffle.client.session import service_error
 from segshuffle.wire.models import CampaignList, CampaignSummary, CampaignView, Results
-
-from .errors import CommandError
 
 ADMIN_TOKEN_ENV = "SEGSHUFFLE_ADMIN_TOKEN"
 OPERATOR_TOKEN_ENV = "SEGSHUFFLE_OPERATOR_TOKEN"
@@ -66,16 +66,19 @@ class OperatorClient:
     """The admin calls on the server and the operator calls on the shuffler."""
 
     def __init__(self, *, server: str = "", shuffler: str = "", admin_token: str | None = None,
-                 operator_token: str | None = None,
+                 operator_token: str | None = None, http: httpx.Client | None = None,
                  transport: httpx.BaseTransport | None = None) -> None:
+        """``http``: a client to share (not closed by :meth:`close`)."""
         self.server = server
         self.shuffler = shuffler
         self.admin_token = admin_token
         self.operator_token = operator_token
-        self._http = httpx.Client(timeout=HTTP_TIMEOUT, transport=transport)
+        self._own_http = http is None
+        self._http = http or httpx.Client(timeout=HTTP_TIMEOUT, transport=transport)
 
     def close(self) -> None:
-        self._http.close()
+        if self._own_http:
+            self._http.close()
 
     def __enter__(self) -> OperatorClient:
         return self
@@ -90,10 +93,10 @@ class OperatorClient:
             response = self._http.request(method, url, headers=headers, **kwargs)
         except httpx.HTTPError as exc:
             target = url.split("/v1/")[0]
-            raise CommandError(f"{what}: cannot reach {target} ({type(exc).__name__})"
+            raise ServiceError(f"{what}: cannot reach {target} ({type(exc).__name__})"
                                ) from None
         if response.status_code >= 400:
-            raise CommandError(str(service_error(response, what)))
+            raise service_error(response, what)
         return response
 
     @staticmethod
@@ -101,8 +104,9 @@ class OperatorClient:
         try:
             return model.model_validate(response.json())
         except ValueError:  # includes pydantic's ValidationError and bad JSON
-            raise CommandError(f"{what}: the answer is not a valid {model.__name__} "
-                               f"(is the URL the right service?)") from None
+            raise ServiceError(f"{what}: the answer is not a valid {model.__name__} "
+                               f"(is the URL the right service?)",
+                               status=response.status_code) from None
 
     # -- server (admin token) ------------------------------------------------------------------
     def create_campaign(self, body: Mapping[str, Any]) -> CampaignView:
@@ -126,7 +130,7 @@ class OperatorClient:
             if page.next is None:
                 return found
             after = page.next
-        raise CommandError(f"list campaigns: more than {MAX_LIST_PAGES} pages")
+        raise ServiceError(f"list campaigns: more than {MAX_LIST_PAGES} pages")
 
     def campaign(self, campaign_id: str) -> CampaignView:
         """``GET /v1/campaigns/{cid}`` on the server."""
@@ -166,8 +170,8 @@ class OperatorClient:
             status = None
         if not isinstance(status, dict) or not {"participants", "required", "state"} <= set(
                 status):
-            raise CommandError(f"{what}: the answer is not a round status "
-                               f"(is --shuffler the shuffler?)")
+            raise ServiceError(f"{what}: the answer is not a round status "
+                               f"(is the URL the shuffler's?)", status=response.status_code)
         return status
 
     def release(self, campaign_id: str, round_number: int, *, wait: bool, timeout: float,
@@ -176,8 +180,9 @@ class OperatorClient:
         """``POST .../rounds/{r}/release``; returns (answer, acknowledged by the server).
 
         With ``wait``: ``wait=true``, then polls the round status until ``released``
-        (acknowledged) or ``failed`` (a :class:`CommandError` naming the reason), at most
-        ``timeout`` seconds (then a :class:`CommandError` with the last delivery error).
+        (acknowledged) or ``failed`` (a ``wrong-phase`` :class:`ServiceError` naming the
+        reason), at most ``timeout`` seconds (then a :class:`ServiceError` with the
+        shuffler's last delivery error).
         """
         path = f"{self.shuffler}/v1/campaigns/{campaign_id}/rounds/{round_number}"
         what = f"release round {round_number}"
@@ -193,10 +198,10 @@ class OperatorClient:
             if status["state"] == "released":
                 return answer, True
             if status["state"] == "failed":
-                raise CommandError(f"{what}: the round failed: "
-                                   f"{status.get('reason') or 'no reason given'}")
+                raise ServiceError(f"round {round_number} ended without results: "
+                                   f"{status.get('reason') or 'no reason given'}",
+                                   problem="wrong-phase")
             if time.monotonic() >= deadline:
-                raise CommandError(f"{what}: not acknowledged by the server after "
-                                   f"{timeout:g}s: "
-                                   f"{status.get('last_error') or 'no delivery error reported'}")
+                raise ServiceError(f"round {round_number} not delivered after {timeout:g}s: "
+                                   f"{status.get('last_error') or 'no error reported'}")
             sleep(interval)
