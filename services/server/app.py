@@ -183,18 +183,28 @@ def create_app(settings: Settings) -> FastAPI:
         response.headers["Location"] = f"/v1/campaigns/{view.id}"
         return view
 
-    @app.get("/v1/campaigns", response_model=CampaignList, tags=["campaigns"])
-    async def list_campaigns(request: Request, after: str | None = None,
-                             limit: int = LIST_LIMIT) -> CampaignList:
+    @app.get("/v1/campaigns", response_model=CampaignList, tags=["campaigns"],
+             openapi_extra={"parameters": [
+                 {"name": "after", "in": "query", "required": False,
+                  "schema": {"type": "string", "pattern": ID_PATTERN}},
+                 {"name": "limit", "in": "query", "required": False,
+                  "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIST_LIMIT,
+                             "default": LIST_LIMIT}}]})
+    async def list_campaigns(request: Request) -> CampaignList:
         """Campaign ids with their phase, sorted by id, at most ``limit`` (1..1000) per page;
-        pass the answer's ``next`` as ``after`` for the following page."""
+        pass the answer's ``next`` as ``after`` for the following page.  The query is read
+        after authentication, so a stranger learns nothing from its validation."""
         authorize(settings, request, "admin")
+        after = request.query_params.get("after")
+        limit_text = request.query_params.get("limit", str(LIST_LIMIT))
         if after is not None and not _ID.fullmatch(after):
             raise errors.InvalidRequestError("after must be a campaign id (1-64 characters "
                                              "[A-Za-z0-9._-])")
-        if not 1 <= limit <= MAX_LIST_LIMIT:
-            raise errors.InvalidRequestError(f"limit must be between 1 and {MAX_LIST_LIMIT}")
-        return await run_in_threadpool(service.list_campaigns, after, limit)
+        if not (limit_text.isascii() and limit_text.isdigit() and len(limit_text) <= 4
+                and 1 <= int(limit_text) <= MAX_LIST_LIMIT):
+            raise errors.InvalidRequestError(f"limit must be an integer from 1 to "
+                                             f"{MAX_LIST_LIMIT}")
+        return await run_in_threadpool(service.list_campaigns, after, int(limit_text))
 
     conditional = {304: {"description": "not modified (If-None-Match names the ETag)"}}
 
