@@ -142,6 +142,10 @@ def test_full_campaign_through_admin_and_the_sdk(
                                        "--reason", "stop", *server)
         listed = json.loads(_ok(capsys, "admin", "campaign", "list", "--json", *server))
         assert listed == [{"id": "fruit", "phase": "done"}, {"id": "gone", "phase": "aborted"}]
+        gone = _ok(capsys, "admin", "status", "gone", "--watch", *shuffler)
+        assert gone.startswith("campaign gone: aborted (stop)\n  round 1 [")
+        assert "0/100 participants, failed: the campaign aborted: stop" in gone
+        assert "round 2" not in gone
 
 
 @pytest.mark.parametrize("argv, env, expected", [

@@ -264,11 +264,11 @@ def campaign_abort(args: argparse.Namespace) -> int:
 # -- status -------------------------------------------------------------------------------------
 
 def _snapshot(client: OperatorClient, campaign_id: str) -> dict[str, Any]:
-    """The phase and the status of each round that has begun."""
+    """The phase and the status of each round that has begun (round 2 begins when the
+    server publishes its parameters)."""
     view = client.relayed_view(campaign_id)
     rounds = [client.round_status(campaign_id, 1)]
-    if view.phase != "round1" and (view.phase != "failed" or view.parameters is not None
-                                   or rounds[0]["state"] == "released"):
+    if view.parameters is not None:
         rounds.append(client.round_status(campaign_id, 2))
     return {"campaign_id": campaign_id, "phase": view.phase, "end_reason": view.end_reason,
             "rounds": [{key: status.get(key) for key in (
