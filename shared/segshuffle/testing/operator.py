@@ -190,7 +190,11 @@ class OperatorClient:
         response = self._call("POST", f"{path}/release", what, self.operator_token,
                               params={"wait": "true" if wait else "false"},
                               timeout=min(RELEASE_HTTP_TIMEOUT, max(timeout, 1.0)))
-        answer = dict(response.json())
+        try:
+            answer = dict(response.json())
+        except (ValueError, TypeError):
+            raise ServiceError(f"{what}: the answer is not a release answer (is the URL the "
+                               f"shuffler's?)", status=response.status_code) from None
         if response.status_code == 200 or not wait:
             return answer, response.status_code == 200
         while True:
