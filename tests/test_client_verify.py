@@ -43,7 +43,7 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Published]:
         rng = np.random.default_rng(2)
         sets = [list(rng.choice(10, size=2, replace=False)) for _ in range(USERS)]
         population = Population.with_shares(stack.shuffler_url, CID, sets,
-                                            [0.5, 0.5], seed=4,
+                                            [0.5, 0.5], seed=4, server_key=stack.server_key,
                                             invitations=stack.invitations(CID, len(sets)))
         run_rounds(population, 1)
         stack.release(CID, 1)
@@ -177,7 +177,7 @@ def test_live_client_refuses_and_sends_nothing(published: Published) -> None:
         return httpx.Response(upstream.status_code, content=content,
                               headers={"content-type": upstream.headers["content-type"]})
 
-    with Client(stack.shuffler_url, CID,
+    with Client(stack.shuffler_url, CID, server_key=stack.server_key,
                 http=httpx.Client(transport=httpx.MockTransport(handler))) as client:
         client.campaign()
         client.enroll(stack.invitations(CID, 1)[0])

@@ -65,7 +65,8 @@ def test_server_sees_only_shuffler_traffic(proxied: tuple[LocalStack, RecordingP
     rng = np.random.default_rng(5)
     sets = [list(rng.choice(8, size=2, replace=False)) for _ in range(USERS)]
     population = Population.with_shares(stack.shuffler_url, "boundary", sets, [0.5, 0.5],
-                                        seed=6, cache_seconds=0.0)
+                                        seed=6, cache_seconds=0.0,
+                                        server_key=stack.server_key)
     run_rounds(population, 1)
     stack.release("boundary", 1)
     run_rounds(population, 2)
