@@ -21,8 +21,8 @@ Settings (:class:`~.settings.Settings`, variable ``SEGSHUFFLE_SERVER_<FIELD>``):
 ``log_level``.
 
 Modules: :mod:`.settings`, :mod:`.storage` (SQLite repository), :mod:`.keys`
-(private key files), :mod:`.signing` (the document-signing key file), :mod:`.decrypt` (HPKE opening, process pool),
-:mod:`.aggregation` (round-1 parameters, round-2 decoding), :mod:`.service`
+(private key files), :mod:`.signing` (the document-signing key file), :mod:`.decrypt`
+(HPKE opening, process pool), :mod:`.aggregation` (round-1 parameters, round-2 decoding), :mod:`.service`
 (operations), :mod:`.app` (HTTP), :mod:`.runner` (uvicorn).
 """
 
