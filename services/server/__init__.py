@@ -22,8 +22,8 @@ Settings (:class:`~.settings.Settings`, variable ``SEGSHUFFLE_SERVER_<FIELD>``):
 
 Modules: :mod:`.settings`, :mod:`.storage` (SQLite repository), :mod:`.keys`
 (private key files), :mod:`.signing` (the document-signing key file), :mod:`.decrypt`
-(HPKE opening, process pool), :mod:`.aggregation` (round-1 parameters, round-2 decoding), :mod:`.service`
-(operations), :mod:`.app` (HTTP), :mod:`.runner` (uvicorn).
+(HPKE opening, process pool), :mod:`.aggregation` (round-1 parameters, round-2
+decoding), :mod:`.service` (operations), :mod:`.app` (HTTP), :mod:`.runner` (uvicorn).
 """
 
 from __future__ import annotations
