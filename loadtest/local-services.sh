@@ -72,7 +72,7 @@ pids+=("$!")
 SEGSHUFFLE_SHUFFLER_SERVER_TOKEN="$shuffler_token" \
 SEGSHUFFLE_SHUFFLER_OPERATOR_TOKEN="$operator_token" \
 SEGSHUFFLE_SHUFFLER_INVITATION_KEYS="$issuer_public" \
-SEGSHUFFLE_SHUFFLER_ENROLL_RATE=0 SEGSHUFFLE_SHUFFLER_SUBMIT_RATE=0 \
+SEGSHUFFLE_SHUFFLER_ENROLL_RATE=0 SEGSHUFFLE_SHUFFLER_SUBMIT_RATE=0 SEGSHUFFLE_SHUFFLER_READ_RATE=0 \
     "$segshuffle" serve shuffler --host 127.0.0.1 --port "$shuffler_port" \
         --database "$workdir/shuffler.sqlite3" \
         --server-url "http://127.0.0.1:$server_port" > "$workdir/shuffler.log" 2>&1 &

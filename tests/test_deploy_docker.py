@@ -79,7 +79,8 @@ class Deployment:
                     "SEGSHUFFLE_SERVER_PUBLISH_PORT": str(self.server_port),
                     "SEGSHUFFLE_SHUFFLER_PUBLISH_PORT": str(self.shuffler_port),
                     "SEGSHUFFLE_SHUFFLER_ENROLL_RATE": "0",
-                    "SEGSHUFFLE_SHUFFLER_SUBMIT_RATE": "0"}
+                    "SEGSHUFFLE_SHUFFLER_SUBMIT_RATE": "0",
+                    "SEGSHUFFLE_SHUFFLER_READ_RATE": "0"}
         self.server_url = f"http://127.0.0.1:{self.server_port}"
         self.shuffler_url = f"http://127.0.0.1:{self.shuffler_port}"
 

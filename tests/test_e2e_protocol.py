@@ -27,7 +27,7 @@ from segshuffle.testing.localstack import LocalStack
 from segshuffle.testing.population import Population
 from segshuffle.wire.models import CIPHERTEXT_LENGTH, PublishedParameters, Results, b64url_decode
 
-from .test_e2e_support import RecordingProxy, decoded_counts, run_rounds
+from .test_e2e_support import RecordingProxy, decoded_counts, proxied_stack, run_rounds
 
 pytestmark = pytest.mark.slow  # about a minute: 2000 users over HTTP (still run by default)
 
@@ -57,13 +57,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     weights /= weights.sum()
     sets = [list(rng.choice(ITEMS, size=int(rng.integers(1, 6)), replace=False, p=weights))
             for _ in range(USERS)]
-    stack = LocalStack(tmp_path_factory.mktemp("e2e"), min_users=50)
-    proxy: RecordingProxy | None = None
-    try:
-        stack.start_service("server")
-        proxy = RecordingProxy(stack.server_url)
-        stack.upstream_url = proxy.url
-        stack.start_service("shuffler")
+    with proxied_stack(tmp_path_factory.mktemp("e2e"), min_users=50) as (stack, proxy):
         stack.create_campaign({"id": "e2e", "domain_size": ITEMS, "set_size": SET_SIZE,
                                "levels": LEVELS, "min_users": 100, "delta": 1e-5})
         population = Population.with_shares(stack.shuffler_url, "e2e", sets,
@@ -79,10 +73,6 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         assert parameters is not None
         tokens = [c.session.token for c in population._clients if c.session.token]
         yield Run(stack, proxy, population, results, parameters, tokens)
-    finally:
-        stack.close()
-        if proxy is not None:
-            proxy.close()
 
 
 def test_all_users_took_part_in_both_rounds(run: Run) -> None:

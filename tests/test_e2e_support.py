@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 
+from segshuffle.testing.localstack import LocalStack
 from segshuffle.testing.population import Population
 from segshuffle.wire.models import PublishedParameters, Results
 
@@ -80,6 +83,24 @@ class RecordingProxy:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+@contextmanager
+def proxied_stack(directory: Path, *, min_users: int) -> Iterator[tuple[LocalStack,
+                                                                     RecordingProxy]]:
+    """Both services, with a :class:`RecordingProxy` between the shuffler and the server."""
+    stack = LocalStack(directory, min_users=min_users)
+    proxy: RecordingProxy | None = None
+    try:
+        stack.start_service("server")
+        proxy = RecordingProxy(stack.server_url)
+        stack.upstream_url = proxy.url
+        stack.start_service("shuffler")
+        yield stack, proxy
+    finally:
+        stack.close()
+        if proxy is not None:
+            proxy.close()
 
 
 def run_rounds(population: Population, *rounds: int,

@@ -129,8 +129,21 @@ def test_enrollment_bursts_get_429_with_retry_after(tmp_path: Path) -> None:
         limited = client.post(submit, json={})
         _problem(limited, 429, "rate-limited")
         assert int(limited.headers["retry-after"]) >= 1
-        # reads are not limited
+        # reads have their own, larger budget
         assert client.get(f"/v1/campaigns/{CID}/rounds/1").status_code == 200
+
+
+def test_public_reads_are_limited_per_source(tmp_path: Path) -> None:
+    with _client(_settings(tmp_path, read_rate=0.01, read_burst=3)) as client:
+        paths = [f"/v1/campaigns/{CID}", f"/v1/campaigns/{CID}/rounds/1",
+                 f"/v1/campaigns/{CID}/rounds/2"]
+        for path in paths:
+            assert client.get(path).status_code == 200, path
+        for path in paths:
+            limited = client.get(path)
+            _problem(limited, 429, "rate-limited")
+            assert int(limited.headers["retry-after"]) >= 1
+        assert client.get("/livez").status_code == 200  # health is never limited
 
 
 def test_a_rate_of_zero_switches_the_limit_off(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -93,10 +94,15 @@ def test_mid_round_copies_hold_no_ciphertext_and_no_grouping(
     copy = _copy_files(stack, tmp_path / "mid")
     assert _leaks(_raw(copy), flat) == []
 
-    # What is stored, read back with the round key (an attacker would also need it).
-    stored = sqlite_rows(copy, "SELECT stream, row_key, ciphertext FROM pending WHERE "
-                                "campaign_id = ? AND round = 2 ORDER BY row_key", CID)
-    columns = {row[1] for row in sqlite_rows(copy, "PRAGMA table_info(pending)")}
+    # What is stored, read back with the round key (an attacker would also need it), from
+    # a consistent snapshot: file copies taken one after another may straddle a checkpoint.
+    snapshot = tmp_path / "snapshot.sqlite3"
+    with sqlite3.connect(stack.database_path("shuffler")) as live, \
+            sqlite3.connect(snapshot) as target:
+        live.backup(target)
+    stored = sqlite_rows(snapshot, "SELECT stream, row_key, ciphertext FROM pending WHERE "
+                                    "campaign_id = ? AND round = 2 ORDER BY row_key", CID)
+    columns = {row[1] for row in sqlite_rows(snapshot, "PRAGMA table_info(pending)")}
     assert columns == {"campaign_id", "round", "stream", "row_key", "ciphertext"}
     assert len(stored) == len(flat)
     key_files = list((Path(f"{stack.database_path('shuffler')}.keys")).glob("round-*.key"))

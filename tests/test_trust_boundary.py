@@ -22,7 +22,7 @@ import pytest
 from segshuffle.testing.localstack import LocalStack
 from segshuffle.testing.population import Population
 
-from .test_e2e_support import RecordingProxy, run_rounds
+from .test_e2e_support import RecordingProxy, proxied_stack, run_rounds
 
 pytestmark = pytest.mark.slow  # both services as real processes
 
@@ -45,18 +45,8 @@ def _server_requests(stack: LocalStack) -> list[tuple[str, str]]:
 @pytest.fixture
 def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStack,
                                                                        RecordingProxy]]:
-    stack = LocalStack(tmp_path_factory.mktemp("boundary"), min_users=2)
-    proxy: RecordingProxy | None = None
-    try:
-        stack.start_service("server")
-        proxy = RecordingProxy(stack.server_url)
-        stack.upstream_url = proxy.url
-        stack.start_service("shuffler")
-        yield stack, proxy
-    finally:
-        stack.close()
-        if proxy is not None:
-            proxy.close()
+    with proxied_stack(tmp_path_factory.mktemp("boundary"), min_users=2) as running:
+        yield running
 
 
 def test_server_sees_only_shuffler_traffic(proxied: tuple[LocalStack, RecordingProxy]) -> None:

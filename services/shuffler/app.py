@@ -63,7 +63,7 @@ from segshuffle.wire.models import (
 from segshuffle.wire.problems import PROBLEM_MEDIA_TYPE
 
 from .enrollment import EnrollmentPolicy, InvitationEnrollment, OpenEnrollment
-from .limits import RouteLimits, enrollment_limit, submission_limit
+from .limits import RouteLimits, enrollment_limit, read_limit, submission_limit
 from .release import Releaser
 from .service import PHASE_OF_ROUND, ShufflerRoundStatus, ShufflerService, unauthorized
 from .settings import Settings
@@ -147,13 +147,15 @@ def _document(request: Request, service: ShufflerService, body: bytes, immutable
     return document_response(request, body, immutable=immutable, max_age=max_age, etag=etag)
 
 
-@documents.get("", response_model=CampaignView, responses=_CONDITIONAL)
+@documents.get("", response_model=CampaignView, responses=_CONDITIONAL,
+               dependencies=[Depends(read_limit)])
 async def campaign_view(campaign_id: str, request: Request, service: Service) -> Response:
     document = await service.document(VIEW, campaign_id)
     return _document(request, service, document.body, document.immutable, document.etag)
 
 
-@documents.get("/hpke-config", response_model=HpkeConfig, responses=_CONDITIONAL)
+@documents.get("/hpke-config", response_model=HpkeConfig, responses=_CONDITIONAL,
+               dependencies=[Depends(read_limit)])
 async def key_config(campaign_id: str, request: Request, service: Service) -> Response:
     document = await service.document(KEY_CONFIG, campaign_id)
     return _document(request, service, document.body, document.immutable, document.etag)
@@ -187,7 +189,7 @@ async def submit(campaign_id: str, round_number: Round,
     return SubmissionReceipt(campaign_id=campaign_id, round=round_number, accepted=True)
 
 
-@rounds.get("", response_model=ShufflerRoundStatus)
+@rounds.get("", response_model=ShufflerRoundStatus, dependencies=[Depends(read_limit)])
 async def round_status(campaign_id: str, round_number: Round, service: Service) -> Response:
     body = await service.round_status_json(campaign_id, round_number)
     return Response(body, media_type="application/json")

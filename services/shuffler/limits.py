@@ -1,10 +1,11 @@
-"""Rate limits of the shuffler's public write routes (enrollment, submissions).
+"""Rate limits of the shuffler's public routes (enrollment, submissions, public reads).
 
 One :class:`~segshuffle.services.rate_limit.TokenBucketLimiter` per route class, keyed by
 the request's source (:class:`~segshuffle.services.rate_limit.SourceResolver`), applied as
 FastAPI dependencies before the body is read.  A refusal is ``rate-limited`` (429) with
 ``Retry-After`` in whole seconds.  Settings: ``ENROLL_RATE``, ``ENROLL_BURST``,
-``SUBMIT_RATE``, ``SUBMIT_BURST``, ``RATE_LIMIT_SOURCES``, ``TRUSTED_PROXIES``.
+``SUBMIT_RATE``, ``SUBMIT_BURST``, ``READ_RATE``, ``READ_BURST``, ``RATE_LIMIT_SOURCES``,
+``TRUSTED_PROXIES``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class RouteLimits:
 
     enroll: TokenBucketLimiter | None
     submit: TokenBucketLimiter | None
+    read: TokenBucketLimiter | None
     resolver: SourceResolver
 
     @classmethod
@@ -36,6 +38,7 @@ class RouteLimits:
 
         return cls(limiter(settings.enroll_rate, settings.enroll_burst),
                    limiter(settings.submit_rate, settings.submit_burst),
+                   limiter(settings.read_rate, settings.read_burst),
                    SourceResolver(parse_networks(settings.trusted_proxies)))
 
     def check(self, limiter: TokenBucketLimiter | None, request: Request, what: str) -> None:
@@ -67,3 +70,9 @@ async def submission_limit(request: Request) -> None:
     """Dependency of ``POST .../submissions``."""
     limits = _limits(request)
     limits.check(limits.submit, request, "submissions")
+
+
+async def read_limit(request: Request) -> None:
+    """Dependency of the public GETs (campaign view, key config, round status)."""
+    limits = _limits(request)
+    limits.check(limits.read, request, "requests")

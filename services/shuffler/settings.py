@@ -20,7 +20,9 @@ Each field of :class:`Settings` is read from the variable named after it in uppe
   differences (default 60).
 - ``ENROLL_RATE`` / ``ENROLL_BURST``: per source address, enrollments per second and the
   burst allowed (default 0.1 and 10); ``SUBMIT_RATE`` / ``SUBMIT_BURST``: the same for
-  submissions (default 1 and 30).  A rate of 0 switches that limit off.  Refusals are 429
+  submissions (default 1 and 30); ``READ_RATE`` / ``READ_BURST``: the same for the public
+  GETs (campaign view, key config, round status; default 50 and 500).  A rate of 0
+  switches that limit off.  Refusals are 429
   ``rate-limited`` with ``Retry-After``.
 - ``RATE_LIMIT_SOURCES``: sources tracked at once, least recently seen evicted first
   (default 65536).
@@ -91,6 +93,8 @@ class Settings(EnvironmentSettings):
     enroll_burst: int = 10
     submit_rate: float = 1.0
     submit_burst: int = 30
+    read_rate: float = 50.0
+    read_burst: int = 500
     rate_limit_sources: int = 65536
     trusted_proxies: str = ""
     min_users: int = 10
@@ -121,7 +125,7 @@ class Settings(EnvironmentSettings):
                              f"{self.server_url!r}")
         check_common(self, (("min_users", 1), ("auto_release", 0), ("chunk_size", 1),
                             ("max_body_bytes", 1024), ("document_cache_entries", 1),
-                            ("upstream_connections", 1), ("enroll_burst", 1),
+                            ("upstream_connections", 1), ("enroll_burst", 1), ("read_burst", 1),
                             ("submit_burst", 1), ("rate_limit_sources", 1)))
         for name in ("campaign_cache_seconds", "upstream_pool_timeout", "forward_timeout"):
             value = getattr(self, name)
@@ -131,7 +135,7 @@ class Settings(EnvironmentSettings):
         if self.enrollment not in ENROLLMENT_MODES:
             raise ValueError(f"{PREFIX}ENROLLMENT must be one of {', '.join(ENROLLMENT_MODES)}, "
                              f"got {self.enrollment!r}")
-        for name in ("invitation_skew", "enroll_rate", "submit_rate"):
+        for name in ("invitation_skew", "enroll_rate", "submit_rate", "read_rate"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not 0 <= value < math.inf:
                 raise ValueError(f"{name.replace('_', ' ')} must be a number >= 0, "

@@ -23,6 +23,7 @@ import json
 import math
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -133,7 +134,9 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     rng = np.random.default_rng(args.seed)
     data = load_data(args, rng)
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    _INTERRUPTED.clear()
+    previous = {sig: signal.signal(sig, _raise_interrupt)
+                for sig in (signal.SIGINT, signal.SIGTERM)}
     timings: dict[str, float] = {}
     try:
         _say(args, f"{args.users} users, dataset {data.name}, starting the services")
@@ -154,10 +157,17 @@ def run(args: argparse.Namespace) -> int:
             stack.create_campaign(body)
             outcome = asyncio.run(_rounds(args, stack, data, shares, timings))
         timings["total"] = time.perf_counter() - started
-    except ClientError as exc:
-        raise ValueError(f"demo failed: {exc}") from None
+    except Exception as exc:
+        if _INTERRUPTED.is_set():
+            # The interrupt landed inside code that wraps exceptions (a pydantic serializer,
+            # an executor): it is still an interrupt.
+            raise KeyboardInterrupt from None
+        if isinstance(exc, ClientError):
+            raise ValueError(f"demo failed: {exc}") from None
+        raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     report = _report(args, data, outcome, timings)
     if args.json:
         sys.stdout.write(json.dumps(report) + "\n")
@@ -166,7 +176,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+_INTERRUPTED = threading.Event()
+"""Set by SIGINT or SIGTERM during a demo run."""
+
+
 def _raise_interrupt(*_: object) -> None:
+    _INTERRUPTED.set()
     raise KeyboardInterrupt
 
 

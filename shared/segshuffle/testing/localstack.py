@@ -133,7 +133,8 @@ class LocalStack:
             })
             if not self.rate_limits:
                 env.update({"SEGSHUFFLE_SHUFFLER_ENROLL_RATE": "0",
-                            "SEGSHUFFLE_SHUFFLER_SUBMIT_RATE": "0"})
+                            "SEGSHUFFLE_SHUFFLER_SUBMIT_RATE": "0",
+                            "SEGSHUFFLE_SHUFFLER_READ_RATE": "0"})
         env.update(self._extra[service])
         return env
 
