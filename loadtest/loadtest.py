@@ -6,8 +6,9 @@ users with the client SDK's population simulator (:class:`segshuffle.testing.pop
 Population`: every user fetches and verifies the campaign, enrolls at the shuffler with an
 invitation of its own, signed here with the app operator's issuer key, sends its sealed
 level; after the release, fetches and verifies the published parameters and sends its sealed
-data), releasing each round with the operator token and waiting for the server to finish it
-(round 1: level histogram, optimizer, publication; round 2: decoding).
+data; every view's signatures are checked with the server's signing key, fetched with the
+admin token), releasing each round with the operator token and waiting for the server to
+finish it (round 1: level histogram, optimizer, publication; round 2: decoding).
 It prints per repeat, and as medians over the repeats:
 
 - round-1 and round-2 submissions per second (completed users / wall time of the round),
@@ -189,6 +190,10 @@ async def run_once(args: argparse.Namespace, workload: Workload, repeat: int,
                                    json=workload.campaign_body(campaign_id, domain_size, padding))
         if response.status_code != 201:
             raise LoadTestError(f"creating the campaign: {_problem(response)}")
+        response = await http.get(f"{args.server_url}/v1/signing-key", headers=admin)
+        if response.status_code != 200:
+            raise LoadTestError(f"the server's signing key: {_problem(response)}")
+        server_key = response.json()["public_key"]
         log(f"campaign {campaign_id}: {workload.users} users, d={domain_size}, "
             f"s={workload.set_size}, levels={list(workload.levels)}")
         population = Population.with_shares(
@@ -197,6 +202,7 @@ async def run_once(args: argparse.Namespace, workload: Workload, repeat: int,
                                     args.max_seconds + 3600),
             seed=None if args.seed is None else args.seed + repeat,
             concurrency=args.concurrency, timeout=args.request_timeout,
+            server_key=server_key,
             progress=stderr_progress if args.progress else None)
         async with population:
             cpu = time.process_time()

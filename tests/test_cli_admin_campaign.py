@@ -69,7 +69,8 @@ def test_full_campaign_through_admin_and_the_sdk(
             str(invitations_file), "--issuer-key", str(key_file))
         invitations = invitations_file.read_text().split()
         rng = np.random.default_rng(7)
-        clients = [Client(stack.shuffler_url, "fruit", rng=np.random.default_rng(i))
+        clients = [Client(stack.shuffler_url, "fruit", rng=np.random.default_rng(i),
+                          server_key=stack.server_key)
                    for i in range(USERS)]
         try:
             for client, invitation in zip(clients, invitations, strict=True):

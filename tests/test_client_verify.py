@@ -16,6 +16,8 @@ import pytest
 from segshuffle.client import Client, VerificationError
 from segshuffle.client.session import UserSession
 from segshuffle.client.verify import verify_campaign, verify_parameters
+from segshuffle.crypto.documents import sign_view
+from segshuffle.crypto.invitations import load_issuer_key
 from segshuffle.testing.localstack import LocalStack
 from segshuffle.testing.population import Population
 from segshuffle.wire.models import CampaignView, HpkeConfig, RoundStatus
@@ -43,7 +45,7 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Published]:
         rng = np.random.default_rng(2)
         sets = [list(rng.choice(10, size=2, replace=False)) for _ in range(USERS)]
         population = Population.with_shares(stack.shuffler_url, CID, sets,
-                                            [0.5, 0.5], seed=4,
+                                            [0.5, 0.5], seed=4, server_key=stack.server_key,
                                             invitations=stack.invitations(CID, len(sets)))
         run_rounds(population, 1)
         stack.release(CID, 1)
@@ -161,6 +163,10 @@ def test_live_client_refuses_and_sends_nothing(published: Published) -> None:
     stack = published.stack
     real = httpx.Client(timeout=30)
     submissions: list[str] = []
+    # The forger is the server itself, which signs what it publishes: its signatures hold,
+    # and the client refuses the parameters on the accountant's verdict alone.
+    server_key = load_issuer_key(stack.directory / "server-keys" / "signing"
+                                 / "document-signing-key.pem")
 
     def handler(request: httpx.Request) -> httpx.Response:
         if request.method == "POST" and request.url.path.endswith("/submissions"):
@@ -173,11 +179,12 @@ def test_live_client_refuses_and_sends_nothing(published: Published) -> None:
             if view.parameters is not None:  # the attack: full rate, no blanket
                 forged = _tampered(view, lambdas=[1.0, 1.0], m=0.0, blanket_slots=0,
                                    messages_per_user=view.parameters.set_size)
+                forged = forged.model_copy(update={"signatures": sign_view(server_key, forged)})
                 content = json.dumps(forged.model_dump(mode="json")).encode()
         return httpx.Response(upstream.status_code, content=content,
                               headers={"content-type": upstream.headers["content-type"]})
 
-    with Client(stack.shuffler_url, CID,
+    with Client(stack.shuffler_url, CID, server_key=stack.server_key,
                 http=httpx.Client(transport=httpx.MockTransport(handler))) as client:
         client.campaign()
         client.enroll(stack.invitations(CID, 1)[0])

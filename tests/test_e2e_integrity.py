@@ -28,6 +28,7 @@ def test_every_count_is_exactly_one(tmp_path: Path) -> None:
         sets = [[i] for i in range(USERS)]
         population = Population(stack.shuffler_url, "integrity", sets,
                                 [0] * USERS, seed=1, allow_insecure=True,
+                                server_key=stack.server_key,
                                 invitations=stack.invitations("integrity", USERS))
         run_rounds(population, 1)
         stack.release("integrity", 1)
@@ -37,6 +38,7 @@ def test_every_count_is_exactly_one(tmp_path: Path) -> None:
 
         # a client that does not opt in refuses these unaccounted parameters
         careful = Population(stack.shuffler_url, "integrity", [[0]], [0],
+                             server_key=stack.server_key,
                              invitations=stack.invitations("integrity", 1))
 
         async def refused() -> None:

@@ -62,6 +62,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
                                "levels": LEVELS, "min_users": 100, "delta": 1e-5})
         population = Population.with_shares(stack.shuffler_url, "e2e", sets,
                                             SHARES, seed=3, local_address=USER_ADDRESS,
+                                            server_key=stack.server_key,
                                             invitations=stack.invitations("e2e", len(sets)))
         run_rounds(population, 1)
         stack.release("e2e", 1)

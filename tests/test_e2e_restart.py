@@ -41,7 +41,7 @@ def test_kill_nine_and_restart_loses_nothing(tmp_path: Path) -> None:
         stack.create_campaign({"id": "crash", "domain_size": ITEMS, "set_size": 2,
                                "levels": [1.0, 2.0], "min_users": 20})
         population = Population.with_shares(stack.shuffler_url, "crash",
-                                            sets, [0.5, 0.5], seed=9,
+                                            sets, [0.5, 0.5], seed=9, server_key=stack.server_key,
                                             invitations=stack.invitations("crash", len(sets)))
         # round 1: the shuffler dies between the two halves
         run_rounds(population, 1, indices=first)

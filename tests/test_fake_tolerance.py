@@ -378,7 +378,7 @@ def test_live_campaign_states_its_tolerance_and_clients_hold_it(tmp_path):
                                "levels": LEVELS, "min_users": 20, "delta": 1e-4,
                                "dropout_tolerance": 0.0, "fake_tolerance": f})
         population = Population.with_shares(stack.shuffler_url, "live",
-                                            sets, [0.5, 0.5], seed=3,
+                                            sets, [0.5, 0.5], seed=3, server_key=stack.server_key,
                                             invitations=stack.invitations("live", users))
         run_rounds(population, 1)
         stack.release("live", 1)
@@ -394,11 +394,11 @@ def test_live_campaign_states_its_tolerance_and_clients_hold_it(tmp_path):
             upper = json.loads(audited.stdout)["epsilon_upper"]
             assert upper <= level and eps is not None and math.isclose(upper, eps,
                                                                         rel_tol=1e-6)
-        with (Client(stack.shuffler_url, "live",
+        with (Client(stack.shuffler_url, "live", server_key=stack.server_key,
                      min_fake_tolerance=0.3) as strict,
               pytest.raises(VerificationError, match=r"requires at least 0\.3")):
             strict.campaign()
-        with Client(stack.shuffler_url, "live",
+        with Client(stack.shuffler_url, "live", server_key=stack.server_key,
                     min_fake_tolerance=f) as content:
             assert content.campaign().config.fake_tolerance == f
         run_rounds(population, 2)

@@ -45,6 +45,7 @@ def test_rounds_release_themselves_at_the_target(tmp_path: Path) -> None:
         sets = [[i % 6, (i + 1) % 6] for i in range(users)]
         population = Population(stack.shuffler_url, "auto", sets,
                                 [i % 2 for i in range(users)], seed=1,
+                                server_key=stack.server_key,
                                 invitations=stack.invitations("auto", users))
         run_rounds(population, 1, indices=range(users - 1))
         assert _state(stack, 1)["state"] == "open"  # one short of the target

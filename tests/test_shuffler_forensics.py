@@ -66,7 +66,7 @@ def submissions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Loca
     with LocalStack(tmp_path_factory.mktemp("forensics"), min_users=2) as stack:
         stack.create_campaign({"id": CID, "domain_size": 16, "set_size": 3,
                                "levels": [1.0, 2.0], "min_users": 10})
-        users = [Client(stack.shuffler_url, CID,
+        users = [Client(stack.shuffler_url, CID, server_key=stack.server_key,
                         http=httpx.Client(timeout=30, event_hooks={"request": [record]}),
                         rng=np.random.default_rng(i)) for i in range(USERS)]
         invitations = stack.invitations(CID, USERS)

@@ -45,7 +45,7 @@ def test_fakes_cannot_enroll_on_a_default_deployment(tmp_path: Path) -> None:
             [(401, "invitation-required")] * FAKES
 
         invitation = stack.invitations(CID, 1)[0]
-        with Client(stack.shuffler_url, CID) as user:
+        with Client(stack.shuffler_url, CID, server_key=stack.server_key) as user:
             user.campaign()
             user.enroll(invitation)
             user.submit_level(1)
@@ -75,7 +75,7 @@ def test_open_enrollment_lets_the_fakes_in(tmp_path: Path) -> None:
     with LocalStack(tmp_path, shuffler_env=env) as stack:
         stack.create_campaign(CAMPAIGN)
         for level in [0] * FAKES + [1]:
-            with Client(stack.shuffler_url, CID) as member:
+            with Client(stack.shuffler_url, CID, server_key=stack.server_key) as member:
                 member.campaign()
                 member.enroll()
                 member.submit_level(level)

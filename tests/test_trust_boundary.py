@@ -37,7 +37,8 @@ def _server_requests(stack: LocalStack) -> list[tuple[str, str]]:
     text = stack.log_path("server").read_text("utf-8", "replace")
     seen = [(m.group(1), m.group(2)) for m in _LOG_LINE.finditer(text)]
     return [(method, path) for method, path in seen
-            if path != "/readyz" and not (method == "POST" and path == "/v1/campaigns")
+            if path not in ("/readyz", "/v1/signing-key")  # probes, the operator's key
+            and not (method == "POST" and path == "/v1/campaigns")
             and not path.endswith("/results")]
 
 
@@ -56,6 +57,7 @@ def test_server_sees_only_shuffler_traffic(proxied: tuple[LocalStack, RecordingP
     sets = [list(rng.choice(8, size=2, replace=False)) for _ in range(USERS)]
     population = Population.with_shares(stack.shuffler_url, "boundary", sets, [0.5, 0.5],
                                         seed=6, cache_seconds=0.0,
+                                        server_key=stack.server_key,
                                         invitations=stack.invitations("boundary", USERS))
     run_rounds(population, 1)
     stack.release("boundary", 1)

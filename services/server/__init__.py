@@ -12,6 +12,8 @@ or ``python -m segshuffle.services.server`` (settings from the environment only)
 
 Settings (:class:`~.settings.Settings`, variable ``SEGSHUFFLE_SERVER_<FIELD>``):
 ``database`` (SQLite file), ``key_dir`` (private key files, default ``<database>.keys``),
+``signing_key_file`` (the Ed25519 document-signing key, created if missing, default
+``<key_dir>/signing/document-signing-key.pem``),
 ``admin_token`` and ``shuffler_token`` (required, >= 16 characters, distinct),
 ``host``/``port`` (default 127.0.0.1:8080; port 0 picks a free port, logged as
 ``server listening on port N``), ``allow_insecure_parameters`` (default false),
@@ -19,9 +21,9 @@ Settings (:class:`~.settings.Settings`, variable ``SEGSHUFFLE_SERVER_<FIELD>``):
 ``log_level``.
 
 Modules: :mod:`.settings`, :mod:`.storage` (SQLite repository), :mod:`.keys`
-(private key files), :mod:`.decrypt` (HPKE opening, process pool),
-:mod:`.aggregation` (round-1 parameters, round-2 decoding), :mod:`.service`
-(operations), :mod:`.app` (HTTP), :mod:`.runner` (uvicorn).
+(private key files), :mod:`.signing` (the document-signing key file), :mod:`.decrypt`
+(HPKE opening, process pool), :mod:`.aggregation` (round-1 parameters, round-2
+decoding), :mod:`.service` (operations), :mod:`.app` (HTTP), :mod:`.runner` (uvicorn).
 """
 
 from __future__ import annotations

@@ -51,12 +51,14 @@ from segshuffle.wire.models import (
     ChunkReceipt,
     HpkeConfig,
     Results,
+    SigningKey,
 )
 
 from .decrypt import Decryptor
 from .keys import KeyStore
 from .service import ServerService
 from .settings import Settings
+from .signing import load_or_create
 from .storage import Repository
 
 log = logging.getLogger("segshuffle.server")
@@ -69,6 +71,7 @@ SECURITY: dict[tuple[str, str], str] = {
     ("POST", "/v1/campaigns"): "adminToken",
     ("POST", _CAMPAIGN + "/abort"): "adminToken",
     ("GET", _CAMPAIGN + "/results"): "adminToken",
+    ("GET", "/v1/signing-key"): "adminToken",
     ("PUT", _BATCH): "shufflerToken",
     ("POST", _BATCH + "/complete"): "shufflerToken",
 }
@@ -121,11 +124,16 @@ def _batch_id(value: str) -> str:
 
 
 def create_app(settings: Settings) -> FastAPI:
-    """The server application; state lives in ``settings.database`` and ``settings.key_dir``."""
-    repository = Repository(settings.database, synchronous=settings.synchronous)
+    """The server application; state lives in ``settings.database``, ``settings.key_dir``
+    and the document-signing key file.
+
+    Raises :class:`~.signing.SigningKeyError` if that file exists but is unusable.
+    """
+    signing_key, created = load_or_create(settings.signing_key_path)
     keys = KeyStore(settings.key_directory)
+    repository = Repository(settings.database, synchronous=settings.synchronous)
     decryptor = Decryptor(settings.decrypt_workers, settings.parallel_threshold)
-    service = ServerService(repository, keys, decryptor,
+    service = ServerService(repository, keys, decryptor, signing_key=signing_key,
                             allow_insecure_parameters=settings.allow_insecure_parameters)
 
     @asynccontextmanager
@@ -144,6 +152,8 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.service = service
+    log.info("document-signing key %s%s", service.signing_public_key,
+             " (created)" if created else "")
     app.state.settings = settings
     install_edge(app, settings.max_body_bytes)
 
@@ -251,6 +261,13 @@ def create_app(settings: Settings) -> FastAPI:
     async def results(request: Request, campaign_id: str) -> Results:
         authorize(settings, request, "admin")
         return await run_in_threadpool(service.results, _campaign_id(campaign_id))
+
+    @app.get("/v1/signing-key", response_model=SigningKey, tags=["campaigns"])
+    async def signing_key_document(request: Request) -> SigningKey:
+        """The public key that signs every campaign view; apps ship it (``server_key``).
+        Admin only: operators fetch it from the server itself, never through a relay."""
+        authorize(settings, request, "admin")
+        return SigningKey(public_key=service.signing_public_key)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

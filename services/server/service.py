@@ -35,7 +35,11 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from segshuffle.crypto import build_info, key_config, private_key_bytes, public_key_from_bytes
+from segshuffle.crypto.documents import sign_view
+from segshuffle.crypto.invitations import public_key_text
 from segshuffle.services import errors
 from segshuffle.wire.models import (
     BatchChunk,
@@ -92,8 +96,11 @@ class ServerService:
     """Campaigns, batch intake, round completion and results."""
 
     def __init__(self, repository: ServerStorage, keys: KeyStore, decryptor: Decryptor, *,
+                 signing_key: Ed25519PrivateKey,
                  allow_insecure_parameters: bool = False) -> None:
         self.repository = repository
+        self.signing_key = signing_key
+        """Signs every view's statements (:func:`segshuffle.crypto.documents.sign_view`)."""
         self.keys = keys
         self.decryptor = decryptor
         self.allow_insecure_parameters = allow_insecure_parameters
@@ -158,8 +165,15 @@ class ServerService:
     def hpke_config(record: CampaignRecord) -> HpkeConfig:
         return key_config(public_key_from_bytes(record.public_key))
 
+    @property
+    def signing_public_key(self) -> str:
+        """The document-signing public key, unpadded base64url of its 32 raw bytes."""
+        return public_key_text(self.signing_key)
+
     def view(self, record: CampaignRecord) -> CampaignView:
-        return CampaignView(
+        """The public view, signed: campaign statement, parameters once published, end
+        once terminal (docs/wire.md section 9)."""
+        view = CampaignView(
             id=record.id,
             phase=record.phase,  # type: ignore[arg-type]
             config=CampaignConfig.model_validate(record.config),
@@ -171,6 +185,7 @@ class ServerService:
             parameters_hash=record.parameters_hash,
             end_reason=record.end_reason,
         )
+        return view.model_copy(update={"signatures": sign_view(self.signing_key, view)})
 
     def _view_entry(self, campaign_id: str) -> tuple[str, bytes]:
         """(phase, serialized public view), cached per phase (the only part that ever

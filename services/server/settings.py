@@ -5,6 +5,8 @@ Each field of :class:`Settings` is read from the variable named after it in uppe
 - ``DATABASE``: the SQLite file (default ``server.sqlite3``).
 - ``KEY_DIR``: directory of the campaigns' private key files (default: the database
   path with ``.keys`` appended).
+- ``SIGNING_KEY_FILE``: the Ed25519 document-signing key (PEM, 0600), created on first
+  start when missing (default ``<key dir>/signing/document-signing-key.pem``).
 - ``ADMIN_TOKEN``: bearer token of the administrator (required, >= 16 characters).
 - ``SHUFFLER_TOKEN``: bearer token the shuffler presents when it delivers batches
   (required, >= 16 characters, different from the admin token).
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..configuration import EnvironmentSettings, check_common
+from . import signing
 
 PREFIX = "SEGSHUFFLE_SERVER_"
 MIN_TOKEN_LENGTH = 16
@@ -42,6 +45,7 @@ class Settings(EnvironmentSettings):
 
     database: str = "server.sqlite3"
     key_dir: str = ""
+    signing_key_file: str = ""
     admin_token: str = ""
     shuffler_token: str = ""
     host: str = "127.0.0.1"
@@ -72,3 +76,10 @@ class Settings(EnvironmentSettings):
     def key_directory(self) -> str:
         """``key_dir``, or the database path with ``.keys`` appended."""
         return self.key_dir or f"{self.database}.keys"
+
+    @property
+    def signing_key_path(self) -> str:
+        """``signing_key_file``, or ``signing/document-signing-key.pem`` in the key directory."""
+        if self.signing_key_file:
+            return self.signing_key_file
+        return str(signing.default_path(self.key_directory))

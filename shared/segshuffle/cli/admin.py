@@ -11,6 +11,10 @@ Running a campaign over HTTP (``campaign``, ``status``, ``release``, ``results``
   sign N single-use invitations to campaign ID locally (no HTTP) and write them one per
   line to FILE (mode 0600).  Hand one to each real user; the shuffler enrolls a user once
   per invitation (docs/wire.md, "Invitations").
+- ``admin signing-key --server URL [--token-file FILE]``: fetch the server's
+  document-signing public key (``GET /v1/signing-key`` with the admin token, from
+  ``SEGSHUFFLE_ADMIN_TOKEN`` or the file).  Ship it in the app (``server_key``); fetch it
+  from the server itself, never through the shuffler.
 
 Every command takes ``--json``.  Bad input is one line on standard error and exit 2.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -71,6 +76,20 @@ def register(subparsers: Any) -> None:
     invite.add_argument("--force", action="store_true", help="overwrite an existing --out file")
     invite.add_argument("--json", action="store_true", help="print one JSON object")
     invite.set_defaults(handler=invitations)
+
+    signing = commands.add_parser(
+        "signing-key", help="print the server's document-signing public key",
+        description="Fetch the server's Ed25519 document-signing public key with the admin "
+                    "token (SEGSHUFFLE_ADMIN_TOKEN, or --token-file). Apps ship it as "
+                    "server_key and refuse campaign views it did not sign.")
+    signing.add_argument("--server", required=True, metavar="URL",
+                         help="the server's base URL (directly, not through the shuffler)")
+    signing.add_argument("--token-file", metavar="FILE",
+                         help="file holding the admin token (default: SEGSHUFFLE_ADMIN_TOKEN)")
+    signing.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                         help="HTTP timeout (default 10)")
+    signing.add_argument("--json", action="store_true", help="print one JSON object")
+    signing.set_defaults(handler=signing_key)
 
 
 def _write(path: str, lines: list[bytes], force: bool) -> None:
@@ -129,4 +148,51 @@ def invitations(args: argparse.Namespace) -> int:
     _print(args, report, f"wrote {args.count} invitation(s) to campaign {args.campaign_id} "
                          f"to {args.out}, valid until "
                          f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(expires))}")
+    return 0
+
+
+def _admin_token(token_file: str | None) -> str:
+    if token_file is not None:
+        try:
+            with open(token_file, encoding="utf-8") as handle:
+                token = handle.read(4096).strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"cannot read --token-file {token_file}: "
+                             f"{getattr(exc, 'strerror', None) or exc}") from None
+    else:
+        token = os.environ.get("SEGSHUFFLE_ADMIN_TOKEN", "").strip()
+    if not token or any(c.isspace() for c in token) or not token.isprintable():
+        raise ValueError("an admin token is needed: set SEGSHUFFLE_ADMIN_TOKEN or pass "
+                         "--token-file (one printable line)")
+    return token
+
+
+def signing_key(args: argparse.Namespace) -> int:
+    import httpx
+    from pydantic import ValidationError
+
+    from segshuffle.client.session import service_error
+    from segshuffle.crypto.documents import parse_server_key
+    from segshuffle.wire.models import SigningKey
+
+    token = _admin_token(args.token_file)
+    base = args.server.rstrip("/")
+    if not re.match(r"^https?://[^\s/]+", base):
+        raise ValueError(f"--server must be an http(s) URL, got {args.server!r}")
+    if not 0 < args.timeout <= 300:
+        raise ValueError(f"--timeout must be in (0, 300] seconds, got {args.timeout}")
+    try:
+        response = httpx.get(base + "/v1/signing-key", timeout=args.timeout,
+                             headers={"Authorization": f"Bearer {token}"})
+    except httpx.HTTPError as exc:
+        raise ValueError(f"cannot reach the server at {base}: {type(exc).__name__}") from None
+    if response.status_code >= 400:
+        raise ValueError(str(service_error(response, "signing key")))
+    try:
+        document = SigningKey.model_validate(response.json())
+        parse_server_key(document.public_key)
+    except (ValueError, ValidationError):
+        raise ValueError(f"{base} did not answer with a signing key document") from None
+    _print(args, {"server": base, "algorithm": document.algorithm,
+                  "public_key": document.public_key}, document.public_key)
     return 0

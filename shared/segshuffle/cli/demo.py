@@ -194,6 +194,7 @@ async def _rounds(args: argparse.Namespace, stack: Any, data: DemoData,
         stack.shuffler_url, CAMPAIGN_ID, data.sets, shares,
         seed=args.seed, concurrency=args.concurrency, progress=stderr_progress,
         invitations=stack.invitations(CAMPAIGN_ID, len(data.sets)),
+        server_key=stack.server_key,
     )
     async with population:
         rounds = ((1, population.round1, "server optimizes and publishes the parameters"),

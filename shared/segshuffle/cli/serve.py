@@ -53,6 +53,9 @@ def register(subparsers: Any) -> None:
                     "SEGSHUFFLE_SERVER_SHUFFLER_TOKEN in the environment.")
     _common(server, default_port=8080)
     server.add_argument("--key-dir", help="directory of the campaigns' private key files")
+    server.add_argument("--signing-key-file",
+                        help="the Ed25519 document-signing key (PEM), created if missing "
+                             "(default: <key dir>/signing/document-signing-key.pem)")
     server.add_argument("--allow-insecure-parameters", action="store_true", default=None,
                         help="accept campaigns with fixed, unaccounted parameters (tests only)")
     server.add_argument("--decrypt-workers", type=integer,
@@ -69,15 +72,17 @@ def _common(parser: argparse.ArgumentParser, default_port: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Start the service; a store it cannot use is one line on stderr and exit status 1."""
+    """Start the service; a store or signing key it cannot use is one line on stderr and
+    exit status 1."""
     import fastapi  # noqa: F401  (both services need the server extra)
     import uvicorn  # noqa: F401
 
+    from segshuffle.services.server.signing import SigningKeyError
     from segshuffle.services.sqlite_base import UnusableDatabaseError
 
     try:
         return _run(args)
-    except UnusableDatabaseError as exc:
+    except (UnusableDatabaseError, SigningKeyError) as exc:
         sys.stderr.write(f"segshuffle: error: {exc}\n")
         return 1
 
@@ -96,7 +101,7 @@ def _run(args: argparse.Namespace) -> int:
     from segshuffle.services import server
 
     server_settings = server.Settings.from_env(
-        **common, key_dir=args.key_dir,
+        **common, key_dir=args.key_dir, signing_key_file=args.signing_key_file,
         allow_insecure_parameters=args.allow_insecure_parameters,
         decrypt_workers=args.decrypt_workers,
     )

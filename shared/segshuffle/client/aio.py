@@ -33,7 +33,6 @@ from .session import (
     UserSession,
     network_error,
     parse,
-    phase_reached,
     service_error,
 )
 
@@ -52,11 +51,13 @@ class AsyncClient:
         allow_insecure: bool = False,
         min_fake_tolerance: float = 0.0,
         key_id: str | None = None,
+        server_key: str | None = None,
         http: httpx.AsyncClient | None = None,
         cache: PublicCache | None = None,
     ) -> None:
         self.session = UserSession(campaign_id, rng, allow_insecure=allow_insecure,
-                                   min_fake_tolerance=min_fake_tolerance, key_id=key_id)
+                                   min_fake_tolerance=min_fake_tolerance, key_id=key_id,
+                                   server_key=server_key)
         self.shuffler_url = shuffler_url.rstrip("/")
         self.retry = retry or RetryPolicy()
         self.cache = cache
@@ -185,7 +186,7 @@ class AsyncClient:
         deadline = time.monotonic() + timeout
         while True:
             view = await self._view(fresh=True)
-            if phase_reached(view, phase):
+            if self.session.reached(view, phase):
                 return view
             if time.monotonic() > deadline:
                 raise ServiceError(f"campaign still in phase {view.phase!r} after {timeout}s")

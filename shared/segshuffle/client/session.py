@@ -19,9 +19,17 @@ from urllib.parse import quote
 
 import httpx
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import ValidationError
 
 from segshuffle.crypto import PinnedKey
+from segshuffle.crypto.documents import (
+    SignatureError,
+    parse_server_key,
+    verify_campaign_signature,
+    verify_end_signature,
+    verify_parameters_signature,
+)
 from segshuffle.wire.models import (
     CampaignView,
     EnrollmentResponse,
@@ -138,13 +146,27 @@ class UserSession:
 
     def __init__(self, campaign_id: str, rng: np.random.Generator | None = None,
                  *, allow_insecure: bool = False, min_fake_tolerance: float = 0.0,
-                 key_id: str | None = None) -> None:
+                 key_id: str | None = None, server_key: str | None = None) -> None:
         """``min_fake_tolerance``: refuse campaigns that tolerate a smaller fraction f of
         fake or colluding participants than the app requires (default 0: any).
-        ``key_id``: the campaign's key id if the app knows it out of band."""
+        ``key_id``: the campaign's key id if the app knows it out of band.
+        ``server_key``: the server's document-signing public key (base64url, from
+        ``segshuffle admin signing-key``), shipped with the app.  With it, every view must
+        carry the server's signatures (docs/wire.md section 9): the campaign statement
+        (config hash, key id, HPKE key) before round 1, the parameters statement before
+        round 2, the end statement for a terminal phase; a relay then cannot substitute a
+        key, parameters or an ending.  Without it the client trusts the first view it
+        accepts (trust on first use, plus the optional ``key_id`` pin): a shuffler that
+        answers a client's first request with a key of its own can read that client's
+        messages."""
         if not (math.isfinite(min_fake_tolerance) and 0.0 <= min_fake_tolerance < 1.0):
             raise ClientError(f"min_fake_tolerance must be in [0, 1), got "
                               f"{min_fake_tolerance!r}")
+        try:
+            self.server_key: Ed25519PublicKey | None = (
+                None if server_key is None else parse_server_key(server_key))
+        except ValueError as exc:
+            raise ClientError(f"server_key: {exc}") from None
         self.campaign_id = campaign_id
         self.expected_key_id = key_id
         """The campaign's key id as the app learnt it out of band, if it did: the view and
@@ -174,10 +196,34 @@ class UserSession:
         return {"Authorization": f"Bearer {self.token}"}
 
     # -- answers -------------------------------------------------------------------------
+    def check_signatures(self, view: CampaignView, *, parameters: bool = False) -> None:
+        """With a ``server_key``: the view's campaign statement, its end statement if the
+        phase is terminal, and with ``parameters`` its parameters statement, must carry
+        the server's signature (:class:`VerificationError` naming the check)."""
+        if self.server_key is None:
+            return
+        try:
+            verify_campaign_signature(self.server_key, view)
+            if parameters:
+                verify_parameters_signature(self.server_key, view)
+            verify_end_signature(self.server_key, view)
+        except SignatureError as exc:
+            raise VerificationError(f"server signature ({exc.check}): {exc}") from None
+
+    def reached(self, view: CampaignView, phase: str) -> bool:
+        """:func:`phase_reached` on a view whose signatures (with a ``server_key``) hold:
+        a relay cannot end a campaign for a client by forging ``failed`` or ``aborted``."""
+        if view.id != self.campaign_id:
+            raise VerificationError(f"the answer is for campaign {view.id!r}, "
+                                    f"not {self.campaign_id!r}")
+        self.check_signatures(view)
+        return phase_reached(view, phase)
+
     def accept_campaign(self, view: CampaignView, hpke: HpkeConfig) -> CampaignView:
         """Verify a fetched view; the first one pins the key id and configuration hash."""
         key = verify_campaign(view, hpke, self.campaign_id,
                               min_fake_tolerance=self.min_fake_tolerance)
+        self.check_signatures(view)
         if self.expected_key_id is not None and key.key_id != self.expected_key_id:
             raise VerificationError(f"the campaign's key {key.key_id} is not the expected "
                                     f"key {self.expected_key_id}")
@@ -199,6 +245,7 @@ class UserSession:
         if self.level_index is None:
             raise ClientError("no level chosen: submit_level() comes first")
         assert self.key is not None and self.config_hash is not None
+        self.check_signatures(view, parameters=view.parameters is not None)
         self.parameters = verify_parameters(
             view, level_index=self.level_index, key_id=self.key.key_id,
             config_hash=self.config_hash, allow_insecure=self.allow_insecure,

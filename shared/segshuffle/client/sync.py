@@ -13,9 +13,11 @@ Typical use::
 The client talks to the shuffler only.  The shuffler relays the server's public
 documents (the campaign view and key config) unmodified and the client verifies them
 (hashes, key pin, parameters), so the server never sees a client's address or timing.
-The documents carry no signature: the first view a client accepts pins the campaign's
-key, so an app that knows the key id out of band (built in, or in the invitation) passes
-it as ``key_id`` and a relay cannot substitute a key of its own.
+The server signs every view with its document-signing key: an app that ships that
+public key passes it as ``server_key`` and refuses any view, key, parameters or ending
+the server did not sign, so a relay cannot substitute a key of its own.  Without it the
+first view a client accepts pins the campaign's key (trust on first use; ``key_id`` pins
+a key id known out of band).
 
 Every request that fails transiently (no answer, 5xx, 429) is retried with
 exponential backoff.  A submission retried after an ambiguous failure (the
@@ -48,7 +50,6 @@ from .session import (
     UserSession,
     network_error,
     parse,
-    phase_reached,
     service_error,
 )
 
@@ -67,11 +68,13 @@ class Client:
         allow_insecure: bool = False,
         min_fake_tolerance: float = 0.0,
         key_id: str | None = None,
+        server_key: str | None = None,
         http: httpx.Client | None = None,
         cache: PublicCache | None = None,
     ) -> None:
         self.session = UserSession(campaign_id, rng, allow_insecure=allow_insecure,
-                                   min_fake_tolerance=min_fake_tolerance, key_id=key_id)
+                                   min_fake_tolerance=min_fake_tolerance, key_id=key_id,
+                                   server_key=server_key)
         self.shuffler_url = shuffler_url.rstrip("/")
         self.retry = retry or RetryPolicy()
         self.cache = cache
@@ -200,7 +203,7 @@ class Client:
         deadline = time.monotonic() + timeout
         while True:
             view = self._view(fresh=True)
-            if phase_reached(view, phase):
+            if self.session.reached(view, phase):
                 return view
             if time.monotonic() > deadline:
                 raise ServiceError(f"campaign still in phase {view.phase!r} after {timeout}s")

@@ -12,6 +12,9 @@ It also speaks the two operator APIs through :class:`~.operator.OperatorClient` 
 token), releasing rounds on the shuffler (operator token); and it plays
 the app operator who invites users: each stack has its own invitation issuer key (the
 shuffler gets the public key) and :meth:`LocalStack.invitations` signs invitations with it.
+After the server starts, :attr:`LocalStack.server_key` holds its document-signing public
+key (``GET /v1/signing-key``, admin), which every in-repo client built from a stack
+passes as ``server_key``.
 
 The shuffler runs with its default settings (invitation enrollment) except that the
 per-source rate limits are off unless ``rate_limits=True``: every simulated user of one
@@ -83,6 +86,8 @@ class LocalStack:
         self._extra = {"server": dict(server_env or {}), "shuffler": dict(shuffler_env or {})}
         self.upstream_url: str | None = None
         """If set before the shuffler starts: the URL it uses for the server (e.g. a proxy)."""
+        self.server_key: str | None = None
+        """The server's document-signing public key (base64url), read after it starts."""
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.ports: dict[str, int] = {}
         self._log_offsets: dict[str, int] = {}
@@ -169,6 +174,8 @@ class LocalStack:
         self.processes[service] = process
         self.ports[service] = self._wait_for_port(service, process, offset)
         self._wait_ready(service, process)
+        if service == "server":
+            self.server_key = self.signing_key()
 
     def _wait_for_port(self, service: str, process: subprocess.Popen[bytes],
                        offset: int) -> int:
@@ -243,6 +250,10 @@ class LocalStack:
         expires = int(time.time()) + expires_in
         return [sign_invitation(new_invitation(campaign_id, expires), self.issuer_key)
                 for _ in range(count)]
+
+    def signing_key(self) -> str:
+        """``GET /v1/signing-key`` on the server (admin): its document-signing public key."""
+        return self.operator.signing_key()
 
     def create_campaign(self, body: Mapping[str, Any]) -> CampaignView:
         """``POST /v1/campaigns`` on the server (admin)."""

@@ -20,7 +20,13 @@ import httpx
 
 from segshuffle.client.errors import ServiceError
 from segshuffle.client.session import service_error
-from segshuffle.wire.models import CampaignList, CampaignSummary, CampaignView, Results
+from segshuffle.wire.models import (
+    CampaignList,
+    CampaignSummary,
+    CampaignView,
+    Results,
+    SigningKey,
+)
 
 ADMIN_TOKEN_ENV = "SEGSHUFFLE_ADMIN_TOKEN"
 OPERATOR_TOKEN_ENV = "SEGSHUFFLE_OPERATOR_TOKEN"
@@ -150,6 +156,12 @@ class OperatorClient:
         response = self._call("GET", f"{self.server}/v1/campaigns/{campaign_id}/results",
                               "results", self.admin_token)
         return self._parse(Results, response, "results")
+
+    def signing_key(self) -> str:
+        """``GET /v1/signing-key``: the server's document-signing public key (base64url)."""
+        response = self._call("GET", f"{self.server}/v1/signing-key", "signing key",
+                              self.admin_token)
+        return str(self._parse(SigningKey, response, "signing key").public_key)
 
     # -- shuffler (public reads, operator token for releases) ---------------------------------
     def relayed_view(self, campaign_id: str) -> CampaignView:

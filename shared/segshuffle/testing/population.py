@@ -99,9 +99,12 @@ class Population:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     timeout: float = 60.0
     cache_seconds: float = 1.0
+    """Lifetime of the users' shared cache of public documents (:class:`PublicCache`)."""
     allow_insecure: bool = False
     """Accept parameters a test server published with its insecure flag."""
-    """Lifetime of the users' shared cache of public documents (:class:`PublicCache`)."""
+    server_key: str | None = None
+    """The server's document-signing public key (``LocalStack.server_key``): every user
+    then refuses views the server did not sign."""
     progress: Progress | None = None
     users: list[UserRecord] = field(init=False)
     _clients: list[AsyncClient] = field(init=False)
@@ -152,7 +155,8 @@ class Population:
         self._clients = [
             AsyncClient(self.shuffler_url, self.campaign_id,
                         rng=np.random.default_rng(seed), retry=self.retry, http=self._http,
-                        cache=cache, allow_insecure=self.allow_insecure)
+                        cache=cache, allow_insecure=self.allow_insecure,
+                        server_key=self.server_key)
             for seed in self._seeds
         ]
         return self

@@ -538,6 +538,28 @@ class HpkeConfig(ResponseModel):
     public_key: PublicKeyB64
 
 
+Signature = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{86}$")]
+"""An Ed25519 signature: 64 bytes, unpadded base64url."""
+
+
+class DocumentSignatures(ResponseModel):
+    """The server's Ed25519 signatures over a view's statements (docs/wire.md section 9):
+    ``campaign`` (id, config hash, key id, public key), ``parameters`` (id, parameters
+    hash; once published) and ``end`` (id, terminal phase, end reason; once ended)."""
+
+    campaign: Signature | None = None
+    parameters: Signature | None = None
+    end: Signature | None = None
+
+
+class SigningKey(ResponseModel):
+    """``GET /v1/signing-key`` (admin): the server's document-signing public key."""
+
+    algorithm: Literal["Ed25519"] = "Ed25519"
+    public_key: str
+    """Unpadded base64url of the 32 raw bytes."""
+
+
 class CampaignView(ResponseModel):
     """``GET /v1/campaigns/{cid}``: the public view of a campaign."""
 
@@ -551,6 +573,8 @@ class CampaignView(ResponseModel):
     parameters_hash: str | None = None
     end_reason: str | None = None
     """Why a ``failed`` or ``aborted`` campaign ended (``None`` otherwise)."""
+    signatures: DocumentSignatures | None = None
+    """The server's signatures (clients given the server key check them)."""
 
     def context_hash_for(self, round_: int) -> bytes:
         """The 32-byte context hash messages of ``round_`` bind (docs/architecture.md)."""
