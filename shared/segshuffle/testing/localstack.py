@@ -110,8 +110,10 @@ class LocalStack:
 
     @property
     def operator(self) -> OperatorClient:
-        """The operator calls (:mod:`.operator`) with this stack's URLs and tokens."""
-        return OperatorClient(server=self.server_url, shuffler=self.shuffler_url,
+        """The operator calls (:mod:`.operator`) with this stack's URLs and tokens (those
+        of the services started so far)."""
+        urls = {service: f"http://127.0.0.1:{port}" for service, port in self.ports.items()}
+        return OperatorClient(server=urls.get("server", ""), shuffler=urls.get("shuffler", ""),
                               admin_token=self.admin_token,
                               operator_token=self.operator_token, http=self._http)
 
