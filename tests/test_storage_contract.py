@@ -85,6 +85,8 @@ def test_server_campaigns(server: ServerStorage) -> None:
         server.create_campaign("c1", {"id": "c1"}, "h2", "k2", b"pk2")
     _create(server, "a0")
     assert server.campaign_ids() == ["a0", "c1"]
+    assert server.campaign_phases(None, 1) == [("a0", "round1")]
+    assert server.campaign_phases("a0", 5) == [("c1", "round1")]
 
 
 def test_server_transaction_pins_batches_nonces_counts_and_chunks(

@@ -46,6 +46,7 @@ from segshuffle.wire.models import (
     BatchCompletion,
     CampaignAbort,
     CampaignCreate,
+    CampaignList,
     CampaignView,
     ChunkReceipt,
     HpkeConfig,
@@ -66,6 +67,7 @@ _ID = re.compile(ID_PATTERN)
 _CAMPAIGN = "/v1/campaigns/{campaign_id}"
 _BATCH = _CAMPAIGN + "/rounds/{round_number}/batches/{batch_id}"
 SECURITY: dict[tuple[str, str], str] = {
+    ("GET", "/v1/campaigns"): "adminToken",
     ("POST", "/v1/campaigns"): "adminToken",
     ("POST", _CAMPAIGN + "/abort"): "adminToken",
     ("GET", _CAMPAIGN + "/results"): "adminToken",
@@ -74,6 +76,9 @@ SECURITY: dict[tuple[str, str], str] = {
     ("POST", _BATCH + "/complete"): "shufflerToken",
 }
 """The bearer token each authenticated route needs (documented in the OpenAPI schema)."""
+LIST_LIMIT = 100
+MAX_LIST_LIMIT = 1000
+"""Campaigns per page of ``GET /v1/campaigns`` (default, largest)."""
 _BODIES: dict[str, type[BaseModel]] = {}
 VIEW_MAX_AGE = 1
 """Seconds a client or cache may keep a campaign view that can still change (the key
@@ -187,6 +192,29 @@ def create_app(settings: Settings) -> FastAPI:
         view = await run_in_threadpool(service.create_campaign, body)
         response.headers["Location"] = f"/v1/campaigns/{view.id}"
         return view
+
+    @app.get("/v1/campaigns", response_model=CampaignList, tags=["campaigns"],
+             openapi_extra={"parameters": [
+                 {"name": "after", "in": "query", "required": False,
+                  "schema": {"type": "string", "pattern": ID_PATTERN}},
+                 {"name": "limit", "in": "query", "required": False,
+                  "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIST_LIMIT,
+                             "default": LIST_LIMIT}}]})
+    async def list_campaigns(request: Request) -> CampaignList:
+        """Campaign ids with their phase, sorted by id, at most ``limit`` (1..1000) per page;
+        pass the answer's ``next`` as ``after`` for the following page.  The query is read
+        after authentication, so a stranger learns nothing from its validation."""
+        authorize(settings, request, "admin")
+        after = request.query_params.get("after")
+        limit_text = request.query_params.get("limit", str(LIST_LIMIT))
+        if after is not None and not _ID.fullmatch(after):
+            raise errors.InvalidRequestError("after must be a campaign id (1-64 characters "
+                                             "[A-Za-z0-9._-])")
+        if not (limit_text.isascii() and limit_text.isdigit() and len(limit_text) <= 4
+                and 1 <= int(limit_text) <= MAX_LIST_LIMIT):
+            raise errors.InvalidRequestError(f"limit must be an integer from 1 to "
+                                             f"{MAX_LIST_LIMIT}")
+        return await run_in_threadpool(service.list_campaigns, after, int(limit_text))
 
     conditional = {304: {"description": "not modified (If-None-Match names the ETag)"}}
 

@@ -46,6 +46,8 @@ from segshuffle.wire.models import (
     BatchCompletion,
     CampaignConfig,
     CampaignCreate,
+    CampaignList,
+    CampaignSummary,
     CampaignView,
     ChunkReceipt,
     HpkeConfig,
@@ -145,6 +147,13 @@ class ServerService:
             if not present:
                 missing.append(campaign_id)
         return missing
+
+    def list_campaigns(self, after: str | None, limit: int) -> CampaignList:
+        """One page of the stored campaigns by id (keyset pagination): at most ``limit``
+        with id > ``after``; ``next`` is the cursor of the following page, if any."""
+        rows = self.repository.campaign_phases(after, limit + 1)
+        page = [CampaignSummary(id=cid, phase=phase) for cid, phase in rows[:limit]]  # type: ignore[arg-type]
+        return CampaignList(campaigns=page, next=page[-1].id if len(rows) > limit else None)
 
     def campaign(self, campaign_id: str) -> CampaignRecord:
         record = self.repository.campaign(campaign_id)

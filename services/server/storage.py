@@ -172,6 +172,12 @@ class Repository(SQLiteStore):
         with self._lock:
             return [r[0] for r in self._db.execute("SELECT id FROM campaigns ORDER BY id")]
 
+    def campaign_phases(self, after: str | None, limit: int) -> list[tuple[str, str]]:
+        with self._lock:
+            return [(str(r[0]), str(r[1])) for r in self._db.execute(
+                "SELECT id, phase FROM campaigns WHERE id > ? ORDER BY id LIMIT ?",
+                (after or "", limit))]
+
     # -- batches and chunks ------------------------------------------------------------------
 
     def batch(self, campaign_id: str, round_: int) -> BatchRecord | None:

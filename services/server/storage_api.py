@@ -170,6 +170,10 @@ class ServerStorage(Protocol):
         """Every stored campaign id, sorted."""
         ...
 
+    def campaign_phases(self, after: str | None, limit: int) -> list[tuple[str, str]]:
+        """(id, phase) of at most ``limit`` campaigns with id > ``after``, sorted by id."""
+        ...
+
     def batch(self, campaign_id: str, round_: int) -> BatchRecord | None:
         """The batch pinned to a round, ``None`` before its first chunk."""
         ...

@@ -1,5 +1,8 @@
 """``segshuffle admin ...``: the app operator's commands.
 
+Running a campaign over HTTP (``campaign``, ``status``, ``release``, ``results``) is in
+:mod:`.admin_campaign`; the commands here need no network.
+
 - ``admin issuer-key --out FILE``: create the invitation issuer's Ed25519 key pair; the
   private key goes to FILE (PKCS#8 PEM, mode 0600), the public key is printed, for the
   shuffler's ``SEGSHUFFLE_SHUFFLER_INVITATION_KEYS``.  ``admin issuer-key --public-of
@@ -26,6 +29,7 @@ import sys
 import time
 from typing import Any
 
+from . import admin_campaign
 from ._args import integer
 
 MAX_COUNT = 1_000_000
@@ -35,12 +39,13 @@ DEFAULT_EXPIRES_IN = 14 * 86400
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "admin", help="operator commands: invitation issuer key, invitations",
+        "admin", help="operator commands: campaigns, status, release, results, invitations",
         description="Commands of the app operator. Invitations are signed locally with the "
                     "issuer's private key; the shuffler only holds the public key.")
     commands = parser.add_subparsers(dest="admin_command", metavar="ADMIN_COMMAND",
                                      parser_class=type(parser))
     commands.required = True
+    admin_campaign.register(commands)
 
     key = commands.add_parser(
         "issuer-key", help="create the invitation issuer key pair, print the public key",

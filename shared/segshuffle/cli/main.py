@@ -17,6 +17,10 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from segshuffle.cli.errors import CommandError
+
+__all__ = ["CommandError", "build_parser", "main"]
+
 SUBCOMMANDS = {
     "optimize": "segshuffle.cli.optimize",
     "audit": "segshuffle.cli.audit",
@@ -35,10 +39,6 @@ OPTIONAL_MODULES = {
     "uvicorn": "server",
     "matplotlib": "experiments",
 }
-
-
-class CommandError(Exception):
-    """A failure the user can act on; printed as one line, exit status 2."""
 
 
 class _OneLineParser(argparse.ArgumentParser):

@@ -7,8 +7,9 @@ service binds port 0 and logs ``... listening on port N``; the stack reads the
 port from the log.  A service can be killed (``SIGKILL`` included) and restarted
 on the same port with the same storage, which is how crash recovery is tested.
 
-It also speaks the two operator APIs: creating campaigns and reading results on
-the server (admin token), releasing rounds on the shuffler (operator token); and it plays
+It also speaks the two operator APIs through :class:`~.operator.OperatorClient` (the calls
+``segshuffle admin`` makes): creating campaigns and reading results on the server (admin
+token), releasing rounds on the shuffler (operator token); and it plays
 the app operator who invites users: each stack has its own invitation issuer key (the
 shuffler gets the public key) and :meth:`LocalStack.invitations` signs invitations with it.
 After the server starts, :attr:`LocalStack.server_key` holds its document-signing public
@@ -37,14 +38,15 @@ from typing import Any
 import httpx
 
 from segshuffle.client.errors import ServiceError
-from segshuffle.client.session import parse, service_error
 from segshuffle.crypto.invitations import (
     generate_issuer_key,
     new_invitation,
     public_key_text,
     sign_invitation,
 )
-from segshuffle.wire.models import CampaignView, Results, SigningKey
+from segshuffle.wire.models import CampaignView, Results
+
+from .operator import OperatorClient
 
 SERVICES = ("server", "shuffler")
 _PORT_LINE = re.compile(r"(server|shuffler) listening on port (\d+)")
@@ -105,6 +107,15 @@ class LocalStack:
     @property
     def shuffler_url(self) -> str:
         return f"http://127.0.0.1:{self.ports['shuffler']}"
+
+    @property
+    def operator(self) -> OperatorClient:
+        """The operator calls (:mod:`.operator`) with this stack's URLs and tokens (those
+        of the services started so far)."""
+        urls = {service: f"http://127.0.0.1:{port}" for service, port in self.ports.items()}
+        return OperatorClient(server=urls.get("server", ""), shuffler=urls.get("shuffler", ""),
+                              admin_token=self.admin_token,
+                              operator_token=self.operator_token, http=self._http)
 
     # -- processes ---------------------------------------------------------------------------
     def _environment(self, service: str, port: int) -> dict[str, str]:
@@ -242,68 +253,31 @@ class LocalStack:
         return [sign_invitation(new_invitation(campaign_id, expires), self.issuer_key)
                 for _ in range(count)]
 
-    def _call(self, method: str, url: str, what: str, token: str, **kwargs: Any
-              ) -> httpx.Response:
-        try:
-            response = self._http.request(method, url,
-                                          headers={"Authorization": f"Bearer {token}"},
-                                          **kwargs)
-        except httpx.HTTPError as exc:
-            raise ServiceError(f"{what}: {type(exc).__name__}") from None
-        if response.status_code >= 400:
-            raise service_error(response, what)
-        return response
-
     def signing_key(self) -> str:
         """``GET /v1/signing-key`` on the server (admin): its document-signing public key."""
-        response = self._call("GET", self.server_url + "/v1/signing-key", "signing key",
-                              self.admin_token)
-        return str(parse(SigningKey, response, "signing key").public_key)
+        return self.operator.signing_key()
 
     def create_campaign(self, body: Mapping[str, Any]) -> CampaignView:
         """``POST /v1/campaigns`` on the server (admin)."""
-        response = self._call("POST", self.server_url + "/v1/campaigns", "create campaign",
-                              self.admin_token, json=dict(body))
-        return parse(CampaignView, response, "create campaign")
+        return self.operator.create_campaign(body)
 
     def release(self, campaign_id: str, round_number: int, *, wait: bool = True,
                 timeout: float = 300.0) -> dict[str, Any]:
         """Ask the shuffler to release a round (operator); with ``wait``, until the server
         has acknowledged it (raises :class:`ServiceError` with the shuffler's last delivery
         error after ``timeout`` seconds)."""
-        path = f"/v1/campaigns/{campaign_id}/rounds/{round_number}"
-        response = self._call("POST", f"{self.shuffler_url}{path}/release",
-                              f"release round {round_number}", self.operator_token,
-                              params={"wait": "true" if wait else "false"})
-        answer = dict(response.json())
-        deadline = time.monotonic() + timeout
-        while wait and response.status_code == 202:
-            status = self._http.get(self.shuffler_url + path).json()
-            if status.get("state") == "released":
-                break
-            if status.get("state") == "failed":
-                raise ServiceError(f"round {round_number} ended without results: "
-                                   f"{status.get('reason')}", problem="wrong-phase")
-            if time.monotonic() > deadline:
-                raise ServiceError(f"round {round_number} not delivered after {timeout:g}s: "
-                                   f"{status.get('last_error') or 'no error reported'}")
-            time.sleep(0.2)
+        answer, _ = self.operator.release(campaign_id, round_number, wait=wait,
+                                          timeout=timeout, interval=0.2)
         return answer
 
     def abort(self, campaign_id: str, reason: str = "aborted by the administrator"
               ) -> CampaignView:
         """``POST /v1/campaigns/{cid}/abort`` on the server (admin)."""
-        response = self._call("POST", f"{self.server_url}/v1/campaigns/{campaign_id}/abort",
-                              "abort", self.admin_token, json={"reason": reason})
-        return parse(CampaignView, response, "abort")
+        return self.operator.abort(campaign_id, reason)
 
     def results(self, campaign_id: str) -> Results:
         """``GET /v1/campaigns/{cid}/results`` on the server (admin)."""
-        response = self._call("GET", f"{self.server_url}/v1/campaigns/{campaign_id}/results",
-                              "results", self.admin_token)
-        return parse(Results, response, "results")
+        return self.operator.results(campaign_id)
 
     def campaign(self, campaign_id: str) -> CampaignView:
-        response = self._call("GET", f"{self.server_url}/v1/campaigns/{campaign_id}",
-                              "campaign", self.admin_token)
-        return parse(CampaignView, response, "campaign")
+        return self.operator.campaign(campaign_id)

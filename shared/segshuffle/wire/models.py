@@ -731,6 +731,21 @@ class Results(ResponseModel):
     parameters_hash: str
 
 
+class CampaignSummary(ResponseModel):
+    """One campaign in :class:`CampaignList`."""
+
+    id: str
+    phase: Phase
+
+
+class CampaignList(ResponseModel):
+    """``GET /v1/campaigns`` (admin): one page of campaigns sorted by id; ``next`` is the
+    ``after`` cursor of the following page (``None`` on the last page)."""
+
+    campaigns: list[CampaignSummary]
+    next: str | None = None
+
+
 # --- shuffler bodies ------------------------------------------------------------------------
 
 
