@@ -219,24 +219,26 @@ def log_handler(log_format: str, stream: Any = None) -> logging.Handler:
 
 
 def configure_logging(level: str, log_format: str) -> None:
-    """Route every log record to one stderr handler in ``log_format``.  uvicorn's access log
-    is silenced (it names clients) and its other loggers stay at WARNING (its startup line
-    names the bound address)."""
+    """Route every log record to one stderr handler in ``log_format``.
+
+    ``segshuffle`` loggers log at ``level``; everything else (uvicorn, httpx...) only from
+    WARNING: uvicorn's startup line names the bound address, httpx's request lines name
+    upstream URLs, and uvicorn's access log (which names clients) is silenced entirely.
+    """
     root = logging.getLogger()
     for existing in list(root.handlers):
         root.removeHandler(existing)
     root.addHandler(log_handler(log_format))
-    root.setLevel(level.upper())
-    for name in ("uvicorn", "uvicorn.error"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-        logging.getLogger(name).handlers.clear()
-        logging.getLogger(name).propagate = True
+    root.setLevel(logging.WARNING)
+    for name in ("uvicorn", "uvicorn.error", "segshuffle"):
+        logger = logging.getLogger(name)
+        logger.handlers.clear()
+        logger.propagate = True
+        logger.setLevel(level.upper() if name == "segshuffle" else logging.WARNING)
     access = logging.getLogger("uvicorn.access")
     access.handlers.clear()
     access.propagate = False
     access.setLevel(logging.CRITICAL)
-    logging.getLogger("segshuffle").propagate = True
-    logging.getLogger("segshuffle").handlers.clear()
 
 
 def install_observability(app: Any, metrics: Metrics) -> None:
