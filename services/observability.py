@@ -206,14 +206,25 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 LOG_FORMATS = ("json", "text")
 
 
+class TextFormatter(logging.Formatter):
+    """Plain lines (:data:`TEXT_FORMAT`), ending in ``request_id=...`` inside a request."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        rid = getattr(record, "request_id", None)
+        return line if rid is None else f"{line} request_id={rid}"
+
+
 def log_handler(log_format: str, stream: Any = None) -> logging.Handler:
     """A stderr handler writing ``json`` lines (:class:`JsonFormatter`) or ``text`` lines,
     with the request id filter attached."""
     if log_format not in LOG_FORMATS:
         raise ValueError(f"log format must be json or text, got {log_format!r}")
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter() if log_format == "json"
-                         else logging.Formatter(TEXT_FORMAT + " [%(request_id)s]"))
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     handler.addFilter(RequestIdFilter())
     return handler
 

@@ -27,6 +27,7 @@ from segshuffle.services.observability import (
     accepted_request_id,
     log_handler,
     problem_label,
+    request_id,
 )
 from segshuffle.services.server import create_app as create_server
 from segshuffle.services.shuffler.app import create_app as create_shuffler
@@ -277,3 +278,18 @@ def test_json_formatter_writes_one_object_per_line() -> None:
     parsed = json.loads(line)
     assert parsed["msg"] == "a quote\"\nb" and parsed["level"] == "warning"
     assert "request_id" not in parsed
+    stream = io.StringIO()
+    handler = log_handler("text", stream)
+    logger = logging.getLogger("segshuffle.test-text")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        logger.info("outside")
+        token = request_id.set("rid-9")
+        logger.info("inside")
+        request_id.reset(token)
+    finally:
+        logger.removeHandler(handler)
+    outside, inside = stream.getvalue().splitlines()
+    assert outside.endswith("segshuffle.test-text: outside")
+    assert inside.endswith("segshuffle.test-text: inside request_id=rid-9")
