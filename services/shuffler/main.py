@@ -3,8 +3,10 @@
 uvicorn's access log (client address, path, status per request) is switched
 off, uvicorn's proxy header handling is off (``X-Forwarded-For`` is read only by the rate
 limiter, and only from ``TRUSTED_PROXIES``), and the ``Server`` header is not sent; the
-remaining log lines come from :mod:`segshuffle.shuffler` and carry campaign ids,
-rounds and counts only (never a token, an address or a ciphertext).
+remaining log lines (JSON or text, :func:`..observability.configure_logging`) come from
+:mod:`segshuffle.shuffler` and carry campaign ids, rounds and counts, and from
+:mod:`segshuffle.http`, one per request, method, route template, status, duration and
+request id only (never a token, an address or a ciphertext).
 """
 
 from __future__ import annotations
