@@ -163,15 +163,23 @@ class RequestObserver:
 
         try:
             await self.app(scope, receive, observed_send)
-        finally:
-            elapsed = time.perf_counter() - started
-            route, method = route_template(scope), scope.get("method", "")
-            self.metrics.requests.labels(route, method, str(status)).inc()
-            self.metrics.latency.labels(route, method).observe(elapsed)
-            if status == 429:
-                self.metrics.rate_limited.labels(route).inc()
-            _log.info("%s %s %d %.1fms", method, route, status, elapsed * 1e3)
-            request_id.reset(token)
+        except BaseException:
+            # Unexpected errors are answered outside every middleware (Starlette's
+            # ServerErrorMiddleware); the id stays set for its log line.  Each request runs
+            # in a task of its own, so the id cannot leak into another request.
+            self._record(scope, status, started)
+            raise
+        self._record(scope, status, started)
+        request_id.reset(token)
+
+    def _record(self, scope: Scope, status: int, started: float) -> None:
+        elapsed = time.perf_counter() - started
+        route, method = route_template(scope), scope.get("method", "")
+        self.metrics.requests.labels(route, method, str(status)).inc()
+        self.metrics.latency.labels(route, method).observe(elapsed)
+        if status == 429:
+            self.metrics.rate_limited.labels(route).inc()
+        _log.info("%s %s %d %.1fms", method, route, status, elapsed * 1e3)
 
 
 class RequestIdFilter(logging.Filter):

@@ -11,12 +11,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
 
 from segshuffle.client import Client
+from segshuffle.services.http_edge import install_edge
 from segshuffle.services.observability import (
     JsonFormatter,
+    Metrics,
     RequestIdFilter,
     accepted_request_id,
+    install_observability,
     log_handler,
     problem_label,
     request_id,
@@ -79,6 +84,37 @@ def test_logs_hold_no_token_address_or_ciphertext(
         assert ciphertext and ciphertext not in text
     for secret in (OPERATOR, SHUFFLER_TOKEN, ADMIN_TOKEN, "testclient", "127.0.0.1"):
         assert secret not in text
+
+
+def test_an_unexpected_error_is_counted_and_logged_with_its_id() -> None:
+    app = FastAPI()
+    install_edge(app, 1024)
+    metrics = Metrics("test")
+    install_observability(app, metrics)
+
+    @app.get("/boom/{thing}")
+    async def boom(thing: str) -> None:
+        raise RuntimeError("boom")
+
+    stream = io.StringIO()
+    handler = log_handler("json", stream)
+    logger = logging.getLogger("segshuffle")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        with TestClient(app, raise_server_exceptions=False) as client:
+            response = client.get("/boom/x1", headers={"X-Request-ID": "boom-1"})
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert response.status_code == 500
+    assert response.json()["type"] == "urn:segshuffle:error:internal"
+    mine = [line["msg"] for line in map(json.loads, stream.getvalue().splitlines())
+            if line.get("request_id") == "boom-1"]
+    assert any(re.fullmatch(r"GET /boom/\{thing\} 500 \d+\.\dms", msg) for msg in mine)
+    assert any(msg.startswith("unexpected error") for msg in mine)
+    assert 'route="/boom/{thing}",status="500"' in metrics.exposition().decode()
 
 
 def test_request_id_acceptance_and_problem_labels() -> None:
