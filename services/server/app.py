@@ -133,8 +133,9 @@ class ServerCounters:
                                         "(null messages included)", ["round", "stream"])
         self.dropped = metrics.counter("messages_dropped", "Messages dropped, by reason",
                                        ["round", "stream", "reason"])
-        self.completions = metrics.counter("batches_completed", "Rounds whose batch was "
-                                           "completed (decoded or optimized)", ["round"])
+        self.completions = metrics.counter("batches_completed", "Batch completions answered "
+                                           "(the round decoded or optimized; a retried "
+                                           "completion counts again)", ["round"])
 
     def chunk(self, receipt: ChunkReceipt) -> None:
         """Count a stored chunk from its receipt."""
