@@ -74,6 +74,8 @@ def check_common(settings: Any, integer_minimums: Iterable[tuple[str, int]]) -> 
     if settings.log_level.lower() not in LOG_LEVELS:
         raise ValueError(f"log level must be one of {', '.join(LOG_LEVELS)}, got "
                          f"{settings.log_level!r}")
+    if getattr(settings, "log_format", "json") not in ("json", "text"):
+        raise ValueError(f"log format must be json or text, got {settings.log_format!r}")
     if settings.synchronous.upper() not in SYNCHRONOUS_MODES:
         raise ValueError(f"synchronous must be NORMAL, FULL or EXTRA, got "
                          f"{settings.synchronous!r}")

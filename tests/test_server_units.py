@@ -10,6 +10,7 @@ import stat
 import pytest
 from fastapi.testclient import TestClient
 
+from segshuffle import __version__
 from segshuffle.crypto import build_info, generate_private_key, key_id_for, private_key_bytes, seal
 from segshuffle.services.server import Settings, create_app
 from segshuffle.services.server.decrypt import Decryptor, open_chunk
@@ -105,8 +106,8 @@ def test_classify_by_stream():
 
 def test_health_openapi_and_key_files(tmp_path):
     with TestClient(create_app(make_settings(tmp_path))) as client:
-        assert client.get("/livez").json() == {"status": "ok"}
-        assert client.get("/readyz").json() == {"status": "ready"}
+        assert client.get("/livez").json() == {"status": "ok", "version": __version__}
+        assert client.get("/readyz").json() == {"status": "ready", "version": __version__}
         schema = client.get("/openapi.json").json()
         text = json.dumps(schema)
         refs = set(re.findall(r"#/components/schemas/(\w+)", text))

@@ -193,6 +193,11 @@ def test_log_has_no_tokens_or_addresses(stack: LocalStack, user: Client) -> None
     assert user.session.token and user.session.token not in text
     assert "127.0.0.1:" not in text.replace(f"127.0.0.1:{stack.ports['shuffler']}", "")
     assert stack.operator_token not in text and stack.shuffler_token not in text
+    metrics = httpx.get(f"{stack.shuffler_url}/metrics", timeout=30).text
+    assert "segshuffle_shuffler_submissions_total" in metrics
+    for secret in (user.session.token, stack.operator_token, stack.shuffler_token, CID,
+                   "127.0.0.1"):
+        assert secret not in metrics
 
 
 def test_independent_campaign_takes_s_plus_d_messages(stack: LocalStack,

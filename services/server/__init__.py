@@ -18,7 +18,7 @@ Settings (:class:`~.settings.Settings`, variable ``SEGSHUFFLE_SERVER_<FIELD>``):
 ``host``/``port`` (default 127.0.0.1:8080; port 0 picks a free port, logged as
 ``server listening on port N``), ``allow_insecure_parameters`` (default false),
 ``max_body_bytes``, ``decrypt_workers``, ``parallel_threshold``, ``synchronous``,
-``log_level``.
+``log_level``, ``log_format`` (``json`` lines, the default, or ``text``).
 
 Modules: :mod:`.settings`, :mod:`.storage` (SQLite repository), :mod:`.keys`
 (private key files), :mod:`.signing` (the document-signing key file), :mod:`.decrypt`

@@ -9,8 +9,11 @@ pool, so decryption and optimization never block the event loop.
 The public documents (campaign view, key config) carry a strong ``ETag`` and
 ``Cache-Control`` and answer ``If-None-Match`` with ``304`` (:mod:`..http_cache`).
 
-Logging: one line per request with method, path, status and duration; never a
-client address, a header, a token or a ciphertext (uvicorn's access log is off).
+Observability (:mod:`..observability`): one log line per request with method, route
+template, status, duration and request id; never a client address, a header, a token or a
+ciphertext (uvicorn's access log is off).  ``GET /metrics`` counts requests, chunks stored,
+messages accepted and dropped (by reason) and batches completed; ``GET /docs`` serves
+Swagger UI from local assets (:mod:`..api_docs`).
 """
 
 from __future__ import annotations
@@ -18,8 +21,7 @@ from __future__ import annotations
 import hmac
 import logging
 import re
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
@@ -30,6 +32,7 @@ from starlette.concurrency import run_in_threadpool
 
 from segshuffle import __version__
 from segshuffle.services import errors
+from segshuffle.services.api_docs import install_docs
 from segshuffle.services.http_cache import document_response
 from segshuffle.services.http_edge import (
     bearer_token,
@@ -40,6 +43,7 @@ from segshuffle.services.http_edge import (
     read_json,
     round_number,
 )
+from segshuffle.services.observability import Metrics, install_observability
 from segshuffle.wire.models import (
     ID_PATTERN,
     BatchChunk,
@@ -123,6 +127,32 @@ def _batch_id(value: str) -> str:
     return value
 
 
+class ServerCounters:
+    """The server's own metrics (labels: round number, stream, drop reason; never a campaign
+    id, so the label set stays bounded)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.chunks = metrics.counter("chunks_stored", "Batch chunks stored (retries of a "
+                                      "stored chunk not counted)", ["round", "stream"])
+        self.accepted = metrics.counter("messages_accepted", "Messages kept for decoding "
+                                        "(null messages included)", ["round", "stream"])
+        self.dropped = metrics.counter("messages_dropped", "Messages dropped, by reason",
+                                       ["round", "stream", "reason"])
+        self.completions = metrics.counter("batches_completed", "Batch completions answered "
+                                           "(the round decoded or optimized; a retried "
+                                           "completion counts again)", ["round"])
+
+    def chunk(self, receipt: ChunkReceipt) -> None:
+        """Count a stored chunk from its receipt."""
+        if receipt.duplicate:
+            return
+        round_, stream = str(receipt.round), str(receipt.stream)
+        self.chunks.labels(round_, stream).inc()
+        self.accepted.labels(round_, stream).inc(receipt.accepted)
+        for reason, count in receipt.failure_counts.items():
+            self.dropped.labels(round_, stream, reason[:40]).inc(count)
+
+
 def create_app(settings: Settings) -> FastAPI:
     """The server application; state lives in ``settings.database``, ``settings.key_dir``
     and the document-signing key file.
@@ -150,21 +180,18 @@ def create_app(settings: Settings) -> FastAPI:
         description="Campaigns, HPKE keys, batch intake, parameter optimization and decoding "
                     "for segmented private aggregation in the shuffle model.",
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.service = service
     log.info("document-signing key %s%s", service.signing_public_key,
              " (created)" if created else "")
     app.state.settings = settings
     install_edge(app, settings.max_body_bytes)
-
-    @app.middleware("http")
-    async def log_requests(request: Request,
-                           call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        started = time.perf_counter()
-        response = await call_next(request)
-        log.info("%s %s %d %.1fms", request.method, request.url.path, response.status_code,
-                 (time.perf_counter() - started) * 1e3)
-        return response
+    metrics = Metrics("server")
+    install_observability(app, metrics)
+    install_docs(app)
+    counted = ServerCounters(metrics)
 
     async def ready() -> None:
         """Ready: the database answers, keys can be written, and every collecting campaign's
@@ -182,7 +209,7 @@ def create_app(settings: Settings) -> FastAPI:
             raise errors.UnavailableError(f"the private key of campaign {listed} is missing "
                                           "or unreadable", extra={"campaigns": missing[:100]})
 
-    app.include_router(health_router(ready, with_version=False))
+    app.include_router(health_router(ready))
 
     @app.post("/v1/campaigns", status_code=201, response_model=CampaignView,
               tags=["campaigns"], openapi_extra=_body(CampaignCreate))
@@ -238,7 +265,9 @@ def create_app(settings: Settings) -> FastAPI:
         authorize(settings, request, "shuffler")
         cid, round_, bid = _campaign_id(campaign_id), _round(round_number), _batch_id(batch_id)
         chunk = await read_json(request, BatchChunk)
-        return await run_in_threadpool(service.store_chunk, cid, round_, bid, chunk)
+        receipt = await run_in_threadpool(service.store_chunk, cid, round_, bid, chunk)
+        counted.chunk(receipt)
+        return receipt
 
     @app.post("/v1/campaigns/{campaign_id}/rounds/{round_number}/batches/{batch_id}/complete",
               response_model=BatchCompletion, tags=["batches"])
@@ -246,7 +275,9 @@ def create_app(settings: Settings) -> FastAPI:
                        batch_id: str) -> BatchCompletion:
         authorize(settings, request, "shuffler")
         cid, round_, bid = _campaign_id(campaign_id), _round(round_number), _batch_id(batch_id)
-        return await run_in_threadpool(service.complete, cid, round_, bid)
+        completion = await run_in_threadpool(service.complete, cid, round_, bid)
+        counted.completions.labels(str(round_)).inc()
+        return completion
 
     @app.post("/v1/campaigns/{campaign_id}/abort", response_model=CampaignView,
               tags=["campaigns"], openapi_extra=_body(CampaignAbort))

@@ -3,24 +3,14 @@
 from __future__ import annotations
 
 import logging
-import sys
 
 import uvicorn
 
 from ..listening import listening_socket
+from ..observability import configure_logging
 from ..timeouts import bounded_protocol
 from .app import create_app
 from .settings import Settings
-
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-
-
-def configure_logging(level: str) -> None:
-    """Log lines to stderr.  uvicorn's own loggers stay at WARNING: its startup line names
-    the bound address and its access log names clients, neither of which is logged."""
-    logging.basicConfig(level=level.upper(), format=LOG_FORMAT, stream=sys.stderr, force=True)
-    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
-        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def run(settings: Settings) -> int:
@@ -29,7 +19,7 @@ def run(settings: Settings) -> int:
     Logs ``server listening on port N`` (N is the real port, also when
     ``settings.port`` is 0) once the socket is bound.
     """
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     app = create_app(settings)
     sock = listening_socket(settings.host, settings.port)
     port = sock.getsockname()[1]

@@ -56,6 +56,7 @@ class Settings(EnvironmentSettings):
     parallel_threshold: int = 2000
     synchronous: str = "FULL"
     log_level: str = "info"
+    log_format: str = "json"
     header_timeout: float = 10.0
     body_timeout: float = 30.0
 

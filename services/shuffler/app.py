@@ -8,7 +8,7 @@
 | ``POST /v1/campaigns/{cid}/rounds/{round}/submissions`` | user (Bearer user token) |
 | ``GET /v1/campaigns/{cid}/rounds/{round}`` | anyone: participant count, threshold, state |
 | ``POST /v1/campaigns/{cid}/rounds/{round}/release`` | operator (Bearer operator token) |
-| ``GET /livez``, ``GET /readyz``, ``GET /docs`` | anyone |
+| ``GET /livez``, ``GET /readyz``, ``GET /docs``, ``GET /metrics`` | anyone |
 
 Clients need no other service: the public documents come from the server through the
 shuffler's bounded single-flight cache (:mod:`.upstream`), with a strong ``ETag``,
@@ -24,7 +24,11 @@ The routes only authenticate (as dependencies), parse bodies and call the
 submission is stored in one transaction after every check has passed.  Enrollments and
 submissions are rate-limited per source first (:mod:`.limits`).  Nothing about a request's
 origin is kept or logged: the access log is off, the limiter holds keyed digests of
-addresses in memory only, log lines carry campaign ids, rounds and counts only.
+addresses in memory only, log lines carry campaign ids, rounds, counts, route templates and
+request ids only (:mod:`..observability`).  ``GET /metrics`` counts, besides requests,
+enrollments, accepted submissions (participants) and releases per round number, chunks
+forwarded to and acknowledged by the server and upstream errors by problem type; no label
+holds a campaign id.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from segshuffle import __version__
+from segshuffle.services.api_docs import install_docs
 from segshuffle.services.http_cache import document_response
 from segshuffle.services.http_edge import (
     Health,
@@ -50,8 +55,10 @@ from segshuffle.services.http_edge import (
 )
 from segshuffle.services.http_edge import campaign_id as parse_campaign_id
 from segshuffle.services.http_edge import round_number as parse_round
+from segshuffle.services.observability import Metrics, install_observability, problem_label
 from segshuffle.wire.models import (
     CampaignView,
+    ChunkReceipt,
     EnrollmentRequest,
     EnrollmentResponse,
     HpkeConfig,
@@ -68,7 +75,7 @@ from .release import Releaser
 from .service import PHASE_OF_ROUND, ShufflerRoundStatus, ShufflerService, unauthorized
 from .settings import Settings
 from .storage import Storage
-from .upstream import KEY_CONFIG, VIEW, ServerLink
+from .upstream import KEY_CONFIG, VIEW, LinkObserver, ServerLink
 from .vault import RoundKeys
 
 log = logging.getLogger("segshuffle.shuffler")
@@ -94,6 +101,40 @@ def user_token(authorization: Annotated[str | None, Header()] = None) -> str:
     if token is None:
         raise unauthorized("a user token is required (Authorization: Bearer ...)")
     return token
+
+
+class ShufflerCounters(LinkObserver):
+    """The shuffler's own metrics; labels are round numbers and problem names only."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.enrollments = metrics.counter("enrollments", "Users enrolled")
+        self.submissions = metrics.counter("submissions", "Submissions accepted (participants), "
+                                           "by round number", ["round"])
+        self.releases = metrics.counter("releases", "Rounds released by the operator",
+                                        ["round"])
+        self.forwarded = metrics.counter("chunks_forwarded", "Chunks sent to the server "
+                                         "(retries included)")
+        self.acknowledged = metrics.counter("chunks_acknowledged", "Chunks the server "
+                                            "acknowledged, by round number", ["round"])
+        self.upstream_errors = metrics.counter("upstream_errors", "Failed requests to the "
+                                               "server, by problem type (unreachable: none)",
+                                               ["status", "problem"])
+
+    def upstream_error(self, status: int | None, problem: str | None) -> None:
+        self.upstream_errors.labels(str(status) if status else "unreachable",
+                                    problem_label(problem)).inc()
+
+    def chunk_forwarded(self) -> None:
+        self.forwarded.inc()
+
+    def chunk_acknowledged(self, receipt: ChunkReceipt) -> None:
+        self.acknowledged.labels(str(receipt.round)).inc()
+
+
+def counters_of(request: Request) -> ShufflerCounters:
+    """The application's :class:`ShufflerCounters`."""
+    counters: ShufflerCounters = request.app.state.counters
+    return counters
 
 
 def service_of(request: Request) -> ShufflerService:
@@ -173,6 +214,7 @@ async def enroll(campaign_id: str, request: Request, service: Service) -> Enroll
     body = (await read_json(request, EnrollmentRequest)) if raw.strip() else \
         EnrollmentRequest()
     token = await service.enroll(campaign_id, body.invitation)
+    counters_of(request).enrollments.inc()
     return EnrollmentResponse(campaign_id=campaign_id, token=token)
 
 
@@ -186,6 +228,7 @@ async def submit(campaign_id: str, round_number: Round,
     model = Round1Submission if round_number == 1 else Round2Submission
     body = await read_json(request, model)
     await service.submit(campaign_id, round_number, participant, body)
+    counters_of(request).submissions.labels(str(round_number)).inc()
     return SubmissionReceipt(campaign_id=campaign_id, round=round_number, accepted=True)
 
 
@@ -199,6 +242,7 @@ async def round_status(campaign_id: str, round_number: Round, service: Service) 
              responses={200: {"description": "released and acknowledged by the server"},
                         202: {"description": "closed and being forwarded"}})
 async def release_round(
+    request: Request,
     campaign_id: str,
     round_number: Round,
     _: Annotated[None, Depends(operator)],
@@ -206,6 +250,7 @@ async def release_round(
     wait: Annotated[bool, Query(description="answer once the server has the batch")] = False,
 ) -> JSONResponse:
     answer, acknowledged = await service.release(campaign_id, round_number, wait)
+    counters_of(request).releases.labels(str(round_number)).inc()
     return JSONResponse(answer.model_dump(mode="json"), status_code=200 if acknowledged else 202)
 
 
@@ -252,6 +297,9 @@ def create_app(
                         retry_seconds=settings.release_retry_seconds,
                         backoff_initial=backoff_initial, backoff_max=backoff_max)
     service = ShufflerService(settings, storage, policy, server, releaser)
+    metrics = Metrics("shuffler")
+    counters = ShufflerCounters(metrics)
+    server.observer = counters
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -271,8 +319,13 @@ def create_app(
         description="Enrollment, anonymous submissions, uniform permutation and release "
                     "of the segmented multi-message shuffle protocol.",
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
     install_edge(app, settings.max_body_bytes)
+    install_observability(app, metrics)
+    install_docs(app)
+    app.state.counters = counters
     app.state.service = service
     app.state.storage = storage
     app.state.releaser = releaser

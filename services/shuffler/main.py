@@ -3,40 +3,20 @@
 uvicorn's access log (client address, path, status per request) is switched
 off, uvicorn's proxy header handling is off (``X-Forwarded-For`` is read only by the rate
 limiter, and only from ``TRUSTED_PROXIES``), and the ``Server`` header is not sent; the
-remaining log lines come from :mod:`segshuffle.shuffler` and carry campaign ids,
-rounds and counts only (never a token, an address or a ciphertext).
+remaining log lines (JSON or text, :func:`..observability.configure_logging`) come from
+:mod:`segshuffle.shuffler` and carry campaign ids, rounds and counts, and from
+:mod:`segshuffle.http`, one per request, method, route template, status, duration and
+request id only (never a token, an address or a ciphertext).
 """
 
 from __future__ import annotations
 
 import logging
-import logging.config
-from typing import Any
 
 from ..listening import listening_socket
+from ..observability import configure_logging
 from ..timeouts import bounded_protocol
 from .settings import Settings
-
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-
-
-def log_config(level: str = "INFO") -> dict[str, Any]:
-    """A :func:`logging.config.dictConfig` dictionary: stderr, no access log."""
-    return {
-        "version": 1,
-        "disable_existing_loggers": False,
-        "formatters": {"plain": {"format": LOG_FORMAT}},
-        "handlers": {
-            "stderr": {"class": "logging.StreamHandler", "formatter": "plain",
-                       "stream": "ext://sys.stderr"},
-        },
-        "loggers": {
-            "uvicorn": {"handlers": ["stderr"], "level": level, "propagate": False},
-            "uvicorn.error": {"level": level},
-            "uvicorn.access": {"handlers": [], "level": "CRITICAL", "propagate": False},
-            "segshuffle": {"handlers": ["stderr"], "level": level, "propagate": False},
-        },
-    }
 
 
 def run(settings: Settings) -> int:
@@ -51,7 +31,7 @@ def run(settings: Settings) -> int:
 
     settings.issuer_keys()  # a missing or malformed issuer key: one line, before anything
     log_level = settings.log_level.upper()
-    logging.config.dictConfig(log_config(log_level))
+    configure_logging(log_level, settings.log_format)
     app = create_app(settings)
     sock = listening_socket(settings.host, settings.port)
     config = uvicorn.Config(

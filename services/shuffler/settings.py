@@ -51,6 +51,7 @@ Each field of :class:`Settings` is read from the variable named after it in uppe
 - ``HOST`` / ``PORT``: listen address (default ``127.0.0.1:8081``; port 0 picks a free
   port, logged as ``shuffler listening on port N``).
 - ``LOG_LEVEL``: ``debug``, ``info``, ``warning`` or ``error`` (default ``info``).
+- ``LOG_FORMAT``: ``json`` (one JSON object per line, the default) or ``text``.
 - ``HEADER_TIMEOUT`` / ``BODY_TIMEOUT``: the most seconds a client may take to send a
   request's headers, and then its body, before the connection is closed (default 10
   and 30; :mod:`segshuffle.services.timeouts`).
@@ -112,6 +113,7 @@ class Settings(EnvironmentSettings):
     release_wait: float = 60.0
     release_retry_seconds: float = 6 * 3600.0
     log_level: str = "info"
+    log_format: str = "json"
     header_timeout: float = 10.0
     body_timeout: float = 30.0
 

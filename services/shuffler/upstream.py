@@ -98,8 +98,23 @@ FINAL_PHASES = frozenset({"done", "failed", "aborted"})
 """Phases a campaign never leaves: its view is immutable from then on."""
 
 
+class LinkObserver:
+    """What a :class:`ServerLink` reports (for metrics); this base class ignores it all."""
+
+    def upstream_error(self, status: int | None, problem: str | None) -> None:
+        """A request to the server failed (``status`` None: unreachable)."""
+
+    def chunk_forwarded(self) -> None:
+        """A chunk was sent to the server (retries count again)."""
+
+    def chunk_acknowledged(self, receipt: ChunkReceipt) -> None:
+        """The server answered a chunk with a valid receipt."""
+
+
 class ServerLink:
     """Async client of the server for the shuffler (see the module docstring)."""
+
+    observer: LinkObserver = LinkObserver()
 
     def __init__(
         self,
@@ -137,9 +152,11 @@ class ServerLink:
         try:
             response = await self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
+            self.observer.upstream_error(None, None)
             raise UpstreamError(f"server unreachable: {type(exc).__name__}") from None
         if response.status_code >= 400:
             problem = _problem_name(response)
+            self.observer.upstream_error(response.status_code, problem)
             raise UpstreamError(
                 f"server answered {response.status_code}"
                 + (f" ({problem})" if problem else ""),
@@ -192,14 +209,17 @@ class ServerLink:
     # -- batches -------------------------------------------------------------------------
     async def put_chunk(self, campaign_id: str, round_number: int, batch_id: str,
                         chunk: BatchChunk) -> ChunkReceipt:
+        self.observer.chunk_forwarded()
         response = await self._request(
             "PUT", server_path(campaign_id, "rounds", round_number, "batches", batch_id),
             json=chunk.model_dump(mode="json"),
         )
         try:
-            return ChunkReceipt.model_validate(response.json())
+            receipt = ChunkReceipt.model_validate(response.json())
         except (ValueError, ValidationError):
             raise UpstreamError("server sent an invalid chunk receipt") from None
+        self.observer.chunk_acknowledged(receipt)
+        return receipt
 
     async def complete(self, campaign_id: str, round_number: int,
                        batch_id: str) -> BatchCompletion:

@@ -69,6 +69,8 @@ def _common(parser: argparse.ArgumentParser, default_port: int) -> None:
                         help=f"listen port (default {default_port}; 0 picks a free port)")
     parser.add_argument("--database", help="SQLite database file")
     parser.add_argument("--log-level", choices=LOG_LEVELS)
+    parser.add_argument("--log-format", choices=("json", "text"),
+                        help="log lines as JSON objects (default) or plain text")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     common = {"host": args.host, "port": args.port, "database": args.database,
-              "log_level": args.log_level}
+              "log_level": args.log_level, "log_format": args.log_format}
     if args.service == "shuffler":
         from segshuffle.services import shuffler
 

@@ -1,0 +1,152 @@
+"""Logs: JSON lines with the request id of every request, no token, address or ciphertext
+(in process, both services), and the helpers behind them."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from segshuffle.client import Client
+from segshuffle.services.http_edge import install_edge
+from segshuffle.services.observability import (
+    JsonFormatter,
+    Metrics,
+    RequestIdFilter,
+    accepted_request_id,
+    install_observability,
+    log_handler,
+    problem_label,
+    request_id,
+)
+
+from .observability_support import CID, OPERATOR, USERS, Services, running_services
+from .test_server_support import ADMIN_TOKEN, SHUFFLER_TOKEN
+
+
+@pytest.fixture
+def logged(tmp_path: Path) -> Iterator[tuple[Services, io.StringIO]]:
+    """Both apps in process; every ``segshuffle`` record goes to a JSON handler."""
+    stream = io.StringIO()
+    handler = log_handler("json", stream)
+    logger = logging.getLogger("segshuffle")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        with running_services(tmp_path) as running:
+            yield running, stream
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def test_every_request_logs_one_json_line_with_its_id(
+        logged: tuple[Services, io.StringIO]) -> None:
+    services, stream = logged
+    given = "req-1234.abc_DEF"
+    assert services.server.get(f"/v1/campaigns/{CID}",
+                               headers={"X-Request-ID": given}).status_code == 200
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert all({"ts", "level", "logger", "msg"} <= line.keys() for line in lines)
+    mine = [line for line in lines if line.get("request_id") == given]
+    assert len(mine) == 1
+    assert re.fullmatch(r"GET /v1/campaigns/\{campaign_id\} 200 \d+\.\dms", mine[0]["msg"])
+    assert mine[0]["logger"] == "segshuffle.http"
+
+
+def test_logs_hold_no_token_address_or_ciphertext(
+        logged: tuple[Services, io.StringIO]) -> None:
+    services, stream = logged
+    users = [Client("http://testserver", CID, http=services.shuffler) for _ in range(USERS)]
+    sent = []
+    for index, user in enumerate(users):
+        user.campaign()
+        user.enroll()
+        sent.append(user.submit_level(index % 2).level_ciphertext)
+    released = services.shuffler.post(f"/v1/campaigns/{CID}/rounds/1/release?wait=true",
+                                      headers={"Authorization": f"Bearer {OPERATOR}"})
+    assert released.status_code == 200
+    text = stream.getvalue()
+    lines = [json.loads(line) for line in text.splitlines()]
+    submissions = [line for line in lines if line["msg"].startswith(
+        "POST /v1/campaigns/{campaign_id}/rounds/{round_number}/submissions 201")]
+    assert len(submissions) == USERS and all(line["request_id"] for line in submissions)
+    for user, ciphertext in zip(users, sent, strict=True):
+        assert user.session.token and user.session.token not in text
+        assert ciphertext and ciphertext not in text
+    for secret in (OPERATOR, SHUFFLER_TOKEN, ADMIN_TOKEN, "testclient", "127.0.0.1"):
+        assert secret not in text
+
+
+def test_an_unexpected_error_is_counted_and_logged_with_its_id() -> None:
+    app = FastAPI()
+    install_edge(app, 1024)
+    metrics = Metrics("test")
+    install_observability(app, metrics)
+
+    @app.get("/boom/{thing}")
+    async def boom(thing: str) -> None:
+        raise RuntimeError("boom")
+
+    stream = io.StringIO()
+    handler = log_handler("json", stream)
+    logger = logging.getLogger("segshuffle")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        with TestClient(app, raise_server_exceptions=False) as client:
+            response = client.get("/boom/x1", headers={"X-Request-ID": "boom-1"})
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert response.status_code == 500
+    assert response.json()["type"] == "urn:segshuffle:error:internal"
+    mine = [line["msg"] for line in map(json.loads, stream.getvalue().splitlines())
+            if line.get("request_id") == "boom-1"]
+    assert any(re.fullmatch(r"GET /boom/\{thing\} 500 \d+\.\dms", msg) for msg in mine)
+    assert any(msg.startswith("unexpected error") for msg in mine)
+    assert 'route="/boom/{thing}",status="500"' in metrics.exposition().decode()
+
+
+def test_request_id_acceptance_and_problem_labels() -> None:
+    assert accepted_request_id(b"abc-1.2_3") == "abc-1.2_3"
+    for bad in (None, b"", b"a b", b"\xff", b"x" * 65, b"a\nb"):
+        assert re.fullmatch(r"[0-9a-f]{32}", accepted_request_id(bad))
+    assert problem_label("wrong-phase") == "wrong-phase"
+    assert problem_label("anything else") == "other"
+    assert problem_label(None) == "none"
+
+
+def test_json_formatter_writes_one_object_per_line() -> None:
+    record = logging.LogRecord("segshuffle.x", logging.WARNING, __file__, 1, "a %s\nb",
+                               ("quote\"",), None)
+    RequestIdFilter().filter(record)
+    line = JsonFormatter().format(record)
+    assert "\n" not in line
+    parsed = json.loads(line)
+    assert parsed["msg"] == "a quote\"\nb" and parsed["level"] == "warning"
+    assert "request_id" not in parsed
+    stream = io.StringIO()
+    handler = log_handler("text", stream)
+    logger = logging.getLogger("segshuffle.test-text")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        logger.info("outside")
+        token = request_id.set("rid-9")
+        logger.info("inside")
+        request_id.reset(token)
+    finally:
+        logger.removeHandler(handler)
+    outside, inside = stream.getvalue().splitlines()
+    assert outside.endswith("segshuffle.test-text: outside")
+    assert inside.endswith("segshuffle.test-text: inside request_id=rid-9")
