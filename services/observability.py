@@ -137,9 +137,13 @@ def route_template(scope: Scope) -> str:
 class RequestObserver:
     """Pure ASGI middleware: request id, one log line and the HTTP metrics per request."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics,
+                 quiet_routes: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.metrics = metrics
+        self.quiet_routes = quiet_routes
+        """Route templates whose successful requests are logged at DEBUG only (the
+        shuffler's user routes: its disk keeps no per-user timeline)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -179,7 +183,9 @@ class RequestObserver:
         self.metrics.latency.labels(route, method).observe(elapsed)
         if status == 429:
             self.metrics.rate_limited.labels(route).inc()
-        _log.info("%s %s %d %.1fms", method, route, status, elapsed * 1e3)
+        level = (logging.DEBUG if route in self.quiet_routes and status < 400
+                 else logging.INFO)
+        _log.log(level, "%s %s %d %.1fms", method, route, status, elapsed * 1e3)
 
 
 class RequestIdFilter(logging.Filter):
@@ -260,9 +266,10 @@ def configure_logging(level: str, log_format: str) -> None:
     access.setLevel(logging.CRITICAL)
 
 
-def install_observability(app: Any, metrics: Metrics) -> None:
+def install_observability(app: Any, metrics: Metrics,
+                          quiet_routes: frozenset[str] = frozenset()) -> None:
     """``GET /metrics`` and the :class:`RequestObserver` as the outermost middleware (add it
     after every other middleware, so it also sees their answers, such as ``413``)."""
     app.state.metrics = metrics
     app.include_router(metrics_router(metrics))
-    app.add_middleware(RequestObserver, metrics=metrics)
+    app.add_middleware(RequestObserver, metrics=metrics, quiet_routes=quiet_routes)

@@ -172,6 +172,9 @@ SECURITY: dict[tuple[str, str], str] = {
     ("POST", "/v1/campaigns/{campaign_id}/rounds/{round_number}/release"): "operatorToken",
 }
 """The bearer token each authenticated route needs (documented in the OpenAPI schema)."""
+USER_ROUTES = frozenset({"/v1/campaigns/{campaign_id}/enrollments",
+                         "/v1/campaigns/{campaign_id}/rounds/{round_number}/submissions"})
+"""Successful requests on these are logged at DEBUG: no per-user timeline on the disk."""
 
 _CHECKED = [Depends(valid_campaign_id)]
 documents = APIRouter(prefix="/v1/campaigns/{campaign_id}", tags=["documents"],
@@ -323,7 +326,7 @@ def create_app(
         redoc_url=None,
     )
     install_edge(app, settings.max_body_bytes)
-    install_observability(app, metrics)
+    install_observability(app, metrics, quiet_routes=USER_ROUTES)
     install_docs(app)
     app.state.counters = counters
     app.state.service = service
