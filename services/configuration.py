@@ -31,14 +31,44 @@ class EnvironmentSettings:
         return replace(self, **changes)  # type: ignore[type-var]
 
 
+MAX_SECRET_FILE_BYTES = 4096
+
+
+def _secret(variable: str, value: str | None, path: str | None) -> str | None:
+    """The secret from ``variable`` or from the file ``variable_FILE`` names (not both)."""
+    if not path:
+        return value
+    if value:
+        raise ValueError(f"set {variable} or {variable}_FILE, not both")
+    try:
+        with open(path, "rb") as handle:
+            content = handle.read(MAX_SECRET_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ValueError(f"cannot read {variable}_FILE {path}: {exc.strerror}") from None
+    if len(content) > MAX_SECRET_FILE_BYTES:
+        raise ValueError(f"{variable}_FILE {path} is larger than {MAX_SECRET_FILE_BYTES} bytes")
+    try:
+        return content.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError:
+        raise ValueError(f"{variable}_FILE {path} is not UTF-8 text") from None
+
+
 def values_from_environment(settings_class: type, prefix: str, environ: Mapping[str, str]
                             ) -> dict[str, Any]:
     """Field values found in ``environ`` as ``prefix + FIELD_NAME``, converted by the type
-    of each field's default (bool, int, float, else string); empty values are ignored."""
+    of each field's default (bool, int, float, else string); empty values are ignored.
+
+    A secret (a field whose name ends in ``_token``) may instead come from a file named by
+    ``prefix + FIELD_NAME + "_FILE"`` (Docker and Kubernetes secrets), so that it shows in
+    no process environment; its content, stripped of the trailing newline, is the value.
+    Setting both is refused.
+    """
     values: dict[str, Any] = {}
     for field in fields(settings_class):
         variable = prefix + field.name.upper()
         raw = environ.get(variable)
+        if field.name.endswith("_token"):
+            raw = _secret(variable, raw, environ.get(variable + "_FILE"))
         if raw is None or raw == "":
             continue
         default = field.default

@@ -55,6 +55,9 @@ Each field of :class:`Settings` is read from the variable named after it in uppe
 - ``HEADER_TIMEOUT`` / ``BODY_TIMEOUT``: the most seconds a client may take to send a
   request's headers, and then its body, before the connection is closed (default 10
   and 30; :mod:`segshuffle.services.timeouts`).
+
+Every token may instead be read from a file: ``..._TOKEN_FILE`` names it (Docker and
+Kubernetes secrets), so the token shows in no process environment.
 """
 
 from __future__ import annotations
