@@ -13,8 +13,11 @@
 # 0600, ignored by git; SEGSHUFFLE_ISSUER_KEY_FILE overrides the path), for
 # `segshuffle admin invitations ID --count N --out FILE --issuer-key deploy/issuer-key.pem`.
 #
-# `docker compose -f deploy/compose.yaml ...` reads deploy/.env for variable substitution and
-# hands each service only the tokens it needs. The file is mode 0600 and ignored by git.
+# The three tokens are also written one per file to deploy/secrets/ (a 0700 directory; the
+# files are 0644 so that the containers' unprivileged user can read them), which compose
+# hands to each service as Docker secrets: the services read them from /run/secrets and no
+# token shows in `docker inspect`. `docker compose -f deploy/compose.yaml ...` reads
+# deploy/.env for the other variables (and the load test's tokens). The file is mode 0600 and ignored by git.
 # An existing file is kept (tokens stay stable across rebuilds; an issuer key is added if it
 # lacks one); pass --force to rotate everything.
 set -euo pipefail
@@ -44,15 +47,35 @@ issuer_key() {
     mv "$tmpkey" "$keyfile"
 }
 
+# deploy/secrets/<name> from the token of the same name in $target.
+secret_files() {
+    local dir name value
+    dir="$(dirname "$target")/secrets"
+    mkdir -p "$dir" && chmod 0700 "$dir"
+    for name in admin shuffler operator; do
+        value="$(grep "^SEGSHUFFLE_${name^^}_TOKEN=" "$target" | head -n 1 | cut -d= -f2-)"
+        [[ -n "$value" ]] || { echo "[init-secrets] $target lacks the $name token" >&2; exit 1; }
+        printf '%s' "$value" > "$dir/${name}_token.tmp"
+        chmod 0644 "$dir/${name}_token.tmp"
+        mv "$dir/${name}_token.tmp" "$dir/${name}_token"
+    done
+}
+
 umask 077
 if [[ -e "$target" && "${1:-}" != "--force" ]]; then
     if ! grep -q '^SEGSHUFFLE_ISSUER_PUBLIC_KEY=' "$target"; then
         issuer_key >> "$target"
         printf '[init-secrets] added an invitation issuer key to %s (%s)\n' "$target" \
             "$keyfile" >&2
-        exit 0
+    else
+        printf '[init-secrets] %s exists, keeping it (--force rotates the tokens)\n' \
+            "$target" >&2
     fi
-    printf '[init-secrets] %s exists, keeping it (--force rotates the tokens)\n' "$target" >&2
+    if ! grep -q '^SEGSHUFFLE_SECRETS_DIR=' "$target"; then
+        printf 'SEGSHUFFLE_SECRETS_DIR=%s\n' "$(cd "$(dirname "$target")" && pwd)/secrets" \
+            >> "$target"
+    fi
+    secret_files
     exit 0
 fi
 
@@ -65,9 +88,12 @@ trap 'rm -f "$tmp"' EXIT
     printf 'SEGSHUFFLE_ADMIN_TOKEN=%s\n' "$(token)"
     printf 'SEGSHUFFLE_SHUFFLER_TOKEN=%s\n' "$(token)"
     printf 'SEGSHUFFLE_OPERATOR_TOKEN=%s\n' "$(token)"
+    printf '# The same tokens as files, handed to the services as Docker secrets.\n'
+    printf 'SEGSHUFFLE_SECRETS_DIR=%s\n' "$(cd "$(dirname "$target")" && pwd)/secrets"
     printf '# Invitation issuer (private key also in %s).\n' "$keyfile"
     issuer_key
 } > "$tmp"
 mv "$tmp" "$target"
 trap - EXIT
+secret_files
 printf '[init-secrets] wrote %s\n' "$target" >&2

@@ -98,6 +98,8 @@ def test_compose_environment_names_settings_the_service_reads(
     for key in env:
         assert key.startswith(prefix), f"{service} gets {key}, which it does not read"
         field = key.removeprefix(prefix).lower()
+        if field.endswith("_token_file"):  # a token read from a file (Docker secrets)
+            field = field.removesuffix("_file")
         assert field in fields, f"{key}: {module}.Settings has no field {field!r}"
 
 
@@ -159,19 +161,11 @@ def test_state_lives_on_named_volumes(compose: dict[str, Any], service: str, var
 
 def test_tokens_are_distinct_and_only_given_to_the_services_that_use_them(
         compose: dict[str, Any]) -> None:
-    def secrets_of(name: str) -> dict[str, str]:
-        result = {}
-        for key, value in _environment(compose["services"][name]).items():
-            for match in INTERPOLATION.finditer(value):
-                if match.group(1) in SECRET_NAMES:
-                    result[key] = match.group(1)
-        return result
-
-    server, shuffler = secrets_of("server"), secrets_of("shuffler")
-    assert server == {"SEGSHUFFLE_SERVER_ADMIN_TOKEN": "SEGSHUFFLE_ADMIN_TOKEN",
-                      "SEGSHUFFLE_SERVER_SHUFFLER_TOKEN": "SEGSHUFFLE_SHUFFLER_TOKEN"}
-    assert shuffler == {"SEGSHUFFLE_SHUFFLER_SERVER_TOKEN": "SEGSHUFFLE_SHUFFLER_TOKEN",
-                        "SEGSHUFFLE_SHUFFLER_OPERATOR_TOKEN": "SEGSHUFFLE_OPERATOR_TOKEN"}
+    assert compose["services"]["server"]["secrets"] == ["admin_token", "shuffler_token"]
+    assert compose["services"]["shuffler"]["secrets"] == ["shuffler_token", "operator_token"]
+    assert {name: spec["file"] for name, spec in compose["secrets"].items()} == {
+        name: f"${{SEGSHUFFLE_SECRETS_DIR:-./secrets}}/{name}"
+        for name in ("admin_token", "shuffler_token", "operator_token")}
 
 
 def test_every_interpolated_variable_has_a_default_or_is_generated(tmp_path: Path) -> None:
@@ -199,13 +193,17 @@ def test_docker_compose_accepts_the_file(tmp_path: Path) -> None:
                              "-f", str(COMPOSE), "config"],
                             capture_output=True, text=True, env=bare)
     assert result.returncode == 0, result.stderr
-    rendered = yaml.safe_load(result.stdout)["services"]
+    document = yaml.safe_load(result.stdout)
+    rendered = document["services"]
     server, shuffler = _environment(rendered["server"]), _environment(rendered["shuffler"])
-    assert server["SEGSHUFFLE_SERVER_ADMIN_TOKEN"] == secrets["SEGSHUFFLE_ADMIN_TOKEN"]
-    assert (server["SEGSHUFFLE_SERVER_SHUFFLER_TOKEN"]
-            == shuffler["SEGSHUFFLE_SHUFFLER_SERVER_TOKEN"]
-            == secrets["SEGSHUFFLE_SHUFFLER_TOKEN"])
-    assert shuffler["SEGSHUFFLE_SHUFFLER_OPERATOR_TOKEN"] == secrets["SEGSHUFFLE_OPERATOR_TOKEN"]
+    files = {name: Path(spec["file"]) for name, spec in document["secrets"].items()}
+    assert files["admin_token"].read_text() == secrets["SEGSHUFFLE_ADMIN_TOKEN"]
+    assert files["shuffler_token"].read_text() == secrets["SEGSHUFFLE_SHUFFLER_TOKEN"]
+    assert files["operator_token"].read_text() == secrets["SEGSHUFFLE_OPERATOR_TOKEN"]
+    assert server["SEGSHUFFLE_SERVER_ADMIN_TOKEN_FILE"] == "/run/secrets/admin_token"
+    assert shuffler["SEGSHUFFLE_SHUFFLER_SERVER_TOKEN_FILE"] == "/run/secrets/shuffler_token"
+    tokens = {secrets[f"SEGSHUFFLE_{name}_TOKEN"] for name in ("ADMIN", "SHUFFLER", "OPERATOR")}
+    assert not tokens & (set(server.values()) | set(shuffler.values()))
     assert (shuffler["SEGSHUFFLE_SHUFFLER_INVITATION_KEYS"]
             == secrets["SEGSHUFFLE_ISSUER_PUBLIC_KEY"])
     assert "SEGSHUFFLE_SHUFFLER_ENROLLMENT" not in shuffler  # invitations, the default
@@ -358,3 +356,16 @@ def test_generated_secrets_are_ignored_by_git() -> None:
     tracked = subprocess.run(["git", "-C", str(REPO), "ls-files", "deploy"],
                              capture_output=True, text=True, check=True).stdout.split()
     assert "deploy/.env" not in tracked
+
+
+@pytest.mark.parametrize("service", ["server", "shuffler"])
+def test_no_token_is_passed_in_the_environment(compose: dict[str, Any], service: str) -> None:
+    """Tokens reach the services as Docker secret files, never as environment values (which
+    `docker inspect` shows)."""
+    spec = compose["services"][service]
+    env = _environment(spec)
+    assert not [key for key in env if key.endswith("_TOKEN")], env
+    files = {key: value for key, value in env.items() if key.endswith("_TOKEN_FILE")}
+    assert files and all(value.startswith("/run/secrets/") for value in files.values())
+    names = {value.removeprefix("/run/secrets/") for value in files.values()}
+    assert names == set(spec["secrets"]) and names <= set(compose["secrets"])
