@@ -315,7 +315,7 @@ def test_an_unusable_key_file_stops_the_server(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("argv", "env", "message"), [
-    (["--server", "http://127.0.0.1:9"], None, "admin token is needed"),
+    (["--server", "http://127.0.0.1:9"], None, "needs a token: set SEGSHUFFLE_ADMIN_TOKEN"),
     (["--server", "ftp://example"], "admin-token-0123456789", "must be an http"),
     (["--server", "http://127.0.0.1:9", "--token-file", "/nonexistent/token"], None,
      "cannot read --token-file"),

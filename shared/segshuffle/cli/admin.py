@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 import time
@@ -151,34 +150,17 @@ def invitations(args: argparse.Namespace) -> int:
     return 0
 
 
-def _admin_token(token_file: str | None) -> str:
-    if token_file is not None:
-        try:
-            with open(token_file, encoding="utf-8") as handle:
-                token = handle.read(4096).strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ValueError(f"cannot read --token-file {token_file}: "
-                             f"{getattr(exc, 'strerror', None) or exc}") from None
-    else:
-        token = os.environ.get("SEGSHUFFLE_ADMIN_TOKEN", "").strip()
-    if not token or any(c.isspace() for c in token) or not token.isprintable():
-        raise ValueError("an admin token is needed: set SEGSHUFFLE_ADMIN_TOKEN or pass "
-                         "--token-file (one printable line)")
-    return token
-
-
 def signing_key(args: argparse.Namespace) -> int:
     import httpx
     from pydantic import ValidationError
 
     from segshuffle.client.session import service_error
     from segshuffle.crypto.documents import parse_server_key
+    from segshuffle.testing.operator import ADMIN_TOKEN_ENV, base_url, read_token
     from segshuffle.wire.models import SigningKey
 
-    token = _admin_token(args.token_file)
-    base = args.server.rstrip("/")
-    if not re.match(r"^https?://[^\s/]+", base):
-        raise ValueError(f"--server must be an http(s) URL, got {args.server!r}")
+    token = read_token(args.token_file, ADMIN_TOKEN_ENV)
+    base = base_url(args.server, "--server")
     if not 0 < args.timeout <= 300:
         raise ValueError(f"--timeout must be in (0, 300] seconds, got {args.timeout}")
     try:
