@@ -91,9 +91,11 @@ def values_from_environment(settings_class: type, prefix: str, environ: Mapping[
     return values
 
 
-def check_common(settings: Any, integer_minimums: Iterable[tuple[str, int]]) -> None:
+def check_common(settings: Any, integer_minimums: Iterable[tuple[str, int]],
+                 durations: Iterable[str] = ()) -> None:
     """Checks every service applies: integer fields with their minimums, the port range,
-    the log level, the SQLite synchronous mode and a non-empty database path."""
+    the log level, the SQLite synchronous mode, a non-empty database path, and durations
+    (the header and body timeouts plus ``durations``) in (0, 3600] seconds."""
     for name, minimum in (("port", 0), *integer_minimums):
         value = getattr(settings, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
@@ -111,7 +113,7 @@ def check_common(settings: Any, integer_minimums: Iterable[tuple[str, int]]) -> 
                          f"{settings.synchronous!r}")
     if not settings.database:
         raise ValueError("database path must not be empty")
-    for name in ("header_timeout", "body_timeout"):
+    for name in ("header_timeout", "body_timeout", *durations):
         value = getattr(settings, name)
         if not (isinstance(value, int | float) and 0 < value <= 3600):
             raise ValueError(f"{name.replace('_', ' ')} must be in (0, 3600] seconds, "

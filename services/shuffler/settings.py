@@ -131,12 +131,9 @@ class Settings(EnvironmentSettings):
         check_common(self, (("min_users", 1), ("auto_release", 0), ("chunk_size", 1),
                             ("max_body_bytes", 1024), ("document_cache_entries", 1),
                             ("upstream_connections", 1), ("enroll_burst", 1), ("read_burst", 1),
-                            ("submit_burst", 1), ("rate_limit_sources", 1)))
-        for name in ("campaign_cache_seconds", "upstream_pool_timeout", "forward_timeout"):
-            value = getattr(self, name)
-            if not 0 < value <= 3600:
-                raise ValueError(f"{name.replace('_', ' ')} must be in (0, 3600] seconds, "
-                                 f"got {value!r}")
+                            ("submit_burst", 1), ("rate_limit_sources", 1)),
+                     durations=("campaign_cache_seconds", "upstream_pool_timeout",
+                                "forward_timeout"))
         if self.enrollment not in ENROLLMENT_MODES:
             raise ValueError(f"{PREFIX}ENROLLMENT must be one of {', '.join(ENROLLMENT_MODES)}, "
                              f"got {self.enrollment!r}")
