@@ -36,13 +36,13 @@ from segshuffle.services.api_docs import install_docs
 from segshuffle.services.http_cache import document_response
 from segshuffle.services.http_edge import (
     bearer_token,
-    campaign_id,
     document_problems,
     health_router,
     install_edge,
     read_json,
-    round_number,
 )
+from segshuffle.services.http_edge import campaign_id as parse_campaign_id
+from segshuffle.services.http_edge import round_number as parse_round
 from segshuffle.services.observability import Metrics, install_observability
 from segshuffle.wire.models import (
     ID_PATTERN,
@@ -113,18 +113,12 @@ def authorize(settings: Settings, request: Request, role: Role) -> None:
         headers={"WWW-Authenticate": 'Bearer realm="segshuffle-server"'})
 
 
-def _campaign_id(value: str) -> str:
-    return campaign_id(value)
-
-
-def _round(value: str) -> int:
-    return round_number(value)
-
-
-def _batch_id(value: str) -> str:
-    if not _ID.fullmatch(value):
+def _batch(campaign_id: str, round_number: str, batch_id: str) -> tuple[str, int, str]:
+    """The checked (campaign id, round, batch id) of a batch route's path, in that order."""
+    checked = parse_campaign_id(campaign_id), parse_round(round_number)
+    if not _ID.fullmatch(batch_id):
         raise errors.InvalidRequestError("batch_id must be 1-64 characters [A-Za-z0-9._-]")
-    return value
+    return *checked, batch_id
 
 
 class ServerCounters:
@@ -248,13 +242,13 @@ def create_app(settings: Settings) -> FastAPI:
     @app.get("/v1/campaigns/{campaign_id}", response_model=CampaignView, tags=["campaigns"],
              responses=conditional)
     async def get_campaign(request: Request, campaign_id: str) -> Response:
-        body, done = await run_in_threadpool(service.view_document, _campaign_id(campaign_id))
+        body, done = await run_in_threadpool(service.view_document, parse_campaign_id(campaign_id))
         return document_response(request, body, immutable=done, max_age=VIEW_MAX_AGE)
 
     @app.get("/v1/campaigns/{campaign_id}/hpke-config", response_model=HpkeConfig,
              tags=["campaigns"], responses=conditional)
     async def hpke_config(request: Request, campaign_id: str) -> Response:
-        record = await run_in_threadpool(service.campaign, _campaign_id(campaign_id))
+        record = await run_in_threadpool(service.campaign, parse_campaign_id(campaign_id))
         body = service.hpke_config(record).model_dump_json().encode()
         return document_response(request, body, immutable=True)
 
@@ -263,7 +257,7 @@ def create_app(settings: Settings) -> FastAPI:
     async def put_chunk(request: Request, campaign_id: str, round_number: str,
                         batch_id: str) -> ChunkReceipt:
         authorize(settings, request, "shuffler")
-        cid, round_, bid = _campaign_id(campaign_id), _round(round_number), _batch_id(batch_id)
+        cid, round_, bid = _batch(campaign_id, round_number, batch_id)
         chunk = await read_json(request, BatchChunk)
         receipt = await run_in_threadpool(service.store_chunk, cid, round_, bid, chunk)
         counted.chunk(receipt)
@@ -274,7 +268,7 @@ def create_app(settings: Settings) -> FastAPI:
     async def complete(request: Request, campaign_id: str, round_number: str,
                        batch_id: str) -> BatchCompletion:
         authorize(settings, request, "shuffler")
-        cid, round_, bid = _campaign_id(campaign_id), _round(round_number), _batch_id(batch_id)
+        cid, round_, bid = _batch(campaign_id, round_number, batch_id)
         completion = await run_in_threadpool(service.complete, cid, round_, bid)
         counted.completions.labels(str(round_)).inc()
         return completion
@@ -283,7 +277,7 @@ def create_app(settings: Settings) -> FastAPI:
               tags=["campaigns"], openapi_extra=_body(CampaignAbort))
     async def abort(request: Request, campaign_id: str) -> CampaignView:
         authorize(settings, request, "admin")
-        cid = _campaign_id(campaign_id)
+        cid = parse_campaign_id(campaign_id)
         raw = await request.body()
         body = await read_json(request, CampaignAbort) if raw.strip() else CampaignAbort()
         return await run_in_threadpool(service.abort, cid, body.reason)
@@ -291,7 +285,7 @@ def create_app(settings: Settings) -> FastAPI:
     @app.get("/v1/campaigns/{campaign_id}/results", response_model=Results, tags=["results"])
     async def results(request: Request, campaign_id: str) -> Results:
         authorize(settings, request, "admin")
-        return await run_in_threadpool(service.results, _campaign_id(campaign_id))
+        return await run_in_threadpool(service.results, parse_campaign_id(campaign_id))
 
     @app.get("/v1/signing-key", response_model=SigningKey, tags=["campaigns"])
     async def signing_key_document(request: Request) -> SigningKey:

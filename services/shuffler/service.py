@@ -11,14 +11,12 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import re
 from typing import Any, Literal
 
 from starlette.concurrency import run_in_threadpool
 
 from segshuffle.services import errors
 from segshuffle.wire.models import (
-    ID_PATTERN,
     TERMINAL_PHASES,
     CampaignView,
     ReleaseResponse,
@@ -48,7 +46,6 @@ from .vault import RoundKeys, seal_submission
 log = logging.getLogger("segshuffle.shuffler")
 
 PHASE_OF_ROUND = {1: "round1", 2: "round2"}
-CAMPAIGN_ID = re.compile(ID_PATTERN)
 
 
 class ShufflerRoundStatus(RoundStatus):
@@ -150,10 +147,8 @@ class ShufflerService:
         return document
 
     async def campaign_view(self, campaign_id: str, *, fresh: bool = False) -> CampaignView:
-        """The server's public view of a campaign (cached by the link); an id no campaign
-        can have is unknown without asking the server."""
-        if not CAMPAIGN_ID.fullmatch(campaign_id):
-            raise errors.UnknownCampaignError("no such campaign (not a valid campaign id)")
+        """The server's public view of a campaign (cached by the link).  Every route has
+        checked the id against ``ID_PATTERN`` first (``valid_campaign_id`` in :mod:`.app`)."""
         view = (await self.document("view", campaign_id, fresh=fresh)).value
         assert isinstance(view, CampaignView)
         if view.phase in ("failed", "aborted"):
