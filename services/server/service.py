@@ -201,10 +201,6 @@ class ServerService:
         self._views[campaign_id] = entry
         return entry
 
-    def view_json(self, campaign_id: str) -> bytes:
-        """The serialized public view (see :meth:`_view_entry`)."""
-        return self._view_entry(campaign_id)[1]
-
     def view_document(self, campaign_id: str) -> tuple[bytes, bool]:
         """The serialized view and whether it is final (the campaign has ended: ``done``,
         ``failed`` or ``aborted``; immutable from then on)."""
