@@ -173,6 +173,8 @@ class ShufflerService:
             elif (record.state == RELEASING
                   and not self.releaser.forwarding(view.id, round_number)):
                 await run_in_threadpool(self.releaser.finish, record, FAILED, reason)
+            else:
+                continue  # already forgotten: nothing changed, keep the cached status
             self.status_changed(view.id, round_number)
 
     async def view_in_phase(self, campaign_id: str, round_number: int) -> CampaignView:
