@@ -12,6 +12,7 @@ import httpx
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from segshuffle.client import Client
 from segshuffle.services.server import create_app as create_server
 from segshuffle.services.shuffler.app import create_app as create_shuffler
 from segshuffle.services.shuffler.settings import Settings as ShufflerSettings
@@ -65,3 +66,15 @@ def running_services(tmp_path: Path) -> Iterator[Services]:
             "min_users": USERS})
         assert response.status_code == 201, response.text
         yield Services(server, shuffler)
+
+
+def submit_levels(services: Services) -> tuple[list[Client], list[str]]:
+    """USERS SDK clients through the in-process shuffler: each enrolls and sends round 1;
+    returns the clients and their level ciphertexts (base64url)."""
+    users = [Client("http://testserver", CID, http=services.shuffler) for _ in range(USERS)]
+    sent = []
+    for index, user in enumerate(users):
+        user.campaign()
+        user.enroll()
+        sent.append(user.submit_level(index % 2).level_ciphertext)
+    return users, sent

@@ -14,7 +14,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from segshuffle import __version__
-from segshuffle.client import Client
 from segshuffle.services.server import create_app as create_server
 from segshuffle.services.shuffler.app import create_app as create_shuffler
 from segshuffle.services.shuffler.settings import Settings as ShufflerSettings
@@ -28,6 +27,7 @@ from .observability_support import (
     Services,
     running_services,
     samples,
+    submit_levels,
     value,
 )
 from .test_server_support import ADMIN, SHUFFLER_TOKEN, make_settings
@@ -42,12 +42,7 @@ def services(tmp_path: Path) -> Iterator[Services]:
 def test_metrics_move_with_submissions_and_chunks(services: Services) -> None:
     before = samples(services.shuffler)
     assert value(before, "segshuffle_shuffler_submissions_total", round="1") == 0
-    users = [Client("http://testserver", CID, http=services.shuffler) for _ in range(USERS)]
-    sent = []
-    for index, user in enumerate(users):
-        user.campaign()
-        user.enroll()
-        sent.append(user.submit_level(index % 2).level_ciphertext)
+    users, sent = submit_levels(services)
     assert all(sent)
     middle = samples(services.shuffler)
     assert value(middle, "segshuffle_shuffler_submissions_total", round="1") == USERS

@@ -8,13 +8,13 @@ import json
 import logging
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from segshuffle.client import Client
 from segshuffle.services.http_edge import install_edge
 from segshuffle.services.observability import (
     JsonFormatter,
@@ -27,13 +27,26 @@ from segshuffle.services.observability import (
     request_id,
 )
 
-from .observability_support import CID, OPERATOR, USERS, Services, running_services
+from .observability_support import (
+    CID,
+    OPERATOR,
+    Services,
+    running_services,
+    submit_levels,
+)
 from .test_server_support import ADMIN_TOKEN, SHUFFLER_TOKEN
 
 
 @pytest.fixture
 def logged(tmp_path: Path) -> Iterator[tuple[Services, io.StringIO]]:
     """Both apps in process; every ``segshuffle`` record goes to a JSON handler."""
+    with json_logs() as stream, running_services(tmp_path) as running:
+        yield running, stream
+
+
+@contextmanager
+def json_logs() -> Iterator[io.StringIO]:
+    """Every ``segshuffle`` record at INFO and above, as JSON lines, while the block runs."""
     stream = io.StringIO()
     handler = log_handler("json", stream)
     logger = logging.getLogger("segshuffle")
@@ -41,8 +54,7 @@ def logged(tmp_path: Path) -> Iterator[tuple[Services, io.StringIO]]:
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     try:
-        with running_services(tmp_path) as running:
-            yield running, stream
+        yield stream
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
@@ -65,12 +77,7 @@ def test_every_request_logs_one_json_line_with_its_id(
 def test_logs_hold_no_token_address_or_ciphertext(
         logged: tuple[Services, io.StringIO]) -> None:
     services, stream = logged
-    users = [Client("http://testserver", CID, http=services.shuffler) for _ in range(USERS)]
-    sent = []
-    for index, user in enumerate(users):
-        user.campaign()
-        user.enroll()
-        sent.append(user.submit_level(index % 2).level_ciphertext)
+    users, sent = submit_levels(services)
     released = services.shuffler.post(f"/v1/campaigns/{CID}/rounds/1/release?wait=true",
                                       headers={"Authorization": f"Bearer {OPERATOR}"})
     assert released.status_code == 200
@@ -100,18 +107,8 @@ def test_an_unexpected_error_is_counted_and_logged_with_its_id() -> None:
     async def boom(thing: str) -> None:
         raise RuntimeError("boom")
 
-    stream = io.StringIO()
-    handler = log_handler("json", stream)
-    logger = logging.getLogger("segshuffle")
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        with TestClient(app, raise_server_exceptions=False) as client:
-            response = client.get("/boom/x1", headers={"X-Request-ID": "boom-1"})
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
+    with json_logs() as stream, TestClient(app, raise_server_exceptions=False) as client:
+        response = client.get("/boom/x1", headers={"X-Request-ID": "boom-1"})
     assert response.status_code == 500
     assert response.json()["type"] == "urn:segshuffle:error:internal"
     mine = [line["msg"] for line in map(json.loads, stream.getvalue().splitlines())
