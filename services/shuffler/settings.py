@@ -5,6 +5,8 @@ Each field of :class:`Settings` is read from the variable named after it in uppe
 - ``DATABASE``: the SQLite file (default ``shuffler.sqlite3``).
 - ``SERVER_URL``: base URL of the server (analyzer), default ``http://127.0.0.1:8080``.
 - ``SERVER_TOKEN``: the shuffler's credential presented to the server (required).
+- ``SERVER_CA_FILE``: PEM file of the certificate authorities trusted for an ``https://``
+  server URL (default: the system's trust store).
 - ``OPERATOR_TOKEN``: bearer token of the operator, who triggers releases (required).
 - ``KEY_DIRECTORY``: where the per-round keys that seal stored messages live (default
   ``<DATABASE>.keys``); point it at memory-backed storage (tmpfs) so that a key never
@@ -88,6 +90,7 @@ class Settings(EnvironmentSettings):
     key_directory: str = ""
     server_url: str = "http://127.0.0.1:8080"
     server_token: str = ""
+    server_ca_file: str = ""
     operator_token: str = ""
     enrollment: str = "invitations"
     invitation_keys: str = ""
