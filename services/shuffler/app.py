@@ -294,7 +294,8 @@ def create_app(
                                 cache_seconds=settings.campaign_cache_seconds,
                                 cache_entries=settings.document_cache_entries,
                                 max_connections=settings.upstream_connections,
-                                pool_timeout=settings.upstream_pool_timeout)
+                                pool_timeout=settings.upstream_pool_timeout,
+                                ca_file=settings.server_ca_file or None)
     keys = RoundKeys(settings.key_directory or f"{settings.database}.keys")
     releaser = Releaser(storage, server, keys, chunk_size=settings.chunk_size,
                         retry_seconds=settings.release_retry_seconds,

@@ -24,6 +24,11 @@ HTTP edge only lets identifiers of ``ID_PATTERN`` through.
 
 Requests carry nothing about users: no forwarding headers, no timing (chunks leave
 after the round is closed; document fetches are shared by everyone who asks).
+
+For an ``https://`` server URL the link verifies the server's certificate against the
+system's trust store, or only against ``ca_file`` (``SERVER_CA_FILE``) when a private CA
+signed it (deploy/tls/); a refused certificate is reported as such in the round's
+``last_error``.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from segshuffle.client.tls import certificate_error, trust
 from segshuffle.wire.models import (
     BatchChunk,
     BatchCompletion,
@@ -128,9 +134,14 @@ class ServerLink:
         pool_timeout: float = 2.0,
         document_timeout: float = 10.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        ca_file: str | None = None,
     ) -> None:
+        """``ca_file``: PEM certificates of the CA trusted for an ``https://`` server URL
+        instead of the system's store (``SEGSHUFFLE_SHUFFLER_SERVER_CA_FILE``); a file
+        that cannot be read or holds no certificate is a ``ValueError`` here, at startup."""
         self._http = httpx.AsyncClient(
             base_url=base_url.rstrip("/"),
+            verify=trust(ca_file),
             timeout=httpx.Timeout(timeout, connect=min(5.0, timeout), pool=pool_timeout),
             limits=httpx.Limits(max_connections=max_connections,
                                 max_keepalive_connections=max_connections),
@@ -153,6 +164,9 @@ class ServerLink:
             response = await self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
             self.observer.upstream_error(None, None)
+            refused = certificate_error(exc)
+            if refused is not None:  # kept transient: the operator may fix the CA and resume
+                raise UpstreamError(f"server certificate not trusted: {refused}") from None
             raise UpstreamError(f"server unreachable: {type(exc).__name__}") from None
         if response.status_code >= 400:
             problem = _problem_name(response)

@@ -14,7 +14,8 @@ Running a campaign over HTTP (``campaign``, ``status``, ``release``, ``results``
 - ``admin signing-key --server URL [--token-file FILE]``: fetch the server's
   document-signing public key (``GET /v1/signing-key`` with the admin token, from
   ``SEGSHUFFLE_ADMIN_TOKEN`` or the file).  Ship it in the app (``server_key``); fetch it
-  from the server itself, never through the shuffler.
+  from the server itself, never through the shuffler.  ``--ca-file FILE`` (or
+  ``SEGSHUFFLE_CA_FILE``) trusts a private CA for an https URL.
 
 Every command takes ``--json``.  Bad input is one line on standard error and exit 2.
 """
@@ -87,6 +88,7 @@ def register(subparsers: Any) -> None:
                          help="file holding the admin token (default: SEGSHUFFLE_ADMIN_TOKEN)")
     signing.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
                          help="HTTP timeout (default 10)")
+    admin_campaign.add_ca_file(signing)
     signing.add_argument("--json", action="store_true", help="print one JSON object")
     signing.set_defaults(handler=signing_key)
 
@@ -155,6 +157,7 @@ def signing_key(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from segshuffle.client.session import service_error
+    from segshuffle.client.tls import CA_FILE_ENV, certificate_error, trust
     from segshuffle.crypto.documents import parse_server_key
     from segshuffle.testing.operator import ADMIN_TOKEN_ENV, base_url, read_token
     from segshuffle.wire.models import SigningKey
@@ -163,10 +166,15 @@ def signing_key(args: argparse.Namespace) -> int:
     base = base_url(args.server, "--server")
     if not 0 < args.timeout <= 300:
         raise ValueError(f"--timeout must be in (0, 300] seconds, got {args.timeout}")
+    verify = trust(admin_campaign.ca_file(args))
     try:
         response = httpx.get(base + "/v1/signing-key", timeout=args.timeout,
-                             headers={"Authorization": f"Bearer {token}"})
+                             headers={"Authorization": f"Bearer {token}"}, verify=verify)
     except httpx.HTTPError as exc:
+        refused = certificate_error(exc)
+        if refused is not None:
+            raise ValueError(f"the TLS certificate of {base} is not trusted: {refused} "
+                             f"(--ca-file FILE or {CA_FILE_ENV} trusts a private CA)") from None
         raise ValueError(f"cannot reach the server at {base}: {type(exc).__name__}") from None
     if response.status_code >= 400:
         raise ValueError(str(service_error(response, "signing key")))

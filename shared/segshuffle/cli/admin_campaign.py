@@ -11,13 +11,17 @@
 - ``results ID --format table|json|csv|png [--out FILE]`` (:mod:`.admin_results`).
 
 URLs from ``--server`` (default http://127.0.0.1:8080) and ``--shuffler`` (default
-http://127.0.0.1:8081).  Every failure is one line on standard error and exit 2.
+http://127.0.0.1:8081).  For https URLs whose certificates a private CA signed (the TLS
+profile of deploy/), ``--ca-file FILE`` or ``SEGSHUFFLE_CA_FILE`` names the CA
+certificate to trust instead of the system's store.  Every failure is one line on
+standard error and exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -27,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from segshuffle.client.errors import ServiceError
+from segshuffle.client.tls import CA_FILE_ENV
 from segshuffle.testing.operator import (
     ADMIN_TOKEN_ENV,
     OPERATOR_TOKEN_ENV,
@@ -59,8 +64,24 @@ def _common(server: bool, shuffler: bool, token: str | None) -> argparse.Argumen
     if token:
         parent.add_argument("--token-file", metavar="FILE",
                             help=f"file holding the token (default: ${token})")
+    add_ca_file(parent)
     parent.add_argument("--json", action="store_true", help="print JSON")
     return parent
+
+
+def add_ca_file(parser: argparse.ArgumentParser) -> None:
+    """``--ca-file FILE``: the private CA trusted for https URLs (default
+    ``$SEGSHUFFLE_CA_FILE``, else the system's trust store)."""
+    parser.add_argument("--ca-file", metavar="FILE",
+                        help=f"PEM certificate(s) of the CA that signed the services' TLS "
+                             f"certificates, trusted instead of the system's store "
+                             f"(default: ${CA_FILE_ENV} if set)")
+
+
+def ca_file(args: argparse.Namespace) -> str | None:
+    """The CA file of ``--ca-file`` or ``SEGSHUFFLE_CA_FILE``; ``None``: the system's store."""
+    chosen = getattr(args, "ca_file", None) or os.environ.get(CA_FILE_ENV, "").strip()
+    return chosen or None
 
 
 def register(commands: Any) -> None:
@@ -157,7 +178,8 @@ def _client(args: argparse.Namespace, token_env: str | None) -> Iterator[Operato
         server=base_url(args.server, "--server") if hasattr(args, "server") else "",
         shuffler=base_url(args.shuffler, "--shuffler") if hasattr(args, "shuffler") else "",
         admin_token=token if token_env == ADMIN_TOKEN_ENV else None,
-        operator_token=token if token_env == OPERATOR_TOKEN_ENV else None)
+        operator_token=token if token_env == OPERATOR_TOKEN_ENV else None,
+        ca_file=ca_file(args))
     try:
         yield client
     except ServiceError as exc:

@@ -11,19 +11,25 @@ class ServiceError(ClientError):
     """A service refused a request (an RFC 9457 problem) or could not be reached.
 
     ``problem`` is the short problem name (``already-submitted``, ``wrong-phase``...)
-    when the service sent one; ``status`` the HTTP status (``None``: no answer).
+    when the service sent one; ``status`` the HTTP status (``None``: no answer);
+    ``certificate`` whether the connection failed because the service's TLS certificate
+    is not trusted (a private CA the client was not given, a wrong host name).
     """
 
     def __init__(self, message: str, *, status: int | None = None,
-                 problem: str | None = None, detail: str | None = None) -> None:
+                 problem: str | None = None, detail: str | None = None,
+                 certificate: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.problem = problem
         self.detail = detail
+        self.certificate = certificate
 
     @property
     def transient(self) -> bool:
-        """Worth retrying: no answer, a 5xx, or 429."""
+        """Worth retrying: no answer (except a refused certificate), a 5xx, or 429."""
+        if self.certificate:
+            return False
         return self.status is None or self.status >= 500 or self.status == 429
 
 

@@ -47,6 +47,7 @@ from .messages import (
     round1_body,
     round2_body,
 )
+from .tls import certificate_error
 from .verify import verify_campaign, verify_parameters
 
 PROBLEM_PREFIX = "urn:segshuffle:error:"
@@ -130,6 +131,15 @@ def service_error(response: httpx.Response, what: str) -> ServiceError:
 
 
 def network_error(exc: httpx.HTTPError, what: str) -> ServiceError:
+    """A :class:`ServiceError` for a request that got no answer.
+
+    A refused certificate is final (retrying cannot help): its error says so and is not
+    :attr:`~ServiceError.transient`.
+    """
+    refused = certificate_error(exc)
+    if refused is not None:
+        return ServiceError(f"{what}: the service's TLS certificate is not trusted: {refused} "
+                            f"(ca_file= trusts a private CA)", certificate=True)
     return ServiceError(f"{what}: {type(exc).__name__}: {exc}")
 
 

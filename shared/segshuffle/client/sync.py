@@ -27,6 +27,7 @@ the earlier attempt got through.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -52,6 +53,7 @@ from .session import (
     parse,
     service_error,
 )
+from .tls import trust
 
 
 class Client:
@@ -71,7 +73,11 @@ class Client:
         server_key: str | None = None,
         http: httpx.Client | None = None,
         cache: PublicCache | None = None,
+        ca_file: str | os.PathLike[str] | None = None,
     ) -> None:
+        """``ca_file``: PEM certificates of the private CA that signed the shuffler's
+        certificate, trusted instead of the system's store (:mod:`.tls`); ``http``: a
+        client to share, which brings its own trust settings (not both)."""
         self.session = UserSession(campaign_id, rng, allow_insecure=allow_insecure,
                                    min_fake_tolerance=min_fake_tolerance, key_id=key_id,
                                    server_key=server_key)
@@ -79,7 +85,9 @@ class Client:
         self.retry = retry or RetryPolicy()
         self.cache = cache
         self._own_http = http is None
-        self._http = http or httpx.Client(timeout=timeout)
+        if http is not None and ca_file is not None:
+            raise ValueError("pass ca_file or http, not both (http brings its own trust)")
+        self._http = http or httpx.Client(timeout=timeout, verify=trust(ca_file))
 
     def close(self) -> None:
         if self._own_http:
@@ -100,6 +108,8 @@ class Client:
                 response = self._http.request(method, url, **kwargs)
             except httpx.HTTPError as exc:
                 error = network_error(exc, what)
+                if error.certificate:
+                    raise error from None
                 ambiguous = ambiguous or not isinstance(exc, httpx.ConnectError)
             else:
                 if response.status_code < 400:

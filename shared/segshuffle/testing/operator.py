@@ -4,7 +4,9 @@ and the shuffler's operator API (operator token; round status and relayed view n
 
 Every failure is a :class:`~segshuffle.client.errors.ServiceError` whose message is one
 line: ``WHAT: HTTP STATUS PROBLEM-TYPE: detail`` for a refusal (``problem`` and
-``status`` set), ``WHAT: cannot reach URL (ConnectError)`` when there is no answer.
+``status`` set), ``WHAT: cannot reach URL (ConnectError)`` when there is no answer,
+``WHAT: the TLS certificate of URL is not trusted: REASON`` when the service's certificate
+is refused (``certificate`` set; ``ca_file=`` trusts a private CA).
 :func:`read_token` and :func:`base_url` check what an operator types (``ValueError``).
 """
 
@@ -20,6 +22,7 @@ import httpx
 
 from segshuffle.client.errors import ServiceError
 from segshuffle.client.session import service_error
+from segshuffle.client.tls import CA_FILE_ENV, certificate_error, trust
 from segshuffle.wire.models import (
     CampaignList,
     CampaignSummary,
@@ -73,14 +76,21 @@ class OperatorClient:
 
     def __init__(self, *, server: str = "", shuffler: str = "", admin_token: str | None = None,
                  operator_token: str | None = None, http: httpx.Client | None = None,
-                 transport: httpx.BaseTransport | None = None) -> None:
-        """``http``: a client to share (not closed by :meth:`close`)."""
+                 transport: httpx.BaseTransport | None = None,
+                 ca_file: str | os.PathLike[str] | None = None) -> None:
+        """``http``: a client to share (not closed by :meth:`close`; it brings its own trust
+        settings); ``ca_file``: PEM certificates of a private CA trusted for https URLs
+        instead of the system's store (:mod:`segshuffle.client.tls`; ``ValueError`` if
+        it cannot be read)."""
+        if http is not None and ca_file is not None:
+            raise ValueError("pass ca_file or http, not both (http brings its own trust)")
         self.server = server
         self.shuffler = shuffler
         self.admin_token = admin_token
         self.operator_token = operator_token
         self._own_http = http is None
-        self._http = http or httpx.Client(timeout=HTTP_TIMEOUT, transport=transport)
+        self._http = http or httpx.Client(timeout=HTTP_TIMEOUT, transport=transport,
+                                          verify=trust(ca_file))
 
     def close(self) -> None:
         if self._own_http:
@@ -99,6 +109,11 @@ class OperatorClient:
             response = self._http.request(method, url, headers=headers, **kwargs)
         except httpx.HTTPError as exc:
             target = url.split("/v1/")[0]
+            refused = certificate_error(exc)
+            if refused is not None:
+                raise ServiceError(f"{what}: the TLS certificate of {target} is not trusted: "
+                                   f"{refused} (--ca-file FILE or {CA_FILE_ENV} trusts a "
+                                   f"private CA)", certificate=True) from None
             raise ServiceError(f"{what}: cannot reach {target} ({type(exc).__name__})"
                                ) from None
         if response.status_code >= 400:
