@@ -1,33 +1,45 @@
-"""``GET /docs``: Swagger UI served from the service itself, so it works offline.
+"""``GET /docs`` (Swagger UI) and ``GET /redoc`` (ReDoc), served by the service itself.
 
-FastAPI's default ``/docs`` page loads Swagger UI from a CDN and is blank without
-internet access.  Here the assets come from the ``swagger-ui-bundle`` package and are
-served under ``/docs/assets``; the page references only relative paths.  ReDoc is not
-served (no maintained PyPI package ships its standalone bundle): ``/redoc`` is 404.
-Apps must be created with ``docs_url=None, redoc_url=None``.
+FastAPI's default pages load their scripts and fonts from CDNs and are blank without
+internet access. Here every asset comes from the ``fastapi-standalone-docs`` package
+(Swagger UI's bundle and stylesheet, ReDoc's standalone bundle, the favicon) and is
+served under ``/docs/assets``; the pages reference only relative paths on the same
+origin, and ReDoc is told not to load Google's fonts. Apps must be created with
+``docs_url=None, redoc_url=None``.
 """
 
 from __future__ import annotations
 
+from importlib.resources import files
+
 from fastapi import FastAPI
-from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from starlette.staticfiles import StaticFiles
-from swagger_ui_bundle import swagger_ui_path
 
 ASSETS = "/docs/assets"
+_STATIC = files("fastapi_standalone_docs") / "static"
 
 
 def install_docs(app: FastAPI) -> None:
-    """Serve Swagger UI at ``/docs`` (for ``app.openapi_url``) with local assets."""
+    """Serve Swagger UI at ``/docs`` and ReDoc at ``/redoc`` (for ``app.openapi_url``) with
+    local assets."""
     openapi_url = app.openapi_url or "/openapi.json"
+    title = f"{app.title} - API"
 
     @app.get("/docs", include_in_schema=False)
     async def swagger_ui() -> HTMLResponse:
         return get_swagger_ui_html(
-            openapi_url=openapi_url, title=f"{app.title} - API",
-            swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js",
-            swagger_css_url=f"{ASSETS}/swagger-ui.css",
-            swagger_favicon_url=f"{ASSETS}/favicon-32x32.png")
+            openapi_url=openapi_url, title=title,
+            swagger_js_url=f"{ASSETS}/swagger/swagger-ui-bundle.js",
+            swagger_css_url=f"{ASSETS}/swagger/swagger-ui.css",
+            swagger_favicon_url=f"{ASSETS}/fastapi/favicon.png")
 
-    app.mount(ASSETS, StaticFiles(directory=swagger_ui_path), name="swagger-ui-assets")
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc() -> HTMLResponse:
+        return get_redoc_html(
+            openapi_url=openapi_url, title=title,
+            redoc_js_url=f"{ASSETS}/redoc/redoc.standalone.js",
+            redoc_favicon_url=f"{ASSETS}/fastapi/favicon.png", with_google_fonts=False)
+
+    app.mount(ASSETS, StaticFiles(directory=str(_STATIC)), name="api-docs-assets")

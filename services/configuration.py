@@ -1,120 +1,205 @@
-"""What both services' settings share: reading ``PREFIX_FIELD`` environment variables
-into a settings dataclass, and the checks every service applies to its settings."""
+"""What both services' settings share, on pydantic-settings.
+
+A service's settings are one frozen :class:`ServiceSettings` subclass. Every field is read,
+in this order of precedence, from
+
+1. keyword arguments (``segshuffle serve`` passes its flags this way: :func:`add_flags`
+   makes one ``--field-name`` flag per field that is not a secret);
+2. the environment variable ``PREFIX + FIELD_NAME`` (empty values are ignored);
+3. for a secret (a field whose name ends in ``_token``), the file named by
+   ``PREFIX + FIELD_NAME + "_FILE"`` (Docker and Kubernetes secrets), so that the secret
+   shows in no process environment and no process listing; setting both the variable and
+   the file is refused;
+4. the field's default.
+
+pydantic converts and checks every value (types, bounds, choices); a refusal is turned
+into one line naming the environment variable by :func:`describe` and raised as
+:class:`SettingsError`, which the command line prints as one line with exit status 2.
+"""
 
 from __future__ import annotations
 
+import argparse
 import os
-from collections.abc import Iterable, Mapping
-from dataclasses import fields, replace
-from typing import Any, ClassVar, Self
+import types
+import typing
+from typing import Annotated, Any, Literal, Self, get_args, get_origin
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-LOG_LEVELS = ("debug", "info", "warning", "error")
-SYNCHRONOUS_MODES = ("NORMAL", "FULL", "EXTRA")
-
-
-class EnvironmentSettings:
-    """Mixin for a frozen settings dataclass read from ``prefix + FIELD`` variables."""
-
-    prefix: ClassVar[str] = ""
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Self:
-        """Settings from the environment; keyword ``overrides`` that are not ``None`` win."""
-        values = values_from_environment(cls, cls.prefix, os.environ if environ is None
-                                         else environ)
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
-
-    def with_changes(self, **changes: Any) -> Self:
-        return replace(self, **changes)  # type: ignore[type-var]
-
+from pydantic import Field, ValidationError, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 MAX_SECRET_FILE_BYTES = 4096
+SECRET_SUFFIX = "_token"
+
+LogLevel = Literal["debug", "info", "warning", "error"]
+LogFormat = Literal["json", "text"]
+Synchronous = Literal["NORMAL", "FULL", "EXTRA"]
+#: Seconds in (0, 3600]: every timeout and cache lifetime of both services.
+Duration = Annotated[float, Field(gt=0, le=3600)]
 
 
-def _secret(variable: str, value: str | None, path: str | None) -> str | None:
-    """The secret from ``variable`` or from the file ``variable_FILE`` names (not both)."""
-    if not path:
-        return value
-    if value:
-        raise ValueError(f"set {variable} or {variable}_FILE, not both")
+class SettingsError(ValueError):
+    """Settings that cannot be used; the message is one line naming the variable."""
+
+
+def is_secret(field_name: str) -> bool:
+    """Secrets are the fields named ``..._token``: never flags, never in a repr or an error."""
+    return field_name.endswith(SECRET_SUFFIX)
+
+
+def read_secret_file(variable: str, path: str) -> str:
+    """The content of the secret file ``path`` named by ``variable + "_FILE"``: UTF-8 text
+    of at most :data:`MAX_SECRET_FILE_BYTES` bytes, without its trailing newline."""
     try:
         with open(path, "rb") as handle:
             content = handle.read(MAX_SECRET_FILE_BYTES + 1)
     except OSError as exc:
-        raise ValueError(f"cannot read {variable}_FILE {path}: {exc.strerror}") from None
+        raise SettingsError(f"cannot read {variable}_FILE {path}: {exc.strerror}") from None
     if len(content) > MAX_SECRET_FILE_BYTES:
-        raise ValueError(f"{variable}_FILE {path} is larger than {MAX_SECRET_FILE_BYTES} bytes")
+        raise SettingsError(f"{variable}_FILE {path} is larger than {MAX_SECRET_FILE_BYTES} "
+                            f"bytes")
     try:
         return content.decode("utf-8").rstrip("\r\n")
     except UnicodeDecodeError:
-        raise ValueError(f"{variable}_FILE {path} is not UTF-8 text") from None
+        raise SettingsError(f"{variable}_FILE {path} is not UTF-8 text") from None
 
 
-def values_from_environment(settings_class: type, prefix: str, environ: Mapping[str, str]
-                            ) -> dict[str, Any]:
-    """Field values found in ``environ`` as ``prefix + FIELD_NAME``, converted by the type
-    of each field's default (bool, int, float, else string); empty values are ignored.
+class SecretFilesSource(PydanticBaseSettingsSource):
+    """Secrets from the files that ``PREFIX + NAME + "_FILE"`` variables name."""
 
-    A secret (a field whose name ends in ``_token``) may instead come from a file named by
-    ``prefix + FIELD_NAME + "_FILE"`` (Docker and Kubernetes secrets), so that it shows in
-    no process environment; its content, stripped of the trailing newline, is the value.
-    Setting both is refused.
-    """
-    values: dict[str, Any] = {}
-    for field in fields(settings_class):
-        variable = prefix + field.name.upper()
-        raw = environ.get(variable)
-        if field.name.endswith("_token"):
-            raw = _secret(variable, raw, environ.get(variable + "_FILE"))
-        if raw is None or raw == "":
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        # Required by the interface; __call__ reads every secret at once instead.
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        prefix = self.config.get("env_prefix", "")
+        values: dict[str, Any] = {}
+        for name in self.settings_cls.model_fields:
+            if not is_secret(name):
+                continue
+            variable = prefix + name.upper()
+            path = os.environ.get(variable + "_FILE")
+            if not path:
+                continue
+            if os.environ.get(variable):
+                raise SettingsError(f"set {variable} or {variable}_FILE, not both")
+            values[name] = read_secret_file(variable, path)
+        return values
+
+
+class ServiceSettings(BaseSettings):
+    """The settings every service has; subclasses set ``env_prefix`` and the defaults."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="forbid", env_ignore_empty=True,
+                                      validate_default=True, case_sensitive=False)
+
+    host: str = Field("127.0.0.1", description="listen address")
+    port: int = Field(0, ge=0, le=65535,
+                      description="listen port (0 picks a free port, logged at start)")
+    database: str = Field("service.sqlite3", min_length=1, description="SQLite database file")
+    synchronous: Synchronous = Field(
+        "FULL", description="SQLite synchronous mode: NORMAL survives process crashes, FULL "
+                            "and EXTRA also power loss")
+    log_level: LogLevel = Field("info", description="least severity logged")
+    log_format: LogFormat = Field("json", description="log lines as JSON objects or plain text")
+    header_timeout: Duration = Field(
+        10.0, description="seconds a client may take to send a request's headers")
+    body_timeout: Duration = Field(
+        30.0, description="seconds a client may take to send a request's body")
+
+    @field_validator("synchronous", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings, SecretFilesSource(settings_cls)
+
+    @classmethod
+    def prefix(cls) -> str:
+        """The environment variables' prefix, e.g. ``SEGSHUFFLE_SERVER_``."""
+        return str(cls.model_config.get("env_prefix", ""))
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> Self:
+        """Settings from the environment and secret files; ``overrides`` that are not
+        ``None`` win. Unusable settings raise :class:`SettingsError` (one line)."""
+        try:
+            return cls(**{k: v for k, v in overrides.items() if v is not None})
+        except ValidationError as exc:
+            raise SettingsError(describe(exc, cls.prefix())) from None
+
+
+def describe(error: ValidationError, prefix: str) -> str:
+    """One line for a settings refusal: the variable, pydantic's reason and, unless the
+    field is a secret, the value that was refused."""
+    parts = []
+    for item in error.errors(include_url=False):
+        message = str(item["msg"]).removeprefix("Value error, ")
+        location = [str(part) for part in item.get("loc", ())]
+        if not location:
+            parts.append(message)
             continue
-        default = field.default
-        if isinstance(default, bool):
-            if raw.lower() not in _TRUE | _FALSE:
-                raise ValueError(f"{variable} must be true or false, got {raw!r}")
-            values[field.name] = raw.lower() in _TRUE
-        elif isinstance(default, int):
-            try:
-                values[field.name] = int(raw)
-            except ValueError:
-                raise ValueError(f"{variable} must be an integer, got {raw!r}") from None
-        elif isinstance(default, float):
-            try:
-                values[field.name] = float(raw)
-            except ValueError:
-                raise ValueError(f"{variable} must be a number, got {raw!r}") from None
+        name = location[0]
+        if is_secret(name):
+            parts.append(f"{prefix}{name.upper()}: {message}")
         else:
-            values[field.name] = raw
-    return values
+            flag = "--" + name.replace("_", "-")
+            parts.append(f"{prefix}{name.upper()} ({flag}): {message} "
+                         f"(got {item.get('input')!r})")
+    return "; ".join(parts) or str(error)
 
 
-def check_common(settings: Any, integer_minimums: Iterable[tuple[str, int]],
-                 durations: Iterable[str] = ()) -> None:
-    """Checks every service applies: integer fields with their minimums, the port range,
-    the log level, the SQLite synchronous mode, a non-empty database path, and durations
-    (the header and body timeouts plus ``durations``) in (0, 3600] seconds."""
-    for name, minimum in (("port", 0), *integer_minimums):
-        value = getattr(settings, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise ValueError(f"{name.replace('_', ' ')} must be an integer >= {minimum}, "
-                             f"got {value!r}")
-    if settings.port > 65535:
-        raise ValueError(f"port must be <= 65535, got {settings.port}")
-    if settings.log_level.lower() not in LOG_LEVELS:
-        raise ValueError(f"log level must be one of {', '.join(LOG_LEVELS)}, got "
-                         f"{settings.log_level!r}")
-    if getattr(settings, "log_format", "json") not in ("json", "text"):
-        raise ValueError(f"log format must be json or text, got {settings.log_format!r}")
-    if settings.synchronous.upper() not in SYNCHRONOUS_MODES:
-        raise ValueError(f"synchronous must be NORMAL, FULL or EXTRA, got "
-                         f"{settings.synchronous!r}")
-    if not settings.database:
-        raise ValueError("database path must not be empty")
-    for name in ("header_timeout", "body_timeout", *durations):
-        value = getattr(settings, name)
-        if not (isinstance(value, int | float) and 0 < value <= 3600):
-            raise ValueError(f"{name.replace('_', ' ')} must be in (0, 3600] seconds, "
-                             f"got {value!r}")
+def add_flags(parser: argparse.ArgumentParser, settings_class: type[ServiceSettings]) -> None:
+    """One ``--field-name`` flag per setting that is not a secret, with the field's
+    description, choices and default as help. Every flag defaults to ``None`` (not given),
+    so the environment and the field's default apply unless the flag is used."""
+    prefix = settings_class.prefix()
+    for name, field in settings_class.model_fields.items():
+        if is_secret(name):
+            continue
+        flag = "--" + name.replace("_", "-")
+        help_text = (field.description or name.replace("_", " ")) + \
+            f" (default {field.default!r}; env {prefix}{name.upper()})"
+        kind, choices = _flag_type(field.annotation)
+        if kind is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
+                                help=help_text)
+        else:
+            parser.add_argument(flag, type=kind, choices=choices, default=None,
+                                metavar=None if choices else name.split("_")[-1].upper(),
+                                help=help_text)
+
+
+def settings_from_flags(args: argparse.Namespace, settings_class: type[ServiceSettings]
+                        ) -> dict[str, Any]:
+    """The values of the flags :func:`add_flags` made that were given on the command line."""
+    return {name: getattr(args, name) for name in settings_class.model_fields
+            if not is_secret(name) and getattr(args, name, None) is not None}
+
+
+def _flag_type(annotation: Any) -> tuple[Any, tuple[str, ...] | None]:
+    """The argparse type and choices of a field's annotation."""
+    while get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    if get_origin(annotation) is Literal:
+        return str, tuple(str(choice) for choice in get_args(annotation))
+    if get_origin(annotation) in (types.UnionType, typing.Union):
+        annotation = next(arg for arg in get_args(annotation) if arg is not type(None))
+    if annotation in (bool, int, float):
+        return annotation, None
+    return str, None

@@ -12,7 +12,6 @@ valid bash and generate proper secrets.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import importlib.util
 import os
@@ -53,7 +52,7 @@ def _environment(service: dict[str, Any]) -> dict[str, str]:
 
 def _settings_fields(module_name: str) -> set[str]:
     module = importlib.import_module(module_name)
-    return {field.name for field in dataclasses.fields(module.Settings)}
+    return set(module.Settings.model_fields)
 
 
 def _generated_env(tmp_path: Path) -> dict[str, str]:

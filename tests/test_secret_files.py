@@ -20,23 +20,25 @@ def _file(tmp_path: Path, name: str, content: bytes) -> str:
     return str(path)
 
 
-def test_server_tokens_come_from_files(tmp_path: Path) -> None:
+def test_server_tokens_come_from_files(tmp_path: Path, environment) -> None:
     environ = {"SEGSHUFFLE_SERVER_ADMIN_TOKEN_FILE": _file(tmp_path, "a", ADMIN.encode() + b"\n"),
                "SEGSHUFFLE_SERVER_SHUFFLER_TOKEN_FILE": _file(tmp_path, "s", SHUFFLER.encode())}
-    settings = ServerSettings.from_env(environ, database=str(tmp_path / "db"))
+    environment(environ)
+    settings = ServerSettings.from_env(database=str(tmp_path / "db"))
     assert (settings.admin_token, settings.shuffler_token) == (ADMIN, SHUFFLER)
 
 
-def test_shuffler_tokens_come_from_files(tmp_path: Path) -> None:
+def test_shuffler_tokens_come_from_files(tmp_path: Path, environment) -> None:
     environ = {"SEGSHUFFLE_SHUFFLER_SERVER_TOKEN_FILE": _file(tmp_path, "s", SHUFFLER.encode()),
                "SEGSHUFFLE_SHUFFLER_OPERATOR_TOKEN_FILE": _file(tmp_path, "o", b"op\r\n"),
                "SEGSHUFFLE_SHUFFLER_ENROLLMENT": "open"}
-    settings = ShufflerSettings.from_env(environ, database=str(tmp_path / "db"))
+    environment(environ)
+    settings = ShufflerSettings.from_env(database=str(tmp_path / "db"))
     assert (settings.server_token, settings.operator_token) == (SHUFFLER, "op")
 
 
 @pytest.mark.parametrize("case", ["both", "missing", "large", "binary"])
-def test_bad_secret_files_are_one_clear_error(tmp_path: Path, case: str) -> None:
+def test_bad_secret_files_are_one_clear_error(tmp_path: Path, case: str, environment) -> None:
     variable = "SEGSHUFFLE_SERVER_ADMIN_TOKEN"
     environ = {"SEGSHUFFLE_SERVER_SHUFFLER_TOKEN": SHUFFLER}
     if case == "both":
@@ -47,6 +49,7 @@ def test_bad_secret_files_are_one_clear_error(tmp_path: Path, case: str) -> None
         environ[variable + "_FILE"] = _file(tmp_path, "a", b"x" * 5000)
     else:
         environ[variable + "_FILE"] = _file(tmp_path, "a", b"\xff\xfe")
+    environment(environ)
     with pytest.raises(ValueError, match=f"{variable}") as refused:
-        ServerSettings.from_env(environ, database=str(tmp_path / "db"))
+        ServerSettings.from_env(database=str(tmp_path / "db"))
     assert "\n" not in str(refused.value)

@@ -176,7 +176,7 @@ def test_open_enrollment_only_when_set_and_loudly(tmp_path: Path) -> None:
 def test_invitations_mode_needs_an_issuer_key(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="INVITATION_KEYS"):
         _settings(tmp_path, invitation_keys="")
-    with pytest.raises(ValueError, match="ENROLLMENT must be one of"):
+    with pytest.raises(ValueError, match="should be 'invitations' or 'open'"):
         _settings(tmp_path, enrollment="secret")
     with pytest.raises(ValueError, match="not an Ed25519 public key"):
         create_app(_settings(tmp_path, invitation_keys="AAAA"))

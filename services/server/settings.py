@@ -1,80 +1,64 @@
-"""Server settings, from ``SEGSHUFFLE_SERVER_<FIELD>`` environment variables or arguments.
+"""Server settings: ``SEGSHUFFLE_SERVER_<FIELD>`` environment variables, ``segshuffle serve
+server --field-name`` flags, and ``..._TOKEN_FILE`` secret files
+(:mod:`segshuffle.services.configuration` gives the order of precedence).
 
-Each field of :class:`Settings` is read from the variable named after it in upper case:
-
-- ``DATABASE``: the SQLite file (default ``server.sqlite3``).
-- ``KEY_DIR``: directory of the campaigns' private key files (default: the database
-  path with ``.keys`` appended).
-- ``SIGNING_KEY_FILE``: the Ed25519 document-signing key (PEM, 0600), created on first
-  start when missing (default ``<key dir>/signing/document-signing-key.pem``).
-- ``ADMIN_TOKEN``: bearer token of the administrator (required, >= 16 characters).
-- ``SHUFFLER_TOKEN``: bearer token the shuffler presents when it delivers batches
-  (required, >= 16 characters, different from the admin token).
-- ``HOST`` / ``PORT``: listen address (default ``127.0.0.1:8080``).
-- ``ALLOW_INSECURE_PARAMETERS``: accept campaigns with fixed, unaccounted parameters
-  (e.g. lambda = 1, m = 0) for integrity tests (default false).
-- ``MAX_BODY_BYTES``: largest accepted request body (default 4 MiB).
-- ``DECRYPT_WORKERS``: processes that open large chunks (default 0: one per CPU;
-  1: no pool).
-- ``PARALLEL_THRESHOLD``: chunk size from which the pool is used (default 2000).
-- ``SYNCHRONOUS``: SQLite ``synchronous``; ``NORMAL`` survives process crashes,
-  ``FULL`` also power loss (default ``FULL``).
-- ``LOG_LEVEL``: ``debug``, ``info``, ``warning`` or ``error`` (default ``info``).
-- ``HEADER_TIMEOUT`` / ``BODY_TIMEOUT``: the most seconds a client may take to send a
-  request's headers, and then its body, before the connection is closed (default 10
-  and 30; :mod:`segshuffle.services.timeouts`).
-
-Every token may instead be read from a file: ``..._TOKEN_FILE`` names it (Docker and
-Kubernetes secrets), so the token shows in no process environment.
+Each field's description below is also its flag's help. The two tokens are secrets: they
+come from the environment or a file only, never from a flag.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import SettingsConfigDict
 
-from ..configuration import EnvironmentSettings, check_common
+from ..configuration import ServiceSettings
 from . import signing
 
 PREFIX = "SEGSHUFFLE_SERVER_"
 MIN_TOKEN_LENGTH = 16
 
 
-@dataclass(frozen=True)
-class Settings(EnvironmentSettings):
-    """Everything the server needs to run; see the module docstring for the variables."""
+class Settings(ServiceSettings):
+    """Everything the server needs to run."""
 
-    prefix: ClassVar[str] = PREFIX
+    model_config = SettingsConfigDict(env_prefix=PREFIX)
 
-    database: str = "server.sqlite3"
-    key_dir: str = ""
-    signing_key_file: str = ""
-    admin_token: str = ""
-    shuffler_token: str = ""
-    host: str = "127.0.0.1"
-    port: int = 8080
-    allow_insecure_parameters: bool = False
-    max_body_bytes: int = 4 << 20
-    decrypt_workers: int = 0
-    parallel_threshold: int = 2000
-    synchronous: str = "FULL"
-    log_level: str = "info"
-    log_format: str = "json"
-    header_timeout: float = 10.0
-    body_timeout: float = 30.0
+    database: str = Field("server.sqlite3", min_length=1, description="SQLite database file")
+    port: int = Field(8080, ge=0, le=65535,
+                      description="listen port (0 picks a free port, logged at start)")
+    key_dir: str = Field("", description="directory of the campaigns' private key files "
+                                         "(default: the database path with .keys appended)")
+    signing_key_file: str = Field(
+        "", description="the Ed25519 document-signing key (PEM, 0600), created on first start "
+                        "when missing (default: <key dir>/signing/document-signing-key.pem)")
+    admin_token: str = Field("", repr=False, description="bearer token of the administrator "
+                                                         "(required, >= 16 characters)")
+    shuffler_token: str = Field(
+        "", repr=False, description="bearer token the shuffler presents when it delivers "
+                                    "batches (required, >= 16 characters, not the admin's)")
+    allow_insecure_parameters: bool = Field(
+        False, description="accept campaigns with fixed, unaccounted parameters (e.g. "
+                           "lambda = 1, m = 0), for integrity tests only")
+    max_body_bytes: int = Field(4 << 20, ge=1024, description="largest accepted request body")
+    decrypt_workers: int = Field(
+        0, ge=0, description="processes that open large chunks (0: one per CPU; 1: no pool)")
+    parallel_threshold: int = Field(2000, ge=1,
+                                    description="chunk size from which the pool is used")
 
-    def __post_init__(self) -> None:
-        for name in ("admin_token", "shuffler_token"):
-            token = getattr(self, name)
-            if len(token) < MIN_TOKEN_LENGTH:
-                raise ValueError(f"{PREFIX}{name.upper()} is required "
-                                 f"(at least {MIN_TOKEN_LENGTH} characters)")
-            if any(c.isspace() for c in token) or not token.isprintable():
-                raise ValueError(f"{PREFIX}{name.upper()} must be printable, without spaces")
+    @field_validator("admin_token", "shuffler_token")
+    @classmethod
+    def _usable_token(cls, token: str) -> str:
+        if len(token) < MIN_TOKEN_LENGTH:
+            raise ValueError(f"is required (at least {MIN_TOKEN_LENGTH} characters)")
+        if any(c.isspace() for c in token) or not token.isprintable():
+            raise ValueError("must be printable, without spaces")
+        return token
+
+    @model_validator(mode="after")
+    def _distinct_tokens(self) -> Settings:
         if self.admin_token == self.shuffler_token:
             raise ValueError("the admin and shuffler tokens must differ")
-        check_common(self, (("max_body_bytes", 1024), ("decrypt_workers", 0),
-                            ("parallel_threshold", 1)))
+        return self
 
     @property
     def key_directory(self) -> str:
