@@ -18,6 +18,8 @@
 # hands to each service as Docker secrets: the services read them from /run/secrets and no
 # token shows in `docker inspect`. `docker compose -f deploy/compose.yaml ...` reads
 # deploy/.env for the other variables (and the load test's tokens). The file is mode 0600 and ignored by git.
+# It also makes the TLS profile's local CA and certificates in deploy/tls/certs
+# (deploy/tls/make-certs.sh; SEGSHUFFLE_TLS_DIR in the env file names the directory).
 # An existing file is kept (tokens stay stable across rebuilds; an issuer key is added if it
 # lacks one); pass --force to rotate everything.
 set -euo pipefail
@@ -61,6 +63,22 @@ secret_files() {
     done
 }
 
+# The local CA and the proxy's certificates (deploy/tls/make-certs.sh) in tls/certs next to
+# the env file, made once (rerun make-certs.sh to add names; --force makes new ones); the
+# shuffler container mounts its ca.pem.
+tls_certs() {
+    local dir
+    dir="$(cd "$(dirname "$target")" && pwd)/tls/certs"
+    if [[ "${1:-}" == "--force" || ! -s "$dir/ca.pem" || ! -s "$dir/server.pem" \
+          || ! -s "$dir/shuffler.pem" ]]; then
+        SEGSHUFFLE_TLS_DIR="$dir" "$here/tls/make-certs.sh" "$@" 2> /dev/null \
+            || { echo "[init-secrets] deploy/tls/make-certs.sh failed" >&2; exit 1; }
+    fi
+    if ! grep -q '^SEGSHUFFLE_TLS_DIR=' "$target"; then
+        printf 'SEGSHUFFLE_TLS_DIR=%s\n' "$dir" >> "$target"
+    fi
+}
+
 umask 077
 if [[ -e "$target" && "${1:-}" != "--force" ]]; then
     if ! grep -q '^SEGSHUFFLE_ISSUER_PUBLIC_KEY=' "$target"; then
@@ -76,6 +94,7 @@ if [[ -e "$target" && "${1:-}" != "--force" ]]; then
             >> "$target"
     fi
     secret_files
+    tls_certs
     exit 0
 fi
 
@@ -96,4 +115,5 @@ trap 'rm -f "$tmp"' EXIT
 mv "$tmp" "$target"
 trap - EXIT
 secret_files
+tls_certs "$@"
 printf '[init-secrets] wrote %s\n' "$target" >&2
