@@ -1,0 +1,318 @@
+"""README "Walkthrough" runs as written.
+
+The section is a sequence of fenced blocks tagged ``sh`` and ``python`` that a new operator
+copies in order into one shell.  :func:`extract_blocks` reads exactly that section of
+README.md; :func:`write_script` turns the blocks into one bash script that behaves like
+that reader's terminal:
+
+- an ``sh`` block is sourced into the one shell, so its ``cd``, variables and background
+  jobs carry over to the next block, as they do in a terminal;
+- a ``python`` block whose first line is a comment naming a file (``# users.py: ...``) is
+  one the README asks the reader to save under that name: it is written to the shell's
+  current directory, and a later ``sh`` block runs it;
+- any other ``python`` block runs in place, as a file, with the test's interpreter (the
+  virtualenv's).
+
+The script runs with ``set -euo pipefail``, so the first failing command stops it.  The
+slow test runs it on two free loopback ports (``SERVER_PORT`` / ``SHUFFLER_PORT``, which
+the README's blocks read), under a bounded timeout, in its own process group, which is
+killed at the end whatever happened, so no service outlives the test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import math
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+SECTION = "Walkthrough"
+LANGUAGES = ("sh", "python")
+RUN_TIMEOUT = 240.0
+"""Seconds the whole walkthrough may take here (it takes well under a minute when idle)."""
+STOP_GRACE = 5.0
+"""Seconds the services get to exit on SIGTERM before the process group is killed."""
+
+_FENCE = re.compile(r"^(`{3,}|~{3,})\s*([\w+-]*)")
+_SAVED_AS = re.compile(r"^#\s*([A-Za-z0-9_.-]+\.py)\b")
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced code block of the section."""
+
+    language: str
+    """``sh`` or ``python``."""
+    text: str
+    """The block's lines, without the fences."""
+    line: int
+    """The README line (1-based) of the opening fence, for error messages."""
+
+    @property
+    def saved_as(self) -> str | None:
+        """For a python block that starts with ``# NAME.py``: the file the reader saves it
+        as (a later sh block runs it); None for a block that runs where it stands."""
+        if self.language != "python":
+            return None
+        match = _SAVED_AS.match(self.text)
+        return match.group(1) if match else None
+
+
+def _closes(line: str, fence: str) -> bool:
+    """Whether ``line`` closes a block opened with ``fence`` (the same character, at least
+    as many times, nothing after it: CommonMark's rule)."""
+    stripped = line.strip()
+    return (len(stripped) >= len(fence) and set(stripped) == {fence[0]})
+
+
+def section_lines(markdown: str, title: str) -> list[tuple[int, str]]:
+    """The numbered lines of the level-2 section ``## title``, up to the next level-1 or
+    level-2 heading outside a code block (``ValueError`` if the section is missing)."""
+    lines = markdown.splitlines()
+    heading = f"## {title}"
+    starts = [i for i, line in enumerate(lines) if line.rstrip() == heading]
+    if len(starts) != 1:
+        raise ValueError(f"README.md must have exactly one {heading!r} heading, "
+                         f"found {len(starts)}")
+    found: list[tuple[int, str]] = []
+    fence: str | None = None
+    for index in range(starts[0] + 1, len(lines)):
+        line = lines[index]
+        if fence is None:
+            if re.match(r"^#{1,2} ", line):
+                break
+            match = _FENCE.match(line)
+            if match:
+                fence = match.group(1)
+        elif _closes(line, fence):
+            fence = None
+        found.append((index + 1, line))
+    return found
+
+
+def extract_blocks(markdown: str, title: str = SECTION) -> list[Block]:
+    """The ``sh`` and ``python`` blocks of the section, in order (other languages, e.g.
+    sample output tagged ``text``, are skipped; an untagged or unclosed block is an error,
+    since a reader could not tell what to do with it)."""
+    blocks: list[Block] = []
+    opened: tuple[int, str, str] | None = None  # (line, fence, language)
+    body: list[str] = []
+    for number, line in section_lines(markdown, title):
+        match = _FENCE.match(line)
+        if opened is None:
+            if match:
+                if not match.group(2):
+                    raise ValueError(f"README.md line {number}: a code block without a "
+                                     f"language tag")
+                opened, body = (number, match.group(1), match.group(2)), []
+        elif _closes(line, opened[1]):
+            if opened[2] in LANGUAGES:
+                blocks.append(Block(opened[2], "\n".join(body) + "\n", opened[0]))
+            opened = None
+        else:
+            body.append(line)
+    if opened is not None:
+        raise ValueError(f"README.md line {opened[0]}: the code block is never closed")
+    return blocks
+
+
+def write_script(blocks: list[Block], directory: Path) -> Path:
+    """Write each block to ``directory`` and a bash script that runs them in order in one
+    shell (see the module docstring); returns the script's path."""
+    lines = ["set -euo pipefail"]
+    for number, block in enumerate(blocks, 1):
+        source = directory / f"block{number:02d}.{'py' if block.language == 'python' else 'sh'}"
+        source.write_text(block.text, encoding="utf-8")
+        where = f"block {number} ({block.language}, README.md line {block.line})"
+        lines.append(f"echo {shlex.quote('=== ' + where)} >&2")
+        if block.language == "sh":
+            lines.append(f"source {shlex.quote(str(source))}")
+        elif block.saved_as is not None:
+            lines.append(f"cp {shlex.quote(str(source))} {shlex.quote(block.saved_as)}")
+        else:
+            lines.append(f"{shlex.quote(sys.executable)} {shlex.quote(str(source))}")
+    lines.append("echo '=== walkthrough complete' >&2")
+    script = directory / "walkthrough.sh"
+    script.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return script
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct loopback ports that were free a moment ago (the kernel's choice)."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _group_alive(process: subprocess.Popen[bytes]) -> bool:
+    """Whether any process of the script's group is left (the shell reaped if it exited)."""
+    process.poll()
+    try:
+        os.killpg(process.pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def stop_group(process: subprocess.Popen[bytes]) -> None:
+    """End the script's process group (the shell and every service it started): SIGTERM,
+    then SIGKILL for whatever is left after :data:`STOP_GRACE` seconds."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if not _group_alive(process):
+            break
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        deadline = time.monotonic() + STOP_GRACE
+        while _group_alive(process) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=STOP_GRACE)
+
+
+# -- fast: the section has every step ---------------------------------------------------------
+
+def test_walkthrough_section_has_every_step() -> None:
+    """The extractor finds the walkthrough's steps in order; deleting one fails here."""
+    blocks = extract_blocks(README.read_text(encoding="utf-8"))
+    steps = [
+        ("sh", "mktemp -d"),
+        ("sh", "segshuffle serve server"),
+        ("sh", "segshuffle admin issuer-key --out"),
+        ("sh", "segshuffle serve shuffler"),
+        ("sh", "/readyz"),
+        ("sh", "segshuffle admin campaign create"),
+        ("sh", "segshuffle admin invitations"),
+        ("sh", "segshuffle admin signing-key"),
+        ("python", "from segshuffle.client import Client"),
+        ("python", ".enroll("),
+        ("python", ".submit_level("),
+        ("python", ".wait_for_phase("),
+        ("python", ".submit_data("),
+        ("sh", "python users.py"),
+        ("sh", "segshuffle admin status"),
+        ("sh", "segshuffle admin release fruit --round 1 --wait"),
+        ("sh", "segshuffle admin release fruit --round 2 --wait"),
+        ("sh", "segshuffle admin results fruit"),
+        ("sh", "--format table"),
+        ("sh", "--format csv --out results.csv"),
+        ("sh", "kill "),
+    ]
+    position = 0  # (block index, offset in it): each step comes after the previous one
+    offset = 0
+    for language, needle in steps:
+        while position < len(blocks):
+            block = blocks[position]
+            found = block.text.find(needle, offset) if block.language == language else -1
+            if found >= 0:
+                offset = found + len(needle)
+                break
+            position, offset = position + 1, 0
+        else:
+            pytest.fail(f"README Walkthrough: no {language} step {needle!r} after the "
+                        f"previous steps")
+    saved = [block.saved_as for block in blocks if block.saved_as]
+    assert saved == ["users.py"]
+
+
+def test_extractor_reads_only_the_section(tmp_path: Path) -> None:
+    """Blocks before and after the section, untagged languages and ``text`` samples stay
+    out; a python block naming a file is saved, any other runs in place."""
+    markdown = "\n".join([
+        "## Before", "```sh", "echo before", "```",
+        "## Walkthrough", "Text.", "```sh", "echo one", "## not a heading in a block", "```",
+        "```text", "sample output", "```",
+        "````python", "# users.py: saved", "print('saved')", "````",
+        "```python", "print('in place')", "```",
+        "### A subsection stays inside", "```sh", "echo two", "```",
+        "## After", "```sh", "echo after", "```", ""])
+    blocks = extract_blocks(markdown)
+    assert [(b.language, b.text) for b in blocks] == [
+        ("sh", "echo one\n## not a heading in a block\n"),
+        ("python", "# users.py: saved\nprint('saved')\n"),
+        ("python", "print('in place')\n"),
+        ("sh", "echo two\n"),
+    ]
+    assert [b.saved_as for b in blocks] == [None, "users.py", None, None]
+    assert blocks[0].line == 7
+    script = write_script(blocks, tmp_path).read_text(encoding="utf-8")
+    assert "cp " in script and "users.py" in script
+    assert f"{sys.executable} " in script
+    with pytest.raises(ValueError, match="never closed"):
+        extract_blocks("## Walkthrough\n```sh\necho\n")
+    with pytest.raises(ValueError, match="without a language tag"):
+        extract_blocks("## Walkthrough\n```\necho\n```\n")
+    with pytest.raises(ValueError, match="exactly one"):
+        extract_blocks("## Elsewhere\n")
+
+
+# -- slow: run it --------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_walkthrough_runs_as_written(tmp_path: Path) -> None:
+    """Run every block in order against real services on free loopback ports; the CSV has
+    one row per item of the campaign, every estimate finite."""
+    blocks = extract_blocks(README.read_text(encoding="utf-8"))
+    scripts = tmp_path / "blocks"
+    scripts.mkdir()
+    script = write_script(blocks, scripts)
+    temporary = tmp_path / "tmp"  # the walkthrough's `mktemp -d` lands here
+    temporary.mkdir()
+    server_port, shuffler_port = free_ports(2)
+    bin_dir = str(Path(sys.executable).parent)
+    env = {name: value for name, value in os.environ.items()
+           if not name.startswith("SEGSHUFFLE_")
+           and name not in ("SERVER_URL", "SHUFFLER_URL", "SERVER_KEY")}
+    env.update({"PATH": bin_dir + os.pathsep + env.get("PATH", ""), "TMPDIR": str(temporary),
+                "SERVER_PORT": str(server_port), "SHUFFLER_PORT": str(shuffler_port)})
+    output = tmp_path / "walkthrough.out"
+    started = time.monotonic()
+    with output.open("wb") as sink:
+        process = subprocess.Popen(["bash", str(script)], cwd=tmp_path, env=env,
+                                   stdin=subprocess.DEVNULL, stdout=sink,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            status: int | None = process.wait(timeout=RUN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            status = None
+        finally:
+            stop_group(process)
+    elapsed = time.monotonic() - started
+    workdirs = sorted(path for path in temporary.iterdir() if path.is_dir())
+    logs = "".join(f"\n--- {log}\n{log.read_text(errors='replace')[-3000:]}"
+                   for workdir in workdirs for log in sorted(workdir.glob("*.log")))
+    transcript = output.read_text(errors="replace")[-6000:] + logs
+    assert status is not None, f"not done after {RUN_TIMEOUT:g}s:\n{transcript}"
+    assert status == 0, f"exit status {status}:\n{transcript}"
+    assert transcript.count("=== block") == len(blocks)
+    assert len(workdirs) == 1, f"expected one working directory, got {workdirs}"
+    workdir = workdirs[0]
+
+    items = (workdir / "items.txt").read_text(encoding="utf-8").split()
+    with (workdir / "results.csv").open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [row["name"] for row in rows] == items
+    assert [int(row["id"]) for row in rows] == list(range(len(items)))
+    for row in rows:
+        for column in ("estimate", "standard_error"):
+            assert math.isfinite(float(row[column])), row
+        assert float(row["standard_error"]) > 0, row
+    assert (workdir / "results.privacy.json").is_file()
+    assert "round 2: 200 item sets sent" in (workdir / "users.log").read_text()
+    print(f"walkthrough ran in {elapsed:.1f}s")
