@@ -261,29 +261,27 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     return out
 
 
-@pytest.mark.slow
-def test_a_campaign_over_https_only(tls_stack: tuple[LocalStack, Proxy],
-                                    tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    stack, proxy = tls_stack
-    assert stack.upstream_url == proxy.server_url  # the shuffler's only way to the server
-    monkeypatch.setenv("SEGSHUFFLE_ADMIN_TOKEN", stack.admin_token)
+def run_campaign_over_https(capsys: pytest.CaptureFixture[str],
+                            monkeypatch: pytest.MonkeyPatch, tmp_path: Path, proxy: Proxy, *,
+                            admin_token: str, operator_token: str,
+                            invitations: list[str]) -> dict[str, object]:
+    """Campaign ``tls`` from creation to results through the proxy's HTTPS ports only
+    (admin CLI with ``--ca-file``, sync and async SDK users with ``ca_file=``); returns
+    the results document.  Also used by tests/test_deploy_tls_docker.py."""
+    monkeypatch.setenv("SEGSHUFFLE_ADMIN_TOKEN", admin_token)
     monkeypatch.delenv("SEGSHUFFLE_CA_FILE", raising=False)
     operator_file = tmp_path / "operator.token"
-    operator_file.write_text(stack.operator_token)
+    operator_file.write_text(operator_token)
     ca = ("--ca-file", str(proxy.ca_file))
     server = ("--server", proxy.server_url, *ca)
     shuffler = ("--shuffler", proxy.shuffler_url, *ca)
-
-    server_key = json.loads(_cli(capsys, "admin", "signing-key", "--json", *server))
-    assert server_key["public_key"] == stack.server_key
+    server_key: str = json.loads(_cli(capsys, "admin", "signing-key", "--json",
+                                      *server))["public_key"]
     created = json.loads(_cli(capsys, "admin", "campaign", "create", "--id", "tls",
                               "--domain-size", str(ITEMS), "--set-size", "2", "--levels",
                               "1,2", "--min-users", "6", "--dropout-tolerance", "0",
                               "--json", *server))
     assert created["phase"] == "round1"
-
-    invitations = stack.invitations("tls", USERS)
     rng = np.random.default_rng(3)
     levels = rng.integers(2, size=USERS).tolist()
     sets = [rng.choice(ITEMS, size=2, replace=False).tolist() for _ in range(USERS)]
@@ -295,10 +293,10 @@ def test_a_campaign_over_https_only(tls_stack: tuple[LocalStack, Proxy],
         calls run in a thread."""
         half = USERS // 2
         synced = [Client(proxy.shuffler_url, "tls", rng=np.random.default_rng(i),
-                         server_key=stack.server_key, ca_file=proxy.ca_file)
+                         server_key=server_key, ca_file=proxy.ca_file)
                   for i in range(half)]
         awaited = [AsyncClient(proxy.shuffler_url, "tls", rng=np.random.default_rng(i),
-                               server_key=stack.server_key, ca_file=proxy.ca_file)
+                               server_key=server_key, ca_file=proxy.ca_file)
                    for i in range(half, USERS)]
         try:
             for i, client in enumerate(synced):
@@ -329,10 +327,24 @@ def test_a_campaign_over_https_only(tls_stack: tuple[LocalStack, Proxy],
     status = json.loads(_cli(capsys, "admin", "status", "tls", "--json", *shuffler))
     assert status["phase"] == "done"
     assert [r["participants"] for r in status["rounds"]] == [USERS, USERS]
-    results = json.loads(_cli(capsys, "admin", "results", "tls", "--format", "json",
-                              *server))
-    assert len(results["items"]) == ITEMS
-    assert all(item["estimate"] is not None for item in results["items"])
+    results: dict[str, object] = json.loads(_cli(capsys, "admin", "results", "tls",
+                                                 "--format", "json", *server))
+    items = results["items"]
+    assert isinstance(items, list) and len(items) == ITEMS
+    assert all(item["estimate"] is not None for item in items)
+    return results
+
+
+@pytest.mark.slow
+def test_a_campaign_over_https_only(tls_stack: tuple[LocalStack, Proxy],
+                                    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    stack, proxy = tls_stack
+    assert stack.upstream_url == proxy.server_url  # the shuffler's only way to the server
+    results = run_campaign_over_https(
+        capsys, monkeypatch, tmp_path, proxy, admin_token=stack.admin_token,
+        operator_token=stack.operator_token,
+        invitations=stack.invitations("tls", USERS))
     # The same answer straight from the server on its own loopback port.
     assert results == stack.results("tls").model_dump(mode="json")
 
