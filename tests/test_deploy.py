@@ -283,7 +283,7 @@ def test_build_script_stages_what_the_dockerfile_copies() -> None:
             for source in line.split()[1:-1]:
                 top = source.rstrip("/").split("/")[0]
                 assert re.search(rf"\b{re.escape(top)}\b", script), f"{top} is never staged"
-    assert "docker import" in script and "debootstrap" in script
+    assert "docker import" in script and "mmdebstrap" in script
     assert "--network none" in script
 
 
