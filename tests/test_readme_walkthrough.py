@@ -264,23 +264,37 @@ def test_extractor_reads_only_the_section(tmp_path: Path) -> None:
 
 # -- slow: run it --------------------------------------------------------------------------------
 
-@pytest.mark.slow
-def test_walkthrough_runs_as_written(tmp_path: Path) -> None:
-    """Run every block in order against real services on free loopback ports; the CSV has
-    one row per item of the campaign, every estimate finite."""
-    blocks = extract_blocks(README.read_text(encoding="utf-8"))
+@dataclass(frozen=True)
+class Run:
+    """How a run of blocks ended."""
+
+    status: int | None
+    """The script's exit status; None if it was stopped at the timeout."""
+    transcript: str
+    """The end of its output and of every log in the working directories, for messages."""
+    workdirs: list[Path]
+    """The directories the blocks made with ``mktemp -d``."""
+    ports: tuple[int, int]
+    """The server's and the shuffler's port."""
+    seconds: float
+
+
+def run_blocks(blocks: list[Block], tmp_path: Path, timeout: float = RUN_TIMEOUT) -> Run:
+    """Run the blocks as one bash script (:func:`write_script`) in its own process group
+    with the virtualenv's bin first on PATH, free ports in SERVER_PORT / SHUFFLER_PORT and
+    TMPDIR under ``tmp_path``; the group is killed at the end whatever happened."""
     scripts = tmp_path / "blocks"
     scripts.mkdir()
     script = write_script(blocks, scripts)
     temporary = tmp_path / "tmp"  # the walkthrough's `mktemp -d` lands here
     temporary.mkdir()
-    server_port, shuffler_port = free_ports(2)
-    bin_dir = str(Path(sys.executable).parent)
+    ports = free_ports(2)
     env = {name: value for name, value in os.environ.items()
            if not name.startswith("SEGSHUFFLE_")
            and name not in ("SERVER_URL", "SHUFFLER_URL", "SERVER_KEY")}
-    env.update({"PATH": bin_dir + os.pathsep + env.get("PATH", ""), "TMPDIR": str(temporary),
-                "SERVER_PORT": str(server_port), "SHUFFLER_PORT": str(shuffler_port)})
+    env.update({"PATH": str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", ""),
+                "TMPDIR": str(temporary), "SERVER_PORT": str(ports[0]),
+                "SHUFFLER_PORT": str(ports[1])})
     output = tmp_path / "walkthrough.out"
     started = time.monotonic()
     with output.open("wb") as sink:
@@ -288,21 +302,38 @@ def test_walkthrough_runs_as_written(tmp_path: Path) -> None:
                                    stdin=subprocess.DEVNULL, stdout=sink,
                                    stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            status: int | None = process.wait(timeout=RUN_TIMEOUT)
+            status: int | None = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             status = None
         finally:
             stop_group(process)
-    elapsed = time.monotonic() - started
+    seconds = time.monotonic() - started
     workdirs = sorted(path for path in temporary.iterdir() if path.is_dir())
     logs = "".join(f"\n--- {log}\n{log.read_text(errors='replace')[-3000:]}"
                    for workdir in workdirs for log in sorted(workdir.glob("*.log")))
     transcript = output.read_text(errors="replace")[-6000:] + logs
-    assert status is not None, f"not done after {RUN_TIMEOUT:g}s:\n{transcript}"
-    assert status == 0, f"exit status {status}:\n{transcript}"
-    assert transcript.count("=== block") == len(blocks)
-    assert len(workdirs) == 1, f"expected one working directory, got {workdirs}"
-    workdir = workdirs[0]
+    return Run(status, transcript, workdirs, (ports[0], ports[1]), seconds)
+
+
+def listening(port: int) -> bool:
+    """Whether something accepts connections on the loopback port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.mark.slow
+def test_walkthrough_runs_as_written(tmp_path: Path) -> None:
+    """Run every block in order against real services on free loopback ports; the CSV has
+    one row per item of the campaign, every estimate finite."""
+    blocks = extract_blocks(README.read_text(encoding="utf-8"))
+    run = run_blocks(blocks, tmp_path)
+    assert run.status is not None, f"not done after {RUN_TIMEOUT:g}s:\n{run.transcript}"
+    assert run.status == 0, f"exit status {run.status}:\n{run.transcript}"
+    assert run.transcript.count("=== block") == len(blocks)
+    assert len(run.workdirs) == 1, f"expected one working directory, got {run.workdirs}"
+    workdir = run.workdirs[0]
+    assert not any(listening(port) for port in run.ports), "a service is still running"
 
     items = (workdir / "items.txt").read_text(encoding="utf-8").split()
     with (workdir / "results.csv").open(newline="", encoding="utf-8") as handle:
@@ -315,4 +346,19 @@ def test_walkthrough_runs_as_written(tmp_path: Path) -> None:
         assert float(row["standard_error"]) > 0, row
     assert (workdir / "results.privacy.json").is_file()
     assert "round 2: 200 item sets sent" in (workdir / "users.log").read_text()
-    print(f"walkthrough ran in {elapsed:.1f}s")
+    print(f"walkthrough ran in {run.seconds:.1f}s")
+
+
+@pytest.mark.slow
+def test_services_stopped_when_a_step_fails(tmp_path: Path) -> None:
+    """The walkthrough's first steps start both services; a step failing after them ends
+    the script, and the services do not outlive it (the test kills the process group)."""
+    blocks = extract_blocks(README.read_text(encoding="utf-8"))
+    starting = next(index for index, block in enumerate(blocks)
+                    if "segshuffle serve shuffler" in block.text)
+    failing = Block("sh", "curl -fs \"$SHUFFLER_URL/readyz\"\nfalse\necho unreachable\n", 0)
+    run = run_blocks([*blocks[: starting + 1], failing], tmp_path, timeout=90.0)
+    assert run.status not in (None, 0), run.transcript
+    assert '"status":"ready"' in run.transcript, run.transcript
+    assert "unreachable" not in run.transcript
+    assert not any(listening(port) for port in run.ports), "a service outlived the test"
