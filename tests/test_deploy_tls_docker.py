@@ -63,6 +63,7 @@ def tls_deployment(tmp_path_factory: pytest.TempPathFactory
         "SEGSHUFFLE_SHUFFLER_TLS_PORT": str(shuffler_tls),
         "SEGSHUFFLE_SHUFFLER_UPSTREAM_URL": "https://segshuffle-server:8443",
         "SEGSHUFFLE_SHUFFLER_UPSTREAM_CA_FILE": "/etc/segshuffle/tls/ca.pem",
+        "SEGSHUFFLE_SHUFFLER_MIN_USERS": "2",  # the campaign has a handful of users
     })
     ca = Path(_env_values(deployment.env_file)["SEGSHUFFLE_TLS_DIR"]) / "ca.pem"
     try:
