@@ -29,6 +29,8 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from .database import DatabaseTarget, parse_database
+
 MAX_SECRET_FILE_BYTES = 4096
 SECRET_SUFFIX = "_token"
 
@@ -97,7 +99,12 @@ class ServiceSettings(BaseSettings):
     host: str = Field("127.0.0.1", description="listen address")
     port: int = Field(0, ge=0, le=65535,
                       description="listen port (0 picks a free port, logged at start)")
-    database: str = Field("service.sqlite3", min_length=1, description="SQLite database file")
+    database: str = Field("service.sqlite3", min_length=1,
+                          description="a SQLite file (path or sqlite:///path) or a PostgreSQL "
+                                      "URL (postgresql://user@host/db; password from "
+                                      "PGPASSFILE or PGPASSWORD)")
+    database_pool_size: int = Field(8, ge=1, le=256,
+                                    description="PostgreSQL connections per process")
     synchronous: Synchronous = Field(
         "FULL", description="SQLite synchronous mode: NORMAL survives process crashes, FULL "
                             "and EXTRA also power loss")
@@ -107,6 +114,28 @@ class ServiceSettings(BaseSettings):
         10.0, description="seconds a client may take to send a request's headers")
     body_timeout: Duration = Field(
         30.0, description="seconds a client may take to send a request's body")
+
+    @field_validator("database")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        parse_database(value)
+        return value
+
+    @property
+    def database_target(self) -> DatabaseTarget:
+        """The parsed ``database`` setting (SQLite file or PostgreSQL URL)."""
+        return parse_database(self.database)
+
+    def state_directory(self, configured: str, setting: str) -> str:
+        """A directory of key files: ``configured``, else next to a SQLite database
+        (``<path>.keys``); with PostgreSQL it must be configured (replicas share it)."""
+        if configured:
+            return configured
+        target = self.database_target
+        if target.kind != "sqlite":
+            raise SettingsError(f"{self.prefix()}{setting.upper()} is required with a "
+                                "PostgreSQL database (a directory every replica shares)")
+        return f"{target.location}.keys"
 
     @field_validator("synchronous", mode="before")
     @classmethod

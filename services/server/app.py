@@ -58,12 +58,12 @@ from segshuffle.wire.models import (
     SigningKey,
 )
 
+from .backends import open_repository
 from .decrypt import Decryptor
 from .keys import KeyStore
 from .service import ServerService
 from .settings import Settings
 from .signing import load_or_create
-from .storage import Repository
 
 log = logging.getLogger("segshuffle.server")
 Role = Literal["admin", "shuffler"]
@@ -155,7 +155,8 @@ def create_app(settings: Settings) -> FastAPI:
     """
     signing_key, created = load_or_create(settings.signing_key_path)
     keys = KeyStore(settings.key_directory)
-    repository = Repository(settings.database, synchronous=settings.synchronous)
+    repository = open_repository(settings.database, synchronous=settings.synchronous,
+                                 pool_size=settings.database_pool_size)
     decryptor = Decryptor(settings.decrypt_workers, settings.parallel_threshold)
     service = ServerService(repository, keys, decryptor, signing_key=signing_key,
                             allow_insecure_parameters=settings.allow_insecure_parameters)

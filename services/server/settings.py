@@ -23,11 +23,15 @@ class Settings(ServiceSettings):
 
     model_config = SettingsConfigDict(env_prefix=PREFIX)
 
-    database: str = Field("server.sqlite3", min_length=1, description="SQLite database file")
+    database: str = Field("server.sqlite3", min_length=1,
+                          description="a SQLite file (path or sqlite:///path) or a PostgreSQL "
+                                      "URL (postgresql://user@host/db; password from "
+                                      "PGPASSFILE or PGPASSWORD)")
     port: int = Field(8080, ge=0, le=65535,
                       description="listen port (0 picks a free port, logged at start)")
     key_dir: str = Field("", description="directory of the campaigns' private key files "
-                                         "(default: the database path with .keys appended)")
+                                         "(default: the SQLite path with .keys appended; "
+                                         "required with PostgreSQL)")
     signing_key_file: str = Field(
         "", description="the Ed25519 document-signing key (PEM, 0600), created on first start "
                         "when missing (default: <key dir>/signing/document-signing-key.pem)")
@@ -60,10 +64,15 @@ class Settings(ServiceSettings):
             raise ValueError("the admin and shuffler tokens must differ")
         return self
 
+    @model_validator(mode="after")
+    def _key_directory_known(self) -> Settings:
+        self.state_directory(self.key_dir, "key_dir")
+        return self
+
     @property
     def key_directory(self) -> str:
-        """``key_dir``, or the database path with ``.keys`` appended."""
-        return self.key_dir or f"{self.database}.keys"
+        """``key_dir``, or the SQLite database path with ``.keys`` appended."""
+        return self.state_directory(self.key_dir, "key_dir")
 
     @property
     def signing_key_path(self) -> str:

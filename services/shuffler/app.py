@@ -69,12 +69,13 @@ from segshuffle.wire.models import (
 )
 from segshuffle.wire.problems import PROBLEM_MEDIA_TYPE
 
+from .backends import open_storage
 from .enrollment import EnrollmentPolicy, InvitationEnrollment, OpenEnrollment
 from .limits import RouteLimits, enrollment_limit, read_limit, submission_limit
 from .release import Releaser
 from .service import PHASE_OF_ROUND, ShufflerRoundStatus, ShufflerService, unauthorized
 from .settings import Settings
-from .storage import Storage
+from .storage_api import ShufflerStorage
 from .upstream import KEY_CONFIG, VIEW, LinkObserver, ServerLink
 from .vault import RoundKeys
 
@@ -263,7 +264,7 @@ OPEN_WARNING = ("OPEN ENROLLMENT: anyone may enroll any number of times, so fake
                 "outside tests")
 
 
-def policy_factory(settings: Settings) -> Callable[[Storage], EnrollmentPolicy]:
+def policy_factory(settings: Settings) -> Callable[[ShufflerStorage], EnrollmentPolicy]:
     """The enrollment policy the settings name, to be built over the storage.
 
     Reads the issuer keys first and raises :class:`ValueError` (one line) if they are
@@ -287,7 +288,8 @@ def create_app(
     """The shuffler application; state lives in ``settings.database``."""
     build_policy = None if enrollment is not None else policy_factory(settings)
     limits = RouteLimits.from_settings(settings)
-    storage = Storage(settings.database, synchronous=settings.synchronous)
+    storage = open_storage(settings.database, synchronous=settings.synchronous,
+                           pool_size=settings.database_pool_size)
     policy: EnrollmentPolicy = enrollment if build_policy is None else build_policy(storage)
     server = link or ServerLink(settings.server_url, settings.server_token,
                                 timeout=settings.forward_timeout,
@@ -296,7 +298,7 @@ def create_app(
                                 max_connections=settings.upstream_connections,
                                 pool_timeout=settings.upstream_pool_timeout,
                                 ca_file=settings.server_ca_file or None)
-    keys = RoundKeys(settings.key_directory or f"{settings.database}.keys")
+    keys = RoundKeys(settings.round_key_directory)
     releaser = Releaser(storage, server, keys, chunk_size=settings.chunk_size,
                         retry_seconds=settings.release_retry_seconds,
                         backoff_initial=backoff_initial, backoff_max=backoff_max)

@@ -45,15 +45,19 @@ class Settings(ServiceSettings):
 
     model_config = SettingsConfigDict(env_prefix=PREFIX)
 
-    database: str = Field("shuffler.sqlite3", min_length=1, description="SQLite database file")
+    database: str = Field("shuffler.sqlite3", min_length=1,
+                          description="a SQLite file (path or sqlite:///path) or a PostgreSQL "
+                                      "URL (postgresql://user@host/db; password from "
+                                      "PGPASSFILE or PGPASSWORD)")
     port: int = Field(8081, ge=0, le=65535,
                       description="listen port (0 picks a free port, logged at start)")
     synchronous: Synchronous = Field(
         "NORMAL", description="SQLite synchronous mode: NORMAL survives process crashes, "
                               "FULL and EXTRA also power loss")
     key_directory: str = Field(
-        "", description="directory of the per-round sealing keys (default: the database "
-                        "path with .keys appended; tmpfs keeps them off disk)")
+        "", description="directory of the per-round sealing keys (default: the SQLite "
+                        "path with .keys appended; required with PostgreSQL, shared by "
+                        "every replica; tmpfs keeps them off disk)")
     server_url: str = Field("http://127.0.0.1:8080",
                             description="base URL of the server (analyzer)")
     server_token: str = Field("", repr=False,
@@ -138,6 +142,16 @@ class Settings(ServiceSettings):
                 f"or {PREFIX}INVITATION_KEYS_FILE (segshuffle admin issuer-key prints it), "
                 f"or {PREFIX}ENROLLMENT=open to accept anyone (unsafe against fake users)")
         return self
+
+    @model_validator(mode="after")
+    def _round_key_directory_known(self) -> Settings:
+        self.state_directory(self.key_directory, "key_directory")
+        return self
+
+    @property
+    def round_key_directory(self) -> str:
+        """``key_directory``, or the SQLite database path with ``.keys`` appended."""
+        return self.state_directory(self.key_directory, "key_directory")
 
     def issuer_keys(self) -> list[Ed25519PublicKey]:
         """The issuer public keys of ``INVITATION_KEYS`` and ``INVITATION_KEYS_FILE``."""

@@ -1,0 +1,155 @@
+"""Shared PostgreSQL setup of the services: a connection pool, one transaction style and
+versioned migrations (the counterpart of :mod:`.sqlite_base`).
+
+Several replicas of a service may share one database, so nothing here relies on a
+process-local lock:
+
+- :meth:`PostgresStore._transaction` is one ``BEGIN`` ... ``COMMIT`` on a pooled
+  connection (``READ COMMITTED``), rolled back on any exception. Code that must be
+  serialised against other writers of the same thing takes a transaction-scoped
+  advisory lock with :func:`lock` (exclusive) or :func:`lock_shared`, keyed by a text
+  such as ``"shuffler:round:c1:2"``; the lock is released at commit or rollback, so a
+  crashed replica never leaves one behind.
+- :func:`migrate` applies pending migrations under an exclusive advisory lock, so
+  replicas starting together apply each step exactly once; ``schema_version`` records
+  them as in SQLite, and a database newer than the code is refused.
+
+Connection failures at start are :class:`~.sqlite_base.UnusableDatabaseError` with the
+URL's password redacted; the pool waits at most ``connect_timeout`` seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import psycopg
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from .database import redact_url
+from .sqlite_base import SchemaVersionError, UnusableDatabaseError
+
+_VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS schema_version (
+    version INTEGER PRIMARY KEY,
+    applied_at DOUBLE PRECISION NOT NULL
+)
+"""
+
+
+@dataclass(frozen=True)
+class PostgresMigration:
+    """One step of a service's PostgreSQL schema: its version and its SQL script (one or
+    more statements without parameters, run as one transaction)."""
+
+    version: int
+    description: str
+    script: str
+
+
+def lock(db: psycopg.Connection, key: str) -> None:
+    """Take the exclusive transaction-scoped advisory lock named ``key`` (waits for it)."""
+    db.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))
+
+
+def lock_shared(db: psycopg.Connection, key: str) -> None:
+    """Take the shared transaction-scoped advisory lock named ``key``: any number of
+    shared holders, excluded only by an exclusive holder (:func:`lock`)."""
+    db.execute("SELECT pg_advisory_xact_lock_shared(hashtextextended(%s, 0))", (key,))
+
+
+def schema_version(db: psycopg.Connection) -> int:
+    """The highest migration recorded in ``db`` (0 for a database never migrated)."""
+    row = db.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
+
+
+def migrate(db: psycopg.Connection, migrations: Sequence[PostgresMigration], *,
+            service: str) -> int:
+    """Apply the pending migrations in order, each in its own transaction under the
+    service's exclusive migration lock, and return the resulting version. Raises
+    :class:`SchemaVersionError` if the database is newer than ``migrations``."""
+    versions = [m.version for m in migrations]
+    if versions != list(range(1, len(versions) + 1)):
+        raise ValueError(f"migrations must be numbered 1, 2, ... in order, got {versions}")
+    latest = versions[-1] if versions else 0
+    for migration in migrations:
+        with db.transaction():
+            lock(db, f"{service}:migrations")
+            db.execute(_VERSION_TABLE)
+            current = schema_version(db)
+            if current > latest:
+                raise SchemaVersionError(
+                    f"the {service} database is at schema version {current}, but this "
+                    f"version of the {service} only knows versions up to {latest}; "
+                    "refusing to start (upgrade the service or use another database)")
+            if current < migration.version:
+                db.execute(migration.script)
+                db.execute("INSERT INTO schema_version (version, applied_at) VALUES (%s, %s)",
+                           (migration.version, time.time()))
+    with db.transaction():
+        db.execute(_VERSION_TABLE)
+        version = schema_version(db)
+    if version > latest:
+        raise SchemaVersionError(
+            f"the {service} database is at schema version {version}, but this version of "
+            f"the {service} only knows versions up to {latest}; refusing to start")
+    return version
+
+
+class PostgresStore:
+    """A connection pool with one transaction style for both services' PostgreSQL storage."""
+
+    def __init__(self, url: str, migrations: Sequence[PostgresMigration], *, service: str,
+                 pool_size: int = 8, connect_timeout: float = 10.0) -> None:
+        self.url = url
+        self.service = service
+        try:  # one direct connection first: its error says what is wrong, and it migrates
+            with psycopg.connect(url, autocommit=True,
+                                 connect_timeout=max(1, round(connect_timeout))) as db:
+                migrate(db, migrations, service=service)
+        except psycopg.Error as exc:
+            raise UnusableDatabaseError(
+                f"cannot use the {service} database {redact_url(url)} ({_reason(exc)}); "
+                "refusing to start") from None
+        self._pool = ConnectionPool(url, min_size=1, max_size=max(1, pool_size), open=False,
+                                    kwargs={"autocommit": True}, name=f"segshuffle-{service}")
+        try:
+            self._pool.open(wait=True, timeout=connect_timeout)
+        except PoolTimeout:
+            self._pool.close()
+            raise UnusableDatabaseError(
+                f"cannot connect to the {service} database {redact_url(url)} within "
+                f"{connect_timeout:g} s; refusing to start") from None
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def ping(self) -> bool:
+        """Whether the database answers a trivial query."""
+        try:
+            with self._pool.connection(timeout=2.0) as db:
+                return db.execute("SELECT 1").fetchone() == (1,)
+        except (PoolTimeout, psycopg.Error):
+            return False
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection]:
+        """A pooled connection in autocommit mode, for single-statement reads."""
+        with self._pool.connection() as db:
+            yield db
+
+    @contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection]:
+        """One transaction on a pooled connection: committed when the block ends, rolled
+        back if it raises."""
+        with self._pool.connection() as db, db.transaction():
+            yield db
+
+
+def _reason(exc: BaseException) -> str:
+    """The last line of a libpq error, which names the cause (e.g. failed authentication)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__
