@@ -5,14 +5,17 @@ Each test uses a storage only through the methods of its Protocol
 :class:`~segshuffle.services.shuffler.storage_api.ShufflerStorage`), never SQL, so
 that another backend passes by being added to ``SERVER_BACKENDS`` and
 ``SHUFFLER_BACKENDS`` (a factory from a temporary directory to a fresh, empty
-storage; a backend that needs a running database server would be skipped when none
-is configured).
+storage; a backend on a database server is added to ``SERVER_URL_BACKENDS`` and
+``SHUFFLER_URL_BACKENDS`` instead, a factory from the URL of a fresh database, and is
+skipped when no server is configured, except under CI, where that fails).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -38,26 +41,66 @@ from segshuffle.services.shuffler.storage_api import (
     StoredMessage,
 )
 
+from .postgres_support import fresh_database
+
+T = TypeVar("T")
+
+def _postgres_server(url: str) -> ServerStorage:
+    from segshuffle.services.server.storage_postgres import PostgresRepository
+
+    return PostgresRepository(url, pool_size=4)
+
+
+def _postgres_shuffler(url: str) -> ShufflerStorage:
+    from segshuffle.services.shuffler.storage_postgres import PostgresStorage
+
+    return PostgresStorage(url, pool_size=4)
+
+
 SERVER_BACKENDS: dict[str, Callable[[Path], ServerStorage]] = {
     "sqlite": lambda directory: Repository(directory / "server.sqlite3"),
 }
 SHUFFLER_BACKENDS: dict[str, Callable[[Path], ShufflerStorage]] = {
     "sqlite": lambda directory: Storage(directory / "shuffler.sqlite3"),
 }
+# Backends on a database server: a factory from the URL of a fresh, empty database
+# (tests/postgres_support.py; skipped without a server, failed under CI).
+SERVER_URL_BACKENDS: dict[str, Callable[[str], ServerStorage]] = {
+    "postgresql": _postgres_server,
+}
+SHUFFLER_URL_BACKENDS: dict[str, Callable[[str], ShufflerStorage]] = {
+    "postgresql": _postgres_shuffler,
+}
 
 
-@pytest.fixture(params=sorted(SERVER_BACKENDS))
+@contextmanager
+def _open(name: str, directory: Path, local: dict[str, Callable[[Path], T]],
+          remote: dict[str, Callable[[str], T]]) -> Iterator[T]:
+    if name in local:
+        storage = local[name](directory)
+        try:
+            yield storage
+        finally:
+            storage.close()  # type: ignore[attr-defined]
+        return
+    with fresh_database() as url:
+        storage = remote[name](url)
+        try:
+            yield storage
+        finally:
+            storage.close()  # type: ignore[attr-defined]
+
+
+@pytest.fixture(params=sorted({*SERVER_BACKENDS, *SERVER_URL_BACKENDS}))
 def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServerStorage]:
-    storage = SERVER_BACKENDS[request.param](tmp_path)
-    yield storage
-    storage.close()
+    with _open(request.param, tmp_path, SERVER_BACKENDS, SERVER_URL_BACKENDS) as storage:
+        yield storage
 
 
-@pytest.fixture(params=sorted(SHUFFLER_BACKENDS))
+@pytest.fixture(params=sorted({*SHUFFLER_BACKENDS, *SHUFFLER_URL_BACKENDS}))
 def shuffler(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ShufflerStorage]:
-    storage = SHUFFLER_BACKENDS[request.param](tmp_path)
-    yield storage
-    storage.close()
+    with _open(request.param, tmp_path, SHUFFLER_BACKENDS, SHUFFLER_URL_BACKENDS) as storage:
+        yield storage
 
 
 # -- server ----------------------------------------------------------------------------------
