@@ -295,13 +295,32 @@ base_wanted() {
     [[ "${SEGSHUFFLE_REBUILD_BASE:-0}" == "1" ]] || ! docker image inspect "$1" >/dev/null 2>&1
 }
 
+# Recompile the timestamp-based .pyc files under /usr as checked-hash ones (run in the chroot).
+normalize_pyc='
+import pathlib, py_compile
+for pyc in sorted(pathlib.Path("/usr").rglob("__pycache__/*.pyc")):
+    if int.from_bytes(pyc.read_bytes()[4:8], "little") != 0:
+        continue
+    source = pyc.parent.parent / (pyc.name.split(".", 1)[0] + ".py")
+    if source.is_file():
+        py_compile.compile(str(source), cfile=str(pyc), doraise=True,
+                           invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+    else:
+        pyc.unlink()
+'
+
 build_base() {
     if ! base_wanted "$base_image"; then
         log "base image $base_image exists, skipping mmdebstrap (SEGSHUFFLE_REBUILD_BASE=1 forces it)"
         return 0
     fi
     local tarball="${build_dir}/rootfs-base-${suite}.tar"
-    make_rootfs "$base_image" "$base_packages" "$tarball"
+    # Debian compiles the installed modules with SOURCE_DATE_EPOCH set, into hash-checked
+    # .pyc files; a few that Python's own import cache wrote during the installation carry
+    # a timestamp header instead (in unshare mode only): make those hash-checked too, so that
+    # both modes give the same tarball.
+    make_rootfs "$base_image" "$base_packages" "$tarball" \
+        --customize-hook="chroot \"\$1\" python3 -c '${normalize_pyc}'"
     import_rootfs "$tarball" "$base_image" \
         --change 'LABEL io.segshuffle.image=base' \
         --change 'CMD ["/bin/bash"]'

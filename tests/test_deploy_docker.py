@@ -1,9 +1,10 @@
 """Opt-in: build the images, bring the compose deployment up, drive it, restart it.
 
-Enabled by ``SEGSHUFFLE_DOCKER_TESTS=1`` (needs root, debootstrap, the Docker engine and
-docker compose).  With the base image cached it takes about two minutes: the wheelhouse,
-a cached ``docker build``, ``up``, a 300-user load test through both rounds, then
-``down`` and ``up`` again to check that campaigns survive on the named volumes.  It uses a
+Enabled by ``SEGSHUFFLE_DOCKER_TESTS=1`` (needs the Docker engine, docker compose and the
+prerequisites of deploy/build-images.sh, which ``deploy/build-images.sh --check`` checks).
+With the base images cached it takes about two minutes: the wheelhouse, a cached
+``docker build``, ``up``, a 300-user load test through both rounds, then ``down`` and
+``up`` again to check that campaigns survive on the named volumes.  It uses a
 project name and host ports of its own, so a running deployment is left alone.
 """
 
