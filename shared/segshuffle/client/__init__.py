@@ -3,20 +3,45 @@ it relays the server's public documents, which the client verifies).
 
 - :class:`Client` / :class:`AsyncClient`: one user in one campaign, both rounds
   (:mod:`.sync`, :mod:`.aio`), with verification of everything the server
-  publishes (:mod:`.verify`) before any data leaves the client.
+  publishes (:mod:`.verify`) before any data leaves the client.  ``client.state()``
+  and ``Client.resume(...)`` carry a user from one process to the next between rounds.
 - :mod:`.messages`: the randomizers and the sealing of each message.
 
 Operator and test tooling (local services, simulated populations) lives in
 :mod:`segshuffle.testing`, outside the SDK.
+
+The names below are imported on first use (PEP 562), so that importing a light
+submodule such as :mod:`.errors` or :mod:`.tls` does not load the protocol code
+(numpy, the accountant, scipy): ``segshuffle admin`` starts without them.
 """
 
-from .aio import AsyncClient
-from .errors import CampaignEndedError, ClientError, ServiceError, VerificationError
-from .messages import SentRound1, SentRound2
-from .session import RetryPolicy
-from .sync import Client
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .aio import AsyncClient
+    from .errors import CampaignEndedError, ClientError, ServiceError, VerificationError
+    from .messages import SentRound1, SentRound2
+    from .session import STATE_VERSION, RetryPolicy
+    from .sync import Client
+
+_WHERE = {
+    "AsyncClient": ".aio",
+    "CampaignEndedError": ".errors",
+    "Client": ".sync",
+    "ClientError": ".errors",
+    "RetryPolicy": ".session",
+    "STATE_VERSION": ".session",
+    "SentRound1": ".messages",
+    "SentRound2": ".messages",
+    "ServiceError": ".errors",
+    "VerificationError": ".errors",
+}
 
 __all__ = [
+    "STATE_VERSION",
     "AsyncClient",
     "CampaignEndedError",
     "Client",
@@ -27,3 +52,17 @@ __all__ = [
     "ServiceError",
     "VerificationError",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the submodule that defines ``name`` the first time it is asked for."""
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))

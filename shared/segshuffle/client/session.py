@@ -5,14 +5,22 @@ A :class:`UserSession` is one user in one campaign: the pinned key and
 configuration hash from round 1, the enrollment token, the level and the level
 report.  Its methods turn answers into verified objects and build request bodies;
 they never touch the network.
+
+:meth:`UserSession.state` and :meth:`UserSession.from_state` carry a session from one
+process to the next (an app restarted between the rounds): see :data:`STATE_VERSION`
+for the document.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import numbers
 import random
+import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -22,7 +30,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import ValidationError
 
-from segshuffle.crypto import PinnedKey
+from segshuffle.crypto import PinnedKey, public_key_from_config
 from segshuffle.crypto.documents import (
     SignatureError,
     parse_server_key,
@@ -31,6 +39,7 @@ from segshuffle.crypto.documents import (
     verify_parameters_signature,
 )
 from segshuffle.wire.models import (
+    ID_PATTERN,
     CampaignView,
     EnrollmentResponse,
     HpkeConfig,
@@ -47,13 +56,91 @@ from .messages import (
     round1_body,
     round2_body,
 )
-from .tls import certificate_error
+from .problems import PROBLEM_PREFIX as PROBLEM_PREFIX  # re-exported for existing callers
+from .problems import network_error as network_error
+from .problems import service_error as service_error
 from .verify import verify_campaign, verify_parameters
 
-PROBLEM_PREFIX = "urn:segshuffle:error:"
-
-
 PHASE_ORDER = {"round1": 0, "round2": 1, "done": 2}
+
+STATE_FORMAT = "segshuffle-client-state"
+STATE_VERSION = 1
+"""Version of the saved-session document of :meth:`UserSession.state`: a JSON object with
+
+- ``format`` (``"segshuffle-client-state"``) and ``version`` (1);
+- ``campaign_id``; ``token``: the user's bearer token at the shuffler;
+- ``level_index`` and ``reported_level``: the level the user chose and the level report
+  sent in round 1 (round 2 repeats it), ``null`` before round 1;
+- ``hpke_config`` (the pinned key config) and ``config_hash``: the round-1 pins,
+  ``null`` if the campaign was not fetched yet;
+- ``server_key``, ``key_id_pin``, ``min_fake_tolerance``: the app's trust settings;
+- ``checksum``: SHA-256 of the canonical JSON of every other field.  It catches a
+  corrupted or edited document; it is not a signature.
+
+A document of another format or version, with other fields, or whose checksum does
+not match is refused with a :class:`ClientError`.
+"""
+_STATE_FIELDS = frozenset({
+    "format", "version", "campaign_id", "token", "level_index", "reported_level",
+    "hpke_config", "config_hash", "server_key", "key_id_pin", "min_fake_tolerance",
+    "checksum"})
+_HASH = re.compile(r"^[0-9a-f]{64}$")
+MAX_TOKEN_CHARS = 4096
+MAX_LISTED_NAMES = 12
+"""An unknown item name's error lists the campaign's names up to this many."""
+
+
+def _checksum(document: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of the canonical JSON of ``document`` without its ``checksum``."""
+    body = {key: value for key, value in document.items() if key != "checksum"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def _optional_index(state: Mapping[str, Any], field: str) -> int | None:
+    value = state[field]
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 16:
+        raise ClientError(f"saved state: {field} must be a level index or null")
+    return value
+
+
+def _optional_text(state: Mapping[str, Any], field: str) -> str | None:
+    value = state[field]
+    if value is not None and not (isinstance(value, str) and value):
+        raise ClientError(f"saved state: {field} must be a non-empty string or null")
+    return value
+
+
+def load_state(state: Mapping[str, Any] | str | bytes) -> dict[str, Any]:
+    """The saved-session document as a dict, its structure and checksum checked
+    (:data:`STATE_VERSION`; :class:`ClientError` on any mismatch)."""
+    if isinstance(state, (str, bytes, bytearray)):
+        try:
+            state = json.loads(state)
+        except ValueError:
+            raise ClientError("saved state: not a JSON document") from None
+    if not isinstance(state, Mapping):
+        raise ClientError(f"saved state: expected a JSON object, got {type(state).__name__}")
+    document = dict(state)
+    if document.get("format") != STATE_FORMAT:
+        raise ClientError(f"saved state: not a {STATE_FORMAT} document")
+    if document.get("version") != STATE_VERSION:
+        raise ClientError(f"saved state: version {document.get('version')!r} is not supported "
+                          f"(this SDK reads version {STATE_VERSION})")
+    if set(document) != _STATE_FIELDS:
+        odd = sorted(set(document) ^ _STATE_FIELDS)
+        raise ClientError(f"saved state: unexpected or missing fields {', '.join(odd)}")
+    try:
+        expected = _checksum(document)
+    except (TypeError, ValueError):
+        raise ClientError("saved state: holds values that are not plain JSON") from None
+    if document["checksum"] != expected:
+        raise ClientError("saved state: the checksum does not match (the document was "
+                          "altered or damaged)")
+    return document
 
 
 def phase_reached(view: CampaignView, phase: str) -> bool:
@@ -109,40 +196,6 @@ class PublicCache:
         self._entries[url] = (time.monotonic(), value)
 
 
-def service_error(response: httpx.Response, what: str) -> ServiceError:
-    """A :class:`ServiceError` from a non-2xx answer, with its problem type if any."""
-    problem = detail = None
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict):
-        kind = body.get("type")
-        if isinstance(kind, str) and kind.startswith(PROBLEM_PREFIX):
-            problem = kind.removeprefix(PROBLEM_PREFIX)
-        if isinstance(body.get("detail"), str):
-            detail = body["detail"]
-    message = f"{what}: HTTP {response.status_code}"
-    if problem:
-        message += f" {problem}"
-    if detail:
-        message += f": {detail}"
-    return ServiceError(message, status=response.status_code, problem=problem, detail=detail)
-
-
-def network_error(exc: httpx.HTTPError, what: str) -> ServiceError:
-    """A :class:`ServiceError` for a request that got no answer.
-
-    A refused certificate is final (retrying cannot help): its error says so and is not
-    :attr:`~ServiceError.transient`.
-    """
-    refused = certificate_error(exc)
-    if refused is not None:
-        return ServiceError(f"{what}: the service's TLS certificate is not trusted: {refused} "
-                            f"(ca_file= trusts a private CA)", certificate=True)
-    return ServiceError(f"{what}: {type(exc).__name__}: {exc}")
-
-
 def parse(model: type[Any], response: httpx.Response, what: str) -> Any:
     try:
         return model.model_validate(response.json())
@@ -177,6 +230,7 @@ class UserSession:
                 None if server_key is None else parse_server_key(server_key))
         except ValueError as exc:
             raise ClientError(f"server_key: {exc}") from None
+        self.server_key_text = server_key
         self.campaign_id = campaign_id
         self.expected_key_id = key_id
         """The campaign's key id as the app learnt it out of band, if it did: the view and
@@ -191,6 +245,169 @@ class UserSession:
         self.level_index: int | None = None
         self.reported_level: int | None = None
         self.parameters: PublishedParameters | None = None
+        self._names: dict[str, int] | None = None
+
+    # -- saving and resuming -------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """The session as a JSON-serialisable dict (:data:`STATE_VERSION`), to resume it in
+        another process with :meth:`from_state`.
+
+        It holds the user's bearer token at the shuffler and the level the user chose:
+        whoever reads it can submit as this user and learns their privacy level.  Store it
+        like a secret (the platform's keystore, an encrypted file), never in logs.
+        Raises :class:`ClientError` before enrollment (there is nothing to resume).
+        """
+        if self.token is None:
+            raise ClientError("not enrolled: there is no session to save yet")
+        hpke = None
+        if self.key is not None:
+            assert self.view is not None
+            hpke = self.view.hpke_config.model_dump(mode="json")
+        document: dict[str, Any] = {
+            "format": STATE_FORMAT, "version": STATE_VERSION,
+            "campaign_id": self.campaign_id, "token": self.token,
+            "level_index": self.level_index, "reported_level": self.reported_level,
+            "hpke_config": hpke, "config_hash": self.config_hash,
+            "server_key": self.server_key_text, "key_id_pin": self.expected_key_id,
+            "min_fake_tolerance": self.min_fake_tolerance,
+        }
+        document["checksum"] = _checksum(document)
+        return document
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any] | str | bytes, *,
+                   campaign_id: str | None = None, rng: np.random.Generator | None = None,
+                   allow_insecure: bool = False, min_fake_tolerance: float = 0.0,
+                   key_id: str | None = None, server_key: str | None = None) -> UserSession:
+        """A session restored from :meth:`state` (a dict, or its JSON text).
+
+        The restored session keeps the pins of the saved one: the key and configuration
+        hash of round 1 (every view fetched later must match them, and the key config
+        must hash to its key id), the level report, and the saved trust settings.  The
+        arguments may only add to those: ``campaign_id``, ``key_id`` and ``server_key``,
+        when given, must equal the saved ones (a saved ``server_key`` is kept when none
+        is given), and the stricter ``min_fake_tolerance`` applies.  Any mismatch, an
+        altered document (checksum) or a malformed one is a :class:`ClientError`;
+        nothing is fetched here.
+        """
+        doc = load_state(state)
+        saved_id = doc["campaign_id"]
+        if not (isinstance(saved_id, str) and re.match(ID_PATTERN, saved_id)):
+            raise ClientError("saved state: campaign_id is not a campaign id")
+        if campaign_id is not None and campaign_id != saved_id:
+            raise ClientError(f"saved state: it is for campaign {saved_id!r}, "
+                              f"not {campaign_id!r}")
+        token = doc["token"]
+        if not (isinstance(token, str) and 0 < len(token) <= MAX_TOKEN_CHARS
+                and token.isprintable() and not any(c.isspace() for c in token)):
+            raise ClientError("saved state: token must be one printable line")
+        saved_server_key = _optional_text(doc, "server_key")
+        if server_key is not None and saved_server_key is not None \
+                and server_key != saved_server_key:
+            raise ClientError("saved state: it was saved with another server_key")
+        pin = _optional_text(doc, "key_id_pin")
+        if key_id is not None and pin is not None and key_id != pin:
+            raise ClientError(f"saved state: it pins key id {pin}, not {key_id}")
+        saved_tolerance = doc["min_fake_tolerance"]
+        if isinstance(saved_tolerance, bool) or not isinstance(saved_tolerance, (int, float)):
+            raise ClientError("saved state: min_fake_tolerance must be a number")
+        session = cls(saved_id, rng, allow_insecure=allow_insecure,
+                      min_fake_tolerance=max(float(min_fake_tolerance),
+                                             float(saved_tolerance)),
+                      key_id=key_id if key_id is not None else pin,
+                      server_key=server_key if server_key is not None else saved_server_key)
+        session.token = token
+        level = _optional_index(doc, "level_index")
+        reported = _optional_index(doc, "reported_level")
+        if reported is not None and level is None:
+            raise ClientError("saved state: a reported_level needs a level_index")
+        session.level_index, session.reported_level = level, reported
+        hpke, config_hash = doc["hpke_config"], doc["config_hash"]
+        if (hpke is None) != (config_hash is None):
+            raise ClientError("saved state: hpke_config and config_hash go together")
+        if hpke is not None:
+            if not (isinstance(config_hash, str) and _HASH.match(config_hash)):
+                raise ClientError("saved state: config_hash is not a SHA-256 hex digest")
+            try:
+                pinned = public_key_from_config(HpkeConfig.model_validate(hpke))
+            except (ValueError, ValidationError) as exc:  # pydantic's error is a ValueError
+                reason = "not a key config" if isinstance(exc, ValidationError) else exc
+                raise ClientError(f"saved state: hpke_config: {reason}") from None
+            if session.expected_key_id is not None and pinned.key_id != session.expected_key_id:
+                raise ClientError(f"saved state: its key {pinned.key_id} is not the expected "
+                                  f"key {session.expected_key_id}")
+            session.key, session.config_hash = pinned, config_hash
+        return session
+
+    # -- items ---------------------------------------------------------------------------
+    def item_ids(self, items: Iterable[int | str]) -> list[int]:
+        """The ids of ``items``: ids (ints in [0, d)) pass through; names, for a campaign
+        that has them, become their position in the campaign's item list.
+
+        An unknown name, a name for a campaign without names, an id outside [0, d) or
+        anything else is a :class:`ClientError` naming the item and what is allowed.
+        """
+        if self.view is None:
+            raise ClientError("fetch the campaign first")
+        if isinstance(items, (str, bytes)):
+            raise ClientError(f"items must be a collection of item ids or names, not the "
+                              f"single string {items!r} (wrap it in a list)")
+        config = self.view.config
+        d = config.domain_size
+        ids = []
+        for item in items:
+            if isinstance(item, str):
+                ids.append(self._item_by_name(item))
+            elif isinstance(item, numbers.Integral) and not isinstance(item, bool):
+                if not 0 <= int(item) < d:
+                    raise ClientError(
+                        f"item id {int(item)} is outside campaign {self.campaign_id!r}'s "
+                        f"domain: ids 0..{d - 1}" + self._names_hint())
+                ids.append(int(item))
+            else:
+                raise ClientError(f"item {item!r}: expected an item id (int in 0..{d - 1})"
+                                  + (" or an item name (str)" if config.items else ""))
+        return ids
+
+    def _names_hint(self) -> str:
+        assert self.view is not None
+        names = self.view.config.items
+        if not names:
+            return ""
+        return f", or one of its item names ({self._listed(names)})"
+
+    @staticmethod
+    def _listed(names: list[str]) -> str:
+        shown = ", ".join(repr(name) for name in names[:MAX_LISTED_NAMES])
+        if len(names) > MAX_LISTED_NAMES:
+            shown += f", ... {len(names)} names in all"
+        return shown
+
+    def _item_by_name(self, name: str) -> int:
+        assert self.view is not None
+        names = self.view.config.items
+        if not names:
+            raise ClientError(f"item {name!r}: campaign {self.campaign_id!r} has no item "
+                              f"names; pass item ids 0..{self.view.config.domain_size - 1}")
+        if self._names is None:
+            self._names = {}
+            for index, known in enumerate(names):
+                self._names.setdefault(known, index)
+        index = self._names.get(name)
+        if index is None:
+            raise ClientError(f"unknown item {name!r}: campaign {self.campaign_id!r} has "
+                              f"items {self._listed(names)}")
+        return index
+
+    def _check_level(self, view: CampaignView) -> None:
+        """A saved level index must exist in the campaign it is resumed into."""
+        levels = len(view.config.levels)
+        if self.level_index is not None and not 0 <= self.level_index < levels:
+            raise ClientError(f"level index {self.level_index} is not one of the campaign's "
+                              f"{levels} levels (0..{levels - 1})")
+        if self.reported_level is not None and not 0 <= self.reported_level < levels:
+            raise ClientError(f"reported level {self.reported_level} is not one of the "
+                              f"campaign's {levels} levels")
 
     # -- paths ---------------------------------------------------------------------------
     @property
@@ -242,6 +459,9 @@ class UserSession:
         elif key.key_id != self.key.key_id or view.config_hash != self.config_hash:
             raise VerificationError("the campaign's key or configuration changed since it "
                                     "was first fetched")
+        self._check_level(view)
+        if self.view is None or self.view.config_hash != view.config_hash:
+            self._names = None
         self.view = view
         return view
 
@@ -256,6 +476,7 @@ class UserSession:
             raise ClientError("no level chosen: submit_level() comes first")
         assert self.key is not None and self.config_hash is not None
         self.check_signatures(view, parameters=view.parameters is not None)
+        self._check_level(view)
         self.parameters = verify_parameters(
             view, level_index=self.level_index, key_id=self.key.key_id,
             config_hash=self.config_hash, allow_insecure=self.allow_insecure,
@@ -289,10 +510,11 @@ class UserSession:
         self.level_index = sent.level_index
         self.reported_level = sent.reported_level
 
-    def round2(self, items: Iterable[int]) -> tuple[dict[str, object], SentRound2]:
+    def round2(self, items: Iterable[int | str]) -> tuple[dict[str, object], SentRound2]:
         if self.parameters is None or self.view is None or self.key is None:
             raise ClientError("fetch and verify the parameters first")
         assert self.level_index is not None
+        items = self.item_ids(items)
         reported = self.reported_level
         if reported is None:
             reported = report_level(self.level_index, self.view, self.rng)

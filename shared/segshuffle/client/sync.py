@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import httpx
@@ -53,7 +53,7 @@ from .session import (
     parse,
     service_error,
 )
-from .tls import trust
+from .tls import shared_context
 
 
 class Client:
@@ -77,7 +77,9 @@ class Client:
     ) -> None:
         """``ca_file``: PEM certificates of the private CA that signed the shuffler's
         certificate, trusted instead of the system's store (:mod:`.tls`); ``http``: a
-        client to share, which brings its own trust settings (not both)."""
+        client to share, which brings its own trust settings (not both).  Clients without
+        ``http`` share one verifying TLS context per process (per CA file with
+        ``ca_file``) instead of building their own."""
         self.session = UserSession(campaign_id, rng, allow_insecure=allow_insecure,
                                    min_fake_tolerance=min_fake_tolerance, key_id=key_id,
                                    server_key=server_key)
@@ -87,7 +89,7 @@ class Client:
         self._own_http = http is None
         if http is not None and ca_file is not None:
             raise ValueError("pass ca_file or http, not both (http brings its own trust)")
-        self._http = http or httpx.Client(timeout=timeout, verify=trust(ca_file))
+        self._http = http or httpx.Client(timeout=timeout, verify=shared_context(ca_file))
 
     def close(self) -> None:
         if self._own_http:
@@ -98,6 +100,57 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # -- saving and resuming -------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """This user's session as a JSON-serialisable dict, for :meth:`resume` in a later
+        process (an app restarted between round 1 and round 2; the invitation cannot be
+        used twice).  The document is versioned (``segshuffle.client.STATE_VERSION``).
+
+        **It holds the user's bearer token and their privacy level**: anyone who reads it
+        can submit as this user and learns the level they chose.  Store it like a secret
+        (the platform's keystore or an encrypted file), never in logs or analytics.
+        Save it after :meth:`enroll` and again after :meth:`submit_level`.
+        """
+        return self.session.state()
+
+    @classmethod
+    def resume(
+        cls,
+        shuffler_url: str,
+        state: Mapping[str, Any] | str | bytes,
+        *,
+        campaign_id: str | None = None,
+        rng: np.random.Generator | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float = 30.0,
+        allow_insecure: bool = False,
+        min_fake_tolerance: float = 0.0,
+        key_id: str | None = None,
+        server_key: str | None = None,
+        http: httpx.Client | None = None,
+        cache: PublicCache | None = None,
+        ca_file: str | os.PathLike[str] | None = None,
+    ) -> Client:
+        """A client for the user whose :meth:`state` is ``state`` (the dict, or its JSON).
+
+        The restored client keeps every check: the round-1 pins (key and configuration
+        hash) come from the state and every view it fetches must match them, with the
+        server's signatures when the state or ``server_key`` carries the server's key;
+        the round-2 parameters are fetched and verified for the saved level.  Give
+        ``campaign_id`` to refuse a state saved for another campaign.  A state that is
+        malformed, altered (checksum), of another version, for another campaign, or at
+        odds with ``key_id`` / ``server_key`` is refused with a
+        :class:`~segshuffle.client.errors.ClientError`; nothing is fetched here.
+        """
+        session = UserSession.from_state(
+            state, campaign_id=campaign_id, rng=rng, allow_insecure=allow_insecure,
+            min_fake_tolerance=min_fake_tolerance, key_id=key_id, server_key=server_key)
+        client = cls(shuffler_url, session.campaign_id, rng=session.rng, retry=retry,
+                     timeout=timeout, allow_insecure=allow_insecure, http=http, cache=cache,
+                     ca_file=ca_file)
+        client.session = session
+        return client
 
     # -- transport -----------------------------------------------------------------------
     def _request(self, method: str, url: str, what: str, *, submission: bool = False,
@@ -183,7 +236,7 @@ class Client:
         s = self.session
         if level_index is not None:
             s.level_index = level_index
-        if s.key is None:
+        if s.view is None:  # not fetched yet, or resumed from a saved state
             self.campaign()
         view = self._view()
         if view.parameters is None:  # a cached view from before the publication
@@ -192,8 +245,20 @@ class Client:
         s.check_release_threshold(self.round_status(2))
         return parameters
 
-    def submit_data(self, items: Iterable[int]) -> SentRound2:
-        """Round 2: randomize the item set with the verified parameters, seal, send."""
+    def item_ids(self, items: Iterable[int | str]) -> list[int]:
+        """The ids of ``items`` (ids, or names when the campaign has item names), checked
+        against the campaign's domain; an unknown name or an id outside [0, d) is a
+        :class:`~segshuffle.client.errors.ClientError` naming the item."""
+        if self.session.view is None:
+            self.campaign()
+        return self.session.item_ids(items)
+
+    def submit_data(self, items: Iterable[int | str]) -> SentRound2:
+        """Round 2: randomize the item set with the verified parameters, seal, send.
+
+        ``items``: the user's items as ids (0..d-1) or, when the campaign has item names,
+        as names (:meth:`item_ids`); anything else is a ``ClientError`` and nothing is
+        sent."""
         s = self.session
         if s.parameters is None:
             self.fetch_parameters()
