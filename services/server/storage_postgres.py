@@ -1,0 +1,409 @@
+"""PostgreSQL storage of the server (analyzer): the same records as the SQLite
+:class:`~.storage.Repository`, for several replicas sharing one database.
+
+The tables and what they hold are those of :mod:`.storage` (campaigns, batches,
+chunks, counts, nonces); only what the server needs to decode is stored, never a
+ciphertext and never anything about a user. What differs is how atomicity is obtained:
+
+- SQLite serialises every writer with ``BEGIN IMMEDIATE`` on one file owned by one
+  process. Here several processes write at once, so each :class:`PostgresTransaction`
+  takes an exclusive transaction-scoped advisory lock per campaign
+  (``server:campaign:<id>``, :func:`~segshuffle.services.postgres_base.lock`) the first
+  time one of its methods names that campaign, before any read or write of it. Two
+  transactions on the same campaign therefore run one after the other, and since the
+  connection is ``READ COMMITTED`` every statement after the lock sees what the previous
+  holder committed: the service's read-check-write (is the chunk stored, is the round
+  still open, which batch is pinned) holds across replicas, and two replicas taking the
+  same chunk never count it twice. Transactions on different campaigns do not wait for
+  each other. A transaction that touches several campaigns must name them in the same
+  order as every other such transaction, or PostgreSQL may end one with a
+  ``DeadlockDetected`` error (the service touches one campaign per transaction).
+- Every lock wait in a transaction (the advisory lock, a row a concurrent insert holds)
+  is bounded by ``lock_timeout`` seconds; past it the transaction fails with
+  :class:`psycopg.errors.LockNotAvailable` and is rolled back.
+- Writes whose SQLite version relies on a unique key are ``ON CONFLICT`` statements:
+  nonces (``DO NOTHING``, the returned rows say which were new), counts (``DO UPDATE``
+  adding to the stored count), and campaign creation (``DO NOTHING``; no row back means
+  the id exists, :class:`~.storage_api.ConflictError`, even when two replicas race).
+  :meth:`PostgresTransaction.pin_batch` and :meth:`PostgresTransaction.put_chunk` raise
+  :class:`~.storage_api.ConflictError` when their row exists already (the service checks
+  before, inside the same locked transaction, so this only catches a misuse).
+- Nonces and counts of a chunk are one statement each, whatever the chunk's size
+  (arrays passed as parameters and expanded with ``unnest``).
+
+JSON columns are ``TEXT`` holding exactly what SQLite stores (sorted keys, compact
+separators, no NaN), so records decode identically on both backends, key order
+included. Campaign ids use the ``"C"`` collation, so ``ORDER BY id`` and the keyset
+pagination of :meth:`PostgresRepository.campaign_phases` follow code-point order, as
+SQLite's binary comparison and Python's ``sorted`` do, whatever the database's locale.
+
+Connection problems surface as :class:`psycopg.Error` (a full pool as
+:class:`psycopg_pool.PoolTimeout`, which is one); the service decides what they mean.
+Nothing here logs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+
+from ..postgres_base import PostgresMigration, PostgresStore, lock
+from .storage_api import (
+    NULL_VALUE,
+    BatchRecord,
+    CampaignRecord,
+    ChunkRecord,
+    ConflictError,
+    StoredChunk,
+)
+
+__all__ = ["MIGRATIONS", "NULL_VALUE", "PostgresRepository", "PostgresTransaction"]
+
+_SCHEMA_1 = """
+CREATE TABLE campaigns (
+    id TEXT COLLATE "C" PRIMARY KEY,
+    config_json TEXT NOT NULL,
+    config_hash TEXT NOT NULL,
+    key_id TEXT NOT NULL,
+    public_key BYTEA NOT NULL,
+    phase TEXT NOT NULL,
+    parameters_json TEXT,
+    parameters_hash TEXT,
+    round1_json TEXT,
+    results_json TEXT,
+    end_reason TEXT,
+    created_at DOUBLE PRECISION NOT NULL
+);
+CREATE TABLE batches (
+    campaign_id TEXT COLLATE "C" NOT NULL,
+    round INTEGER NOT NULL,
+    batch_id TEXT NOT NULL,
+    completion_json TEXT,
+    PRIMARY KEY (campaign_id, round)
+);
+CREATE TABLE chunks (
+    campaign_id TEXT COLLATE "C" NOT NULL,
+    round INTEGER NOT NULL,
+    stream TEXT COLLATE "C" NOT NULL,
+    chunk_index INTEGER NOT NULL,
+    batch_id TEXT NOT NULL,
+    chunk_count INTEGER NOT NULL,
+    digest BYTEA NOT NULL,
+    receipt_json TEXT NOT NULL,
+    PRIMARY KEY (campaign_id, round, stream, chunk_index)
+);
+CREATE TABLE counts (
+    campaign_id TEXT COLLATE "C" NOT NULL,
+    round INTEGER NOT NULL,
+    stream TEXT COLLATE "C" NOT NULL,
+    value BIGINT NOT NULL,
+    count BIGINT NOT NULL,
+    PRIMARY KEY (campaign_id, round, stream, value)
+);
+CREATE TABLE nonces (
+    campaign_id TEXT COLLATE "C" NOT NULL,
+    round INTEGER NOT NULL,
+    nonce BYTEA NOT NULL,
+    PRIMARY KEY (campaign_id, round, nonce)
+);
+"""
+
+MIGRATIONS: tuple[PostgresMigration, ...] = (
+    PostgresMigration(1, "campaigns, batches, chunks, counts, nonces", _SCHEMA_1),
+)
+"""The server's PostgreSQL schema, in order (:mod:`segshuffle.services.postgres_base`);
+append only. Version 1 is SQLite's versions 1 and 2 together (``end_reason`` included):
+a PostgreSQL database never held the schema before it."""
+
+_CAMPAIGN_COLUMNS = ("id, config_json, config_hash, key_id, public_key, phase, parameters_json,"
+                     " parameters_hash, round1_json, results_json, end_reason")
+
+_INSERT_NONCES = """
+INSERT INTO nonces (campaign_id, round, nonce)
+SELECT %(campaign)s, %(round)s, given.nonce
+FROM unnest(%(nonces)b::bytea[]) WITH ORDINALITY AS given(nonce, position)
+ORDER BY given.position
+ON CONFLICT (campaign_id, round, nonce) DO NOTHING
+RETURNING nonce
+"""
+# A nonce given twice is inserted at its first occurrence and skipped at the second
+# (DO NOTHING, unlike DO UPDATE, accepts a key twice in one statement); the returned
+# rows are the nonces that were not stored before the statement.
+
+_ADD_COUNTS = """
+INSERT INTO counts (campaign_id, round, stream, value, count)
+SELECT %(campaign)s, %(round)s, %(stream)s, given.value, given.count
+FROM unnest(%(values)s::bigint[], %(counts)s::bigint[]) AS given(value, count)
+ON CONFLICT (campaign_id, round, stream, value) DO UPDATE SET count = counts.count + EXCLUDED.count
+"""
+
+
+def _loads(text: str | None) -> dict[str, Any] | None:
+    return None if text is None else json.loads(text)
+
+
+def _dumps(obj: Any) -> str:
+    """The JSON text SQLite's :mod:`.storage` stores for ``obj`` (same options)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def _campaign_record(row: Sequence[Any]) -> CampaignRecord:
+    """A :class:`CampaignRecord` from a row of ``_CAMPAIGN_COLUMNS``."""
+    return CampaignRecord(
+        id=row[0], config=json.loads(row[1]), config_hash=row[2], key_id=row[3],
+        public_key=bytes(row[4]), phase=row[5], parameters=_loads(row[6]),
+        parameters_hash=row[7], round1=_loads(row[8]), results=_loads(row[9]),
+        end_reason=row[10],
+    )
+
+
+def _bound_lock_waits(db: psycopg.Connection, seconds: float) -> None:
+    """Bound every lock wait of the current transaction by ``seconds``."""
+    db.execute("SELECT set_config('lock_timeout', %s, true)",
+               (f"{max(1, round(seconds * 1000))}ms",))
+
+
+class PostgresRepository(PostgresStore):
+    """The PostgreSQL implementation of :class:`.storage_api.ServerStorage`.
+
+    ``pool_size`` connections at most per process; a transaction waits at most
+    ``lock_timeout`` seconds for a lock (another replica's transaction on the same
+    campaign) before failing with :class:`psycopg.errors.LockNotAvailable`. Opening
+    migrates the schema (:func:`~segshuffle.services.postgres_base.migrate`) and raises
+    :class:`~segshuffle.services.sqlite_base.UnusableDatabaseError` (or its
+    :class:`~segshuffle.services.sqlite_base.SchemaVersionError`) when the database
+    cannot be used.
+    """
+
+    def __init__(self, url: str, *, pool_size: int = 8, connect_timeout: float = 10.0,
+                 lock_timeout: float = 30.0) -> None:
+        if lock_timeout <= 0:
+            raise ValueError(f"lock_timeout must be positive, got {lock_timeout}")
+        super().__init__(url, MIGRATIONS, service="server", pool_size=pool_size,
+                         connect_timeout=connect_timeout)
+        self.lock_timeout = lock_timeout
+
+    # -- campaigns ---------------------------------------------------------------------------
+
+    def create_campaign(self, campaign_id: str, config: Mapping[str, Any], config_hash: str,
+                        key_id: str, public_key: bytes) -> CampaignRecord:
+        """Insert a new campaign in phase ``round1``; :class:`ConflictError` if the id exists.
+
+        When two replicas insert the same id at once, the second waits on the first's
+        uncommitted row, then finds it and inserts nothing: exactly one succeeds.
+        """
+        with self._transaction() as db:
+            _bound_lock_waits(db, self.lock_timeout)
+            row = db.execute(
+                "INSERT INTO campaigns (id, config_json, config_hash, key_id, public_key, phase,"
+                " created_at) VALUES (%s, %s, %s, %s, %s, 'round1', %s)"
+                f" ON CONFLICT (id) DO NOTHING RETURNING {_CAMPAIGN_COLUMNS}",
+                (campaign_id, _dumps(config), config_hash, key_id, public_key, time.time()),
+            ).fetchone()
+        if row is None:
+            raise ConflictError(f"campaign {campaign_id!r} already exists")
+        return _campaign_record(row)
+
+    def campaign(self, campaign_id: str) -> CampaignRecord | None:
+        with self._connection() as db:
+            row = db.execute(f"SELECT {_CAMPAIGN_COLUMNS} FROM campaigns WHERE id = %s",
+                             (campaign_id,)).fetchone()
+        return None if row is None else _campaign_record(row)
+
+    def phase(self, campaign_id: str) -> str | None:
+        """The campaign's phase (a cheap read), ``None`` if unknown."""
+        with self._connection() as db:
+            return _phase(db, campaign_id)
+
+    def collecting_campaign_ids(self) -> list[str]:
+        """The campaigns in round 1 or round 2, sorted."""
+        with self._connection() as db:
+            return [str(r[0]) for r in db.execute(
+                "SELECT id FROM campaigns WHERE phase IN ('round1', 'round2') ORDER BY id")]
+
+    def campaign_ids(self) -> list[str]:
+        with self._connection() as db:
+            return [str(r[0]) for r in db.execute("SELECT id FROM campaigns ORDER BY id")]
+
+    def campaign_phases(self, after: str | None, limit: int) -> list[tuple[str, str]]:
+        with self._connection() as db:
+            return [(str(r[0]), str(r[1])) for r in db.execute(
+                "SELECT id, phase FROM campaigns WHERE id > %s ORDER BY id LIMIT %s",
+                (after or "", limit))]
+
+    # -- batches and chunks ------------------------------------------------------------------
+
+    def batch(self, campaign_id: str, round_: int) -> BatchRecord | None:
+        """The pinned batch id of a round and its stored completion (None until complete)."""
+        with self._connection() as db:
+            return _batch(db, campaign_id, round_)
+
+    def chunk(self, campaign_id: str, round_: int, stream: str, chunk_index: int
+              ) -> ChunkRecord | None:
+        with self._connection() as db:
+            return _chunk(db, campaign_id, round_, stream, chunk_index)
+
+    def stream_chunks(self, campaign_id: str, round_: int, stream: str) -> list[StoredChunk]:
+        """Every stored chunk of a stream (index, count, receipt), by index."""
+        with self._connection() as db:
+            rows = db.execute(
+                "SELECT chunk_index, chunk_count, receipt_json FROM chunks WHERE"
+                " campaign_id = %s AND round = %s AND stream = %s ORDER BY chunk_index",
+                (campaign_id, round_, stream)).fetchall()
+        return [StoredChunk(chunk_index=r[0], chunk_count=r[1], receipt=json.loads(r[2]))
+                for r in rows]
+
+    def counts(self, campaign_id: str, round_: int, stream: str) -> dict[int, int]:
+        """Accepted messages per value of one stream of a round (nulls under NULL_VALUE)."""
+        with self._connection() as db:
+            rows = db.execute(
+                "SELECT value, count FROM counts WHERE campaign_id = %s AND round = %s"
+                " AND stream = %s", (campaign_id, round_, stream)).fetchall()
+        return {int(v): int(c) for v, c in rows}
+
+    @contextmanager
+    def transaction(self) -> Iterator[PostgresTransaction]:
+        """One database transaction on a pooled connection, committed when the block ends
+        and rolled back if it raises; it locks each campaign it names (see the module)."""
+        with self._transaction() as db:
+            yield PostgresTransaction(db, self.lock_timeout)
+
+
+class PostgresTransaction:
+    """The PostgreSQL implementation of :class:`.storage_api.ServerTransaction`.
+
+    Every method first takes the campaign's advisory lock unless this transaction holds
+    it already (:meth:`_locked`), so each read and write below happens while no other
+    replica's transaction on that campaign is running.
+    """
+
+    def __init__(self, db: psycopg.Connection, lock_timeout: float) -> None:
+        self._db = db
+        self._lock_timeout = lock_timeout
+        self._campaigns: set[str] = set()
+
+    def _locked(self, campaign_id: str) -> psycopg.Connection:
+        """The connection, once this transaction holds ``campaign_id``'s exclusive lock
+        (taken on first use, held until commit or rollback)."""
+        if campaign_id not in self._campaigns:
+            if not self._campaigns:
+                _bound_lock_waits(self._db, self._lock_timeout)
+            lock(self._db, f"server:campaign:{campaign_id}")
+            self._campaigns.add(campaign_id)
+        return self._db
+
+    def phase(self, campaign_id: str) -> str | None:
+        return _phase(self._locked(campaign_id), campaign_id)
+
+    def batch(self, campaign_id: str, round_: int) -> BatchRecord | None:
+        return _batch(self._locked(campaign_id), campaign_id, round_)
+
+    def chunk(self, campaign_id: str, round_: int, stream: str, chunk_index: int
+              ) -> ChunkRecord | None:
+        return _chunk(self._locked(campaign_id), campaign_id, round_, stream, chunk_index)
+
+    def pin_batch(self, campaign_id: str, round_: int, batch_id: str) -> None:
+        """Pin the round to ``batch_id``; :class:`ConflictError` if it has a batch already."""
+        row = self._locked(campaign_id).execute(
+            "INSERT INTO batches (campaign_id, round, batch_id) VALUES (%s, %s, %s)"
+            " ON CONFLICT (campaign_id, round) DO NOTHING RETURNING batch_id",
+            (campaign_id, round_, batch_id)).fetchone()
+        if row is None:
+            raise ConflictError(f"round {round_} of campaign {campaign_id!r} has a batch already")
+
+    def insert_nonces(self, campaign_id: str, round_: int, nonces: Sequence[bytes]
+                      ) -> list[bool]:
+        """Record the nonces in the round (one statement); per nonce, whether it was new."""
+        db = self._locked(campaign_id)
+        if not nonces:
+            return []
+        inserted = {bytes(r[0]) for r in db.execute(
+            _INSERT_NONCES,
+            {"campaign": campaign_id, "round": round_, "nonces": [bytes(n) for n in nonces]})}
+        fresh = []
+        for nonce in nonces:
+            new = nonce in inserted
+            if new:
+                inserted.discard(nonce)  # a later occurrence in the list is not new
+            fresh.append(new)
+        return fresh
+
+    def add_counts(self, campaign_id: str, round_: int, stream: str,
+                   counts: Mapping[int, int]) -> None:
+        """Add to the per-value counts of a stream (one statement; nulls under NULL_VALUE)."""
+        db = self._locked(campaign_id)
+        if not counts:
+            return
+        values = list(counts)
+        db.execute(_ADD_COUNTS, {"campaign": campaign_id, "round": round_, "stream": stream,
+                                 "values": values, "counts": [counts[v] for v in values]})
+
+    def put_chunk(self, campaign_id: str, round_: int, stream: str, chunk_index: int,
+                  chunk: ChunkRecord) -> None:
+        """Store a chunk record; :class:`ConflictError` if that chunk is stored already."""
+        row = self._locked(campaign_id).execute(
+            "INSERT INTO chunks (campaign_id, round, stream, chunk_index, batch_id,"
+            " chunk_count, digest, receipt_json) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (campaign_id, round, stream, chunk_index) DO NOTHING"
+            " RETURNING chunk_index",
+            (campaign_id, round_, stream, chunk_index, chunk.batch_id, chunk.chunk_count,
+             chunk.digest, _dumps(chunk.receipt))).fetchone()
+        if row is None:
+            raise ConflictError(f"chunk {chunk_index} of stream {stream!r} in round {round_} "
+                                f"of campaign {campaign_id!r} is stored already")
+
+    def complete_batch(self, campaign_id: str, round_: int,
+                       completion: Mapping[str, Any]) -> None:
+        self._locked(campaign_id).execute(
+            "UPDATE batches SET completion_json = %s WHERE campaign_id = %s AND round = %s",
+            (_dumps(completion), campaign_id, round_))
+
+    def publish_parameters(self, campaign_id: str, parameters: Mapping[str, Any],
+                           parameters_hash: str, round1: Mapping[str, Any]) -> None:
+        self._locked(campaign_id).execute(
+            "UPDATE campaigns SET phase = 'round2', parameters_json = %s, parameters_hash = %s,"
+            " round1_json = %s WHERE id = %s",
+            (_dumps(parameters), parameters_hash, _dumps(round1), campaign_id))
+
+    def store_results(self, campaign_id: str, results: Mapping[str, Any]) -> None:
+        self._locked(campaign_id).execute(
+            "UPDATE campaigns SET phase = 'done', results_json = %s WHERE id = %s",
+            (_dumps(results), campaign_id))
+
+    def end_campaign(self, campaign_id: str, phase: str, reason: str) -> None:
+        self._locked(campaign_id).execute(
+            "UPDATE campaigns SET phase = %s, end_reason = %s WHERE id = %s",
+            (phase, reason, campaign_id))
+
+    def delete_nonces(self, campaign_id: str, round_: int) -> None:
+        self._locked(campaign_id).execute(
+            "DELETE FROM nonces WHERE campaign_id = %s AND round = %s", (campaign_id, round_))
+
+
+def _phase(db: psycopg.Connection, campaign_id: str) -> str | None:
+    row = db.execute("SELECT phase FROM campaigns WHERE id = %s", (campaign_id,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def _batch(db: psycopg.Connection, campaign_id: str, round_: int) -> BatchRecord | None:
+    row = db.execute(
+        "SELECT batch_id, completion_json FROM batches WHERE campaign_id = %s AND round = %s",
+        (campaign_id, round_)).fetchone()
+    return None if row is None else BatchRecord(batch_id=row[0], completion=_loads(row[1]))
+
+
+def _chunk(db: psycopg.Connection, campaign_id: str, round_: int, stream: str,
+           chunk_index: int) -> ChunkRecord | None:
+    row = db.execute(
+        "SELECT batch_id, chunk_count, digest, receipt_json FROM chunks WHERE"
+        " campaign_id = %s AND round = %s AND stream = %s AND chunk_index = %s",
+        (campaign_id, round_, stream, chunk_index)).fetchone()
+    if row is None:
+        return None
+    return ChunkRecord(batch_id=row[0], chunk_count=row[1], digest=bytes(row[2]),
+                       receipt=json.loads(row[3]))
