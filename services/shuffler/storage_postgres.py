@@ -1,0 +1,478 @@
+"""PostgreSQL storage of the shuffler: the :class:`.storage_api.ShufflerStorage` of a
+deployment whose replicas share one database.
+
+The tables and their meaning are those of the SQLite :mod:`.storage`: ``tokens`` (hashes
+of user tokens), ``used_invitations`` (hashes of used invitations, nothing linking them to
+a token), ``participations`` ("token hash X has submitted round r", no reference to any
+message) and ``participant_counts``, ``pending`` (the sealed messages of open and
+releasing rounds, keyed by the 16 random bytes the service drew for each, with no user
+column and no timestamp), ``rounds`` (closed rounds, their batch id and stream sizes) and
+``acknowledged`` (the chunks the server confirmed).  The release order is never stored.
+
+Correct with several replicas (processes) on one database; no process-local lock is
+involved.  Every state change is one ``READ COMMITTED`` transaction, and:
+
+- ``submit`` holds the *shared* advisory lock of its (campaign, round) and
+  ``close_round``, ``discard_round`` and ``finish_release`` the *exclusive* one.  A
+  closing replica therefore waits for the submissions in flight to commit, counts the
+  streams with a snapshot taken after they did, and inserts the round's row before it
+  lets go; a submission that gets its lock afterwards sees that row and is refused with
+  :class:`RoundClosedError`.  Nothing is added to or lost from a counted stream.
+  (PostgreSQL queues new shared requests behind a waiting exclusive one, so a stream of
+  submissions cannot starve a release.)
+- A second submission of a token, or a second use of an invitation, is caught by a
+  primary key with ``INSERT ... ON CONFLICT DO NOTHING``: of two racing transactions
+  the second waits for the first and inserts nothing if it committed.
+- ``participant_counts`` is incremented with ``INSERT ... ON CONFLICT DO UPDATE`` in the
+  submission's transaction (a row lock), as its last statement so that the lock is held
+  briefly; the count stays exact.
+
+What differs from SQLite (whose ``WITHOUT ROWID`` tables keep rows in key order and
+whose ``secure_delete`` overwrites deleted rows):
+
+- ``pending`` is a heap table: rows sit in arrival order, the rows of one submission
+  carry the same transaction id (``xmin``, shared with its ``participations`` row), and
+  PostgreSQL's write-ahead log holds them together with the commit time.  Reads never
+  expose the arrival order (:meth:`PostgresStorage.row_keys` returns keys sorted).
+- Deleted tuples stay in the data files (and in the WAL and any base backup) until
+  ``VACUUM`` makes their space reusable, and even then PostgreSQL does not overwrite
+  them.  What they hold is sealed under the round key, which the service destroys after
+  the release (:mod:`.vault`), so nothing readable is exposed; after forgetting a
+  round's messages this module runs a best-effort ``VACUUM (SKIP_LOCKED)`` of
+  ``pending`` in autocommit, which is proportional to the table's size and skipped
+  while another vacuum of it is running.
+
+Refusals are the :mod:`.storage_api` errors, as in SQLite; a broken connection or
+database surfaces as a :class:`psycopg.Error` (mapped by the service).  Nothing here logs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from ..postgres_base import PostgresMigration, PostgresStore, lock, lock_shared
+from .storage_api import (
+    FAILED,
+    RELEASED,
+    RELEASING,
+    AlreadySubmittedError,
+    InvitationUsedError,
+    NotEnoughParticipantsError,
+    RoundClosedError,
+    RoundRecord,
+    StorageError,
+    StoredMessage,
+)
+
+__all__ = ["MIGRATIONS", "PostgresStorage"]
+
+_SCHEMA_1 = """
+CREATE TABLE tokens (
+    token_hash BYTEA PRIMARY KEY,
+    campaign_id TEXT NOT NULL
+);
+CREATE INDEX tokens_by_campaign ON tokens (campaign_id);
+CREATE TABLE used_invitations (
+    invitation_hash BYTEA PRIMARY KEY,
+    expires BIGINT NOT NULL
+);
+CREATE INDEX used_invitations_by_expiry ON used_invitations (expires);
+CREATE TABLE participations (
+    campaign_id TEXT NOT NULL,
+    round BIGINT NOT NULL,
+    token_hash BYTEA NOT NULL,
+    PRIMARY KEY (campaign_id, round, token_hash)
+);
+CREATE TABLE participant_counts (
+    campaign_id TEXT NOT NULL,
+    round BIGINT NOT NULL,
+    participants BIGINT NOT NULL,
+    PRIMARY KEY (campaign_id, round)
+);
+CREATE TABLE pending (
+    campaign_id TEXT NOT NULL,
+    round BIGINT NOT NULL,
+    stream TEXT NOT NULL,
+    row_key BYTEA NOT NULL,
+    ciphertext BYTEA NOT NULL,
+    PRIMARY KEY (campaign_id, round, stream, row_key)
+);
+CREATE TABLE rounds (
+    campaign_id TEXT NOT NULL,
+    round BIGINT NOT NULL,
+    state TEXT NOT NULL,
+    batch_id TEXT NOT NULL,
+    participants BIGINT NOT NULL,
+    chunk_size BIGINT NOT NULL,
+    stream_sizes TEXT NOT NULL,
+    reason TEXT,
+    PRIMARY KEY (campaign_id, round)
+);
+CREATE INDEX rounds_releasing ON rounds (campaign_id, round) WHERE state = 'releasing';
+CREATE TABLE acknowledged (
+    batch_id TEXT NOT NULL,
+    stream TEXT NOT NULL,
+    chunk_index BIGINT NOT NULL,
+    PRIMARY KEY (batch_id, stream, chunk_index)
+);
+"""
+
+MIGRATIONS: tuple[PostgresMigration, ...] = (
+    PostgresMigration(1, "tokens, used_invitations, participations, pending, rounds, "
+                         "acknowledged", _SCHEMA_1),
+)
+"""The shuffler's PostgreSQL schema, in order (:mod:`segshuffle.services.postgres_base`);
+append only.  Version 1 is the SQLite schema at its version 4."""
+
+_FETCH_ROWS = 20_000
+"""Rows per fetch of the server-side cursor that reads a stream's row keys."""
+
+_ROUND_COLUMNS = ("campaign_id, round, state, batch_id, participants, chunk_size, "
+                  "stream_sizes, reason")
+
+
+def _round_lock(campaign_id: str, round_number: int) -> str:
+    """The advisory lock name of one round (shared by submissions, exclusive to closing)."""
+    return f"shuffler:round:{campaign_id}:{round_number}"
+
+
+class PostgresStorage(PostgresStore):
+    """The PostgreSQL implementation of :class:`.storage_api.ShufflerStorage`.
+
+    ``url`` is a libpq connection URL; ``pool_size`` bounds the connections this process
+    opens (each blocking call holds one for its duration).  The schema is created or
+    upgraded on opening, once even when several replicas start together.
+    """
+
+    def __init__(self, url: str, *, pool_size: int = 8) -> None:
+        super().__init__(url, MIGRATIONS, service="shuffler", pool_size=pool_size)
+
+    # -- enrollment --------------------------------------------------------------------
+    def add_token(self, campaign_id: str, token_hash: bytes) -> None:
+        """Record an issued token's hash (StorageError if the hash is already recorded)."""
+        with self._transaction() as db:
+            self._insert_token(db, campaign_id, token_hash)
+
+    @staticmethod
+    def _insert_token(db: psycopg.Connection[Any], campaign_id: str,
+                      token_hash: bytes) -> None:
+        try:
+            db.execute("INSERT INTO tokens (token_hash, campaign_id) VALUES (%s, %s)",
+                       (token_hash, campaign_id))
+        except pg_errors.UniqueViolation:  # 256 random bits drawn twice: never in practice
+            raise StorageError("this token hash is already recorded") from None
+
+    def add_token_for_invitation(self, campaign_id: str, token_hash: bytes,
+                                 invitation_hash: bytes, expires: int) -> None:
+        """Mark an invitation used and record the token it buys, in one transaction.
+
+        Raises :class:`InvitationUsedError` (and records nothing) if the invitation was
+        used before, also when two replicas race with it: the second insert waits for the
+        first transaction and, once it has committed, inserts nothing.  The two rows share
+        no key: nothing links an invitation to a token.
+        """
+        with self._transaction() as db:
+            inserted = db.execute(
+                "INSERT INTO used_invitations (invitation_hash, expires) VALUES (%s, %s) "
+                "ON CONFLICT (invitation_hash) DO NOTHING RETURNING 1",
+                (invitation_hash, expires)).fetchone()
+            if inserted is None:
+                raise InvitationUsedError("the invitation has already been used")
+            self._insert_token(db, campaign_id, token_hash)
+
+    def forget_expired_invitations(self, before: float) -> int:
+        """Drop the hashes of used invitations that expired before ``before``; how many."""
+        with self._transaction() as db:
+            return db.execute("DELETE FROM used_invitations WHERE expires < %s",
+                              (before,)).rowcount
+
+    def token_campaign(self, token_hash: bytes) -> str | None:
+        """The campaign a token hash was issued for, or ``None`` if unknown."""
+        with self._connection() as db:
+            row = db.execute("SELECT campaign_id FROM tokens WHERE token_hash = %s",
+                             (token_hash,)).fetchone()
+        return None if row is None else str(row[0])
+
+    # -- submissions -------------------------------------------------------------------
+    def submit(self, campaign_id: str, round_number: int, token_hash: bytes,
+               messages: Sequence[StoredMessage]) -> int:
+        """Store one user's submission atomically; returns the new participant count.
+
+        Under the round's shared lock: refused with :class:`RoundClosedError` if the
+        round has a record, with :class:`AlreadySubmittedError` if the token's
+        participation exists (committed by any replica); the messages go in with one
+        ``INSERT ... SELECT FROM unnest(...)``, whatever their number.
+        """
+        with self._transaction() as db:
+            lock_shared(db, _round_lock(campaign_id, round_number))
+            if self._round_row(db, campaign_id, round_number) is not None:
+                raise RoundClosedError(f"round {round_number} has already been released")
+            inserted = db.execute(
+                "INSERT INTO participations (campaign_id, round, token_hash) "
+                "VALUES (%s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
+                (campaign_id, round_number, token_hash)).fetchone()
+            if inserted is None:
+                raise AlreadySubmittedError(
+                    f"this token has already submitted round {round_number}")
+            if messages:
+                try:
+                    db.execute(
+                        "INSERT INTO pending (campaign_id, round, stream, row_key, ciphertext) "
+                        "SELECT %s, %s, m.stream, m.row_key, m.ciphertext "
+                        "FROM unnest(%s::text[], %s::bytea[], %s::bytea[]) "
+                        "AS m(stream, row_key, ciphertext)",
+                        (campaign_id, round_number, [m.stream for m in messages],
+                         [m.row_key for m in messages], [m.sealed for m in messages]))
+                except pg_errors.UniqueViolation:  # a 128-bit row key drawn twice
+                    raise StorageError("a row key is already in use") from None
+            row = db.execute(
+                "INSERT INTO participant_counts (campaign_id, round, participants) "
+                "VALUES (%s, %s, 1) ON CONFLICT (campaign_id, round) "
+                "DO UPDATE SET participants = participant_counts.participants + 1 "
+                "RETURNING participants",
+                (campaign_id, round_number)).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    @staticmethod
+    def _participants(db: psycopg.Connection[Any], campaign_id: str,
+                      round_number: int) -> int:
+        """Kept as a counter updated with each submission (a COUNT(*) would be O(n))."""
+        row = db.execute(
+            "SELECT participants FROM participant_counts WHERE campaign_id = %s AND round = %s",
+            (campaign_id, round_number)).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def participants(self, campaign_id: str, round_number: int) -> int:
+        """Distinct users who have submitted this round."""
+        with self._connection() as db:
+            return self._participants(db, campaign_id, round_number)
+
+    def has_submitted(self, campaign_id: str, round_number: int, token_hash: bytes) -> bool:
+        """Whether this token hash has submitted this round."""
+        with self._connection() as db:
+            row = db.execute(
+                "SELECT 1 FROM participations WHERE campaign_id = %s AND round = %s "
+                "AND token_hash = %s", (campaign_id, round_number, token_hash)).fetchone()
+        return row is not None
+
+    def pending_count(self, campaign_id: str, round_number: int, stream: str) -> int:
+        """Ciphertexts of a stream waiting for the release of an open round."""
+        with self._connection() as db:
+            row = db.execute(
+                "SELECT COUNT(*) FROM pending WHERE campaign_id = %s AND round = %s "
+                "AND stream = %s", (campaign_id, round_number, stream)).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def rounds_with_messages(self) -> list[tuple[str, int]]:
+        """The (campaign, round) pairs that have stored messages (open or releasing),
+        in order; found by a skip scan of the primary key (one index probe per round,
+        however many messages each holds)."""
+        with self._connection() as db:
+            rows = db.execute(
+                "WITH RECURSIVE found (campaign_id, round) AS ("
+                " (SELECT campaign_id, round FROM pending ORDER BY campaign_id, round LIMIT 1)"
+                " UNION ALL"
+                " SELECT later.campaign_id, later.round FROM found, LATERAL ("
+                "  SELECT p.campaign_id, p.round FROM pending p"
+                "  WHERE (p.campaign_id, p.round) > (found.campaign_id, found.round)"
+                "  ORDER BY p.campaign_id, p.round LIMIT 1) AS later"
+                ") SELECT campaign_id, round FROM found").fetchall()
+        return [(str(campaign), int(number)) for campaign, number in rows]
+
+    # -- release -----------------------------------------------------------------------
+    @staticmethod
+    def _round_row(db: psycopg.Connection[Any], campaign_id: str,
+                   round_number: int) -> RoundRecord | None:
+        row = db.execute(f"SELECT {_ROUND_COLUMNS} FROM rounds "
+                         "WHERE campaign_id = %s AND round = %s",
+                         (campaign_id, round_number)).fetchone()
+        return None if row is None else _record(row)
+
+    def round_record(self, campaign_id: str, round_number: int) -> RoundRecord | None:
+        """The release record of a round, ``None`` while it is open."""
+        with self._connection() as db:
+            return self._round_row(db, campaign_id, round_number)
+
+    def close_round(self, campaign_id: str, round_number: int, *, minimum: int,
+                    batch_id: str, chunk_size: int, streams: Sequence[str]) -> RoundRecord:
+        """Close the round for release, atomically; the existing record if already closed.
+
+        Under the round's exclusive lock, so the stream sizes count every submission
+        that committed and no later one can add to them (see the module docstring).
+        """
+        if chunk_size < 1:
+            raise ValueError(f"chunk size must be >= 1, got {chunk_size}")
+        with self._transaction() as db:
+            lock(db, _round_lock(campaign_id, round_number))
+            existing = self._round_row(db, campaign_id, round_number)
+            if existing is not None:
+                return existing
+            participants = self._participants(db, campaign_id, round_number)
+            if participants < minimum:
+                raise NotEnoughParticipantsError(participants, minimum)
+            counted = db.execute(
+                "SELECT stream, COUNT(*) FROM pending WHERE campaign_id = %s AND round = %s "
+                "AND stream = ANY(%s::text[]) GROUP BY stream",
+                (campaign_id, round_number, list(streams))).fetchall()
+            sizes = dict.fromkeys(streams, 0) | {str(s): int(n) for s, n in counted}
+            row = db.execute(
+                "INSERT INTO rounds (campaign_id, round, state, batch_id, participants, "
+                "chunk_size, stream_sizes) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+                f"RETURNING {_ROUND_COLUMNS}",
+                (campaign_id, round_number, RELEASING, batch_id, participants, chunk_size,
+                 json.dumps(sizes, sort_keys=True))).fetchone()
+        assert row is not None
+        return _record(row)
+
+    def row_keys(self, campaign_id: str, round_number: int, stream: str) -> bytes:
+        """The row keys of a stream's stored messages, concatenated (16 bytes each), in
+        key order (never the arrival order of the heap), read through a server-side
+        cursor :data:`_FETCH_ROWS` rows at a time."""
+        keys = bytearray()
+        with (self._transaction() as db,
+              db.cursor("shuffler_row_keys", binary=True) as cursor):
+            cursor.execute("SELECT row_key FROM pending WHERE campaign_id = %s AND round = %s "
+                           "AND stream = %s ORDER BY row_key",
+                           (campaign_id, round_number, stream))
+            while rows := cursor.fetchmany(_FETCH_ROWS):
+                for (key,) in rows:
+                    keys += key
+        return bytes(keys)
+
+    def sealed_messages(self, campaign_id: str, round_number: int, stream: str,
+                        row_keys: Sequence[bytes]) -> list[bytes]:
+        """The sealed messages under ``row_keys``, in that order (one query joining the
+        keys ``WITH ORDINALITY``); StorageError if one of them is not stored."""
+        if not row_keys:
+            return []
+        with self._connection() as db:
+            rows = db.execute(
+                "SELECT p.ciphertext FROM unnest(%s::bytea[]) WITH ORDINALITY "
+                "AS wanted(row_key, position) LEFT JOIN pending p ON p.campaign_id = %s "
+                "AND p.round = %s AND p.stream = %s AND p.row_key = wanted.row_key "
+                "ORDER BY wanted.position",
+                (list(row_keys), campaign_id, round_number, stream), binary=True).fetchall()
+        found: list[bytes] = []
+        for (sealed,) in rows:
+            if sealed is None:
+                raise StorageError(f"a stored message of stream {stream!r} is missing")
+            found.append(bytes(sealed))
+        return found
+
+    def acknowledge(self, record: RoundRecord, stream: str, index: int) -> None:
+        """Record that the server acknowledged a chunk (idempotent)."""
+        with self._transaction() as db:
+            db.execute("INSERT INTO acknowledged (batch_id, stream, chunk_index) "
+                       "VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                       (record.batch_id, stream, index))
+
+    def acknowledged(self, record: RoundRecord) -> set[tuple[str, int]]:
+        """The (stream, chunk index) pairs acknowledged so far."""
+        with self._connection() as db:
+            rows = db.execute("SELECT stream, chunk_index FROM acknowledged "
+                              "WHERE batch_id = %s", (record.batch_id,)).fetchall()
+        return {(str(stream), int(index)) for stream, index in rows}
+
+    def clear_acknowledgements(self, record: RoundRecord) -> None:
+        """Forget which chunks were acknowledged, so that all are sent again."""
+        with self._transaction() as db:
+            db.execute("DELETE FROM acknowledged WHERE batch_id = %s", (record.batch_id,))
+
+    def finish_release(self, record: RoundRecord, *, state: str = RELEASED,
+                       reason: str | None = None) -> RoundRecord:
+        """The round is over: mark it ``state`` (and why) and forget it, then vacuum the
+        message table (best effort; see the module docstring)."""
+        if state not in (RELEASED, FAILED):
+            raise ValueError(f"a finished round is {RELEASED} or {FAILED}, not {state!r}")
+        with self._transaction() as db:
+            lock(db, _round_lock(record.campaign_id, record.round))
+            db.execute("UPDATE rounds SET state = %s, reason = %s WHERE campaign_id = %s "
+                       "AND round = %s", (state, reason, record.campaign_id, record.round))
+            deleted = self._forget(db, record.campaign_id, record.round, record.batch_id,
+                                   tokens=record.round == 2 or state == FAILED)
+            updated = self._round_row(db, record.campaign_id, record.round)
+        if deleted:
+            self._vacuum_messages()
+        assert updated is not None
+        return updated
+
+    def discard_round(self, campaign_id: str, round_number: int, reason: str) -> RoundRecord:
+        """Close an open round of an ended campaign as failed and forget it (idempotent:
+        a closed round's record is returned unchanged).  Under the round's exclusive lock,
+        so no submission can commit into the forgotten round."""
+        with self._transaction() as db:
+            lock(db, _round_lock(campaign_id, round_number))
+            existing = self._round_row(db, campaign_id, round_number)
+            if existing is not None:
+                return existing
+            db.execute(
+                "INSERT INTO rounds (campaign_id, round, state, batch_id, participants, "
+                "chunk_size, stream_sizes, reason) VALUES (%s, %s, %s, '', %s, 1, '{}', %s)",
+                (campaign_id, round_number, FAILED,
+                 self._participants(db, campaign_id, round_number), reason))
+            deleted = self._forget(db, campaign_id, round_number, None, tokens=True)
+            record = self._round_row(db, campaign_id, round_number)
+        if deleted:
+            self._vacuum_messages()
+        assert record is not None
+        return record
+
+    @staticmethod
+    def _forget(db: psycopg.Connection[Any], campaign_id: str, round_number: int,
+                batch_id: str | None, *, tokens: bool) -> int:
+        """Delete a round's messages, participations and acknowledgements (and the
+        campaign's tokens); returns how many messages were deleted."""
+        key = (campaign_id, round_number)
+        deleted = db.execute("DELETE FROM pending WHERE campaign_id = %s AND round = %s",
+                             key).rowcount
+        db.execute("DELETE FROM participations WHERE campaign_id = %s AND round = %s", key)
+        if batch_id is not None:
+            db.execute("DELETE FROM acknowledged WHERE batch_id = %s", (batch_id,))
+        if tokens:
+            db.execute("DELETE FROM tokens WHERE campaign_id = %s", (campaign_id,))
+        return max(0, deleted)
+
+    def _vacuum_messages(self) -> None:
+        """Best effort: let PostgreSQL reclaim the dead tuples of forgotten messages.
+
+        ``VACUUM`` cannot run in a transaction block; the pool's connections are in
+        autocommit.  ``SKIP_LOCKED`` skips it while another vacuum of the table (an
+        autovacuum, another replica's) runs.  A failure changes nothing that was
+        committed, so it is ignored: the round is already forgotten.
+        """
+        try:
+            with self._connection() as db:
+                db.execute("VACUUM (SKIP_LOCKED) pending")
+        except psycopg.Error:
+            pass
+
+    def releasing(self) -> list[RoundRecord]:
+        """Rounds whose forwarding has not been acknowledged yet (to resume after a restart)."""
+        with self._connection() as db:
+            # The state is a literal, so that the partial index rounds_releasing applies.
+            rows = db.execute(f"SELECT {_ROUND_COLUMNS} FROM rounds "
+                              f"WHERE state = '{RELEASING}' ORDER BY campaign_id, round"
+                              ).fetchall()
+        return [_record(row) for row in rows]
+
+
+def _record(row: Sequence[Any]) -> RoundRecord:
+    """A ``rounds`` row (columns :data:`_ROUND_COLUMNS`) as a :class:`RoundRecord`."""
+    campaign_id, round_number, state, batch_id, participants, chunk_size, sizes, reason = row
+    return RoundRecord(
+        campaign_id=str(campaign_id),
+        round=int(round_number),
+        state=str(state),
+        batch_id=str(batch_id),
+        participants=int(participants),
+        chunk_size=int(chunk_size),
+        stream_sizes={str(k): int(v) for k, v in json.loads(str(sizes)).items()},
+        reason=None if reason is None else str(reason),
+    )
