@@ -208,6 +208,7 @@ def test_walkthrough_section_has_every_step() -> None:
         ("sh", "python users.py"),
         ("sh", "segshuffle admin status"),
         ("sh", "segshuffle admin release fruit --round 1 --wait"),
+        ("sh", "--when-ready"),
         ("sh", "segshuffle admin release fruit --round 2 --wait"),
         ("sh", "segshuffle admin results fruit"),
         ("sh", "--format table"),

@@ -156,7 +156,7 @@ def signing_key(args: argparse.Namespace) -> int:
     import httpx
     from pydantic import ValidationError
 
-    from segshuffle.client.session import service_error
+    from segshuffle.client.problems import service_error
     from segshuffle.client.tls import CA_FILE_ENV, certificate_error, trust
     from segshuffle.crypto.documents import parse_server_key
     from segshuffle.testing.operator import ADMIN_TOKEN_ENV, base_url, read_token

@@ -6,8 +6,10 @@
   (``SEGSHUFFLE_ADMIN_TOKEN`` or ``--token-file``).
 - ``status ID [--watch]``: the campaign phase and, per round, participants against the
   threshold and the release state, from the shuffler (no token).
-- ``release ID --round R [--wait]``: the shuffler's operator API
-  (``SEGSHUFFLE_OPERATOR_TOKEN`` or ``--token-file``).
+- ``release ID --round R [--when-ready] [--wait]``: the shuffler's operator API
+  (``SEGSHUFFLE_OPERATOR_TOKEN`` or ``--token-file``).  ``--when-ready`` first waits, with a
+  progress line on standard error, until the round has reached its release threshold
+  (round 2: once the server has published the parameters), bounded by ``--timeout``.
 - ``results ID --format table|json|csv|png [--out FILE]`` (:mod:`.admin_results`).
 
 URLs from ``--server`` (default http://127.0.0.1:8080) and ``--shuffler`` (default
@@ -28,20 +30,22 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from segshuffle.client.errors import ServiceError
 from segshuffle.client.tls import CA_FILE_ENV
-from segshuffle.testing.operator import (
-    ADMIN_TOKEN_ENV,
-    OPERATOR_TOKEN_ENV,
-    OperatorClient,
-    base_url,
-    read_token,
-)
 
 from ._args import float_list, integer, number
 from .errors import CommandError
+
+if TYPE_CHECKING:
+    from segshuffle.testing.operator import OperatorClient
+
+ADMIN_TOKEN_ENV = "SEGSHUFFLE_ADMIN_TOKEN"
+"""The same names as :mod:`segshuffle.testing.operator`'s (a test checks), spelled out here
+so that building the parser imports neither httpx nor pydantic: every ``segshuffle admin``
+command, and its ``--help``, starts without loading what it does not use."""
+OPERATOR_TOKEN_ENV = "SEGSHUFFLE_OPERATOR_TOKEN"
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 DEFAULT_SHUFFLER = "http://127.0.0.1:8081"
@@ -49,6 +53,8 @@ DEFAULT_MIN_USERS = 100
 MAX_ITEMS_FILE_BYTES = 32 * 1024 * 1024
 DEFAULT_WATCH_TIMEOUT = 24 * 3600.0
 DEFAULT_RELEASE_TIMEOUT = 600.0
+DEFAULT_READY_TIMEOUT = 3600.0
+MAX_RELEASE_TIMEOUT = 7 * 86400.0
 ENDED = ("done", "failed", "aborted")
 BAR_WIDTH = 30
 
@@ -107,11 +113,16 @@ def register(commands: Any) -> None:
                         help="the privacy levels (epsilons) users choose from")
     create.add_argument("--delta", type=number, metavar="X", help="default: 0.01 / n")
     create.add_argument("--min-users", type=integer, default=DEFAULT_MIN_USERS, metavar="N",
-                        help=f"users the guarantee is accounted for (default "
-                             f"{DEFAULT_MIN_USERS})")
+                        help=f"the fewest participants either round is released with "
+                             f"(default {DEFAULT_MIN_USERS}); round 2 waits for N users "
+                             f"whatever --dropout-tolerance says, so to let a share T of "
+                             f"the n round-1 participants drop out, choose N <= "
+                             f"ceil((1 - T) n)")
     create.add_argument("--dropout-tolerance", type=number, metavar="T",
-                        help="tolerated share of round-1 users missing in round 2 "
-                             "(default 0.1)")
+                        help="share of the n round-1 participants that may miss round 2 "
+                             "(default 0.1): round 2 is released with max(N, ceil((1 - T) "
+                             "n)) participants and the epsilons are accounted for "
+                             "ceil((1 - T) n) users; with N equal to n no one may drop out")
     create.add_argument("--fake-tolerance", type=number, metavar="F",
                         help="tolerated share of fake round-2 participants (default 0)")
     create.add_argument("--blanket-mode", choices=("slots", "independent"))
@@ -147,14 +158,24 @@ def register(commands: Any) -> None:
         "release", parents=[_common(False, True, OPERATOR_TOKEN_ENV)],
         help="release a round on the shuffler (operator token)",
         description="Permute a round and forward it to the server "
-                    "(SEGSHUFFLE_OPERATOR_TOKEN or --token-file).")
+                    "(SEGSHUFFLE_OPERATOR_TOKEN or --token-file). --when-ready first waits "
+                    "until the round has reached its release threshold.")
     release.add_argument("campaign_id", metavar="ID")
     release.add_argument("--round", type=integer, required=True, choices=(1, 2),
                          dest="round_number", metavar="R")
+    release.add_argument("--when-ready", action="store_true",
+                         help="first wait until the round has its required participants "
+                              "(a progress line on standard error), then release; exit 2 "
+                              "if the campaign ends or --timeout passes first")
     release.add_argument("--wait", action="store_true",
                          help="until the server acknowledged the round")
-    release.add_argument("--timeout", type=number, default=DEFAULT_RELEASE_TIMEOUT,
-                         metavar="S", help="--wait at most S seconds (default 600)")
+    release.add_argument("--interval", type=number, default=2.0, metavar="S",
+                         help="--when-ready: seconds between checks (default 2)")
+    release.add_argument("--timeout", type=number, default=None, metavar="S",
+                         help=f"the whole command at most S seconds, waiting for the "
+                              f"threshold and for the acknowledgement together (default "
+                              f"{DEFAULT_RELEASE_TIMEOUT:g}, with --when-ready "
+                              f"{DEFAULT_READY_TIMEOUT:g})")
     release.set_defaults(handler=release_command)
 
     results = commands.add_parser(
@@ -173,6 +194,8 @@ def register(commands: Any) -> None:
 def _client(args: argparse.Namespace, token_env: str | None) -> Iterator[OperatorClient]:
     """The operator client of the command's URLs and token; a refusal or a network error
     of the services becomes one :class:`CommandError` line."""
+    from segshuffle.testing.operator import OperatorClient, base_url, read_token
+
     token = read_token(args.token_file, token_env) if token_env else None
     client = OperatorClient(
         server=base_url(args.server, "--server") if hasattr(args, "server") else "",
@@ -340,13 +363,77 @@ def status_command(args: argparse.Namespace) -> int:
 
 # -- release and results ------------------------------------------------------------------------
 
+def _progress(view: Any, status: dict[str, Any], round_number: int) -> str:
+    """The line ``release --when-ready`` prints while it waits."""
+    if round_number == 2 and view.parameters is None:
+        return (f"waiting for round 2 of {view.id}: round 1 is not released and its "
+                f"parameters not published yet ({status['participants']} round-2 "
+                f"participants so far)")
+    return (f"waiting for round {round_number} of {view.id}: "
+            f"{_bar(status['participants'], status['required'])} "
+            f"{status['participants']}/{status['required']} participants")
+
+
+def wait_until_ready(client: OperatorClient, cid: str, round_number: int, *,
+                     deadline: float, timeout: float, interval: float) -> None:
+    """Poll the shuffler until round ``round_number`` may be released: it is open, its
+    participants have reached the threshold the shuffler enforces (``required``), and for
+    round 2 the server has published the parameters; or it is already released or
+    releasing (the release request then reports it).  A progress line goes to standard
+    error whenever it changes.  Raises :class:`CommandError` if the campaign fails or is
+    aborted, or at ``deadline`` (``time.monotonic()``); a service that does not answer
+    or answers 5xx is asked again until then."""
+    last = ""
+    while True:
+        try:
+            view = client.relayed_view(cid)
+            if view.phase in ("failed", "aborted"):
+                raise CommandError(
+                    f"campaign {cid} {view.phase}"
+                    + (f" ({view.end_reason})" if view.end_reason else "")
+                    + f" before round {round_number} reached its release threshold")
+            status = client.round_status(cid, round_number)
+        except ServiceError as exc:
+            if not exc.transient:
+                raise
+            line = f"waiting for round {round_number} of {cid}: {exc} (asking again)"
+        else:
+            if status["state"] != "open":
+                return
+            opened = round_number == 1 or view.parameters is not None
+            if opened and status["participants"] >= status["required"]:
+                sys.stderr.write(_progress(view, status, round_number) + ", ready\n")
+                return
+            line = _progress(view, status, round_number)
+        if line != last:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+            last = line
+        if time.monotonic() + interval > deadline:
+            raise CommandError(f"round {round_number} of {cid} did not reach its release "
+                               f"threshold within --timeout {timeout:g}s ({last}); "
+                               f"not released")
+        time.sleep(interval)
+
+
 def release_command(args: argparse.Namespace) -> int:
     cid = _campaign_id(args.campaign_id)
-    if not 0 < args.timeout <= 7 * 86400:
-        raise ValueError(f"--timeout must be positive and at most 7 days, got {args.timeout:g}")
+    timeout = args.timeout
+    if timeout is None:
+        timeout = DEFAULT_READY_TIMEOUT if args.when_ready else DEFAULT_RELEASE_TIMEOUT
+    if not 0 < timeout <= MAX_RELEASE_TIMEOUT:
+        raise ValueError(f"--timeout must be positive and at most 7 days, got {timeout:g}")
+    if not 0.1 <= args.interval <= 3600:
+        raise ValueError(f"--interval must be between 0.1 and 3600 seconds, got "
+                         f"{args.interval:g}")
+    deadline = time.monotonic() + timeout
     with _client(args, OPERATOR_TOKEN_ENV) as client:
-        answer, acknowledged = client.release(cid, args.round_number, wait=args.wait,
-                                              timeout=args.timeout)
+        if args.when_ready:
+            wait_until_ready(client, cid, args.round_number, deadline=deadline,
+                             timeout=timeout, interval=args.interval)
+        answer, acknowledged = client.release(
+            cid, args.round_number, wait=args.wait,
+            timeout=max(1.0, deadline - time.monotonic()))
     answer["acknowledged"] = acknowledged
     state = "released and acknowledged by the server" if acknowledged else \
         "released, still forwarding to the server"

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from segshuffle.client.errors import ServiceError
-from segshuffle.client.session import service_error
+from segshuffle.client.problems import service_error
 from segshuffle.client.tls import CA_FILE_ENV, certificate_error, trust
 from segshuffle.wire.models import (
     CampaignList,
