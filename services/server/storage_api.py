@@ -1,12 +1,14 @@
 """The server's storage interface: the records it returns and the :class:`ServerStorage` Protocol.
 
 The service layer (:mod:`.service`) types against :class:`ServerStorage` only; the
-SQLite implementation is :class:`.storage.Repository`.  Storage only persists: what a
-chunk means (which messages are replays, what is counted, what the receipt says) and
-when a round may finish are decided in service code, which reads and writes through
-one :class:`ServerTransaction` at a time.  Another backend implements the same methods
-with the same atomicity (a transaction is all or nothing, and serialised against every
-other writer of the same campaign); the contract both must satisfy is
+SQLite implementation is :class:`.storage.Repository`, the PostgreSQL one (several
+replicas on one database) :class:`.storage_postgres.PostgresRepository`.  Storage only
+persists: what a chunk means (which messages are replays, what is counted, what the
+receipt says) and when a round may finish are decided in service code, which reads and
+writes through one :class:`ServerTransaction` at a time.  Another backend implements
+the same methods with the same atomicity (a transaction is all or nothing, and
+serialised against every other writer of the same campaign, in every process sharing
+the storage); the contract every backend must satisfy is
 ``tests/test_storage_contract.py``.
 """
 
