@@ -1,0 +1,568 @@
+#!/usr/bin/env python3
+"""Per-request CPU cost of the server and the shuffler, against a bare FastAPI baseline.
+
+    python benchmarks/bench_services.py --users 2000,10000
+    python benchmarks/bench_services.py --users 2000 --databases sqlite,postgresql --json
+
+Per configuration (user count x database) it starts both services as real processes
+(:class:`segshuffle.testing.localstack.LocalStack`: ``segshuffle serve``, invitation
+enrollment as deployed, per-source rate limits off since every request comes from one
+loopback address) and a bare FastAPI app under uvicorn started the same way
+(``benchmarks/bare_app.py``), then drives N users through one campaign:
+
+1. ``enroll``: N ``POST .../enrollments``, each with its own signed invitation;
+2. ``round1``: N round-1 submissions; ``release1``: the operator releases round 1 and the
+   server publishes the parameters;
+3. ``round2``: N round-2 submissions; ``release2``: release and decoding;
+4. ``server_get``: N ``GET /v1/campaigns/{cid}`` straight at the server (the view of a
+   ``done`` campaign is immutable);
+5. ``bare_get``: N GETs of a body of the same size at the bare app; ``bare_post``: the 2N
+   submission bodies of rounds 1 and 2, byte for byte, POSTed to the bare app.
+
+Every body is prepared before its phase in a process pool, as real clients would with the
+SDK (:mod:`loadgen`: campaign and signatures verified, parameters verified per level,
+HPKE sealing with :mod:`segshuffle.client.messages`), and sent by a few sender processes
+over keep-alive connections with bounded concurrency.  Each phase runs in slices; around
+every slice the CPU time of each process tree (``utime + stime`` of /proc/<pid>/stat, with
+children: the server's decryption pool) is read.  CPU-ms per request is the median over
+the slices; the generator's own CPU is shown so one can tell it is not the bottleneck.
+Latencies (p50/p95) are per request, from writing it to reading the whole answer.
+
+Summary figures: ``shuffler_cpu_ms_per_submission`` (both rounds), ``server_cpu_ms_per_get``,
+``bare_cpu_ms_per_request`` (a bare POST of the same bodies), ``bare_cpu_ms_per_get``, and
+``shuffler_rate_vs_bare`` = bare / shuffler CPU per request (the fraction of the bare app's
+throughput per core the shuffler reaches), ``server_get_rate_vs_bare`` likewise.  With
+several user counts, the flatness check prints CPU-ms per submission at the largest N over
+that at the smallest (1.0: cost per user independent of the campaign's size).
+
+The machine is shared: wall-time figures (requests/s, latencies) are noisy; CPU per
+request is the figure to compare between runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import math
+import multiprocessing
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from loadgen import BatchResult, Senders, encode_request, tree_cpu_seconds
+
+MAX_USERS = 200_000
+MIN_USERS = 10
+MIN_SLICE = 250
+"""Fewest requests per measured slice (CPU time is read in 10 ms clock ticks)."""
+SEAL_CHUNK = 250
+PHASE_WAIT_SECONDS = 600.0
+DEFAULT_POSTGRES = "postgresql://segshuffle:segshuffle@127.0.0.1:5432/postgres"
+BARE_APP = Path(__file__).resolve().parent / "bare_app.py"
+LEVELS = (1.0, 2.0, 4.0)
+SHARES = (0.3, 0.4, 0.3)
+DOMAIN = 64
+SET_SIZE = 2
+
+
+class BenchError(RuntimeError):
+    """A failed run: one line on stderr, exit status 1."""
+
+
+def log(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100), linear interpolation; NaN when empty."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100.0
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+# -- phases ------------------------------------------------------------------------------
+@dataclass
+class Phase:
+    """Figures of one phase: per-slice CPU seconds per process and the latencies."""
+
+    name: str
+    requests: int = 0
+    seconds: float = 0.0
+    slice_sizes: list[int] = field(default_factory=list)
+    slice_cpu: dict[str, list[float]] = field(default_factory=dict)
+    latencies: list[float] = field(default_factory=list)
+
+    def cpu_ms_per_request(self, process: str) -> float:
+        """Median over the slices of the process's CPU-ms per request."""
+        values = [1000.0 * cpu / size for cpu, size in
+                  zip(self.slice_cpu.get(process, []), self.slice_sizes, strict=True) if size]
+        return statistics.median(values) if values else math.nan
+
+    def summary(self) -> dict[str, Any]:
+        total = {p: sum(v) for p, v in self.slice_cpu.items()}
+        return {
+            "requests": self.requests, "seconds": self.seconds,
+            "requests_per_s": self.requests / self.seconds if self.seconds else math.nan,
+            "slices": len(self.slice_sizes),
+            "cpu_ms_per_request": {p: self.cpu_ms_per_request(p) for p in self.slice_cpu},
+            "cpu_seconds": total,
+            "p50_ms": 1000.0 * percentile(self.latencies, 50),
+            "p95_ms": 1000.0 * percentile(self.latencies, 95),
+        }
+
+
+class Meter:
+    """CPU time of the watched process trees (and the senders) around each slice."""
+
+    def __init__(self, processes: dict[str, int], senders: Senders) -> None:
+        self.processes = dict(processes)
+        self.senders = senders
+
+    def snapshot(self) -> dict[str, float]:
+        roots = list(self.processes.values()) + self.senders.pids
+        cpu = tree_cpu_seconds(roots)
+        answer = {name: cpu[pid] for name, pid in self.processes.items()}
+        answer["generator"] = sum(cpu[pid] for pid in self.senders.pids)
+        return answer
+
+    def run(self, name: str, port: int, requests: Sequence[bytes], slices: int, *,
+            keep_bodies: bool = False) -> tuple[Phase, list[bytes | None]]:
+        """Send ``requests`` in ``slices`` slices; every answer must be 2xx."""
+        count = max(1, min(slices, len(requests) // MIN_SLICE))
+        bounds = [round(i * len(requests) / count) for i in range(count + 1)]
+        phase = Phase(name)
+        bodies: list[bytes | None] = []
+        for index in range(count):
+            part = requests[bounds[index]:bounds[index + 1]]
+            self.senders.load(port, part, keep_bodies=keep_bodies)
+            before = self.snapshot()
+            started = time.perf_counter()
+            result: BatchResult = self.senders.go(len(part))
+            elapsed = time.perf_counter() - started
+            after = self.snapshot()
+            bad = {s: c for s, c in result.statuses.items() if not 200 <= s < 300}
+            if bad:
+                raise BenchError(f"{name}: {sum(bad.values())} of {len(part)} requests "
+                                 f"failed {bad}; first: {result.first_error}")
+            phase.requests += len(part)
+            phase.seconds += elapsed
+            phase.slice_sizes.append(len(part))
+            for process in after:
+                phase.slice_cpu.setdefault(process, []).append(after[process] - before[process])
+            phase.latencies.extend(result.latencies)
+            if result.bodies is not None:
+                bodies.extend(result.bodies)
+            log(f"{name}: {phase.requests}/{len(requests)} requests, "
+                f"{len(part) / elapsed:.0f}/s")
+        return phase, bodies
+
+
+def timed_operation(name: str, meter: Meter, users: int, action: Callable[[], None]
+                    ) -> dict[str, Any]:
+    """CPU per user and wall time of an operator action (a release)."""
+    before = meter.snapshot()
+    started = time.perf_counter()
+    action()
+    seconds = time.perf_counter() - started
+    after = meter.snapshot()
+    log(f"{name}: {seconds:.2f} s")
+    return {"seconds": seconds,
+            "cpu_ms_per_user": {p: 1000.0 * (after[p] - before[p]) / users
+                                for p in after}}
+
+
+# -- databases ---------------------------------------------------------------------------
+@contextmanager
+def databases(kind: str, admin_url: str, label: str) -> Iterator[dict[str, str]]:
+    """Database URLs for the two services: SQLite files (LocalStack's default), or two
+    fresh PostgreSQL databases, dropped afterwards."""
+    if kind == "sqlite":
+        yield {}
+        return
+    import psycopg
+    from psycopg import sql
+
+    names = {service: f"bench_{label}_{service}_{secrets.token_hex(4)}"
+             for service in ("server", "shuffler")}
+    with psycopg.connect(admin_url, autocommit=True, connect_timeout=10) as connection:
+        for name in names.values():
+            connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        base = admin_url.rsplit("/", 1)[0]
+        yield {service: f"{base}/{name}" for service, name in names.items()}
+    finally:
+        with psycopg.connect(admin_url, autocommit=True, connect_timeout=10) as connection:
+            for name in names.values():
+                connection.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+                                   .format(sql.Identifier(name)))
+
+
+# -- the bare app --------------------------------------------------------------------------
+@contextmanager
+def bare_app(get_bytes: int, directory: Path) -> Iterator[tuple[int, int]]:
+    """(pid, port) of ``bare_app.py`` running as its own process."""
+    log_path = directory / "bare.log"
+    with log_path.open("wb") as sink:
+        process = subprocess.Popen([sys.executable, str(BARE_APP), "--get-bytes",
+                                    str(get_bytes)], stdout=sink, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        port = None
+        while port is None:
+            text = log_path.read_text(errors="replace")
+            for line in text.splitlines():
+                if line.startswith("bare listening on port "):
+                    port = int(line.rsplit(" ", 1)[1])
+            if process.poll() is not None:
+                raise BenchError(f"the bare app exited: {text.strip()[-300:]}")
+            if port is None and time.monotonic() > deadline:
+                raise BenchError("the bare app did not start within 30 s")
+            time.sleep(0.05)
+        _wait_http(port, "/document")
+        yield process.pid, port
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _wait_http(port: int, path: str) -> None:
+    import httpx
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}{path}", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise BenchError(f"port {port} did not answer {path} within 30 s")
+
+
+# -- one configuration ---------------------------------------------------------------------
+def _wait_phase(stack: Any, campaign_id: str, phases: set[str]) -> dict[str, Any]:
+    deadline = time.monotonic() + PHASE_WAIT_SECONDS
+    while True:
+        view = stack.campaign(campaign_id)
+        if view.phase in phases:
+            return view.model_dump(mode="json")
+        if view.phase in {"failed", "aborted"}:
+            raise BenchError(f"campaign {campaign_id} ended: {view.phase} "
+                             f"({view.end_reason})")
+        if time.monotonic() > deadline:
+            raise BenchError(f"campaign {campaign_id} still {view.phase} after "
+                             f"{PHASE_WAIT_SECONDS:.0f} s")
+        time.sleep(0.1)
+
+
+def _chunks(count: int) -> list[tuple[int, int]]:
+    return [(lo, min(count, lo + SEAL_CHUNK)) for lo in range(0, count, SEAL_CHUNK)]
+
+
+def run_configuration(args: argparse.Namespace, database: str, users: int) -> dict[str, Any]:
+    """Both services, the bare app, one campaign of ``users`` users; the figures."""
+    from loadgen import prepare_round1, prepare_round2
+
+    from segshuffle.datasets import synthetic_source
+    from segshuffle.testing.localstack import LocalStack
+
+    rng = np.random.default_rng(args.seed)
+    items = synthetic_source(DOMAIN).draw(users, SET_SIZE, rng).items.tolist()
+    levels = rng.choice(len(LEVELS), size=users, p=SHARES).tolist()
+    label = f"{database}-{users}"
+    context = multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="bench-services-") as tmp, \
+            databases(database, args.postgres_url, str(users)) as urls, \
+            concurrent.futures.ProcessPoolExecutor(args.seal_workers,
+                                                   mp_context=context) as pool:
+        directory = Path(tmp)
+        server_env: dict[str, str] = {}
+        shuffler_env: dict[str, str] = {}
+        if urls:
+            server_env["SEGSHUFFLE_SERVER_DATABASE"] = urls["server"]
+            shuffler_env["SEGSHUFFLE_SHUFFLER_DATABASE"] = urls["shuffler"]
+            shuffler_env["SEGSHUFFLE_SHUFFLER_KEY_DIRECTORY"] = str(directory / "round-keys")
+        log(f"{label}: starting the services")
+        with LocalStack(directory / "stack", server_env=server_env,
+                        shuffler_env=shuffler_env) as stack, \
+                Senders(args.senders, args.concurrency) as senders:
+            campaign_id = f"bench-{users}-{secrets.token_hex(3)}"
+            stack.create_campaign({
+                "id": campaign_id, "domain_size": DOMAIN, "set_size": SET_SIZE,
+                "levels": list(LEVELS), "min_users": max(MIN_USERS, users // 2),
+                "dropout_tolerance": 0.1, "padding": False})
+            view = stack.campaign(campaign_id).model_dump(mode="json")
+            hpke = view["hpke_config"]
+            server_key = stack.server_key
+            issuer_seed = stack.issuer_key.private_bytes_raw()
+            expires = int(time.time()) + 6 * 3600
+
+            log(f"{label}: sealing round 1 for {users} users")
+            prepared = [r for part in pool.map(
+                prepare_round1, *zip(*[(view, hpke, server_key, issuer_seed, expires,
+                                        levels[lo:hi], args.seed * 1_000_003 + lo)
+                                       for lo, hi in _chunks(users)], strict=True))
+                for r in part]
+            shuffler_host = f"127.0.0.1:{stack.ports['shuffler']}"
+            server_host = f"127.0.0.1:{stack.ports['server']}"
+            base = f"/v1/campaigns/{campaign_id}"
+            meter = Meter({"shuffler": stack.processes["shuffler"].pid,
+                           "server": stack.processes["server"].pid}, senders)
+            phases: dict[str, Phase] = {}
+            operations: dict[str, dict[str, Any]] = {}
+            sport = stack.ports["shuffler"]
+
+            enrollments = [encode_request("POST", shuffler_host, f"{base}/enrollments", body)
+                           for body, _, _ in prepared]
+            phases["enroll"], answers = meter.run("enroll", sport, enrollments, args.slices,
+                                                  keep_bodies=True)
+            tokens = [json.loads(a or b"{}")["token"] for a in answers]
+
+            round1 = [body for _, _, body in prepared]
+            phases["round1"], _ = meter.run("round1", sport, [
+                encode_request("POST", shuffler_host, f"{base}/rounds/1/submissions", body,
+                               [("Authorization", f"Bearer {token}")])
+                for body, token in zip(round1, tokens, strict=True)], args.slices)
+
+            def release(round_number: int, phases_after: set[str]) -> None:
+                stack.release(campaign_id, round_number, wait=True, timeout=PHASE_WAIT_SECONDS)
+                _wait_phase(stack, campaign_id, phases_after)
+
+            operations["release1"] = timed_operation(
+                "release1", meter, users, lambda: release(1, {"round2", "done"}))
+            published = stack.campaign(campaign_id).model_dump(mode="json")
+            if published["parameters_hash"] is None:
+                raise BenchError(f"round 1 released but no parameters published (phase "
+                                 f"{published['phase']}): {published}")
+
+            log(f"{label}: sealing round 2")
+            reported = [r for _, r, _ in prepared]
+            round2 = [b for part in pool.map(
+                prepare_round2, *zip(*[(published, hpke, server_key,
+                                        [(levels[i], reported[i], items[i])
+                                         for i in range(lo, hi)],
+                                        args.seed * 1_000_003 + users + lo)
+                                       for lo, hi in _chunks(users)], strict=True))
+                for b in part]
+            phases["round2"], _ = meter.run("round2", sport, [
+                encode_request("POST", shuffler_host, f"{base}/rounds/2/submissions", body,
+                               [("Authorization", f"Bearer {token}")])
+                for body, token in zip(round2, tokens, strict=True)], args.slices)
+
+            operations["release2"] = timed_operation(
+                "release2", meter, users, lambda: release(2, {"done"}))
+
+            import httpx
+
+            answer = httpx.get(f"{stack.server_url}{base}", timeout=30)
+            if "immutable" not in answer.headers.get("cache-control", ""):
+                raise BenchError(f"the done campaign's view is not immutable "
+                                 f"({answer.headers.get('cache-control')!r})")
+            document_bytes = len(answer.content)
+            get = encode_request("GET", server_host, base)
+            phases["server_get"], _ = meter.run("server_get", stack.ports["server"],
+                                                [get] * users, args.slices)
+
+            with bare_app(document_bytes, directory) as (bare_pid, bare_port):
+                meter.processes["bare"] = bare_pid
+                bare_host = f"127.0.0.1:{bare_port}"
+                phases["bare_get"], _ = meter.run(
+                    "bare_get", bare_port, [encode_request("GET", bare_host, "/document")]
+                    * users, args.slices)
+                phases["bare_post"], _ = meter.run("bare_post", bare_port, [
+                    encode_request("POST", bare_host, "/submit", body)
+                    for body in round1 + round2], 2 * args.slices)
+
+    sizes = {"round1_body_bytes": statistics.median(len(b) for b in round1),
+             "round2_body_bytes": statistics.median(len(b) for b in round2),
+             "get_document_bytes": document_bytes}
+    return summarize(database, users, args, phases, operations, sizes)
+
+
+def summarize(database: str, users: int, args: argparse.Namespace,
+              phases: dict[str, Phase], operations: dict[str, dict[str, Any]],
+              sizes: dict[str, Any]) -> dict[str, Any]:
+    """The figures of one configuration (JSON-ready)."""
+    submissions = Phase("submissions")
+    for name in ("round1", "round2"):
+        submissions.slice_sizes += phases[name].slice_sizes
+        for process, values in phases[name].slice_cpu.items():
+            submissions.slice_cpu.setdefault(process, []).extend(values)
+    shuffler = submissions.cpu_ms_per_request("shuffler")
+    server_get = phases["server_get"].cpu_ms_per_request("server")
+    bare_post = phases["bare_post"].cpu_ms_per_request("bare")
+    bare_get = phases["bare_get"].cpu_ms_per_request("bare")
+    return {
+        "database": database, "users": users, "concurrency": args.concurrency,
+        "senders": args.senders,
+        "shuffler_cpu_ms_per_submission": shuffler,
+        "shuffler_cpu_ms_per_enrollment": phases["enroll"].cpu_ms_per_request("shuffler"),
+        "server_cpu_ms_per_get": server_get,
+        "bare_cpu_ms_per_request": bare_post,
+        "bare_cpu_ms_per_get": bare_get,
+        "shuffler_rate_vs_bare": bare_post / shuffler,
+        "server_get_rate_vs_bare": bare_get / server_get,
+        "sizes": sizes,
+        "phases": {name: phase.summary() for name, phase in phases.items()},
+        "releases": operations,
+    }
+
+
+# -- report --------------------------------------------------------------------------------
+def _cell(value: float | None, digits: int = 3) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def format_configuration(figures: dict[str, Any]) -> str:
+    columns = ("shuffler", "server", "bare", "generator")
+    header = (f"{'phase':<11} {'requests':>8} {'req/s':>8} "
+              + " ".join(f"{c + ' ms':>12}" for c in columns) + f" {'p50 ms':>8} {'p95 ms':>8}")
+    lines = [f"== {figures['database']}, {figures['users']} users, concurrency "
+             f"{figures['concurrency']} ({figures['senders']} sender processes); "
+             f"CPU-ms per request, medians over slices", header, "-" * len(header)]
+    for name, phase in figures["phases"].items():
+        cpu = phase["cpu_ms_per_request"]
+        lines.append(f"{name:<11} {phase['requests']:>8} {phase['requests_per_s']:>8.0f} "
+                     + " ".join(f"{_cell(cpu.get(c)):>12}" for c in columns)
+                     + f" {phase['p50_ms']:>8.1f} {phase['p95_ms']:>8.1f}")
+    for name, operation in figures["releases"].items():
+        cpu = operation["cpu_ms_per_user"]
+        lines.append(f"{name:<11} {'(per user)':>8} {operation['seconds']:>7.2f}s "
+                     + " ".join(f"{_cell(cpu.get(c)):>12}" for c in columns))
+    sizes = figures["sizes"]
+    lines += [
+        f"bodies: round 1 {sizes['round1_body_bytes']:.0f} B, round 2 "
+        f"{sizes['round2_body_bytes']:.0f} B; GET document {sizes['get_document_bytes']} B",
+        f"shuffler CPU-ms per submission  {figures['shuffler_cpu_ms_per_submission']:.3f}",
+        f"shuffler CPU-ms per enrollment  {figures['shuffler_cpu_ms_per_enrollment']:.3f}",
+        f"server CPU-ms per GET           {figures['server_cpu_ms_per_get']:.3f}",
+        f"bare CPU-ms per request (POST)  {figures['bare_cpu_ms_per_request']:.3f}",
+        f"bare CPU-ms per GET             {figures['bare_cpu_ms_per_get']:.3f}",
+        f"shuffler rate vs bare (bare_cpu/shuffler_cpu)  "
+        f"{figures['shuffler_rate_vs_bare']:.3f}",
+        f"server GET rate vs bare (bare_cpu/server_cpu)  "
+        f"{figures['server_get_rate_vs_bare']:.3f}",
+    ]
+    return "\n".join(lines)
+
+
+def flatness(results: dict[tuple[str, int], dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per database: CPU-ms per submission at the largest N over that at the smallest."""
+    answer = {}
+    for database in sorted({d for d, _ in results}):
+        counts = sorted(n for d, n in results if d == database)
+        if len(counts) < 2:
+            continue
+        low, high = results[(database, counts[0])], results[(database, counts[-1])]
+        answer[database] = {
+            "smallest_users": counts[0], "largest_users": counts[-1],
+            "submission_cost_ratio": high["shuffler_cpu_ms_per_submission"]
+            / low["shuffler_cpu_ms_per_submission"],
+            "get_cost_ratio": high["server_cpu_ms_per_get"] / low["server_cpu_ms_per_get"],
+        }
+    return answer
+
+
+# -- command line --------------------------------------------------------------------------
+def _list(kind: Callable[[str], Any]) -> Callable[[str], list[Any]]:
+    def parse(text: str) -> list[Any]:
+        try:
+            return [kind(v.strip()) for v in text.split(",") if v.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"bad list {text!r}") from None
+    return parse
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="bench_services.py",
+                                     description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--users", type=_list(int), default=[2000],
+                        help="user counts, comma-separated")
+    parser.add_argument("--databases", type=_list(str), default=["sqlite"],
+                        help="sqlite and/or postgresql, comma-separated")
+    parser.add_argument("--postgres-url", default=os.environ.get(
+        "SEGSHUFFLE_BENCH_POSTGRES", DEFAULT_POSTGRES),
+        help="superuser URL used to create and drop the per-run databases "
+             "(default: $SEGSHUFFLE_BENCH_POSTGRES or the local CI server)")
+    parser.add_argument("--concurrency", type=int, default=32,
+                        help="open connections in all (keep-alive)")
+    parser.add_argument("--senders", type=int, default=2, help="sender processes")
+    parser.add_argument("--seal-workers", type=int, default=os.cpu_count() or 1,
+                        help="processes that seal the submissions")
+    parser.add_argument("--slices", type=int, default=5,
+                        help="measured slices per phase (at least 250 requests each)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object on stdout")
+    args = parser.parse_args(argv)
+    if not args.users or not all(MIN_USERS <= n <= MAX_USERS for n in args.users):
+        parser.error(f"--users must lie in [{MIN_USERS}, {MAX_USERS}]")
+    if not args.databases or not set(args.databases) <= {"sqlite", "postgresql"}:
+        parser.error("--databases takes sqlite and/or postgresql")
+    if not 1 <= args.senders <= 16 or not args.senders <= args.concurrency <= 1024:
+        parser.error("--senders must lie in [1, 16], --concurrency in [senders, 1024]")
+    if not 1 <= args.slices <= 100 or not 1 <= args.seal_workers <= 64:
+        parser.error("--slices must lie in [1, 100], --seal-workers in [1, 64]")
+    args.users = sorted(set(args.users))
+    args.databases = list(dict.fromkeys(args.databases))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    results: dict[tuple[str, int], dict[str, Any]] = {}
+    try:
+        for database in args.databases:
+            for users in args.users:
+                results[(database, users)] = run_configuration(args, database, users)
+                if not args.json:
+                    print(format_configuration(results[(database, users)]), flush=True)
+                    print(flush=True)
+    except BenchError as exc:
+        print(f"bench_services: error: {exc}", file=sys.stderr)
+        return 1
+    flat = flatness(results)
+    if args.json:
+        if len(results) == 1:
+            report = next(iter(results.values()))
+        else:
+            report = {"configurations": {f"{d}/{n}": r for (d, n), r in results.items()},
+                      "flatness": flat}
+        print(json.dumps(report, indent=2, allow_nan=False, default=float))
+        return 0
+    for database, figures in flat.items():
+        print(f"flatness ({database}): CPU-ms per submission at {figures['largest_users']} "
+              f"users / at {figures['smallest_users']} users = "
+              f"{figures['submission_cost_ratio']:.3f}; per server GET "
+              f"{figures['get_cost_ratio']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
