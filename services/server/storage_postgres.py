@@ -126,14 +126,15 @@ _CAMPAIGN_COLUMNS = ("id, config_json, config_hash, key_id, public_key, phase, p
 _INSERT_NONCES = """
 INSERT INTO nonces (campaign_id, round, nonce)
 SELECT %(campaign)s, %(round)s, given.nonce
-FROM unnest(%(nonces)b::bytea[]) WITH ORDINALITY AS given(nonce, position)
-ORDER BY given.position
+FROM unnest(%(nonces)b::bytea[]) AS given(nonce)
 ON CONFLICT (campaign_id, round, nonce) DO NOTHING
 RETURNING nonce
 """
-# A nonce given twice is inserted at its first occurrence and skipped at the second
-# (DO NOTHING, unlike DO UPDATE, accepts a key twice in one statement); the returned
-# rows are the nonces that were not stored before the statement.
+# A nonce given twice is inserted once and skipped the other time (DO NOTHING, unlike
+# DO UPDATE, accepts a key twice in one statement); the returned rows are the nonces
+# that were not stored before the statement, and insert_nonces marks the first
+# occurrence of each as the new one. The array is sent in binary (%b): half the bytes
+# of the hex text form, and no escaping to parse.
 
 _ADD_COUNTS = """
 INSERT INTO counts (campaign_id, round, stream, value, count)
