@@ -1,0 +1,356 @@
+"""What is PostgreSQL-specific in the shuffler's storage (services/shuffler/storage_postgres.py).
+
+The behaviour every backend shares is tests/test_storage_contract.py.  Here: several
+replicas (two :class:`PostgresStorage` objects, each with its own pool, on one fresh
+database from ``postgres_url``, tests/postgres_support.py) racing on the same round,
+token and invitation; migrations run by replicas starting together; reopening; a newer
+schema; the message table's columns; large streams; a broken connection.
+"""
+
+# ruff: noqa: F811  (the imported ``postgres_url`` fixture is a parameter of each test)
+
+from __future__ import annotations
+
+import random
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from typing import Any, TypeVar
+
+import psycopg
+import pytest
+
+from segshuffle.services.shuffler.storage_api import (
+    RELEASED,
+    AlreadySubmittedError,
+    InvitationUsedError,
+    RoundClosedError,
+    RoundRecord,
+    StorageError,
+    StoredMessage,
+)
+from segshuffle.services.shuffler.storage_postgres import MIGRATIONS, PostgresStorage
+from segshuffle.services.sqlite_base import SchemaVersionError
+
+from .postgres_support import postgres_url  # noqa: F401  (the fixture)
+
+T = TypeVar("T")
+WAIT = 60.0
+"""Upper bound (seconds) on any wait for a thread of these tests."""
+
+
+@contextmanager
+def replica(url: str, pool_size: int = 4) -> Iterator[PostgresStorage]:
+    """One replica's storage on ``url``, closed afterwards."""
+    storage = PostgresStorage(url, pool_size=pool_size)
+    try:
+        yield storage
+    finally:
+        storage.close()
+
+
+def submission(streams: dict[str, int]) -> list[StoredMessage]:
+    """Random messages as the service makes them: random row keys, random sealed bytes."""
+    return [StoredMessage(stream, secrets.token_bytes(16), secrets.token_bytes(40))
+            for stream, count in streams.items() for _ in range(count)]
+
+
+def split(packed: bytes) -> list[bytes]:
+    """Concatenated 16-byte row keys as a list."""
+    assert len(packed) % 16 == 0
+    return [packed[i:i + 16] for i in range(0, len(packed), 16)]
+
+
+def race(first: Callable[[], T], second: Callable[[], T]) -> list[T | BaseException]:
+    """Run two calls at once (released by one barrier); each one's result or exception."""
+    barrier = threading.Barrier(2, timeout=WAIT)
+
+    def call(function: Callable[[], T]) -> T | BaseException:
+        barrier.wait()
+        try:
+            return function()
+        except Exception as exc:
+            return exc
+
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(call, first), pool.submit(call, second)]
+        return [future.result(timeout=WAIT) for future in futures]
+
+
+def test_submissions_racing_a_close_on_another_replica_are_all_counted_or_refused(
+        postgres_url: str) -> None:
+    """Eight threads submit through two replicas while a third thread closes the round
+    through one of them: the stream sizes count exactly the accepted submissions, whose
+    messages (and only those) are stored; each refused one stored nothing."""
+    threads, per_thread = 8, 300
+    with replica(postgres_url) as one, replica(postgres_url) as two:
+        accepted: list[tuple[bytes, list[StoredMessage]]] = []
+        refused: list[tuple[bytes, list[StoredMessage]]] = []
+        outcomes = threading.Lock()
+        start = threading.Barrier(threads + 1, timeout=WAIT)
+
+        def submitter(index: int) -> None:
+            storage = (one, two)[index % 2]
+            start.wait()
+            for _ in range(per_thread):
+                token = secrets.token_bytes(32)
+                messages = submission({"levels": 1, "data": 2})
+                try:
+                    storage.submit("c", 2, token, messages)
+                except RoundClosedError:
+                    with outcomes:
+                        refused.append((token, messages))
+                    return
+                with outcomes:
+                    accepted.append((token, messages))
+
+        def closer() -> RoundRecord:
+            start.wait()
+            deadline = time.monotonic() + WAIT
+            while two.participants("c", 2) < 40 and time.monotonic() < deadline:
+                time.sleep(0.005)
+            return two.close_round("c", 2, minimum=1, batch_id="b", chunk_size=100,
+                                   streams=["levels", "data"])
+
+        with ThreadPoolExecutor(threads + 1) as pool:
+            workers = [pool.submit(submitter, i) for i in range(threads)]
+            closing = pool.submit(closer)
+            record = closing.result(timeout=WAIT)
+            for worker in workers:
+                worker.result(timeout=WAIT)
+
+        # The round closed while submissions were still arriving: every thread was refused.
+        assert len(refused) == threads
+        assert 40 <= len(accepted) < threads * per_thread
+        assert record.participants == len(accepted) == one.participants("c", 2)
+        assert dict(record.stream_sizes) == {"levels": len(accepted),
+                                             "data": 2 * len(accepted)}
+        stored = {m.row_key: m for _, messages in accepted for m in messages}
+        for stream in ("levels", "data"):
+            keys = split(one.row_keys("c", 2, stream))
+            assert len(keys) == record.stream_sizes[stream]
+            assert set(keys) == {k for k, m in stored.items() if m.stream == stream}
+            assert two.sealed_messages("c", 2, stream, keys) == [stored[k].sealed
+                                                                 for k in keys]
+        for token, messages in refused:
+            assert not one.has_submitted("c", 2, token)
+            for message in messages:
+                with pytest.raises(StorageError):
+                    one.sealed_messages("c", 2, message.stream, [message.row_key])
+        assert all(two.has_submitted("c", 2, token) for token, _ in accepted)
+
+
+class _PausingStorage(PostgresStorage):
+    """A replica whose next ``submit`` stops, holding the round's shared lock, right before
+    it checks whether the round is closed, until the test lets it go on."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url, pool_size=2)
+        self.paused = threading.Event()
+        self.proceed = threading.Event()
+        self.armed = True
+
+    def _round_row(self, db: psycopg.Connection[Any], campaign_id: str,
+                   round_number: int) -> RoundRecord | None:
+        if self.armed:
+            self.armed = False
+            self.paused.set()
+            assert self.proceed.wait(WAIT)
+        return super()._round_row(db, campaign_id, round_number)
+
+
+def test_a_close_waits_for_a_submission_in_flight_on_another_replica(
+        postgres_url: str) -> None:
+    """A submission that has begun when another replica closes the round is counted:
+    close_round waits for it to commit, then counts its messages."""
+    with ExitStack() as stack:
+        paused = _PausingStorage(postgres_url)
+        stack.callback(paused.close)
+        other = stack.enter_context(replica(postgres_url))
+        other.submit("c", 1, b"first", submission({"levels": 1}))
+        late = submission({"levels": 1})
+        with ThreadPoolExecutor(2) as pool:
+            submitting = pool.submit(paused.submit, "c", 1, b"late", late)
+            assert paused.paused.wait(WAIT)
+            closing = pool.submit(other.close_round, "c", 1, minimum=1, batch_id="b",
+                                  chunk_size=10, streams=["levels"])
+            time.sleep(0.5)
+            assert not closing.done()  # waiting for the submission in flight
+            paused.proceed.set()
+            assert submitting.result(timeout=WAIT) == 2
+            record = closing.result(timeout=WAIT)
+        assert record.participants == 2 and dict(record.stream_sizes) == {"levels": 2}
+        assert late[0].row_key in split(other.row_keys("c", 1, "levels"))
+
+
+def test_the_same_token_racing_on_two_replicas_is_stored_once(postgres_url: str) -> None:
+    with replica(postgres_url) as one, replica(postgres_url) as two:
+        rounds = 25
+        for attempt in range(rounds):
+            token = secrets.token_bytes(32)
+            a, b = submission({"levels": 1}), submission({"levels": 1})
+            results = race(lambda: one.submit("c", 1, token, a),  # noqa: B023
+                           lambda: two.submit("c", 1, token, b))  # noqa: B023
+            errors = [r for r in results if isinstance(r, BaseException)]
+            counts = [r for r in results if not isinstance(r, BaseException)]
+            assert len(errors) == 1 and isinstance(errors[0], AlreadySubmittedError), results
+            assert counts == [attempt + 1]
+        assert one.participants("c", 1) == rounds
+        assert two.pending_count("c", 1, "levels") == rounds
+
+
+def test_an_invitation_racing_on_two_replicas_buys_one_token(postgres_url: str) -> None:
+    with replica(postgres_url) as one, replica(postgres_url) as two:
+        for _ in range(25):
+            invitation = secrets.token_bytes(32)
+            tokens = secrets.token_bytes(32), secrets.token_bytes(32)
+            results = race(
+                lambda: one.add_token_for_invitation("c", tokens[0], invitation, 10**10),  # noqa: B023
+                lambda: two.add_token_for_invitation("c", tokens[1], invitation, 10**10))  # noqa: B023
+            refusals = [r for r in results if isinstance(r, InvitationUsedError)]
+            assert len(refusals) == 1 and results.count(None) == 1, results
+            recorded = [one.token_campaign(token) for token in tokens]
+            assert recorded.count("c") == 1 and recorded.count(None) == 1
+            assert recorded[results.index(None)] == "c"  # the winner's token, not the other
+
+
+def test_replicas_starting_together_migrate_once(postgres_url: str) -> None:
+    count = 4
+    barrier = threading.Barrier(count, timeout=WAIT)
+
+    def start() -> PostgresStorage:
+        barrier.wait()
+        return PostgresStorage(postgres_url, pool_size=1)
+
+    with ThreadPoolExecutor(count) as pool:
+        storages = [f.result(timeout=WAIT) for f in [pool.submit(start) for _ in range(count)]]
+    try:
+        storages[0].add_token("c", b"t" * 32)
+        assert all(s.token_campaign(b"t" * 32) == "c" for s in storages)
+    finally:
+        for storage in storages:
+            storage.close()
+    with psycopg.connect(postgres_url) as db:
+        versions = db.execute("SELECT version FROM schema_version ORDER BY version").fetchall()
+    assert versions == [(m.version,) for m in MIGRATIONS]
+
+
+def test_reopening_keeps_the_data(postgres_url: str) -> None:
+    messages = submission({"levels": 2, "data": 3})
+    with replica(postgres_url) as storage:
+        storage.add_token("c", b"t" * 32)
+        storage.add_token_for_invitation("c", b"u" * 32, b"i" * 32, 10**10)
+        storage.submit("c", 2, b"t" * 32, messages)
+        record = storage.close_round("c", 2, minimum=1, batch_id="b", chunk_size=2,
+                                     streams=["levels", "data"])
+        storage.acknowledge(record, "data", 1)
+    with replica(postgres_url) as storage:
+        assert storage.token_campaign(b"t" * 32) == "c"
+        assert storage.token_campaign(b"u" * 32) == "c"
+        with pytest.raises(InvitationUsedError):
+            storage.add_token_for_invitation("c", b"v" * 32, b"i" * 32, 10**10)
+        assert storage.round_record("c", 2) == record and storage.releasing() == [record]
+        assert storage.acknowledged(record) == {("data", 1)}
+        assert storage.rounds_with_messages() == [("c", 2)]
+        keys = split(storage.row_keys("c", 2, "data"))
+        assert sorted(keys) == sorted(m.row_key for m in messages if m.stream == "data")
+        by_key = {m.row_key: m.sealed for m in messages}
+        assert storage.sealed_messages("c", 2, "data", keys) == [by_key[k] for k in keys]
+
+
+def test_a_database_at_a_newer_schema_version_is_refused(postgres_url: str) -> None:
+    with replica(postgres_url) as storage:
+        storage.add_token("c", b"t" * 32)
+    newer = len(MIGRATIONS) + 1
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        db.execute("INSERT INTO schema_version (version, applied_at) VALUES (%s, 0)", (newer,))
+    with pytest.raises(SchemaVersionError, match=f"schema version {newer}"):
+        PostgresStorage(postgres_url, pool_size=1)
+    with psycopg.connect(postgres_url) as db:  # refused, not written to
+        assert db.execute("SELECT COUNT(*) FROM tokens").fetchone() == (1,)
+
+
+def test_stored_messages_carry_no_user_and_no_time(postgres_url: str) -> None:
+    """Unlinkability by schema: the message table has the round, the stream, the random
+    row key and the sealed bytes, nothing else; no table has a timestamp column."""
+    with replica(postgres_url):
+        pass
+    with psycopg.connect(postgres_url) as db:
+        columns = db.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'pending' "
+            "ORDER BY ordinal_position").fetchall()
+        timed = db.execute(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE table_schema = 'public' AND table_name <> 'schema_version' "
+            "AND data_type LIKE 'time%%'").fetchall()
+    assert [c for (c,) in columns] == ["campaign_id", "round", "stream", "row_key",
+                                       "ciphertext"]
+    assert timed == []
+
+
+def test_large_streams_in_one_statement_each(postgres_url: str) -> None:
+    """A 25 000-message submission (beyond one fetch of the row-key cursor) is stored in
+    one insert; its keys come back sorted, its messages in any order asked for."""
+    messages = submission({"data": 25_000})
+    with replica(postgres_url) as storage:
+        assert storage.submit("c", 2, b"t", messages) == 1
+        record = storage.close_round("c", 2, minimum=1, batch_id="b", chunk_size=5000,
+                                     streams=["levels", "data"])
+        assert dict(record.stream_sizes) == {"levels": 0, "data": 25_000}
+        assert record.chunk_count("data") == 5 and record.chunk_count("levels") == 1
+        keys = split(storage.row_keys("c", 2, "data"))
+        assert keys == sorted(m.row_key for m in messages)
+        random.Random(7).shuffle(keys)
+        by_key = {m.row_key: m.sealed for m in messages}
+        assert storage.sealed_messages("c", 2, "data", keys) == [by_key[k] for k in keys]
+        assert storage.sealed_messages("c", 2, "data", []) == []
+        with pytest.raises(StorageError):  # one missing key among present ones
+            storage.sealed_messages("c", 2, "data", [*keys[:3], b"\x00" * 16])
+        with pytest.raises(StorageError):  # a key of another stream is not found here
+            storage.sealed_messages("c", 2, "levels", keys[:1])
+
+
+def test_a_reused_row_key_refuses_the_whole_submission(postgres_url: str) -> None:
+    with replica(postgres_url) as storage:
+        first = submission({"levels": 1})
+        storage.submit("c", 1, b"u1", first)
+        with pytest.raises(StorageError):
+            storage.submit("c", 1, b"u2", [*submission({"levels": 1}), first[0]])
+        assert storage.participants("c", 1) == 1 and not storage.has_submitted("c", 1, b"u2")
+        assert storage.pending_count("c", 1, "levels") == 1
+
+
+def test_forgetting_a_round_vacuums_the_message_table(postgres_url: str) -> None:
+    with replica(postgres_url) as storage:
+        for user in range(20):
+            storage.submit("c", 1, bytes([user]), submission({"levels": 5}))
+        storage.submit("d", 1, b"x", submission({"levels": 1}))
+        record = storage.close_round("c", 1, minimum=1, batch_id="b", chunk_size=10,
+                                     streams=["levels"])
+        finished = storage.finish_release(record)
+        assert finished.state == RELEASED and storage.rounds_with_messages() == [("d", 1)]
+        discarded = storage.discard_round("d", 1, "the campaign aborted: test")
+        assert discarded.reason == "the campaign aborted: test"
+        assert storage.rounds_with_messages() == []
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        row = db.execute("SELECT vacuum_count FROM pg_stat_user_tables "
+                         "WHERE relname = 'pending'").fetchone()
+    assert row is not None and row[0] >= 1
+
+
+def test_a_broken_connection_surfaces_as_a_psycopg_error_and_the_pool_recovers(
+        postgres_url: str) -> None:
+    with replica(postgres_url, pool_size=1) as storage:
+        storage.add_token("c", b"t" * 32)
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                          "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        with pytest.raises(psycopg.OperationalError):
+            storage.token_campaign(b"t" * 32)
+        deadline = time.monotonic() + WAIT
+        while not storage.ping() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert storage.token_campaign(b"t" * 32) == "c"
