@@ -1,11 +1,12 @@
 """The shuffler's storage interface: records, refusals and the :class:`ShufflerStorage` Protocol.
 
 The service layer (:mod:`.service`, :mod:`.enrollment`, :mod:`.release`) types
-against :class:`ShufflerStorage` only; the SQLite implementation is
-:class:`.storage.Storage`.  Another backend implements the same methods with the
-same atomicity and the same unlinkability (no user column next to a stored message, rows
-keyed by the random row keys the service draws); the contract both must satisfy is
-``tests/test_storage_contract.py``.
+against :class:`ShufflerStorage` only; the implementations are SQLite's
+:class:`.storage.Storage` (one process) and PostgreSQL's
+:class:`.storage_postgres.PostgresStorage` (replicas sharing a database).  Each implements
+the same methods with the same atomicity and the same unlinkability (no user column next
+to a stored message, rows keyed by the random row keys the service draws); the contract
+all must satisfy is ``tests/test_storage_contract.py``.
 
 Storage only persists.  What is privacy-critical is decided in service code: the row
 keys and the sealing of every message under its round key (:mod:`.vault`), the batch id,
@@ -176,8 +177,10 @@ class ShufflerStorage(Protocol):
         """The round is over: mark it ``state`` (released or failed, and why) and forget it.
 
         Deletes the round's stored messages, acknowledgements and participations (only
-        the count stays) and, after round 2 or a failure, the campaign's tokens; deleted
-        content is overwritten, not merely unlinked.
+        the count stays) and, after round 2 or a failure, the campaign's tokens.  SQLite
+        overwrites deleted content; PostgreSQL leaves dead tuples in its files (vacuumed,
+        not overwritten), where the sealed messages stay unreadable once the service has
+        destroyed the round key.
         """
         ...
 
