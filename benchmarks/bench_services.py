@@ -67,8 +67,13 @@ from loadgen import BatchResult, Senders, encode_request, tree_cpu_seconds
 
 MAX_USERS = 200_000
 MIN_USERS = 10
-MIN_SLICE = 250
-"""Fewest requests per measured slice (CPU time is read in 10 ms clock ticks)."""
+MIN_SLICE = 2000
+"""Fewest requests per measured slice: /proc reports CPU time in 10 ms clock ticks, so a
+slice of 2000 requests at 0.1 ms each (the bare app) reads 20 ticks, +-1."""
+MIN_MEASURED = 2000
+"""Fewest GETs per GET phase and POSTs at the bare app (bodies repeat for small N)."""
+WARMUP = 200
+"""Unmeasured requests before the GET and bare phases (first-request costs)."""
 SEAL_CHUNK = 250
 PHASE_WAIT_SECONDS = 600.0
 DEFAULT_POSTGRES = "postgresql://segshuffle:segshuffle@127.0.0.1:5432/postgres"
@@ -123,6 +128,8 @@ class Phase:
             "requests_per_s": self.requests / self.seconds if self.seconds else math.nan,
             "slices": len(self.slice_sizes),
             "cpu_ms_per_request": {p: self.cpu_ms_per_request(p) for p in self.slice_cpu},
+            "cpu_ms_per_request_overall": {p: 1000.0 * cpu / self.requests
+                                           for p, cpu in total.items()},
             "cpu_seconds": total,
             "p50_ms": 1000.0 * percentile(self.latencies, 50),
             "p95_ms": 1000.0 * percentile(self.latencies, 95),
@@ -142,6 +149,13 @@ class Meter:
         answer = {name: cpu[pid] for name, pid in self.processes.items()}
         answer["generator"] = sum(cpu[pid] for pid in self.senders.pids)
         return answer
+
+    def warm_up(self, port: int, request: bytes) -> None:
+        """:data:`WARMUP` unmeasured copies of ``request`` (must answer 2xx)."""
+        self.senders.load(port, [request] * WARMUP)
+        result = self.senders.go(WARMUP)
+        if any(not 200 <= s < 300 for s in result.statuses):
+            raise BenchError(f"warm-up at port {port} failed: {result.first_error}")
 
     def run(self, name: str, port: int, requests: Sequence[bytes], slices: int, *,
             keep_bodies: bool = False) -> tuple[Phase, list[bytes | None]]:
@@ -383,18 +397,24 @@ def run_configuration(args: argparse.Namespace, database: str, users: int) -> di
                                  f"({answer.headers.get('cache-control')!r})")
             document_bytes = len(answer.content)
             get = encode_request("GET", server_host, base)
+            gets = max(users, MIN_MEASURED)
+            meter.warm_up(stack.ports["server"], get)
             phases["server_get"], _ = meter.run("server_get", stack.ports["server"],
-                                                [get] * users, args.slices)
+                                                [get] * gets, args.slices)
 
             with bare_app(document_bytes, directory) as (bare_pid, bare_port):
                 meter.processes["bare"] = bare_pid
                 bare_host = f"127.0.0.1:{bare_port}"
-                phases["bare_get"], _ = meter.run(
-                    "bare_get", bare_port, [encode_request("GET", bare_host, "/document")]
-                    * users, args.slices)
-                phases["bare_post"], _ = meter.run("bare_post", bare_port, [
-                    encode_request("POST", bare_host, "/submit", body)
-                    for body in round1 + round2], 2 * args.slices)
+                bare_get = encode_request("GET", bare_host, "/document")
+                meter.warm_up(bare_port, bare_get)
+                phases["bare_get"], _ = meter.run("bare_get", bare_port, [bare_get] * gets,
+                                                  args.slices)
+                posts = [encode_request("POST", bare_host, "/submit", body)
+                         for body in round1 + round2]
+                meter.warm_up(bare_port, posts[-1])
+                posts = [posts[i % len(posts)] for i in range(max(len(posts), MIN_MEASURED))]
+                phases["bare_post"], _ = meter.run("bare_post", bare_port, posts,
+                                                   2 * args.slices)
 
     sizes = {"round1_body_bytes": statistics.median(len(b) for b in round1),
              "round2_body_bytes": statistics.median(len(b) for b in round2),
@@ -417,7 +437,7 @@ def summarize(database: str, users: int, args: argparse.Namespace,
     bare_get = phases["bare_get"].cpu_ms_per_request("bare")
     return {
         "database": database, "users": users, "concurrency": args.concurrency,
-        "senders": args.senders,
+        "senders": args.senders, "loadavg": _loadavg(),
         "shuffler_cpu_ms_per_submission": shuffler,
         "shuffler_cpu_ms_per_enrollment": phases["enroll"].cpu_ms_per_request("shuffler"),
         "server_cpu_ms_per_get": server_get,
@@ -429,6 +449,12 @@ def summarize(database: str, users: int, args: argparse.Namespace,
         "phases": {name: phase.summary() for name, phase in phases.items()},
         "releases": operations,
     }
+
+
+def _loadavg() -> list[float]:
+    """The machine's 1, 5 and 15 minute load averages (how busy the shared host was)."""
+    with open("/proc/loadavg") as handle:
+        return [float(v) for v in handle.read().split()[:3]]
 
 
 # -- report --------------------------------------------------------------------------------
@@ -443,8 +469,9 @@ def format_configuration(figures: dict[str, Any]) -> str:
     header = (f"{'phase':<11} {'requests':>8} {'req/s':>8} "
               + " ".join(f"{c + ' ms':>12}" for c in columns) + f" {'p50 ms':>8} {'p95 ms':>8}")
     lines = [f"== {figures['database']}, {figures['users']} users, concurrency "
-             f"{figures['concurrency']} ({figures['senders']} sender processes); "
-             f"CPU-ms per request, medians over slices", header, "-" * len(header)]
+             f"{figures['concurrency']} ({figures['senders']} sender processes), load average "
+             f"{figures['loadavg'][0]:.1f}; CPU-ms per request, medians over slices",
+             header, "-" * len(header)]
     for name, phase in figures["phases"].items():
         cpu = phase["cpu_ms_per_request"]
         lines.append(f"{name:<11} {phase['requests']:>8} {phase['requests_per_s']:>8.0f} "
@@ -516,7 +543,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seal-workers", type=int, default=os.cpu_count() or 1,
                         help="processes that seal the submissions")
     parser.add_argument("--slices", type=int, default=5,
-                        help="measured slices per phase (at least 250 requests each)")
+                        help="measured slices per phase (at least 2000 requests each)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object on stdout")
