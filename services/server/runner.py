@@ -8,7 +8,7 @@ import uvicorn
 
 from ..listening import listening_socket
 from ..observability import configure_logging
-from ..timeouts import bounded_protocol
+from ..timeouts import bounded_protocol, event_loop
 from .app import create_app
 from .settings import Settings
 
@@ -25,6 +25,7 @@ def run(settings: Settings) -> int:
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, access_log=False, log_config=None,
                             log_level=settings.log_level.lower(), timeout_graceful_shutdown=10,
+                            loop=event_loop(),
                             http=bounded_protocol(settings.header_timeout,
                                                   settings.body_timeout))
     server = uvicorn.Server(config)

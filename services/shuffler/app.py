@@ -85,18 +85,18 @@ __all__ = ["PHASE_OF_ROUND", "Health", "ShufflerRoundStatus", "create_app"]
 
 
 # -- request parsing and authentication (dependencies) ---------------------------------
-def valid_campaign_id(campaign_id: str) -> str:
+async def valid_campaign_id(campaign_id: str) -> str:
     """The ``campaign_id`` path parameter, which must match ``ID_PATTERN``; checked first
     on every route, so no other id reaches storage, the enrollment policy or a URL."""
     return parse_campaign_id(campaign_id)
 
 
-def round_number_of(round_number: str) -> int:
+async def round_number_of(round_number: str) -> int:
     """The ``round_number`` path parameter, 1 or 2."""
     return parse_round(round_number)
 
 
-def user_token(authorization: Annotated[str | None, Header()] = None) -> str:
+async def user_token(authorization: Annotated[str | None, Header()] = None) -> str:
     """The user's bearer token (not yet checked against the campaign)."""
     token = bearer_token(authorization)
     if token is None:
@@ -138,16 +138,17 @@ def counters_of(request: Request) -> ShufflerCounters:
     return counters
 
 
-def service_of(request: Request) -> ShufflerService:
+async def service_of(request: Request) -> ShufflerService:
     """The application's :class:`ShufflerService`."""
     service: ShufflerService = request.app.state.service
     return service
 
 
-def operator(request: Request,
+async def operator(request: Request,
              authorization: Annotated[str | None, Header()] = None) -> None:
     """Require the operator's bearer token."""
-    service_of(request).check_operator(bearer_token(authorization))
+    service: ShufflerService = request.app.state.service
+    service.check_operator(bearer_token(authorization))
 
 
 Round = Annotated[int, Depends(round_number_of)]

@@ -15,7 +15,7 @@ import logging
 
 from ..listening import listening_socket
 from ..observability import configure_logging
-from ..timeouts import bounded_protocol
+from ..timeouts import bounded_protocol, event_loop
 from .settings import Settings
 
 
@@ -44,6 +44,7 @@ def run(settings: Settings) -> int:
         date_header=False,
         timeout_graceful_shutdown=10,
         http=bounded_protocol(settings.header_timeout, settings.body_timeout),
+        loop=event_loop(),
     )
     logging.getLogger("segshuffle.shuffler").info(
         "shuffler listening on port %d", sock.getsockname()[1]

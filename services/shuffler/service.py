@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 
@@ -38,11 +39,11 @@ from .storage_api import (
     NotEnoughParticipantsError,
     RoundClosedError,
     ShufflerStorage,
-    StoredMessage,
 )
 from .upstream import Document, ServerLink, UpstreamError
 from .vault import RoundKeys, seal_submission
 
+T = TypeVar("T")
 log = logging.getLogger("segshuffle.shuffler")
 
 PHASE_OF_ROUND = {1: "round1", 2: "round2"}
@@ -126,6 +127,18 @@ class ShufflerService:
         if not await self.server.alive():
             raise errors.UnavailableError("the server cannot be reached")
 
+    async def _storage_call(self, function: Callable[..., T], *args: Any) -> T:
+        """``function(*args)``, a short call that touches storage: inline on the event loop
+        when the storage offers it and is free (SQLite, :meth:`..sqlite_base.SQLiteStore.
+        run_inline`), else in a worker thread (a busy store, or PostgreSQL, whose network
+        round trips must not hold up the loop)."""
+        run_inline = getattr(self.storage, "run_inline", None)
+        if run_inline is not None:
+            done, value = run_inline(function, *args)
+            if done:
+                return value  # type: ignore[no-any-return]
+        return await run_in_threadpool(function, *args)
+
     # -- checks ------------------------------------------------------------------------
     def check_operator(self, token: str | None) -> None:
         """Require the operator token (compared in constant time)."""
@@ -204,7 +217,7 @@ class ShufflerService:
             raise errors.WrongPhaseError(f"campaign {campaign_id!r} has ended ({view.phase})",
                                          extra={"phase": view.phase})
         try:
-            return str(await run_in_threadpool(self.policy.enroll, campaign_id, invitation))
+            return str(await self._storage_call(self.policy.enroll, campaign_id, invitation))
         except EnrollmentRefusedError as exc:
             error = REFUSALS.get(exc.reason, errors.ForbiddenError)
             headers = {"WWW-Authenticate": 'Invitation realm="shuffler"'} \
@@ -215,7 +228,7 @@ class ShufflerService:
         """The participant key of a user token for the campaign (before any body is read)."""
         await self.campaign_view(campaign_id)
         try:
-            return bytes(await run_in_threadpool(self.policy.authenticate, campaign_id, token))
+            return bytes(await self._storage_call(self.policy.authenticate, campaign_id, token))
         except AuthenticationError as exc:
             raise unauthorized(str(exc)) from None
 
@@ -238,9 +251,8 @@ class ShufflerService:
                 )
             streams[DATA] = [b64url_decode(c) for c in body.data]
         try:
-            messages = await run_in_threadpool(self._seal, campaign_id, round_number, streams)
-            count = await run_in_threadpool(self.storage.submit, campaign_id, round_number,
-                                            participant, messages)
+            count = await self._storage_call(self._seal_and_store, campaign_id, round_number,
+                                             participant, streams)
         except AlreadySubmittedError as exc:
             raise errors.AlreadySubmittedError(str(exc)) from None
         except RoundClosedError as exc:
@@ -249,13 +261,15 @@ class ShufflerService:
         if self.settings.auto_release and count >= self.settings.auto_release:
             await self._auto_release(view, round_number)
 
-    def _seal(self, campaign_id: str, round_number: int,
-              streams: dict[str, list[bytes]]) -> list[StoredMessage]:
-        """The submission sealed under the round's key, made on the round's first use."""
+    def _seal_and_store(self, campaign_id: str, round_number: int, participant: bytes,
+                        streams: dict[str, list[bytes]]) -> int:
+        """Seal the submission under the round's key (made on the round's first use) and
+        store it; returns the round's participant count. One call, so one thread hop."""
         if self.storage.round_record(campaign_id, round_number) is not None:
             raise RoundClosedError(f"round {round_number} has already been released")
         key = self.keys.get(campaign_id, round_number, create=True)
-        return seal_submission(key, campaign_id, round_number, streams)
+        messages = seal_submission(key, campaign_id, round_number, streams)
+        return self.storage.submit(campaign_id, round_number, participant, messages)
 
     async def _start_release(self, view: CampaignView, round_number: int) -> tuple[Any, bool]:
         """Start (or find) the release of a round; returns (record, newly_started)."""
@@ -285,7 +299,7 @@ class ShufflerService:
     async def round_status(self, campaign_id: str, round_number: int) -> ShufflerRoundStatus:
         """Participants, threshold and release state of a round."""
         view = await self.campaign_view(campaign_id)
-        participants, record, required = await run_in_threadpool(
+        participants, record, required = await self._storage_call(
             self._status_rows, view, round_number)
         state = OPEN if record is None else record.state
         return ShufflerRoundStatus(
