@@ -21,7 +21,7 @@ from __future__ import annotations
 import hmac
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
@@ -58,6 +58,7 @@ from segshuffle.wire.models import (
     SigningKey,
 )
 
+from ..storage_calls import storage_call as call_storage
 from .backends import open_repository
 from .decrypt import Decryptor
 from .keys import KeyStore
@@ -161,6 +162,9 @@ def create_app(settings: Settings) -> FastAPI:
     service = ServerService(repository, keys, decryptor, signing_key=signing_key,
                             allow_insecure_parameters=settings.allow_insecure_parameters)
 
+    async def storage_call(function: Callable[..., Any], *args: Any) -> Any:
+        return await call_storage(repository, function, *args)
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         try:
@@ -243,14 +247,20 @@ def create_app(settings: Settings) -> FastAPI:
     @app.get("/v1/campaigns/{campaign_id}", response_model=CampaignView, tags=["campaigns"],
              responses=conditional)
     async def get_campaign(request: Request, campaign_id: str) -> Response:
-        body, done = await run_in_threadpool(service.view_document, parse_campaign_id(campaign_id))
+        cid = parse_campaign_id(campaign_id)
+        final = service.final_view(cid)
+        if final is not None:
+            return document_response(request, final, immutable=True)
+        body, done = await storage_call(service.view_document, cid)
         return document_response(request, body, immutable=done, max_age=VIEW_MAX_AGE)
 
     @app.get("/v1/campaigns/{campaign_id}/hpke-config", response_model=HpkeConfig,
              tags=["campaigns"], responses=conditional)
     async def hpke_config(request: Request, campaign_id: str) -> Response:
-        record = await run_in_threadpool(service.campaign, parse_campaign_id(campaign_id))
-        body = service.hpke_config(record).model_dump_json().encode()
+        cid = parse_campaign_id(campaign_id)
+        body = service.cached_key_config(cid)
+        if body is None:
+            body = await storage_call(service.key_config_document, cid)
         return document_response(request, body, immutable=True)
 
     @app.put("/v1/campaigns/{campaign_id}/rounds/{round_number}/batches/{batch_id}",

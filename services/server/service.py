@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -92,6 +92,20 @@ def chunk_digest(batch_id: str, chunk: BatchChunk) -> bytes:
     return digest.digest()
 
 
+FINAL_PHASES = frozenset({"done", "failed", "aborted"})
+"""Phases after which a campaign's view never changes again."""
+DOCUMENT_CACHE_ENTRIES = 4096
+"""Campaigns whose view and key config are kept in memory (least recently used evicted)."""
+
+
+def _bounded_put(cache: OrderedDict[str, Any], key: str, value: Any) -> None:
+    """Insert into an LRU dict of at most :data:`DOCUMENT_CACHE_ENTRIES` entries."""
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > DOCUMENT_CACHE_ENTRIES:
+        cache.popitem(last=False)
+
+
 class ServerService:
     """Campaigns, batch intake, round completion and results."""
 
@@ -106,7 +120,8 @@ class ServerService:
         self.allow_insecure_parameters = allow_insecure_parameters
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
-        self._views: dict[str, tuple[str, bytes]] = {}
+        self._views: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
+        self._key_configs: OrderedDict[str, bytes] = OrderedDict()
 
     def _lock(self, campaign_id: str) -> threading.Lock:
         with self._locks_guard:
@@ -189,23 +204,49 @@ class ServerService:
 
     def _view_entry(self, campaign_id: str) -> tuple[str, bytes]:
         """(phase, serialized public view), cached per phase (the only part that ever
-        changes; configuration, key and published parameters are immutable)."""
+        changes; configuration, key and published parameters are immutable). The phase
+        is read from storage every time, so a replica sees another's phase change."""
         phase = self.repository.phase(campaign_id)
         if phase is None:
             raise errors.UnknownCampaignError(f"no campaign {campaign_id!r}")
         cached = self._views.get(campaign_id)
         if cached is not None and cached[0] == phase:
+            self._views.move_to_end(campaign_id)
             return cached
         record = self.campaign(campaign_id)
         entry = (record.phase, self.view(record).model_dump_json().encode())
-        self._views[campaign_id] = entry
+        _bounded_put(self._views, campaign_id, entry)
         return entry
+
+    def final_view(self, campaign_id: str) -> bytes | None:
+        """The cached view of an ended campaign (immutable, so no storage read is needed),
+        or ``None``: memory only, cheap enough for the event loop."""
+        cached = self._views.get(campaign_id)
+        if cached is None or cached[0] not in FINAL_PHASES:
+            return None
+        return cached[1]
+
+    def key_config_document(self, campaign_id: str) -> bytes:
+        """The serialized key config of a campaign (immutable: cached once read)."""
+        cached = self.cached_key_config(campaign_id)
+        if cached is not None:
+            return cached
+        body = self.hpke_config(self.campaign(campaign_id)).model_dump_json().encode()
+        _bounded_put(self._key_configs, campaign_id, body)
+        return body
+
+    def cached_key_config(self, campaign_id: str) -> bytes | None:
+        """The key config if it has been read before (memory only), else ``None``."""
+        cached = self._key_configs.get(campaign_id)
+        if cached is not None:
+            self._key_configs.move_to_end(campaign_id)
+        return cached
 
     def view_document(self, campaign_id: str) -> tuple[bytes, bool]:
         """The serialized view and whether it is final (the campaign has ended: ``done``,
         ``failed`` or ``aborted``; immutable from then on)."""
         phase, body = self._view_entry(campaign_id)
-        return body, phase in ("done", "failed", "aborted")
+        return body, phase in FINAL_PHASES
 
     def results(self, campaign_id: str) -> Results:
         record = self.campaign(campaign_id)

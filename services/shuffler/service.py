@@ -27,6 +27,7 @@ from segshuffle.wire.models import (
     b64url_decode,
 )
 
+from ..storage_calls import storage_call
 from .cache import Fetched, SingleFlightCache
 from .enrollment import AuthenticationError, EnrollmentPolicy, EnrollmentRefusedError
 from .release import DATA, LEVELS, Releaser, required_participants
@@ -128,16 +129,8 @@ class ShufflerService:
             raise errors.UnavailableError("the server cannot be reached")
 
     async def _storage_call(self, function: Callable[..., T], *args: Any) -> T:
-        """``function(*args)``, a short call that touches storage: inline on the event loop
-        when the storage offers it and is free (SQLite, :meth:`..sqlite_base.SQLiteStore.
-        run_inline`), else in a worker thread (a busy store, or PostgreSQL, whose network
-        round trips must not hold up the loop)."""
-        run_inline = getattr(self.storage, "run_inline", None)
-        if run_inline is not None:
-            done, value = run_inline(function, *args)
-            if done:
-                return value  # type: ignore[no-any-return]
-        return await run_in_threadpool(function, *args)
+        """``function(*args)`` on this service's storage (:func:`..storage_calls.storage_call`)."""
+        return await storage_call(self.storage, function, *args)
 
     # -- checks ------------------------------------------------------------------------
     def check_operator(self, token: str | None) -> None:
