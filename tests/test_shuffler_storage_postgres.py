@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import psycopg
 import pytest
 
+from segshuffle.services.postgres_base import lock
 from segshuffle.services.shuffler.storage_api import (
     RELEASED,
     AlreadySubmittedError,
@@ -32,7 +33,7 @@ from segshuffle.services.shuffler.storage_api import (
     StorageError,
     StoredMessage,
 )
-from segshuffle.services.shuffler.storage_postgres import MIGRATIONS, PostgresStorage
+from segshuffle.services.shuffler.storage_postgres import MIGRATIONS, PostgresStorage, _round_lock
 from segshuffle.services.sqlite_base import SchemaVersionError
 
 from .postgres_support import postgres_url  # noqa: F401  (the fixture)
@@ -354,3 +355,24 @@ def test_a_broken_connection_surfaces_as_a_psycopg_error_and_the_pool_recovers(
         while not storage.ping() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert storage.token_campaign(b"t" * 32) == "c"
+
+
+def test_lock_waits_are_bounded(postgres_url: str) -> None:
+    """A replica whose transaction holds a round's exclusive lock (here: a connection
+    that took it and went quiet) makes a submission fail after ``lock_timeout`` seconds,
+    with a psycopg error and nothing stored, instead of waiting for ever."""
+    with pytest.raises(ValueError):
+        PostgresStorage(postgres_url, lock_timeout=0)
+    storage = PostgresStorage(postgres_url, pool_size=2, lock_timeout=0.3)
+    try:
+        with psycopg.connect(postgres_url) as holder:
+            lock(holder, _round_lock("c", 1))
+            started = time.monotonic()
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                storage.submit("c", 1, b"u", submission({"levels": 1}))
+            assert 0.25 <= time.monotonic() - started < 10
+            holder.rollback()
+        assert storage.participants("c", 1) == 0 and storage.rounds_with_messages() == []
+        assert storage.submit("c", 1, b"u", submission({"levels": 1})) == 1  # lock gone
+    finally:
+        storage.close()

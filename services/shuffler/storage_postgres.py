@@ -26,14 +26,25 @@ involved.  Every state change is one ``READ COMMITTED`` transaction, and:
 - ``participant_counts`` is incremented with ``INSERT ... ON CONFLICT DO UPDATE`` in the
   submission's transaction (a row lock), as its last statement so that the lock is held
   briefly; the count stays exact.
+- Every lock wait of a writing transaction is bounded by ``lock_timeout`` seconds
+  (:class:`psycopg.errors.LockNotAvailable` past it, and a rollback).
+
+Text key columns use the ``"C"`` collation: comparisons are byte comparisons whatever the
+database's locale, and ``rounds_with_messages`` sorts in code-point order.
 
 What differs from SQLite (whose ``WITHOUT ROWID`` tables keep rows in key order and
 whose ``secure_delete`` overwrites deleted rows):
 
 - ``pending`` is a heap table: rows sit in arrival order, the rows of one submission
-  carry the same transaction id (``xmin``, shared with its ``participations`` row), and
-  PostgreSQL's write-ahead log holds them together with the commit time.  Reads never
-  expose the arrival order (:meth:`PostgresStorage.row_keys` returns keys sorted).
+  carry the same transaction id (the ``xmin`` system column, which its
+  ``participations`` row carries too), and PostgreSQL's write-ahead log holds them
+  together with the commit time.  So whoever reads the data files can group a round's
+  sealed messages by submission and tie each group to a token hash, as SQLite's WAL
+  file groups a transaction's pages until a checkpoint.  That is what the shuffler sees
+  anyway while it accepts a submission; the participations go when the round is
+  forgotten, and the sealed bytes are unreadable once the round key is destroyed.  This
+  module's reads never expose the arrival order (:meth:`PostgresStorage.row_keys`
+  returns the keys sorted).
 - Deleted tuples stay in the data files (and in the WAL and any base backup) until
   ``VACUUM`` makes their space reusable, and even then PostgreSQL does not overwrite
   them.  What they hold is sealed under the round key, which the service destroys after
@@ -49,7 +60,8 @@ database surfaces as a :class:`psycopg.Error` (mapped by the service).  Nothing 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -74,7 +86,7 @@ __all__ = ["MIGRATIONS", "PostgresStorage"]
 _SCHEMA_1 = """
 CREATE TABLE tokens (
     token_hash BYTEA PRIMARY KEY,
-    campaign_id TEXT NOT NULL
+    campaign_id TEXT COLLATE "C" NOT NULL
 );
 CREATE INDEX tokens_by_campaign ON tokens (campaign_id);
 CREATE TABLE used_invitations (
@@ -83,30 +95,30 @@ CREATE TABLE used_invitations (
 );
 CREATE INDEX used_invitations_by_expiry ON used_invitations (expires);
 CREATE TABLE participations (
-    campaign_id TEXT NOT NULL,
+    campaign_id TEXT COLLATE "C" NOT NULL,
     round BIGINT NOT NULL,
     token_hash BYTEA NOT NULL,
     PRIMARY KEY (campaign_id, round, token_hash)
 );
 CREATE TABLE participant_counts (
-    campaign_id TEXT NOT NULL,
+    campaign_id TEXT COLLATE "C" NOT NULL,
     round BIGINT NOT NULL,
     participants BIGINT NOT NULL,
     PRIMARY KEY (campaign_id, round)
 );
 CREATE TABLE pending (
-    campaign_id TEXT NOT NULL,
+    campaign_id TEXT COLLATE "C" NOT NULL,
     round BIGINT NOT NULL,
-    stream TEXT NOT NULL,
+    stream TEXT COLLATE "C" NOT NULL,
     row_key BYTEA NOT NULL,
     ciphertext BYTEA NOT NULL,
     PRIMARY KEY (campaign_id, round, stream, row_key)
 );
 CREATE TABLE rounds (
-    campaign_id TEXT NOT NULL,
+    campaign_id TEXT COLLATE "C" NOT NULL,
     round BIGINT NOT NULL,
     state TEXT NOT NULL,
-    batch_id TEXT NOT NULL,
+    batch_id TEXT COLLATE "C" NOT NULL,
     participants BIGINT NOT NULL,
     chunk_size BIGINT NOT NULL,
     stream_sizes TEXT NOT NULL,
@@ -115,8 +127,8 @@ CREATE TABLE rounds (
 );
 CREATE INDEX rounds_releasing ON rounds (campaign_id, round) WHERE state = 'releasing';
 CREATE TABLE acknowledged (
-    batch_id TEXT NOT NULL,
-    stream TEXT NOT NULL,
+    batch_id TEXT COLLATE "C" NOT NULL,
+    stream TEXT COLLATE "C" NOT NULL,
     chunk_index BIGINT NOT NULL,
     PRIMARY KEY (batch_id, stream, chunk_index)
 );
@@ -136,6 +148,13 @@ _ROUND_COLUMNS = ("campaign_id, round, state, batch_id, participants, chunk_size
                   "stream_sizes, reason")
 
 
+def _bound_lock_waits(db: psycopg.Connection[Any], seconds: float) -> None:
+    """Bound every lock wait of the current transaction by ``seconds`` (``lock_timeout``
+    for this transaction only)."""
+    db.execute("SELECT set_config('lock_timeout', %s, true)",
+               (f"{max(1, round(seconds * 1000))}ms",))
+
+
 def _round_lock(campaign_id: str, round_number: int) -> str:
     """The advisory lock name of one round (shared by submissions, exclusive to closing)."""
     return f"shuffler:round:{campaign_id}:{round_number}"
@@ -145,17 +164,30 @@ class PostgresStorage(PostgresStore):
     """The PostgreSQL implementation of :class:`.storage_api.ShufflerStorage`.
 
     ``url`` is a libpq connection URL; ``pool_size`` bounds the connections this process
-    opens (each blocking call holds one for its duration).  The schema is created or
-    upgraded on opening, once even when several replicas start together.
+    opens (each blocking call holds one for its duration).  A transaction that waits for
+    a lock (a round's advisory lock, a row another replica is inserting) waits at most
+    ``lock_timeout`` seconds, then fails with :class:`psycopg.errors.LockNotAvailable`
+    and is rolled back.  The schema is created or upgraded on opening, once even when
+    several replicas start together.
     """
 
-    def __init__(self, url: str, *, pool_size: int = 8) -> None:
+    def __init__(self, url: str, *, pool_size: int = 8, lock_timeout: float = 30.0) -> None:
+        if lock_timeout <= 0:
+            raise ValueError(f"lock_timeout must be positive, got {lock_timeout}")
         super().__init__(url, MIGRATIONS, service="shuffler", pool_size=pool_size)
+        self.lock_timeout = lock_timeout
+
+    @contextmanager
+    def _locking(self) -> Iterator[psycopg.Connection[Any]]:
+        """A transaction whose lock waits are bounded by :attr:`lock_timeout`."""
+        with self._transaction() as db:
+            _bound_lock_waits(db, self.lock_timeout)
+            yield db
 
     # -- enrollment --------------------------------------------------------------------
     def add_token(self, campaign_id: str, token_hash: bytes) -> None:
         """Record an issued token's hash (StorageError if the hash is already recorded)."""
-        with self._transaction() as db:
+        with self._locking() as db:
             self._insert_token(db, campaign_id, token_hash)
 
     @staticmethod
@@ -176,7 +208,7 @@ class PostgresStorage(PostgresStore):
         first transaction and, once it has committed, inserts nothing.  The two rows share
         no key: nothing links an invitation to a token.
         """
-        with self._transaction() as db:
+        with self._locking() as db:
             inserted = db.execute(
                 "INSERT INTO used_invitations (invitation_hash, expires) VALUES (%s, %s) "
                 "ON CONFLICT (invitation_hash) DO NOTHING RETURNING 1",
@@ -187,7 +219,7 @@ class PostgresStorage(PostgresStore):
 
     def forget_expired_invitations(self, before: float) -> int:
         """Drop the hashes of used invitations that expired before ``before``; how many."""
-        with self._transaction() as db:
+        with self._locking() as db:
             return db.execute("DELETE FROM used_invitations WHERE expires < %s",
                               (before,)).rowcount
 
@@ -208,7 +240,7 @@ class PostgresStorage(PostgresStore):
         participation exists (committed by any replica); the messages go in with one
         ``INSERT ... SELECT FROM unnest(...)``, whatever their number.
         """
-        with self._transaction() as db:
+        with self._locking() as db:
             lock_shared(db, _round_lock(campaign_id, round_number))
             if self._round_row(db, campaign_id, round_number) is not None:
                 raise RoundClosedError(f"round {round_number} has already been released")
@@ -309,7 +341,7 @@ class PostgresStorage(PostgresStore):
         """
         if chunk_size < 1:
             raise ValueError(f"chunk size must be >= 1, got {chunk_size}")
-        with self._transaction() as db:
+        with self._locking() as db:
             lock(db, _round_lock(campaign_id, round_number))
             existing = self._round_row(db, campaign_id, round_number)
             if existing is not None:
@@ -374,7 +406,7 @@ class PostgresStorage(PostgresStore):
 
     def acknowledge(self, record: RoundRecord, stream: str, index: int) -> None:
         """Record that the server acknowledged a chunk (idempotent)."""
-        with self._transaction() as db:
+        with self._locking() as db:
             db.execute("INSERT INTO acknowledged (batch_id, stream, chunk_index) "
                        "VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
                        (record.batch_id, stream, index))
@@ -388,7 +420,7 @@ class PostgresStorage(PostgresStore):
 
     def clear_acknowledgements(self, record: RoundRecord) -> None:
         """Forget which chunks were acknowledged, so that all are sent again."""
-        with self._transaction() as db:
+        with self._locking() as db:
             db.execute("DELETE FROM acknowledged WHERE batch_id = %s", (record.batch_id,))
 
     def finish_release(self, record: RoundRecord, *, state: str = RELEASED,
@@ -397,7 +429,7 @@ class PostgresStorage(PostgresStore):
         message table (best effort; see the module docstring)."""
         if state not in (RELEASED, FAILED):
             raise ValueError(f"a finished round is {RELEASED} or {FAILED}, not {state!r}")
-        with self._transaction() as db:
+        with self._locking() as db:
             lock(db, _round_lock(record.campaign_id, record.round))
             db.execute("UPDATE rounds SET state = %s, reason = %s WHERE campaign_id = %s "
                        "AND round = %s", (state, reason, record.campaign_id, record.round))
@@ -413,7 +445,7 @@ class PostgresStorage(PostgresStore):
         """Close an open round of an ended campaign as failed and forget it (idempotent:
         a closed round's record is returned unchanged).  Under the round's exclusive lock,
         so no submission can commit into the forgotten round."""
-        with self._transaction() as db:
+        with self._locking() as db:
             lock(db, _round_lock(campaign_id, round_number))
             existing = self._round_row(db, campaign_id, round_number)
             if existing is not None:
