@@ -292,6 +292,15 @@ def _wait_phase(stack: Any, campaign_id: str, phases: set[str]) -> dict[str, Any
         time.sleep(0.1)
 
 
+def _log_tails(directory: Path, lines: int = 15) -> str:
+    """The last lines of each service's log (shown with a failure)."""
+    parts = []
+    for log_file in sorted(directory.glob("*.log")):
+        tail = log_file.read_text(errors="replace").splitlines()[-lines:]
+        parts.append(f"--- {log_file.name}\n" + "\n".join(line[:400] for line in tail))
+    return "\n".join(parts)
+
+
 def _chunks(count: int) -> list[tuple[int, int]]:
     return [(lo, min(count, lo + SEAL_CHUNK)) for lo in range(0, count, SEAL_CHUNK)]
 
@@ -320,101 +329,104 @@ def run_configuration(args: argparse.Namespace, database: str, users: int) -> di
             shuffler_env["SEGSHUFFLE_SHUFFLER_DATABASE"] = urls["shuffler"]
             shuffler_env["SEGSHUFFLE_SHUFFLER_KEY_DIRECTORY"] = str(directory / "round-keys")
         log(f"{label}: starting the services")
-        with LocalStack(directory / "stack", server_env=server_env,
-                        shuffler_env=shuffler_env) as stack, \
-                Senders(args.senders, args.concurrency) as senders:
-            campaign_id = f"bench-{users}-{secrets.token_hex(3)}"
-            stack.create_campaign({
-                "id": campaign_id, "domain_size": DOMAIN, "set_size": SET_SIZE,
-                "levels": list(LEVELS), "min_users": max(MIN_USERS, users // 2),
-                "dropout_tolerance": 0.1, "padding": False})
-            view = stack.campaign(campaign_id).model_dump(mode="json")
-            hpke = view["hpke_config"]
-            server_key = stack.server_key
-            issuer_seed = stack.issuer_key.private_bytes_raw()
-            expires = int(time.time()) + 6 * 3600
+        try:
+            with LocalStack(directory / "stack", server_env=server_env,
+                            shuffler_env=shuffler_env) as stack, \
+                    Senders(args.senders, args.concurrency) as senders:
+                campaign_id = f"bench-{users}-{secrets.token_hex(3)}"
+                stack.create_campaign({
+                    "id": campaign_id, "domain_size": DOMAIN, "set_size": SET_SIZE,
+                    "levels": list(LEVELS), "min_users": max(MIN_USERS, users // 2),
+                    "dropout_tolerance": 0.1, "padding": False})
+                view = stack.campaign(campaign_id).model_dump(mode="json")
+                hpke = view["hpke_config"]
+                server_key = stack.server_key
+                issuer_seed = stack.issuer_key.private_bytes_raw()
+                expires = int(time.time()) + 6 * 3600
 
-            log(f"{label}: sealing round 1 for {users} users")
-            prepared = [r for part in pool.map(
-                prepare_round1, *zip(*[(view, hpke, server_key, issuer_seed, expires,
-                                        levels[lo:hi], args.seed * 1_000_003 + lo)
-                                       for lo, hi in _chunks(users)], strict=True))
-                for r in part]
-            shuffler_host = f"127.0.0.1:{stack.ports['shuffler']}"
-            server_host = f"127.0.0.1:{stack.ports['server']}"
-            base = f"/v1/campaigns/{campaign_id}"
-            meter = Meter({"shuffler": stack.processes["shuffler"].pid,
-                           "server": stack.processes["server"].pid}, senders)
-            phases: dict[str, Phase] = {}
-            operations: dict[str, dict[str, Any]] = {}
-            sport = stack.ports["shuffler"]
+                log(f"{label}: sealing round 1 for {users} users")
+                prepared = [r for part in pool.map(
+                    prepare_round1, *zip(*[(view, hpke, server_key, issuer_seed, expires,
+                                            levels[lo:hi], args.seed * 1_000_003 + lo)
+                                           for lo, hi in _chunks(users)], strict=True))
+                    for r in part]
+                shuffler_host = f"127.0.0.1:{stack.ports['shuffler']}"
+                server_host = f"127.0.0.1:{stack.ports['server']}"
+                base = f"/v1/campaigns/{campaign_id}"
+                meter = Meter({"shuffler": stack.processes["shuffler"].pid,
+                               "server": stack.processes["server"].pid}, senders)
+                phases: dict[str, Phase] = {}
+                operations: dict[str, dict[str, Any]] = {}
+                sport = stack.ports["shuffler"]
 
-            enrollments = [encode_request("POST", shuffler_host, f"{base}/enrollments", body)
-                           for body, _, _ in prepared]
-            phases["enroll"], answers = meter.run("enroll", sport, enrollments, args.slices,
-                                                  keep_bodies=True)
-            tokens = [json.loads(a or b"{}")["token"] for a in answers]
+                enrollments = [encode_request("POST", shuffler_host, f"{base}/enrollments", body)
+                               for body, _, _ in prepared]
+                phases["enroll"], answers = meter.run("enroll", sport, enrollments, args.slices,
+                                                      keep_bodies=True)
+                tokens = [json.loads(a or b"{}")["token"] for a in answers]
 
-            round1 = [body for _, _, body in prepared]
-            phases["round1"], _ = meter.run("round1", sport, [
-                encode_request("POST", shuffler_host, f"{base}/rounds/1/submissions", body,
-                               [("Authorization", f"Bearer {token}")])
-                for body, token in zip(round1, tokens, strict=True)], args.slices)
+                round1 = [body for _, _, body in prepared]
+                phases["round1"], _ = meter.run("round1", sport, [
+                    encode_request("POST", shuffler_host, f"{base}/rounds/1/submissions", body,
+                                   [("Authorization", f"Bearer {token}")])
+                    for body, token in zip(round1, tokens, strict=True)], args.slices)
 
-            def release(round_number: int, phases_after: set[str]) -> None:
-                stack.release(campaign_id, round_number, wait=True, timeout=PHASE_WAIT_SECONDS)
-                _wait_phase(stack, campaign_id, phases_after)
+                def release(round_number: int, phases_after: set[str]) -> None:
+                    stack.release(campaign_id, round_number, wait=True, timeout=PHASE_WAIT_SECONDS)
+                    _wait_phase(stack, campaign_id, phases_after)
 
-            operations["release1"] = timed_operation(
-                "release1", meter, users, lambda: release(1, {"round2", "done"}))
-            published = stack.campaign(campaign_id).model_dump(mode="json")
-            if published["parameters_hash"] is None:
-                raise BenchError(f"round 1 released but no parameters published (phase "
-                                 f"{published['phase']}): {published}")
+                operations["release1"] = timed_operation(
+                    "release1", meter, users, lambda: release(1, {"round2", "done"}))
+                published = stack.campaign(campaign_id).model_dump(mode="json")
+                if published["parameters_hash"] is None:
+                    raise BenchError(f"round 1 released but no parameters published (phase "
+                                     f"{published['phase']}): {published}")
 
-            log(f"{label}: sealing round 2")
-            reported = [r for _, r, _ in prepared]
-            round2 = [b for part in pool.map(
-                prepare_round2, *zip(*[(published, hpke, server_key,
-                                        [(levels[i], reported[i], items[i])
-                                         for i in range(lo, hi)],
-                                        args.seed * 1_000_003 + users + lo)
-                                       for lo, hi in _chunks(users)], strict=True))
-                for b in part]
-            phases["round2"], _ = meter.run("round2", sport, [
-                encode_request("POST", shuffler_host, f"{base}/rounds/2/submissions", body,
-                               [("Authorization", f"Bearer {token}")])
-                for body, token in zip(round2, tokens, strict=True)], args.slices)
+                log(f"{label}: sealing round 2")
+                reported = [r for _, r, _ in prepared]
+                round2 = [b for part in pool.map(
+                    prepare_round2, *zip(*[(published, hpke, server_key,
+                                            [(levels[i], reported[i], items[i])
+                                             for i in range(lo, hi)],
+                                            args.seed * 1_000_003 + users + lo)
+                                           for lo, hi in _chunks(users)], strict=True))
+                    for b in part]
+                phases["round2"], _ = meter.run("round2", sport, [
+                    encode_request("POST", shuffler_host, f"{base}/rounds/2/submissions", body,
+                                   [("Authorization", f"Bearer {token}")])
+                    for body, token in zip(round2, tokens, strict=True)], args.slices)
 
-            operations["release2"] = timed_operation(
-                "release2", meter, users, lambda: release(2, {"done"}))
+                operations["release2"] = timed_operation(
+                    "release2", meter, users, lambda: release(2, {"done"}))
 
-            import httpx
+                import httpx
 
-            answer = httpx.get(f"{stack.server_url}{base}", timeout=30)
-            if "immutable" not in answer.headers.get("cache-control", ""):
-                raise BenchError(f"the done campaign's view is not immutable "
-                                 f"({answer.headers.get('cache-control')!r})")
-            document_bytes = len(answer.content)
-            get = encode_request("GET", server_host, base)
-            gets = max(users, MIN_MEASURED)
-            meter.warm_up(stack.ports["server"], get)
-            phases["server_get"], _ = meter.run("server_get", stack.ports["server"],
-                                                [get] * gets, args.slices)
+                answer = httpx.get(f"{stack.server_url}{base}", timeout=30)
+                if "immutable" not in answer.headers.get("cache-control", ""):
+                    raise BenchError(f"the done campaign's view is not immutable "
+                                     f"({answer.headers.get('cache-control')!r})")
+                document_bytes = len(answer.content)
+                get = encode_request("GET", server_host, base)
+                gets = max(users, MIN_MEASURED)
+                meter.warm_up(stack.ports["server"], get)
+                phases["server_get"], _ = meter.run("server_get", stack.ports["server"],
+                                                    [get] * gets, args.slices)
 
-            with bare_app(document_bytes, directory) as (bare_pid, bare_port):
-                meter.processes["bare"] = bare_pid
-                bare_host = f"127.0.0.1:{bare_port}"
-                bare_get = encode_request("GET", bare_host, "/document")
-                meter.warm_up(bare_port, bare_get)
-                phases["bare_get"], _ = meter.run("bare_get", bare_port, [bare_get] * gets,
-                                                  args.slices)
-                posts = [encode_request("POST", bare_host, "/submit", body)
-                         for body in round1 + round2]
-                meter.warm_up(bare_port, posts[-1])
-                posts = [posts[i % len(posts)] for i in range(max(len(posts), MIN_MEASURED))]
-                phases["bare_post"], _ = meter.run("bare_post", bare_port, posts,
-                                                   2 * args.slices)
+                with bare_app(document_bytes, directory) as (bare_pid, bare_port):
+                    meter.processes["bare"] = bare_pid
+                    bare_host = f"127.0.0.1:{bare_port}"
+                    bare_get = encode_request("GET", bare_host, "/document")
+                    meter.warm_up(bare_port, bare_get)
+                    phases["bare_get"], _ = meter.run("bare_get", bare_port, [bare_get] * gets,
+                                                      args.slices)
+                    posts = [encode_request("POST", bare_host, "/submit", body)
+                             for body in round1 + round2]
+                    meter.warm_up(bare_port, posts[-1])
+                    posts = [posts[i % len(posts)] for i in range(max(len(posts), MIN_MEASURED))]
+                    phases["bare_post"], _ = meter.run("bare_post", bare_port, posts,
+                                                       2 * args.slices)
+        except BenchError as exc:
+            raise BenchError(f"{exc}\n{_log_tails(directory / 'stack')}") from None
 
     sizes = {"round1_body_bytes": statistics.median(len(b) for b in round1),
              "round2_body_bytes": statistics.median(len(b) for b in round2),
