@@ -24,6 +24,7 @@ import psycopg
 import pytest
 
 from segshuffle.services.postgres_base import lock
+from segshuffle.services.shuffler.backends import open_storage
 from segshuffle.services.shuffler.storage_api import (
     RELEASED,
     AlreadySubmittedError,
@@ -329,13 +330,17 @@ def test_forgetting_a_round_vacuums_the_message_table(postgres_url: str) -> None
         for user in range(20):
             storage.submit("c", 1, bytes([user]), submission({"levels": 5}))
         storage.submit("d", 1, b"x", submission({"levels": 1}))
+        storage.submit("c", 2, b"y", submission({"levels": 1, "data": 1}))
+        storage.submit("c:1", 2, b"y", submission({"data": 1}))
+        assert storage.rounds_with_messages() == [("c", 1), ("c", 2), ("c:1", 2), ("d", 1)]
         record = storage.close_round("c", 1, minimum=1, batch_id="b", chunk_size=10,
                                      streams=["levels"])
         finished = storage.finish_release(record)
-        assert finished.state == RELEASED and storage.rounds_with_messages() == [("d", 1)]
+        assert finished.state == RELEASED
+        assert storage.rounds_with_messages() == [("c", 2), ("c:1", 2), ("d", 1)]
         discarded = storage.discard_round("d", 1, "the campaign aborted: test")
         assert discarded.reason == "the campaign aborted: test"
-        assert storage.rounds_with_messages() == []
+        assert storage.rounds_with_messages() == [("c", 2), ("c:1", 2)]
     with psycopg.connect(postgres_url, autocommit=True) as db:
         row = db.execute("SELECT vacuum_count FROM pg_stat_user_tables "
                          "WHERE relname = 'pending'").fetchone()
@@ -374,5 +379,13 @@ def test_lock_waits_are_bounded(postgres_url: str) -> None:
             holder.rollback()
         assert storage.participants("c", 1) == 0 and storage.rounds_with_messages() == []
         assert storage.submit("c", 1, b"u", submission({"levels": 1})) == 1  # lock gone
+    finally:
+        storage.close()
+
+
+def test_a_postgresql_database_setting_opens_this_backend(postgres_url: str) -> None:
+    storage = open_storage(postgres_url, pool_size=2)
+    try:
+        assert isinstance(storage, PostgresStorage) and storage.ping()
     finally:
         storage.close()
