@@ -10,6 +10,10 @@
 #                                 --no-proxy leaves it out.
 #                                 Both base images are skipped when they exist
 #                                 (SEGSHUFFLE_REBUILD_BASE=1 rebuilds them).
+#   2b. segshuffle-postgres:bookworm  with --postgres only, for the compose profile `scale`:
+#                                 Debian's postgresql-15 and tini, run as the postgres user
+#                                 (deploy/postgres/entrypoint.sh, mounted by compose,
+#                                 initialises the cluster). Skipped when it exists, likewise.
 #   3. a wheelhouse               `pip download --require-hashes` of deploy/requirements.lock
 #                                 (hash-pinned; regenerate it with deploy/lock.sh): wheels for
 #                                 CPython 3.11 on manylinux x86_64, whatever the host's Python.
@@ -31,9 +35,10 @@
 #   - openssl, for deploy/init-secrets.sh
 #   - about 2 GiB free in the build directory and 2 GiB in Docker's data root
 #
-# Usage: deploy/build-images.sh [--base-only] [--no-proxy] [--check] [--help]
+# Usage: deploy/build-images.sh [--base-only] [--no-proxy] [--postgres] [--check] [--help]
 #   --base-only   build the base images (steps 1 and 2) only
 #   --no-proxy    do not build segshuffle-proxy:bookworm
+#   --postgres    also build segshuffle-postgres:bookworm (the `scale` profile's database)
 #   --check       check the prerequisites and exit
 #
 # Environment:
@@ -55,12 +60,14 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "${here}/.." && pwd)"
 base_image="segshuffle-base:bookworm"
 proxy_image="segshuffle-proxy:bookworm"
+postgres_image="segshuffle-postgres:bookworm"
 app_image="${SEGSHUFFLE_IMAGE:-segshuffle:latest}"
 build_dir="${SEGSHUFFLE_BUILD_DIR:-${XDG_CACHE_HOME:-${HOME}/.cache}/segshuffle-deploy}"
 lock_file="${here}/requirements.lock"
 suite="bookworm"
 base_packages="python3,python3-venv,python3-pip,ca-certificates,tini"
 proxy_packages="nginx-light,ca-certificates,tini"
+postgres_packages="postgresql-15,tini"
 min_free_kib=$((2 * 1024 * 1024))
 
 log() { printf '[build-images %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -70,14 +77,16 @@ usage() { sed -n '/^# Usage:/,/^#   --check/p' "${BASH_SOURCE[0]}" | sed 's/^# \
 
 base_only=0
 with_proxy=1
+with_postgres=0
 check_only=0
 while (($#)); do
     case "$1" in
         --base-only) base_only=1 ;;
         --no-proxy) with_proxy=0 ;;
+        --postgres) with_postgres=1 ;;
         --check) check_only=1 ;;
         -h|--help) usage; exit 0 ;;
-        *) die "unknown argument '$1' (usage: deploy/build-images.sh [--base-only] [--no-proxy] [--check])" ;;
+        *) die "unknown argument '$1' (usage: deploy/build-images.sh [--base-only] [--no-proxy] [--postgres] [--check])" ;;
     esac
     shift
 done
@@ -349,6 +358,42 @@ build_proxy() {
         || die "$proxy_image: nginx -t fails with the packaged configuration"
 }
 
+build_postgres() {
+    if ! base_wanted "$postgres_image"; then
+        log "database image $postgres_image exists, skipping mmdebstrap (SEGSHUFFLE_REBUILD_BASE=1 forces it)"
+        return 0
+    fi
+    local tarball="${build_dir}/rootfs-postgres-${suite}.tar"
+    # The package's postinst makes a cluster "main" (and ssl-cert a snakeoil key pair): the
+    # container makes its own on its data volume at first start (deploy/postgres/entrypoint.sh),
+    # so drop both; no key may ship in an image. /var/lib/postgresql (the postgres user's
+    # home) becomes the data volume's initial content, owned by postgres.
+    # LLVM (and z3, which only it uses) serve the JIT alone, which the configuration turns off
+    # (deploy/postgres/postgresql.conf): 135 MB that dpkg leaves out.
+    make_rootfs "$postgres_image" "$postgres_packages" "$tarball" \
+        --dpkgopt='path-exclude=/usr/lib/x86_64-linux-gnu/libLLVM-*' \
+        --dpkgopt='path-exclude=/usr/lib/x86_64-linux-gnu/libz3.so*' \
+        --dpkgopt='path-exclude=/usr/lib/postgresql/15/lib/llvmjit*' \
+        --dpkgopt='path-exclude=/usr/lib/postgresql/15/lib/bitcode/*' \
+        --customize-hook='rm -rf "$1"/etc/postgresql/15 "$1"/var/lib/postgresql/15 "$1"/var/log/postgresql/*' \
+        --customize-hook='rm -f "$1"/etc/ssl/private/ssl-cert-snakeoil.key "$1"/etc/ssl/certs/ssl-cert-snakeoil.pem' \
+        --customize-hook='find "$1"/etc/ssl/certs -xtype l -delete' \
+        --customize-hook='chroot "$1" install -d -o postgres -g postgres -m 0700 /var/lib/postgresql'
+    import_rootfs "$tarball" "$postgres_image" \
+        --change 'LABEL io.segshuffle.image=postgres' \
+        --change 'ENV PATH=/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+        --change 'ENV PGDATA=/var/lib/postgresql/data' \
+        --change 'USER postgres' \
+        --change 'WORKDIR /var/lib/postgresql' \
+        --change 'EXPOSE 5432' \
+        --change 'ENTRYPOINT ["/usr/bin/tini", "--"]' \
+        --change 'CMD ["postgres", "--version"]'
+    docker run --rm --network none "$postgres_image" postgres --version >/dev/null \
+        || die "$postgres_image cannot run postgres"
+    [[ "$(docker run --rm --network none "$postgres_image" id -un)" == "postgres" ]] \
+        || die "$postgres_image does not run as the postgres user"
+}
+
 build_wheelhouse() {
     local python
     python="$(host_python)"
@@ -423,7 +468,8 @@ main() {
     if ((check_only)); then
         need_base=1
         need_app=1
-    elif base_wanted "$base_image" || { ((with_proxy)) && base_wanted "$proxy_image"; }; then
+    elif base_wanted "$base_image" || { ((with_proxy)) && base_wanted "$proxy_image"; } \
+            || { ((with_postgres)) && base_wanted "$postgres_image"; }; then
         need_base=1
     fi
     check_prerequisites "$need_base" "$need_app"
@@ -435,6 +481,9 @@ main() {
     build_base
     if ((with_proxy)); then
         build_proxy
+    fi
+    if ((with_postgres)); then
+        build_postgres
     fi
     if ((base_only)); then
         return 0
