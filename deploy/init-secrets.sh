@@ -18,7 +18,8 @@
 # hands to each service as Docker secrets: the services read them from /run/secrets and no
 # token shows in `docker inspect`. `docker compose -f deploy/compose.yaml ...` reads
 # deploy/.env for the other variables (and the load test's tokens). The file is mode 0600 and ignored by git.
-# It also makes the TLS profile's local CA and certificates in deploy/tls/certs
+# It also writes the PostgreSQL role passwords and libpq password files of the `scale`
+# profile to deploy/secrets/ (database_secrets below), and makes the TLS profile's local CA and certificates in deploy/tls/certs
 # (deploy/tls/make-certs.sh; SEGSHUFFLE_TLS_DIR in the env file names the directory).
 # An existing file is kept (tokens stay stable across rebuilds; an issuer key is added if it
 # lacks one); pass --force to rotate everything.
@@ -63,6 +64,34 @@ secret_files() {
     done
 }
 
+# The compose profile `scale` (PostgreSQL): one password per party's database role, made
+# once (kept afterwards; --force makes new ones, which the postgres container applies on its
+# next start), and each party's libpq password file naming only its own role and database.
+#   secrets/postgres_shuffler_password, secrets/postgres_server_password   for the postgres
+#                                        service, which sets the roles' passwords from them
+#   secrets/shuffler_pgpass, secrets/server_pgpass   for the replicas (PGPASSFILE; compose
+#                                        copies each to a 0600 file in the container, as libpq
+#                                        ignores a password file others can read)
+database_secrets() {
+    local dir role password
+    dir="$(dirname "$target")/secrets"
+    mkdir -p "$dir" && chmod 0700 "$dir"
+    for role in shuffler server; do
+        if [[ "${1:-}" == "--force" || ! -s "$dir/postgres_${role}_password" ]]; then
+            token > "$dir/postgres_${role}_password.tmp"
+            chmod 0644 "$dir/postgres_${role}_password.tmp"
+            mv "$dir/postgres_${role}_password.tmp" "$dir/postgres_${role}_password"
+        fi
+        password="$(head -n 1 "$dir/postgres_${role}_password")"
+        [[ "$password" =~ ^[A-Za-z0-9_-]{16,256}$ ]] \
+            || { echo "[init-secrets] $dir/postgres_${role}_password is not a base64url password; delete it to make a new one" >&2; exit 1; }
+        # hostname:port:database:username:password
+        printf '*:*:%s:%s:%s\n' "$role" "$role" "$password" > "$dir/${role}_pgpass.tmp"
+        chmod 0644 "$dir/${role}_pgpass.tmp"
+        mv "$dir/${role}_pgpass.tmp" "$dir/${role}_pgpass"
+    done
+}
+
 # The local CA and the proxy's certificates (deploy/tls/make-certs.sh) in tls/certs next to
 # the env file, made once (rerun make-certs.sh to add names; --force makes new ones); the
 # shuffler container mounts its ca.pem.
@@ -94,6 +123,7 @@ if [[ -e "$target" && "${1:-}" != "--force" ]]; then
             >> "$target"
     fi
     secret_files
+    database_secrets
     tls_certs
     exit 0
 fi
@@ -115,5 +145,6 @@ trap 'rm -f "$tmp"' EXIT
 mv "$tmp" "$target"
 trap - EXIT
 secret_files
+database_secrets "$@"
 tls_certs "$@"
 printf '[init-secrets] wrote %s\n' "$target" >&2
