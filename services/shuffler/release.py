@@ -17,9 +17,25 @@ A release has three steps (docs/protocol.md sections 1 and 2):
    most ``retry_seconds``; any other refusal stops forwarding (the round stays
    ``releasing`` and says why; a new release request resumes it).  A restart resumes
    every batch still in the ``releasing`` state, skipping acknowledged chunks.
+   Replicas sharing the database forward a round under a *release lease* (below).
 3. Once the server has finished the round (or closed it as failed, or the campaign
    was aborted), the storage forgets the round's messages and participations and the
    round key is destroyed (crypto-shredding).
+
+Release lease (docs/architecture.md, "Replicas"): a replica forwards a round only
+while it holds the round's lease in storage (:meth:`ShufflerStorage.take_release_lease`),
+taken for ``lease_seconds`` on the database's clock and renewed every third of that
+while it forwards.  Every replica scans the ``releasing`` rounds every half lease
+(:meth:`Releaser.resume_all` starts the scan) and takes over any round whose lease has
+expired, so the forwarding of a replica that died (``SIGKILL``, a lost host) is resumed
+by another within about 1.5 leases, with no operator request; the chunks already
+acknowledged are skipped.  A release request on a replica that does not hold the lease
+waits for the holder's outcome (or takes over once the lease expires).  A forwarding
+that gave up (a refusal, or retries exhausted) *stops* the lease: the scan leaves the
+round alone and only a new release request resumes it, as with one process.  Two
+forwarders of one round (a holder that stalled past its lease while another took over)
+are harmless: the order is recomputed identically from the round key, so chunks are
+byte-identical, and the server answers a repeated chunk as a duplicate.
 
 Required participants: round 1 needs ``max(min_users, floor)``; round 2 needs
 ``max(n_min, min_users, floor)`` with ``n_min = ceil((1 - tau) n1)``, n1 the
@@ -32,8 +48,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import secrets
+import socket
 import time
 from collections.abc import Callable
 
@@ -42,7 +60,14 @@ from segshuffle.services import errors
 from segshuffle.wire.models import BatchChunk, CampaignView, b64url_encode
 
 from .permutation import ReleaseOrder
-from .storage_api import FAILED, RELEASED, RoundRecord, ShufflerStorage, StorageError
+from .storage_api import (
+    FAILED,
+    RELEASED,
+    RELEASING,
+    RoundRecord,
+    ShufflerStorage,
+    StorageError,
+)
 from .upstream import ServerLink, UpstreamError
 from .vault import RoundKeyMissingError, RoundKeys
 
@@ -93,7 +118,7 @@ class Releaser:
 
     def __init__(self, storage: ShufflerStorage, link: ServerLink, keys: RoundKeys, *,
                  chunk_size: int, backoff_initial: float = 0.1, backoff_max: float = 10.0,
-                 retry_seconds: float = 6 * 3600.0) -> None:
+                 retry_seconds: float = 6 * 3600.0, lease_seconds: float = 10.0) -> None:
         self.storage = storage
         self.link = link
         self.keys = keys
@@ -102,7 +127,12 @@ class Releaser:
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.retry_seconds = retry_seconds
+        self.lease_seconds = lease_seconds
+        """How long a release lease lasts unless renewed (module docstring)."""
+        self.owner = f"{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(4)}"
+        """This process's name as a lease holder (unique per process incarnation)."""
         self._tasks: dict[tuple[str, int], asyncio.Task[RoundRecord]] = {}
+        self._scanner: asyncio.Task[None] | None = None
         self.last_error: dict[tuple[str, int], str] = {}
         """Why the latest delivery attempt of a round failed (cleared on success)."""
         self.on_change: Callable[[str, int], None] | None = None
@@ -126,13 +156,19 @@ class Releaser:
         return record
 
     # -- step 2 ------------------------------------------------------------------------
-    def schedule(self, record: RoundRecord) -> asyncio.Task[RoundRecord]:
-        """Forward ``record`` in the background (one task per batch, reused if running)."""
+    def schedule(self, record: RoundRecord, *, force: bool = False
+                 ) -> asyncio.Task[RoundRecord]:
+        """Forward ``record`` in the background (one task per batch, reused if running).
+
+        ``force`` (an operator's release request) also resumes a round whose forwarding
+        stopped; without it such a round is left alone.
+        """
         key = (record.campaign_id, record.round)
         task = self._tasks.get(key)
         if task is None or task.done():
             task = asyncio.get_running_loop().create_task(
-                self.forward(record), name=f"forward {record.campaign_id}/{record.round}"
+                self.forward(record, force=force),
+                name=f"forward {record.campaign_id}/{record.round}",
             )
             # The outcome is logged and kept in last_error; nobody may be awaiting it.
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
@@ -173,41 +209,136 @@ class Releaser:
         return task is not None and not task.done()
 
     def resume_all(self) -> int:
-        """Schedule every batch left in the ``releasing`` state (after a restart).
+        """Destroy the key files of finished rounds, take over every ``releasing`` round
+        whose lease is free or expired, and start the periodic scan (on the running
+        event loop); returns how many rounds were resumed now.
 
-        Key files of rounds that hold no message any more are destroyed first.
+        Rounds another replica holds are left to it; the scan takes them over if its
+        lease expires.
         """
-        swept = self.keys.sweep(self.storage.rounds_with_messages())
+        swept = self.keys.sweep_finished(self.storage.finished_rounds())
         if swept:
             log.info("destroyed %d round key(s) of finished rounds", swept)
-        pending = self.storage.releasing()
-        for record in pending:
-            log.info("resuming release: campaign=%s round=%d", record.campaign_id, record.round)
-            self.schedule(record)
-        return len(pending)
+        resumed = 0
+        for record in self.storage.releasing():
+            if self.storage.take_release_lease(record.campaign_id, record.round, self.owner,
+                                               self.lease_seconds):
+                log.info("resuming release: campaign=%s round=%d", record.campaign_id,
+                         record.round)
+                self.schedule(record)
+                resumed += 1
+        if self._scanner is None or self._scanner.done():
+            self._scanner = asyncio.get_running_loop().create_task(
+                self._scan_forever(), name="release lease scan")
+        return resumed
+
+    async def _scan_forever(self) -> None:
+        """Every half lease, take over the releasing rounds whose lease expired."""
+        while True:
+            await asyncio.sleep(self.lease_seconds / 2)
+            try:
+                await self.take_over()
+            except Exception as exc:  # the database is unreachable: try again next time
+                log.warning("release lease scan failed: %s", exc)
+
+    async def take_over(self) -> int:
+        """Schedule every ``releasing`` round not forwarded here whose lease this process
+        could take (free or expired, not stopped); returns how many."""
+        taken = 0
+        for record in await asyncio.to_thread(self.storage.releasing):
+            if self.forwarding(record.campaign_id, record.round):
+                continue
+            if await asyncio.to_thread(self.storage.take_release_lease, record.campaign_id,
+                                       record.round, self.owner, self.lease_seconds):
+                log.warning("resuming release: campaign=%s round=%d (its lease expired: "
+                            "taken over)", record.campaign_id, record.round)
+                self.schedule(record)
+                taken += 1
+        return taken
 
     async def shutdown(self) -> None:
+        """Stop the scan and every forwarding (their leases are let go at once)."""
         tasks = [t for t in self._tasks.values() if not t.done()]
+        if self._scanner is not None:
+            tasks.append(self._scanner)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def forward(self, record: RoundRecord) -> RoundRecord:
+    async def forward(self, record: RoundRecord, *, force: bool = False) -> RoundRecord:
         """Deliver every chunk, then ``complete``, until the server has finished the round.
 
-        Network errors, 5xx and 429 are retried with backoff for at most
-        ``retry_seconds``; any other refusal stops forwarding at once.  A round the server
-        finished (or closed as failed, or whose campaign ended) is finished here too, and
-        forgotten.  A stopped forwarding keeps the round ``releasing`` with its reason in
-        :attr:`last_error`; a new release request resumes it.  Raises ``upstream-failed``
-        when stopped and ``unavailable`` when the round can never be sent (its key or a
+        First takes the round's release lease (``force``: even a stopped one), waiting
+        while another replica holds it; if that replica finishes the round meanwhile,
+        returns its record.  The lease is renewed while forwarding.  Network errors, 5xx
+        and 429 are retried with backoff for at most ``retry_seconds``; any other refusal
+        stops forwarding at once.  A round the server finished (or closed as failed, or
+        whose campaign ended) is finished here too, and forgotten.  A stopped forwarding
+        keeps the round ``releasing`` with its reason in :attr:`last_error` and its lease
+        stopped; a new release request resumes it.  Raises ``upstream-failed`` when
+        stopped and ``unavailable`` when the round can never be sent (its key or a
         stored message is gone).
         """
         slot = (record.campaign_id, record.round)
         try:
-            return await self._forward_and_finish(record, slot)
+            finished = await self._acquire(record, force)
+            if finished is not None:
+                return finished
+            renewal = asyncio.get_running_loop().create_task(self._renew(record))
+            try:
+                return await self._forward_and_finish(record, slot)
+            except (errors.UpstreamFailedError, errors.UnavailableError):
+                await asyncio.to_thread(self.storage.stop_release_lease, *slot, self.owner)
+                raise
+            except asyncio.CancelledError:
+                self._let_go(slot)
+                raise
+            finally:
+                renewal.cancel()
         finally:
             self._changed(*slot)
+
+    async def _acquire(self, record: RoundRecord, force: bool) -> RoundRecord | None:
+        """Take the round's lease (``None``), or the round's record once another replica
+        has finished it; waits at most ``retry_seconds`` for the holder."""
+        slot = (record.campaign_id, record.round)
+        deadline = time.monotonic() + self.retry_seconds
+        poll = min(1.0, self.lease_seconds / 4)
+        while not await asyncio.to_thread(self.storage.take_release_lease, *slot, self.owner,
+                                          self.lease_seconds, force=force):
+            current = await asyncio.to_thread(self.storage.round_record, *slot)
+            if current is not None and current.state != RELEASING:
+                self.last_error.pop(slot, None)
+                return current
+            if time.monotonic() + poll > deadline:
+                raise errors.UpstreamFailedError("another replica is forwarding the round")
+            self.last_error[slot] = "forwarded by another replica"
+            await asyncio.sleep(poll)
+        self.last_error.pop(slot, None)
+        return None
+
+    async def _renew(self, record: RoundRecord) -> None:
+        """Renew the lease every third of its length while forwarding."""
+        slot = (record.campaign_id, record.round)
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            try:
+                held = await asyncio.to_thread(self.storage.take_release_lease, *slot,
+                                               self.owner, self.lease_seconds)
+            except Exception as exc:  # the next renewal may succeed before the expiry
+                log.warning("renewing the release lease of campaign=%s round=%d failed: %s",
+                            *slot, exc)
+                continue
+            if not held:  # another replica took over: harmless, chunks are identical
+                log.warning("the release lease of campaign=%s round=%d was taken over", *slot)
+
+    def _let_go(self, slot: tuple[str, int]) -> None:
+        """Drop this process's lease of a round (best effort, while shutting down)."""
+        try:
+            self.storage.drop_release_lease(*slot, self.owner)
+        except Exception as exc:
+            log.warning("letting go of the release lease of campaign=%s round=%d failed: %s",
+                        *slot, exc)
 
     async def _forward_and_finish(self, record: RoundRecord,
                                   slot: tuple[str, int]) -> RoundRecord:

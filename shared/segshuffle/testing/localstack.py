@@ -16,6 +16,11 @@ After the server starts, :attr:`LocalStack.server_key` holds its document-signin
 key (``GET /v1/signing-key``, admin), which every in-repo client built from a stack
 passes as ``server_key``.
 
+Replicas: :meth:`LocalStack.start_replica` starts one more process of a kind (named
+``server-2``, ``shuffler-2``...), with the same settings as the first: the same
+database and key directory (give a shared PostgreSQL URL in ``server_env`` /
+``shuffler_env`` for real replicas), its own port and log.
+
 The shuffler runs with its default settings (invitation enrollment) except that the
 per-source rate limits are off unless ``rate_limits=True``: every simulated user of one
 process connects from the same loopback address.
@@ -118,9 +123,18 @@ class LocalStack:
                               operator_token=self.operator_token, http=self._http)
 
     # -- processes ---------------------------------------------------------------------------
+    @staticmethod
+    def kind(name: str) -> str:
+        """The service a process name runs: ``server-2`` is a ``server``."""
+        kind = name.split("-", 1)[0]
+        if kind not in SERVICES:
+            raise ValueError(f"unknown service {name!r}")
+        return kind
+
     def _environment(self, service: str, port: int) -> dict[str, str]:
+        kind = self.kind(service)
         env = {k: v for k, v in os.environ.items() if not k.startswith("SEGSHUFFLE_")}
-        if service == "server":
+        if kind == "server":
             env.update({
                 "SEGSHUFFLE_SERVER_HOST": "127.0.0.1",
                 "SEGSHUFFLE_SERVER_PORT": str(port),
@@ -146,7 +160,7 @@ class LocalStack:
                 env.update({"SEGSHUFFLE_SHUFFLER_ENROLL_RATE": "0",
                             "SEGSHUFFLE_SHUFFLER_SUBMIT_RATE": "0",
                             "SEGSHUFFLE_SHUFFLER_READ_RATE": "0"})
-        env.update(self._extra[service])
+        env.update(self._extra[kind])
         return env
 
     def start(self) -> LocalStack:
@@ -159,8 +173,19 @@ class LocalStack:
             raise
         return self
 
+    def start_replica(self, service: str) -> str:
+        """Start one more process of ``service`` (after the first); returns its name."""
+        kind = self.kind(service)
+        number = 2
+        while f"{kind}-{number}" in self.processes:
+            number += 1
+        name = f"{kind}-{number}"
+        self.start_service(name)
+        return name
+
     def start_service(self, service: str) -> None:
-        """Start (or restart, on its previous port) one service and wait until it is ready."""
+        """Start (or restart, on its previous port) one service process (``server``,
+        ``shuffler`` or a replica's name) and wait until it is ready."""
         if service in self.processes and self.processes[service].poll() is None:
             raise RuntimeError(f"{service} is already running")
         port = self.ports.get(service, 0)
@@ -176,7 +201,7 @@ class LocalStack:
         self.processes[service] = process
         self.ports[service] = self._wait_for_port(service, process, offset)
         self._wait_ready(service, process)
-        if service == "server":
+        if self.kind(service) == "server":
             self.server_key = self.signing_key()
 
     def _wait_for_port(self, service: str, process: subprocess.Popen[bytes],
@@ -220,8 +245,11 @@ class LocalStack:
                 process.wait()
 
     def stop(self) -> None:
-        """Stop both services (SIGTERM, then SIGKILL after 10 s); idempotent."""
-        for service in reversed(SERVICES):
+        """Stop every process, shufflers first (SIGTERM, then SIGKILL after 10 s);
+        idempotent."""
+        order = sorted(self.processes, key=lambda name: SERVICES.index(self.kind(name)),
+                       reverse=True)
+        for service in order:
             process = self.processes.get(service)
             if process is None or process.poll() is not None:
                 continue
