@@ -80,9 +80,9 @@ psql --no-psqlrc --quiet --set=ON_ERROR_STOP=1 --host="$setup_socket" --username
 SELECT format('CREATE ROLE %I', name) FROM unnest(ARRAY['shuffler', 'server']) AS name
  WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = name) \\gexec
 ALTER ROLE shuffler WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS
-    NOINHERIT CONNECTION LIMIT 60 PASSWORD :'shuffler_password';
+    CONNECTION LIMIT 60 PASSWORD :'shuffler_password';
 ALTER ROLE server WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS
-    NOINHERIT CONNECTION LIMIT 60 PASSWORD :'server_password';
+    CONNECTION LIMIT 60 PASSWORD :'server_password';
 SELECT format('CREATE DATABASE %I OWNER %I', name, name)
   FROM unnest(ARRAY['shuffler', 'server']) AS name
  WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = name) \\gexec
@@ -95,10 +95,11 @@ SELECT format('REVOKE %I FROM %I', r.rolname, m.rolname)
  WHERE m.rolname IN ('shuffler', 'server') \\gexec
 SQL
 for database in shuffler server; do
-    # In each database the public schema belongs to pg_database_owner (PostgreSQL 15), i.e.
-    # to the party's role; nobody else may create or use anything in it.
+    # In each database the public schema belongs to the party's role, and nobody else may
+    # create or use anything in it.
     psql --no-psqlrc --quiet --set=ON_ERROR_STOP=1 --host="$setup_socket" --username=postgres \
-         --dbname="$database" >/dev/null <<'SQL' || die "securing the $database database failed"
+         --dbname="$database" >/dev/null <<SQL || die "securing the $database database failed"
+ALTER SCHEMA public OWNER TO "$database";
 REVOKE ALL ON SCHEMA public FROM PUBLIC;
 SQL
 done
