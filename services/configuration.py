@@ -90,6 +90,26 @@ class SecretFilesSource(PydanticBaseSettingsSource):
         return values
 
 
+def port_field(default: int) -> Any:
+    """The ``port`` field with a service's default port."""
+    return Field(default, ge=0, le=65535,
+                 description="listen port (0 picks a free port, logged at start)")
+
+
+def database_field(default: str) -> Any:
+    """The ``database`` field with a service's default SQLite file."""
+    return Field(default, min_length=1,
+                 description="a SQLite file (path or sqlite:///path) or a PostgreSQL URL "
+                             "(postgresql://user@host/db; password from PGPASSFILE or "
+                             "PGPASSWORD)")
+
+
+def synchronous_field(default: str) -> Any:
+    """The ``synchronous`` field (SQLite only) with a service's default mode."""
+    return Field(default, description="SQLite synchronous mode: NORMAL survives process "
+                                      "crashes, FULL and EXTRA also power loss")
+
+
 class ServiceSettings(BaseSettings):
     """The settings every service has; subclasses set ``env_prefix`` and the defaults."""
 
@@ -97,17 +117,11 @@ class ServiceSettings(BaseSettings):
                                       validate_default=True, case_sensitive=False)
 
     host: str = Field("127.0.0.1", description="listen address")
-    port: int = Field(0, ge=0, le=65535,
-                      description="listen port (0 picks a free port, logged at start)")
-    database: str = Field("service.sqlite3", min_length=1,
-                          description="a SQLite file (path or sqlite:///path) or a PostgreSQL "
-                                      "URL (postgresql://user@host/db; password from "
-                                      "PGPASSFILE or PGPASSWORD)")
+    port: int = port_field(0)
+    database: str = database_field("service.sqlite3")
     database_pool_size: int = Field(8, ge=1, le=256,
                                     description="PostgreSQL connections per process")
-    synchronous: Synchronous = Field(
-        "FULL", description="SQLite synchronous mode: NORMAL survives process crashes, FULL "
-                            "and EXTRA also power loss")
+    synchronous: Synchronous = synchronous_field("FULL")
     log_level: LogLevel = Field("info", description="least severity logged")
     log_format: LogFormat = Field("json", description="log lines as JSON objects or plain text")
     header_timeout: Duration = Field(

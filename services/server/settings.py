@@ -11,7 +11,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from ..configuration import ServiceSettings
+from ..configuration import ServiceSettings, database_field, port_field
 from . import signing
 
 PREFIX = "SEGSHUFFLE_SERVER_"
@@ -23,12 +23,8 @@ class Settings(ServiceSettings):
 
     model_config = SettingsConfigDict(env_prefix=PREFIX)
 
-    database: str = Field("server.sqlite3", min_length=1,
-                          description="a SQLite file (path or sqlite:///path) or a PostgreSQL "
-                                      "URL (postgresql://user@host/db; password from "
-                                      "PGPASSFILE or PGPASSWORD)")
-    port: int = Field(8080, ge=0, le=65535,
-                      description="listen port (0 picks a free port, logged at start)")
+    database: str = database_field("server.sqlite3")
+    port: int = port_field(8080)
     key_dir: str = Field("", description="directory of the campaigns' private key files "
                                          "(default: the SQLite path with .keys appended; "
                                          "required with PostgreSQL)")

@@ -30,7 +30,14 @@ from pydantic_settings import SettingsConfigDict
 
 from segshuffle.crypto.invitations import parse_public_keys
 
-from ..configuration import Duration, ServiceSettings, Synchronous
+from ..configuration import (
+    Duration,
+    ServiceSettings,
+    Synchronous,
+    database_field,
+    port_field,
+    synchronous_field,
+)
 from ..rate_limit import parse_networks
 
 PREFIX = "SEGSHUFFLE_SHUFFLER_"
@@ -45,15 +52,9 @@ class Settings(ServiceSettings):
 
     model_config = SettingsConfigDict(env_prefix=PREFIX)
 
-    database: str = Field("shuffler.sqlite3", min_length=1,
-                          description="a SQLite file (path or sqlite:///path) or a PostgreSQL "
-                                      "URL (postgresql://user@host/db; password from "
-                                      "PGPASSFILE or PGPASSWORD)")
-    port: int = Field(8081, ge=0, le=65535,
-                      description="listen port (0 picks a free port, logged at start)")
-    synchronous: Synchronous = Field(
-        "NORMAL", description="SQLite synchronous mode: NORMAL survives process crashes, "
-                              "FULL and EXTRA also power loss")
+    database: str = database_field("shuffler.sqlite3")
+    port: int = port_field(8081)
+    synchronous: Synchronous = synchronous_field("NORMAL")
     key_directory: str = Field(
         "", description="directory of the per-round sealing keys (default: the SQLite "
                         "path with .keys appended; required with PostgreSQL, shared by "
@@ -112,6 +113,11 @@ class Settings(ServiceSettings):
     release_retry_seconds: float = Field(
         6 * 3600.0, gt=0, allow_inf_nan=False,
         description="how long forwarding retries network errors, 5xx and 429 before it stops")
+    release_lease_seconds: float = Field(
+        10.0, gt=0, le=3600, allow_inf_nan=False,
+        description="how long a replica's lease on forwarding a round lasts unless renewed; "
+                    "another replica takes over a dead one's forwarding within about 1.5 "
+                    "times this")
 
     @field_validator("server_token", "operator_token")
     @classmethod
