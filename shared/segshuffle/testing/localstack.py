@@ -194,7 +194,7 @@ class LocalStack:
         self._log_offsets[service] = offset
         with log.open("ab") as sink:
             process = subprocess.Popen(
-                [self.python, "-m", "segshuffle.cli.main", "serve", service],
+                [self.python, "-m", "segshuffle.cli.main", "serve", self.kind(service)],
                 env=self._environment(service, port), stdout=sink, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
             )
