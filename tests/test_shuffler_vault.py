@@ -59,12 +59,12 @@ def test_key_files_are_private_and_destroyed(tmp_path: Path) -> None:
         RoundKeys(tmp_path / "keys").get("c", 1)
 
 
-def test_sweep_keeps_only_live_rounds(tmp_path: Path) -> None:
+def test_sweep_destroys_only_finished_rounds(tmp_path: Path) -> None:
     keys = RoundKeys(tmp_path)
     for round_number in (1, 2):
         keys.get("live", round_number, create=True)
         keys.get("done", round_number, create=True)
-    assert keys.sweep([("live", 1), ("live", 2)]) == 2
+    assert keys.sweep_finished([("done", 1), ("done", 2), ("gone", 1)]) == 2
     assert len(list(tmp_path.glob("round-*.key"))) == 2
     assert RoundKeys(tmp_path).get("live", 2) is not None
 

@@ -302,6 +302,7 @@ def create_app(
     keys = RoundKeys(settings.round_key_directory)
     releaser = Releaser(storage, server, keys, chunk_size=settings.chunk_size,
                         retry_seconds=settings.release_retry_seconds,
+                        lease_seconds=settings.release_lease_seconds,
                         backoff_initial=backoff_initial, backoff_max=backoff_max)
     service = ShufflerService(settings, storage, policy, server, releaser)
     metrics = Metrics("shuffler")

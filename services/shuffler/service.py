@@ -340,7 +340,7 @@ class ShufflerService:
                                          f"{record.reason}", extra={"state": record.state})
         done = record.state == "released"
         if not done:
-            task = self.releaser.schedule(record)
+            task = self.releaser.schedule(record, force=True)
             if wait:
                 try:
                     record = await asyncio.wait_for(asyncio.shield(task),

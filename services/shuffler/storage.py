@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from .storage_api import (
     OPEN,
     RELEASED,
     RELEASING,
+    STOPPED_OWNER,
     AlreadySubmittedError,
     InvitationUsedError,
     NotEnoughParticipantsError,
@@ -117,12 +119,23 @@ CREATE TABLE IF NOT EXISTS used_invitations (
 ) WITHOUT ROWID;
 """
 
+_SCHEMA_5 = """
+CREATE TABLE IF NOT EXISTS release_leases (
+    campaign_id TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    owner TEXT NOT NULL,
+    expires REAL NOT NULL,
+    PRIMARY KEY (campaign_id, round)
+) WITHOUT ROWID;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "tokens, participations, pending, rounds, released, acknowledged", _SCHEMA_1),
     Migration(2, "sealed pending rows are released in a computed order: no released table",
               _SCHEMA_2),
     Migration(3, "why a round failed", _SCHEMA_3),
     Migration(4, "used_invitations", _SCHEMA_4),
+    Migration(5, "release_leases: which replica forwards a releasing round", _SCHEMA_5),
 )
 """The shuffler's schema, in order (:mod:`segshuffle.services.sqlite_base`); append only."""
 
@@ -365,6 +378,7 @@ class Storage(SQLiteStore):
             db.execute("DELETE FROM acknowledged WHERE batch_id = ?", (batch_id,))
         if tokens:
             db.execute("DELETE FROM tokens WHERE campaign_id = ?", (campaign_id,))
+        db.execute("DELETE FROM release_leases WHERE campaign_id = ? AND round = ?", key)
 
     def releasing(self) -> list[RoundRecord]:
         """Rounds whose forwarding has not been acknowledged yet (to resume after a restart)."""
@@ -375,6 +389,49 @@ class Storage(SQLiteStore):
                 (RELEASING,),
             ).fetchall()
         return [_record(row) for row in rows]
+
+    def finished_rounds(self) -> list[tuple[str, int]]:
+        """The (campaign, round) pairs that are over (released or failed), sorted."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT campaign_id, round FROM rounds WHERE state IN (?, ?) "
+                "ORDER BY campaign_id, round", (RELEASED, FAILED)).fetchall()
+        return [(str(c), int(r)) for c, r in rows]
+
+    # -- the release lease -------------------------------------------------------------
+    def take_release_lease(self, campaign_id: str, round_number: int, owner: str,
+                           seconds: float, *, force: bool = False) -> bool:
+        """Take or renew the lease to forward a round (see the Protocol)."""
+        if owner == STOPPED_OWNER:
+            raise ValueError("a lease owner is a non-empty name")
+        now = time.time()
+        with self._transaction() as db:
+            record = self._round_row(campaign_id, round_number)
+            if record is None or record.state != RELEASING:
+                return False
+            row = db.execute("SELECT owner, expires FROM release_leases WHERE campaign_id = ? "
+                             "AND round = ?", (campaign_id, round_number)).fetchone()
+            if row is not None:
+                holder, expires = str(row[0]), float(row[1])
+                free = (holder == owner or (holder != STOPPED_OWNER and expires < now)
+                        or (force and holder == STOPPED_OWNER))
+                if not free:
+                    return False
+            db.execute("INSERT OR REPLACE INTO release_leases (campaign_id, round, owner, "
+                       "expires) VALUES (?, ?, ?, ?)",
+                       (campaign_id, round_number, owner, now + seconds))
+        return True
+
+    def stop_release_lease(self, campaign_id: str, round_number: int, owner: str) -> None:
+        with self._transaction() as db:
+            db.execute("UPDATE release_leases SET owner = ? WHERE campaign_id = ? "
+                       "AND round = ? AND owner = ?",
+                       (STOPPED_OWNER, campaign_id, round_number, owner))
+
+    def drop_release_lease(self, campaign_id: str, round_number: int, owner: str) -> None:
+        with self._transaction() as db:
+            db.execute("DELETE FROM release_leases WHERE campaign_id = ? AND round = ? "
+                       "AND owner = ?", (campaign_id, round_number, owner))
 
 
 def _record(row: Sequence[object]) -> RoundRecord:

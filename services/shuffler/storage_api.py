@@ -26,7 +26,8 @@ RELEASING = "releasing"
 RELEASED = "released"
 FAILED = "failed"
 """A round that ended without delivering results: the campaign failed or was aborted."""
-
+STOPPED_OWNER = ""
+"""The owner of a stopped release lease (forwarding gave up; see ``take_release_lease``)."""
 
 
 @dataclass(frozen=True)
@@ -191,4 +192,31 @@ class ShufflerStorage(Protocol):
 
     def releasing(self) -> list[RoundRecord]:
         """Rounds whose forwarding has not been acknowledged yet."""
+        ...
+
+    def finished_rounds(self) -> list[tuple[str, int]]:
+        """The (campaign, round) pairs that are over (released or failed), sorted."""
+        ...
+
+    # -- the release lease (docs/architecture.md, "Replicas") --------------------------
+    def take_release_lease(self, campaign_id: str, round_number: int, owner: str,
+                           seconds: float, *, force: bool = False) -> bool:
+        """Take or renew the lease to forward a round for ``seconds``; whether ``owner``
+        holds it now.
+
+        Only a ``releasing`` round has a lease (``False`` for any other).  Taken when
+        nobody holds it, when ``owner`` holds it (renewed), or when its holder let it
+        expire (the database's clock decides).  A lease its holder stopped
+        (:meth:`stop_release_lease`) is taken only with ``force``: an operator's release
+        request, never a replica's periodic scan.
+        """
+        ...
+
+    def stop_release_lease(self, campaign_id: str, round_number: int, owner: str) -> None:
+        """``owner`` gave up forwarding (refused or out of retries): the lease stays
+        stopped until forced; nothing if ``owner`` does not hold it."""
+        ...
+
+    def drop_release_lease(self, campaign_id: str, round_number: int, owner: str) -> None:
+        """``owner`` lets go of the lease (shutting down): anyone may take it at once."""
         ...

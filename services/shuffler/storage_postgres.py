@@ -73,6 +73,7 @@ from .storage_api import (
     FAILED,
     RELEASED,
     RELEASING,
+    STOPPED_OWNER,
     AlreadySubmittedError,
     InvitationUsedError,
     NotEnoughParticipantsError,
@@ -135,9 +136,21 @@ CREATE TABLE acknowledged (
 );
 """
 
+_SCHEMA_2 = """
+CREATE TABLE release_leases (
+    campaign_id TEXT COLLATE "C" NOT NULL,
+    round BIGINT NOT NULL,
+    owner TEXT COLLATE "C" NOT NULL,
+    expires DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (campaign_id, round)
+);
+"""
+
 MIGRATIONS: tuple[PostgresMigration, ...] = (
     PostgresMigration(1, "tokens, used_invitations, participations, pending, rounds, "
                          "acknowledged", _SCHEMA_1),
+    PostgresMigration(2, "release_leases: which replica forwards a releasing round",
+                      _SCHEMA_2),
 )
 """The shuffler's PostgreSQL schema, in order (:mod:`segshuffle.services.postgres_base`);
 append only.  Version 1 is the SQLite schema at its version 4."""
@@ -476,6 +489,7 @@ class PostgresStorage(PostgresStore):
             db.execute("DELETE FROM acknowledged WHERE batch_id = %s", (batch_id,))
         if tokens:
             db.execute("DELETE FROM tokens WHERE campaign_id = %s", (campaign_id,))
+        db.execute("DELETE FROM release_leases WHERE campaign_id = %s AND round = %s", key)
         return max(0, deleted)
 
     def _vacuum_messages(self) -> None:
@@ -500,6 +514,46 @@ class PostgresStorage(PostgresStore):
                               f"WHERE state = '{RELEASING}' ORDER BY campaign_id, round"
                               ).fetchall()
         return [_record(row) for row in rows]
+
+    def finished_rounds(self) -> list[tuple[str, int]]:
+        """The (campaign, round) pairs that are over (released or failed), sorted."""
+        with self._connection() as db:
+            rows = db.execute("SELECT campaign_id, round FROM rounds WHERE state IN (%s, %s) "
+                              "ORDER BY campaign_id, round", (RELEASED, FAILED)).fetchall()
+        return [(str(campaign), int(number)) for campaign, number in rows]
+
+    # -- the release lease -------------------------------------------------------------
+    def take_release_lease(self, campaign_id: str, round_number: int, owner: str,
+                           seconds: float, *, force: bool = False) -> bool:
+        """Take or renew the lease to forward a round (see the Protocol); one statement,
+        the expiry on the database's clock, so replicas' clocks need not agree.  Only a
+        ``releasing`` round has a lease to take."""
+        if owner == STOPPED_OWNER:
+            raise ValueError("a lease owner is a non-empty name")
+        with self._locking() as db:
+            row = db.execute(
+                "INSERT INTO release_leases AS held (campaign_id, round, owner, expires) "
+                "SELECT campaign_id, round, %s, extract(epoch FROM clock_timestamp()) + %s "
+                f"FROM rounds WHERE campaign_id = %s AND round = %s AND state = '{RELEASING}' "
+                "ON CONFLICT (campaign_id, round) DO UPDATE "
+                "SET owner = EXCLUDED.owner, expires = EXCLUDED.expires "
+                "WHERE held.owner = EXCLUDED.owner "
+                "OR (held.owner <> %s AND held.expires < extract(epoch FROM clock_timestamp())) "
+                "OR (%s AND held.owner = %s) RETURNING owner",
+                (owner, float(seconds), campaign_id, round_number, STOPPED_OWNER, force,
+                 STOPPED_OWNER)).fetchone()
+        return row is not None
+
+    def stop_release_lease(self, campaign_id: str, round_number: int, owner: str) -> None:
+        with self._locking() as db:
+            db.execute("UPDATE release_leases SET owner = %s WHERE campaign_id = %s "
+                       "AND round = %s AND owner = %s",
+                       (STOPPED_OWNER, campaign_id, round_number, owner))
+
+    def drop_release_lease(self, campaign_id: str, round_number: int, owner: str) -> None:
+        with self._locking() as db:
+            db.execute("DELETE FROM release_leases WHERE campaign_id = %s AND round = %s "
+                       "AND owner = %s", (campaign_id, round_number, owner))
 
 
 def _record(row: Sequence[Any]) -> RoundRecord:

@@ -103,7 +103,16 @@ def seal_submission(key: RoundKey, campaign_id: str, round_number: int,
 
 
 class RoundKeys:
-    """The key files of the rounds that are open or being released, and their cache."""
+    """The key files of the rounds that are open or being released, and their cache.
+
+    Several shuffler replicas may share the directory (docs/architecture.md,
+    "Replicas"): a round's key file is created by exactly one of them (written to a
+    temporary file, then linked to its name, which fails if the name exists), and a
+    replica that loses that race reads the winner's file, which is complete by then.
+    So one round never has two keys.  A cached key is used only while its file
+    exists: once another replica has destroyed it (the round is over), this process
+    forgets it too.
+    """
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
@@ -122,11 +131,13 @@ class RoundKeys:
     def get(self, campaign_id: str, round_number: int, *, create: bool = False) -> RoundKey:
         """The round's key, loaded from its file or (``create``) made on first use."""
         slot = (campaign_id, round_number)
+        path = self._path(campaign_id, round_number)
         with self._lock:
             key = self._keys.get(slot)
             if key is not None:
-                return key
-            path = self._path(campaign_id, round_number)
+                if path.exists():
+                    return key
+                del self._keys[slot]  # destroyed by another replica: the round is over
             try:
                 root = path.read_bytes()
             except FileNotFoundError:
@@ -141,36 +152,51 @@ class RoundKeys:
 
     @staticmethod
     def _write_new(path: Path) -> bytes:
+        """A fresh root key linked to ``path``, or the key another process linked first."""
         root = secrets.token_bytes(ROOT_KEY_BYTES)
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            os.write(descriptor, root)
-            os.fsync(descriptor)
+            try:
+                os.write(descriptor, root)
+                os.fsync(descriptor)
+            finally:
+                os.close(descriptor)
+            try:
+                os.link(temporary, path)  # atomic, and never replaces an existing key
+            except FileExistsError:
+                return path.read_bytes()  # another replica won: its file is complete
         finally:
-            os.close(descriptor)
+            temporary.unlink(missing_ok=True)
         _sync_directory(path.parent)
         return root
 
     def destroy(self, campaign_id: str, round_number: int) -> None:
-        """Forget the round's key and overwrite and remove its file (idempotent)."""
+        """Forget the round's key and overwrite and remove its file (idempotent).
+
+        Only for a round storage has finished (released, failed or discarded): no
+        replica can add to it any more, and another replica still forwarding it finds
+        it finished when it next asks.
+        """
         path = self._path(campaign_id, round_number)
         with self._lock:
             self._keys.pop((campaign_id, round_number), None)
             _shred(path)
 
+    def sweep_finished(self, finished: Iterable[tuple[str, int]]) -> int:
+        """Destroy the key files left of the ``finished`` rounds; returns how many.
 
-    def sweep(self, live: Iterable[tuple[str, int]]) -> int:
-        """Destroy every key file but those of the ``live`` rounds; returns how many.
-
-        Run at start: a key whose round was finished just before a crash, or made for a
-        submission that never committed, is left over and protects nothing.
+        Run at start with the rounds storage says are over: a replica that crashed
+        between finishing a round in storage and destroying its key left the file.
+        Only files of finished rounds are touched, never one another replica may be
+        creating or using for an open round; a key made for a submission that never
+        committed is the round's key all the same and goes when the round ends.
         """
-        keep = {self._path(campaign_id, round_number).name
-                for campaign_id, round_number in live}
         destroyed = 0
-        for path in sorted(self.directory.glob("round-*.key")):
-            if path.name not in keep:
-                _shred(path)
+        for campaign_id, round_number in finished:
+            path = self._path(campaign_id, round_number)
+            if path.exists():
+                self.destroy(campaign_id, round_number)
                 destroyed += 1
         return destroyed
 
