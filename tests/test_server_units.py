@@ -120,7 +120,7 @@ def test_health_openapi_and_key_files(tmp_path):
         view = client.post("/v1/campaigns", headers=ADMIN, json={
             "id": "k", "domain_size": 3, "set_size": 1, "levels": [1], "min_users": 2}).json()
         assert client.get("/v1/campaigns/k/hpke-config").json() == view["hpke_config"]
-    key_file = tmp_path / "server.sqlite3.keys" / "k.pem"
+    key_file = tmp_path / "server.sqlite3.keys" / f"k~{view['hpke_config']['key_id']}.pem"
     assert stat.S_IMODE(os.stat(key_file).st_mode) == 0o600
     assert b"PRIVATE KEY" in key_file.read_bytes()
     database = (tmp_path / "server.sqlite3").read_bytes()
