@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import psycopg
 import pytest
@@ -145,43 +145,44 @@ def test_submissions_racing_a_close_on_another_replica_are_all_counted_or_refuse
         assert all(two.has_submitted("c", 2, token) for token, _ in accepted)
 
 
-class _PausingStorage(PostgresStorage):
-    """A replica whose next ``submit`` stops, holding the round's shared lock, right before
-    it checks whether the round is closed, until the test lets it go on."""
-
-    def __init__(self, url: str) -> None:
-        super().__init__(url, pool_size=2)
-        self.paused = threading.Event()
-        self.proceed = threading.Event()
-        self.armed = True
-
-    def _round_row(self, db: psycopg.Connection[Any], campaign_id: str,
-                   round_number: int) -> RoundRecord | None:
-        if self.armed:
-            self.armed = False
-            self.paused.set()
-            assert self.proceed.wait(WAIT)
-        return super()._round_row(db, campaign_id, round_number)
+def _wait_for_a_lock_wait(url: str) -> None:
+    """Return once some backend of the database waits for a lock (or fail after WAIT)."""
+    deadline = time.monotonic() + WAIT
+    with psycopg.connect(url, autocommit=True) as db:
+        while time.monotonic() < deadline:
+            row = db.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type "
+                             "= 'Lock' AND datname = current_database()").fetchone()
+            if row is not None and row[0] > 0:
+                return
+            time.sleep(0.02)
+    raise AssertionError("no submission started waiting")
 
 
 def test_a_close_waits_for_a_submission_in_flight_on_another_replica(
         postgres_url: str) -> None:
     """A submission that has begun when another replica closes the round is counted:
-    close_round waits for it to commit, then counts its messages."""
+    close_round waits for it to commit, then counts its messages.
+
+    The submission is held in the database right after its closed check (holding the
+    round's shared lock): an open transaction of a third connection has inserted the same
+    participation row, so the submission's insert waits until that transaction rolls
+    back."""
     with ExitStack() as stack:
-        paused = _PausingStorage(postgres_url)
-        stack.callback(paused.close)
+        paused = stack.enter_context(replica(postgres_url, pool_size=2))
         other = stack.enter_context(replica(postgres_url))
         other.submit("c", 1, b"first", submission({"levels": 1}))
         late = submission({"levels": 1})
+        holder = stack.enter_context(psycopg.connect(postgres_url))
+        holder.execute("INSERT INTO participations (campaign_id, round, token_hash) "
+                       "VALUES ('c', 1, %s)", (b"late",))
         with ThreadPoolExecutor(2) as pool:
             submitting = pool.submit(paused.submit, "c", 1, b"late", late)
-            assert paused.paused.wait(WAIT)
+            _wait_for_a_lock_wait(postgres_url)
             closing = pool.submit(other.close_round, "c", 1, minimum=1, batch_id="b",
                                   chunk_size=10, streams=["levels"])
             time.sleep(0.5)
-            assert not closing.done()  # waiting for the submission in flight
-            paused.proceed.set()
+            assert not closing.done() and not submitting.done()  # the submission in flight
+            holder.rollback()
             assert submitting.result(timeout=WAIT) == 2
             record = closing.result(timeout=WAIT)
         assert record.participants == 2 and dict(record.stream_sizes) == {"levels": 2}

@@ -42,7 +42,7 @@ from .storage_api import (
     ShufflerStorage,
 )
 from .upstream import Document, ServerLink, UpstreamError
-from .vault import RoundKeys, seal_submission
+from .vault import RoundKeyMissingError, RoundKeys, seal_submission
 
 T = TypeVar("T")
 log = logging.getLogger("segshuffle.shuffler")
@@ -257,10 +257,18 @@ class ShufflerService:
     def _seal_and_store(self, campaign_id: str, round_number: int, participant: bytes,
                         streams: dict[str, list[bytes]]) -> int:
         """Seal the submission under the round's key (made on the round's first use) and
-        store it; returns the round's participant count. One call, so one thread hop."""
-        if self.storage.round_record(campaign_id, round_number) is not None:
-            raise RoundClosedError(f"round {round_number} has already been released")
-        key = self.keys.get(campaign_id, round_number, create=True)
+        store it; returns the round's participant count. One call, so one thread hop.
+
+        A round whose key exists needs no check here: ``storage.submit`` refuses a closed
+        round atomically.  Only before making a key is the round looked up, so that no key
+        is made for a round that is over."""
+        try:
+            key = self.keys.get(campaign_id, round_number)
+        except RoundKeyMissingError:
+            if self.storage.round_record(campaign_id, round_number) is not None:
+                raise RoundClosedError(
+                    f"round {round_number} has already been released") from None
+            key = self.keys.get(campaign_id, round_number, create=True)
         messages = seal_submission(key, campaign_id, round_number, streams)
         return self.storage.submit(campaign_id, round_number, participant, messages)
 

@@ -68,7 +68,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 
-from ..postgres_base import PostgresMigration, PostgresStore, lock, lock_shared
+from ..postgres_base import PostgresMigration, PostgresStore, lock
 from .storage_api import (
     FAILED,
     RELEASED,
@@ -146,11 +146,50 @@ CREATE TABLE release_leases (
 );
 """
 
+_SUBMIT_CLOSED = -1
+_SUBMIT_DUPLICATE = -2
+_SCHEMA_3 = f"""
+CREATE FUNCTION shuffler_submit(p_campaign TEXT, p_round BIGINT, p_token BYTEA,
+                                p_lock TEXT, p_lock_timeout TEXT, p_streams TEXT[],
+                                p_row_keys BYTEA[], p_ciphertexts BYTEA[])
+RETURNS BIGINT LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    counted BIGINT;
+BEGIN
+    PERFORM set_config('lock_timeout', p_lock_timeout, true);
+    PERFORM pg_advisory_xact_lock_shared(hashtextextended(p_lock, 0));
+    IF EXISTS (SELECT 1 FROM rounds WHERE campaign_id = p_campaign AND round = p_round) THEN
+        RETURN {_SUBMIT_CLOSED};
+    END IF;
+    INSERT INTO participations (campaign_id, round, token_hash)
+        VALUES (p_campaign, p_round, p_token) ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN {_SUBMIT_DUPLICATE};
+    END IF;
+    INSERT INTO pending (campaign_id, round, stream, row_key, ciphertext)
+        SELECT p_campaign, p_round, m.stream, m.row_key, m.ciphertext
+        FROM unnest(p_streams, p_row_keys, p_ciphertexts) AS m(stream, row_key, ciphertext);
+    INSERT INTO participant_counts AS c (campaign_id, round, participants)
+        VALUES (p_campaign, p_round, 1) ON CONFLICT (campaign_id, round)
+        DO UPDATE SET participants = c.participants + 1
+        RETURNING c.participants INTO counted;
+    RETURN counted;
+END
+$$;
+"""
+"""A submission as one statement (:meth:`PostgresStorage.submit`): the steps and locks of
+the transaction it replaces, in that order, in one round trip.  A PL/pgSQL function's
+statements each take a new snapshot (``READ COMMITTED``), so the closed check sees every
+``close_round`` that committed before the shared lock was granted.  It answers the new
+participant count, or ``-1`` (the round is closed) or ``-2`` (the token has submitted),
+having stored nothing."""
+
 MIGRATIONS: tuple[PostgresMigration, ...] = (
     PostgresMigration(1, "tokens, used_invitations, participations, pending, rounds, "
                          "acknowledged", _SCHEMA_1),
     PostgresMigration(2, "release_leases: which replica forwards a releasing round",
                       _SCHEMA_2),
+    PostgresMigration(3, "shuffler_submit(): a submission in one statement", _SCHEMA_3),
 )
 """The shuffler's PostgreSQL schema, in order (:mod:`segshuffle.services.postgres_base`);
 append only.  Version 1 is the SQLite schema at its version 4."""
@@ -162,11 +201,15 @@ _ROUND_COLUMNS = ("campaign_id, round, state, batch_id, participants, chunk_size
                   "stream_sizes, reason")
 
 
+def _lock_timeout_text(seconds: float) -> str:
+    """``seconds`` as a ``lock_timeout`` setting (whole milliseconds, at least 1)."""
+    return f"{max(1, round(seconds * 1000))}ms"
+
+
 def _bound_lock_waits(db: psycopg.Connection[Any], seconds: float) -> None:
     """Bound every lock wait of the current transaction by ``seconds`` (``lock_timeout``
     for this transaction only)."""
-    db.execute("SELECT set_config('lock_timeout', %s, true)",
-               (f"{max(1, round(seconds * 1000))}ms",))
+    db.execute("SELECT set_config('lock_timeout', %s, true)", (_lock_timeout_text(seconds),))
 
 
 def _round_lock(campaign_id: str, round_number: int) -> str:
@@ -249,41 +292,31 @@ class PostgresStorage(PostgresStore):
                messages: Sequence[StoredMessage]) -> int:
         """Store one user's submission atomically; returns the new participant count.
 
-        Under the round's shared lock: refused with :class:`RoundClosedError` if the
-        round has a record, with :class:`AlreadySubmittedError` if the token's
-        participation exists (committed by any replica); the messages go in with one
-        ``INSERT ... SELECT FROM unnest(...)``, whatever their number.
+        One statement, :data:`_SCHEMA_3`'s ``shuffler_submit`` (one round trip, its own
+        transaction): under the round's shared lock, refused with
+        :class:`RoundClosedError` if the round has a record, with
+        :class:`AlreadySubmittedError` if the token's participation exists (committed by
+        any replica); the messages go in with one ``INSERT ... SELECT FROM unnest(...)``,
+        whatever their number, and the count is incremented last.
         """
-        with self._locking() as db:
-            lock_shared(db, _round_lock(campaign_id, round_number))
-            if self._round_row(db, campaign_id, round_number) is not None:
-                raise RoundClosedError(f"round {round_number} has already been released")
-            inserted = db.execute(
-                "INSERT INTO participations (campaign_id, round, token_hash) "
-                "VALUES (%s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
-                (campaign_id, round_number, token_hash)).fetchone()
-            if inserted is None:
-                raise AlreadySubmittedError(
-                    f"this token has already submitted round {round_number}")
-            if messages:
-                try:
-                    db.execute(
-                        "INSERT INTO pending (campaign_id, round, stream, row_key, ciphertext) "
-                        "SELECT %s, %s, m.stream, m.row_key, m.ciphertext "
-                        "FROM unnest(%b::text[], %b::bytea[], %b::bytea[]) "
-                        "AS m(stream, row_key, ciphertext)",
-                        (campaign_id, round_number, [m.stream for m in messages],
-                         [m.row_key for m in messages], [m.sealed for m in messages]))
-                except pg_errors.UniqueViolation:  # a 128-bit row key drawn twice
-                    raise StorageError("a row key is already in use") from None
-            row = db.execute(
-                "INSERT INTO participant_counts (campaign_id, round, participants) "
-                "VALUES (%s, %s, 1) ON CONFLICT (campaign_id, round) "
-                "DO UPDATE SET participants = participant_counts.participants + 1 "
-                "RETURNING participants",
-                (campaign_id, round_number)).fetchone()
+        with self._connection() as db:
+            try:
+                row = db.execute(
+                    "SELECT shuffler_submit(%s, %s, %s, %s, %s, %b::text[], %b::bytea[], "
+                    "%b::bytea[])",
+                    (campaign_id, round_number, token_hash,
+                     _round_lock(campaign_id, round_number), _lock_timeout_text(self.lock_timeout),
+                     [m.stream for m in messages], [m.row_key for m in messages],
+                     [m.sealed for m in messages])).fetchone()
+            except pg_errors.UniqueViolation:  # a 128-bit row key drawn twice
+                raise StorageError("a row key is already in use") from None
         assert row is not None
-        return int(row[0])
+        count = int(row[0])
+        if count == _SUBMIT_CLOSED:
+            raise RoundClosedError(f"round {round_number} has already been released")
+        if count == _SUBMIT_DUPLICATE:
+            raise AlreadySubmittedError(f"this token has already submitted round {round_number}")
+        return count
 
     @staticmethod
     def _participants(db: psycopg.Connection[Any], campaign_id: str,
