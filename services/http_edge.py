@@ -228,15 +228,18 @@ class BodySizeLimit:
         self.app = app
         self.max_bytes = max_bytes
 
+    def _too_large(self) -> Problem:
+        return Problem("body-too-large", f"the request body exceeds {self.max_bytes} bytes")
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        too_large = Problem(
-            "body-too-large", f"the request body exceeds {self.max_bytes} bytes"
-        )
+        declared_all = True  # every byte of the body is declared by Content-Length
+        length_seen = False
         for key, value in scope.get("headers", ()):
             if key == b"content-length":
+                length_seen = True
                 try:
                     declared = int(value)
                 except ValueError:
@@ -245,8 +248,16 @@ class BodySizeLimit:
                     )(scope, receive, send)
                     return
                 if declared > self.max_bytes:
-                    await problem_response(too_large)(scope, receive, send)
+                    await problem_response(self._too_large())(scope, receive, send)
                     return
+            elif key == b"transfer-encoding":
+                declared_all = False
+        if length_seen and declared_all:
+            # The HTTP server delivers exactly Content-Length bytes (no Transfer-Encoding),
+            # all of them checked above: nothing to count.
+            await self.app(scope, receive, send)
+            return
+        too_large = self._too_large()
         received = 0
         response_started = False
 

@@ -51,6 +51,8 @@ attacker probing random paths cannot grow the label set."""
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                    10.0, 30.0, 120.0)
 KNOWN_PROBLEMS = frozenset(member.value[0] for member in ProblemType)
+_MAX_SERIES = 4096
+"""Labelled series kept by :class:`RequestObserver` (a guard: the label set is bounded)."""
 
 request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "segshuffle_request_id", default=None)
@@ -144,6 +146,10 @@ class RequestObserver:
         self.quiet_routes = quiet_routes
         """Route templates whose successful requests are logged at DEBUG only (the
         shuffler's user routes: its disk keeps no per-user timeline)."""
+        self._series: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        """The labelled request counter and latency histogram of each (route, method,
+        status) seen, so that a request does no label lookup (a bounded set: route
+        templates, methods and statuses)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -179,13 +185,22 @@ class RequestObserver:
     def _record(self, scope: Scope, status: int, started: float) -> None:
         elapsed = time.perf_counter() - started
         route, method = route_template(scope), scope.get("method", "")
-        self.metrics.requests.labels(route, method, str(status)).inc()
-        self.metrics.latency.labels(route, method).observe(elapsed)
+        key = (route, method, status)
+        series = self._series.get(key)
+        if series is None:
+            if len(self._series) >= _MAX_SERIES:
+                self._series.clear()
+            series = (self.metrics.requests.labels(route, method, str(status)),
+                      self.metrics.latency.labels(route, method))
+            self._series[key] = series
+        series[0].inc()
+        series[1].observe(elapsed)
         if status == 429:
             self.metrics.rate_limited.labels(route).inc()
         level = (logging.DEBUG if route in self.quiet_routes and status < 400
                  else logging.INFO)
-        _log.log(level, "%s %s %d %.1fms", method, route, status, elapsed * 1e3)
+        if _log.isEnabledFor(level):
+            _log.log(level, "%s %s %d %.1fms", method, route, status, elapsed * 1e3)
 
 
 class RequestIdFilter(logging.Filter):

@@ -40,7 +40,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from pydantic import BaseModel
+from starlette._utils import get_route_path
+from starlette.middleware.exceptions import ExceptionMiddleware
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from segshuffle import __version__
 from segshuffle.services.api_docs import install_docs
@@ -111,6 +115,10 @@ class ShufflerCounters(LinkObserver):
         self.enrollments = metrics.counter("enrollments", "Users enrolled")
         self.submissions = metrics.counter("submissions", "Submissions accepted (participants), "
                                            "by round number", ["round"])
+        self.submissions_of_round = {number: self.submissions.labels(str(number))
+                                     for number in PHASE_OF_ROUND}
+        """The child of :attr:`submissions` of each round number (no label lookup per
+        submission)."""
         self.releases = metrics.counter("releases", "Rounds released by the operator",
                                         ["round"])
         self.forwarded = metrics.counter("chunks_forwarded", "Chunks sent to the server "
@@ -214,13 +222,19 @@ async def key_config(campaign_id: str, request: Request, service: Service) -> Re
                                      "invitation-expired or invitation-used")},
             openapi_extra={"requestBody": {"required": False, "content": {
                 "application/json": {"schema": EnrollmentRequest.model_json_schema()}}}})
-async def enroll(campaign_id: str, request: Request, service: Service) -> EnrollmentResponse:
+async def enroll(campaign_id: str, request: Request, service: Service) -> Response:
+    return await _enroll(campaign_id, request, service)
+
+
+async def _enroll(campaign_id: str, request: Request, service: ShufflerService) -> Response:
+    """The enrollment endpoint, once the campaign id and the rate limit are checked."""
     raw = await request.body()
     body = (await read_json(request, EnrollmentRequest)) if raw.strip() else \
         EnrollmentRequest()
     token = await service.enroll(campaign_id, body.invitation)
     counters_of(request).enrollments.inc()
-    return EnrollmentResponse(campaign_id=campaign_id, token=token)
+    answer = EnrollmentResponse(campaign_id=campaign_id, token=token)
+    return Response(answer.model_dump_json(), status_code=201, media_type="application/json")
 
 
 @users.post("/rounds/{round_number}/submissions", status_code=201,
@@ -228,13 +242,21 @@ async def enroll(campaign_id: str, request: Request, service: Service) -> Enroll
             openapi_extra=_openapi_body(Round1Submission, Round2Submission))
 async def submit(campaign_id: str, round_number: Round,
                  token: Annotated[str, Depends(user_token)], request: Request,
-                 service: Service) -> SubmissionReceipt:
+                 service: Service) -> Response:
+    return await _submit(campaign_id, round_number, token, request, service)
+
+
+async def _submit(campaign_id: str, round_number: int, token: str, request: Request,
+                  service: ShufflerService) -> Response:
+    """The submission endpoint, once the path, the rate limit and the token's form are
+    checked."""
     participant = await service.authenticate(campaign_id, token)  # before the body is read
     model = Round1Submission if round_number == 1 else Round2Submission
     body = await read_json(request, model)
     await service.submit(campaign_id, round_number, participant, body)
-    counters_of(request).submissions.labels(str(round_number)).inc()
-    return SubmissionReceipt(campaign_id=campaign_id, round=round_number, accepted=True)
+    counters_of(request).submissions_of_round[round_number].inc()
+    receipt = SubmissionReceipt(campaign_id=campaign_id, round=round_number, accepted=True)
+    return Response(receipt.model_dump_json(), status_code=201, media_type="application/json")
 
 
 @rounds.get("", response_model=ShufflerRoundStatus, dependencies=[Depends(read_limit)])
@@ -257,6 +279,92 @@ async def release_round(
     answer, acknowledged = await service.release(campaign_id, round_number, wait)
     counters_of(request).releases.labels(str(round_number)).inc()
     return JSONResponse(answer.model_dump(mode="json"), status_code=200 if acknowledged else 202)
+
+
+def _route(router: APIRouter, path: str) -> APIRoute:
+    """The route of ``router`` whose path template is ``path``."""
+    return next(r for r in router.routes if isinstance(r, APIRoute) and r.path == path)
+
+
+ENROLL_PATH = "/v1/campaigns/{campaign_id}/enrollments"
+SUBMIT_PATH = "/v1/campaigns/{campaign_id}/rounds/{round_number}/submissions"
+ENROLL_ROUTE = _route(users, ENROLL_PATH)
+SUBMIT_ROUTE = _route(users, SUBMIT_PATH)
+_USER_PREFIX = "/v1/campaigns/"
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    """The first value of a request header (``name`` in lower case), as Starlette reads it."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+class UserRoutes:
+    """Pure ASGI middleware: the two user routes (enrollments, submissions), served
+    without FastAPI's routing and per-request dependency solving.
+
+    These are the requests of every user, and the routes' dependencies are plain checks,
+    so they are called here directly, in the order FastAPI resolves them (campaign id,
+    rate limit, round number, bearer token), with the same endpoint code
+    (:func:`_enroll`, :func:`_submit`).  ``scope["route"]``, ``endpoint`` and
+    ``path_params`` are those the router would set (the metrics label the request by
+    the route's template), and refusals go through the application's own exception
+    handlers (an :class:`ExceptionMiddleware` built from them as Starlette builds its
+    own), so answers are byte for byte those of the routes.  Every other request, and
+    any method but POST, goes on to the application; the FastAPI routes stay declared
+    for the OpenAPI document.  Install it innermost (before the body limit and the
+    request observer), so both still see these requests.
+    """
+
+    def __init__(self, app: ASGIApp, application: FastAPI) -> None:
+        self.app = app
+        self.application = application
+        handlers = {key: value for key, value in application.exception_handlers.items()
+                     if key not in (500, Exception)}
+        debug = application.debug
+        self._routes = (
+            (SUBMIT_ROUTE, ExceptionMiddleware(self._submit, handlers=handlers, debug=debug)),
+            (ENROLL_ROUTE, ExceptionMiddleware(self._enroll, handlers=handlers, debug=debug)),
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            path = get_route_path(scope)
+            if path.startswith(_USER_PREFIX):
+                for route, handled in self._routes:
+                    match = route.path_regex.match(path)
+                    if match is not None:
+                        scope["path_params"] = {**scope.get("path_params", {}),
+                                                **match.groupdict()}
+                        scope["endpoint"] = route.endpoint
+                        scope["route"] = route
+                        await handled(scope, receive, send)
+                        return
+        await self.app(scope, receive, send)
+
+    async def _submit(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive, send)
+        params = scope["path_params"]
+        campaign_id = parse_campaign_id(params["campaign_id"])
+        limits: RouteLimits = self.application.state.limits
+        limits.check(limits.submit, request, "submissions")
+        round_number = parse_round(params["round_number"])
+        token = bearer_token(_header(scope, b"authorization"))
+        if token is None:
+            raise unauthorized("a user token is required (Authorization: Bearer ...)")
+        response = await _submit(campaign_id, round_number, token, request,
+                                 self.application.state.service)
+        await response(scope, receive, send)
+
+    async def _enroll(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive, send)
+        campaign_id = parse_campaign_id(scope["path_params"]["campaign_id"])
+        limits: RouteLimits = self.application.state.limits
+        limits.check(limits.enroll, request, "enrollments")
+        response = await _enroll(campaign_id, request, self.application.state.service)
+        await response(scope, receive, send)
 
 
 OPEN_WARNING = ("OPEN ENROLLMENT: anyone may enroll any number of times, so fake users can "
@@ -330,6 +438,7 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
+    app.add_middleware(UserRoutes, application=app)  # innermost: added first
     install_edge(app, settings.max_body_bytes)
     install_observability(app, metrics, quiet_routes=USER_ROUTES)
     install_docs(app)

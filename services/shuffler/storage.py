@@ -195,19 +195,19 @@ class Storage(SQLiteStore):
             except sqlite3.IntegrityError:
                 raise AlreadySubmittedError(
                     f"this token has already submitted round {round_number}") from None
-            db.execute(
+            ((count,),) = db.execute(
                 "INSERT INTO participant_counts (campaign_id, round, participants) "
                 "VALUES (?, ?, 1) ON CONFLICT (campaign_id, round) "
-                "DO UPDATE SET participants = participants + 1",
+                "DO UPDATE SET participants = participants + 1 RETURNING participants",
                 (campaign_id, round_number),
-            )
+            ).fetchall()
             try:
                 db.executemany(
                     "INSERT INTO pending (campaign_id, round, stream, row_key, ciphertext) "
                     "VALUES (?, ?, ?, ?, ?)", rows)
             except sqlite3.IntegrityError:  # a 128-bit row key drawn twice: never in practice
                 raise StorageError("a row key is already in use") from None
-            return self._participants(campaign_id, round_number)
+            return int(count)
 
     def _participants(self, campaign_id: str, round_number: int) -> int:
         """Kept as a counter updated with each submission (a COUNT(*) would be O(n))."""
