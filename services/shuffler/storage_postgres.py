@@ -234,6 +234,12 @@ class PostgresStorage(PostgresStore):
         super().__init__(url, MIGRATIONS, service="shuffler", pool_size=pool_size)
         self.lock_timeout = lock_timeout
 
+    @property
+    def call_threads(self) -> int:
+        """Threads worth running this store's calls in (:mod:`..storage_calls`): one per
+        pooled connection."""
+        return int(self._pool.max_size)
+
     @contextmanager
     def _locking(self) -> Iterator[psycopg.Connection[Any]]:
         """A transaction whose lock waits are bounded by :attr:`lock_timeout`."""
