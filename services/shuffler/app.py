@@ -42,7 +42,6 @@ from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
-from starlette._utils import get_route_path
 from starlette.middleware.exceptions import ExceptionMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -293,6 +292,14 @@ SUBMIT_ROUTE = _route(users, SUBMIT_PATH)
 _USER_PREFIX = "/v1/campaigns/"
 
 
+def _route_path(scope: Scope) -> str:
+    """The request path below the application's mount point (``root_path``), which is
+    what the router matches against."""
+    path = str(scope["path"])
+    root = str(scope.get("root_path", ""))
+    return path[len(root):] if root and path.startswith(root) else path
+
+
 def _header(scope: Scope, name: bytes) -> str | None:
     """The first value of a request header (``name`` in lower case), as Starlette reads it."""
     for key, value in scope["headers"]:
@@ -331,7 +338,7 @@ class UserRoutes:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
-            path = get_route_path(scope)
+            path = _route_path(scope)
             if path.startswith(_USER_PREFIX):
                 for route, handled in self._routes:
                     match = route.path_regex.match(path)
