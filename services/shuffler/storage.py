@@ -256,7 +256,7 @@ class Storage(SQLiteStore):
             "reason FROM rounds WHERE campaign_id = ? AND round = ?",
             (campaign_id, round_number),
         ).fetchone()
-        return None if row is None else _record(row)
+        return None if row is None else RoundRecord.from_row(row)
 
     def round_record(self, campaign_id: str, round_number: int) -> RoundRecord | None:
         """The release record of a round, ``None`` while it is open."""
@@ -388,7 +388,7 @@ class Storage(SQLiteStore):
                 "stream_sizes, reason FROM rounds WHERE state = ?",
                 (RELEASING,),
             ).fetchall()
-        return [_record(row) for row in rows]
+        return [RoundRecord.from_row(row) for row in rows]
 
     def finished_rounds(self) -> list[tuple[str, int]]:
         """The (campaign, round) pairs that are over (released or failed), sorted."""
@@ -432,17 +432,3 @@ class Storage(SQLiteStore):
         with self._transaction() as db:
             db.execute("DELETE FROM release_leases WHERE campaign_id = ? AND round = ? "
                        "AND owner = ?", (campaign_id, round_number, owner))
-
-
-def _record(row: Sequence[object]) -> RoundRecord:
-    campaign_id, round_number, state, batch_id, participants, chunk_size, sizes, reason = row
-    return RoundRecord(
-        campaign_id=str(campaign_id),
-        round=int(round_number),  # type: ignore[call-overload]
-        state=str(state),
-        batch_id=str(batch_id),
-        participants=int(participants),  # type: ignore[call-overload]
-        chunk_size=int(chunk_size),  # type: ignore[call-overload]
-        stream_sizes={str(k): int(v) for k, v in json.loads(str(sizes)).items()},
-        reason=None if reason is None else str(reason),
-    )

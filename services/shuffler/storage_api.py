@@ -16,10 +16,11 @@ and the release order, which is computed from the round key and never stored
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 OPEN = "open"
 RELEASING = "releasing"
@@ -79,6 +80,22 @@ class RoundRecord:
     stream_sizes: Mapping[str, int]
     reason: str | None = None
     """Why a ``failed`` round ended."""
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> RoundRecord:
+        """A stored ``rounds`` row of either backend: (campaign id, round, state, batch id,
+        participants, chunk size, stream sizes as JSON text, reason)."""
+        campaign_id, round_number, state, batch_id, participants, chunk_size, sizes, reason = row
+        return cls(
+            campaign_id=str(campaign_id),
+            round=int(round_number),
+            state=str(state),
+            batch_id=str(batch_id),
+            participants=int(participants),
+            chunk_size=int(chunk_size),
+            stream_sizes={str(k): int(v) for k, v in json.loads(str(sizes)).items()},
+            reason=None if reason is None else str(reason),
+        )
 
     def chunk_count(self, stream: str) -> int:
         """Chunks of ``stream``; an empty stream is still sent as one empty chunk."""

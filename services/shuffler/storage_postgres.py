@@ -378,7 +378,7 @@ class PostgresStorage(PostgresStore):
         row = db.execute(f"SELECT {_ROUND_COLUMNS} FROM rounds "
                          "WHERE campaign_id = %s AND round = %s",
                          (campaign_id, round_number)).fetchone()
-        return None if row is None else _record(row)
+        return None if row is None else RoundRecord.from_row(row)
 
     def round_record(self, campaign_id: str, round_number: int) -> RoundRecord | None:
         """The release record of a round, ``None`` while it is open."""
@@ -414,7 +414,7 @@ class PostgresStorage(PostgresStore):
                 (campaign_id, round_number, RELEASING, batch_id, participants, chunk_size,
                  json.dumps(sizes, sort_keys=True))).fetchone()
         assert row is not None
-        return _record(row)
+        return RoundRecord.from_row(row)
 
     def row_keys(self, campaign_id: str, round_number: int, stream: str) -> bytes:
         """The row keys of a stream's stored messages, concatenated (16 bytes each), in
@@ -552,7 +552,7 @@ class PostgresStorage(PostgresStore):
             rows = db.execute(f"SELECT {_ROUND_COLUMNS} FROM rounds "
                               f"WHERE state = '{RELEASING}' ORDER BY campaign_id, round"
                               ).fetchall()
-        return [_record(row) for row in rows]
+        return [RoundRecord.from_row(row) for row in rows]
 
     def finished_rounds(self) -> list[tuple[str, int]]:
         """The (campaign, round) pairs that are over (released or failed), sorted."""
@@ -593,18 +593,3 @@ class PostgresStorage(PostgresStore):
         with self._locking() as db:
             db.execute("DELETE FROM release_leases WHERE campaign_id = %s AND round = %s "
                        "AND owner = %s", (campaign_id, round_number, owner))
-
-
-def _record(row: Sequence[Any]) -> RoundRecord:
-    """A ``rounds`` row (columns :data:`_ROUND_COLUMNS`) as a :class:`RoundRecord`."""
-    campaign_id, round_number, state, batch_id, participants, chunk_size, sizes, reason = row
-    return RoundRecord(
-        campaign_id=str(campaign_id),
-        round=int(round_number),
-        state=str(state),
-        batch_id=str(batch_id),
-        participants=int(participants),
-        chunk_size=int(chunk_size),
-        stream_sizes={str(k): int(v) for k, v in json.loads(str(sizes)).items()},
-        reason=None if reason is None else str(reason),
-    )
