@@ -184,3 +184,42 @@ def test_a_release_request_waits_for_the_replica_that_holds_the_lease(
         return finished.state
 
     assert asyncio.run(main()) == RELEASED
+
+
+class _SlowLease:
+    """A storage whose lease-taking takes a while in its worker thread."""
+
+    def __init__(self, storage: ShufflerStorage, delay: float) -> None:
+        self._storage = storage
+        self._delay = delay
+
+    def take_release_lease(self, *args: object, **kwargs: object) -> bool:
+        time.sleep(self._delay)
+        return bool(self._storage.take_release_lease(*args, **kwargs))  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._storage, name)
+
+
+def test_a_forwarding_cancelled_while_taking_the_lease_lets_it_go(
+        storage: ShufflerStorage, tmp_path: Path) -> None:
+    """Shut down while a worker thread is taking the lease: once the thread has taken it,
+    the cancelled forwarding gives it back, so another replica need not wait for expiry."""
+    _closed_round(storage, RoundKeys(tmp_path / "keys"))
+    record = storage.round_record("c", 1)
+    assert record is not None
+    link = ServerLink("http://127.0.0.1:9", "t")
+    slow = _SlowLease(storage, 0.4)
+    releaser = Releaser(slow, link, RoundKeys(tmp_path / "keys"),  # type: ignore[arg-type]
+                        chunk_size=2, lease_seconds=30.0)
+
+    async def main() -> None:
+        task = asyncio.get_running_loop().create_task(releaser.forward(record))
+        await asyncio.sleep(0.1)  # the thread is inside take_release_lease now
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await link.aclose()
+
+    asyncio.run(main())
+    assert storage.take_release_lease("c", 1, "another replica", 5.0)

@@ -47,6 +47,7 @@ lowers the count the accounting uses (``honest_users``), never this threshold.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import random
@@ -54,6 +55,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable
+from typing import Any
 
 from segshuffle.core import rules
 from segshuffle.services import errors
@@ -94,6 +96,19 @@ def required_participants(view: CampaignView, round_number: int, floor: int,
             required = max(required, view.parameters.accounting_users)
     return required
 
+
+
+async def _to_the_end(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``function`` in a worker thread, awaited to its end even if the caller is cancelled
+    meanwhile (the cancellation is raised after it), so that whoever cleans up after a
+    cancellation knows what the thread did, e.g. that it took a lease."""
+    future = asyncio.ensure_future(asyncio.to_thread(function, *args, **kwargs))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await future
+        raise
 
 class Backoff:
     """Capped exponential backoff with full jitter: delay_k uniform in [d_k / 2, d_k]."""
@@ -281,7 +296,12 @@ class Releaser:
         """
         slot = (record.campaign_id, record.round)
         try:
-            finished = await self._acquire(record, force)
+            try:
+                finished = await self._acquire(record, force)
+            except asyncio.CancelledError:
+                # cancelled while a worker thread may just have taken the lease for us
+                self._let_go(slot)
+                raise
             if finished is not None:
                 return finished
             renewal = asyncio.get_running_loop().create_task(self._renew(record))
@@ -304,8 +324,8 @@ class Releaser:
         slot = (record.campaign_id, record.round)
         deadline = time.monotonic() + self.retry_seconds
         poll = min(1.0, self.lease_seconds / 4)
-        while not await asyncio.to_thread(self.storage.take_release_lease, *slot, self.owner,
-                                          self.lease_seconds, force=force):
+        while not await _to_the_end(self.storage.take_release_lease, *slot, self.owner,
+                                    self.lease_seconds, force=force):
             current = await asyncio.to_thread(self.storage.round_record, *slot)
             if current is not None and current.state != RELEASING:
                 self.last_error.pop(slot, None)
