@@ -26,8 +26,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import signal
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -42,9 +40,9 @@ from segshuffle.testing.localstack import LocalStack
 from segshuffle.testing.operator import OperatorClient
 from segshuffle.testing.population import Population
 
+from .nginx_support import free_ports, nginx_binary, running_nginx, substitute
 from .postgres_support import fresh_database
 from .test_e2e_support import decoded_counts
-from .test_tls import _free_ports, _nginx, _substitute, _wait_for_port
 
 pytestmark = pytest.mark.slow
 
@@ -66,7 +64,7 @@ def render_balancer(state: Path, *, servers: list[int], shufflers: list[int],
     ``shuffler_port``, pid file and temporary paths in ``state``.  Returns the main file."""
     sites = state / "sites"
     sites.mkdir(parents=True)
-    (state / "nginx.conf").write_text(_substitute((SCALE / "nginx.conf").read_text(), {
+    (state / "nginx.conf").write_text(substitute((SCALE / "nginx.conf").read_text(), {
         "user www-data;": "user root root;" if os.geteuid() == 0 else "",
         "pid /tmp/nginx.pid;": f"pid {state}/nginx.pid;",
         "/tmp/nginx-": f"{state}/nginx-",
@@ -77,7 +75,7 @@ def render_balancer(state: Path, *, servers: list[int], shufflers: list[int],
         replacements = {f"server {name}-{i + 1}:{default} ": f"server 127.0.0.1:{port} "
                         for i, port in enumerate(ports)}
         replacements[f"listen {default};"] = f"listen 127.0.0.1:{listen};"
-        text = _substitute((SCALE / f"{name}.conf").read_text(), replacements,
+        text = substitute((SCALE / f"{name}.conf").read_text(), replacements,
                            f"{name}.conf")
         (sites / f"{name}.conf").write_text(text)
     return state / "nginx.conf"
@@ -118,10 +116,10 @@ class Deployment:
 
 @pytest.fixture
 def deployment(tmp_path: Path) -> Iterator[Deployment]:
-    nginx = _nginx()
+    nginx_binary()
     with fresh_database("segshuffle_server") as server_db, \
             fresh_database("segshuffle_shuffler") as shuffler_db:
-        server_lb, shuffler_lb, shuffler_1, shuffler_2 = _free_ports(4)
+        server_lb, shuffler_lb, shuffler_1, shuffler_2 = free_ports(4)
         stack = LocalStack(tmp_path / "stack", min_users=2, allow_insecure=True, server_env={
             "SEGSHUFFLE_SERVER_DATABASE": server_db,
             "SEGSHUFFLE_SERVER_KEY_DIR": str(tmp_path / "server-keys"),
@@ -134,7 +132,6 @@ def deployment(tmp_path: Path) -> Iterator[Deployment]:
             "SEGSHUFFLE_SHUFFLER_TRUSTED_PROXIES": "127.0.0.1/32",
         })
         stack.upstream_url = f"http://127.0.0.1:{server_lb}"
-        process: subprocess.Popen[bytes] | None = None
         try:
             stack.start_service("server")
             stack.start_replica("server")
@@ -144,32 +141,16 @@ def deployment(tmp_path: Path) -> Iterator[Deployment]:
                                                    stack.ports["server-2"]],
                                    shufflers=[shuffler_1, shuffler_2],
                                    server_port=server_lb, shuffler_port=shuffler_lb)
-            command = [nginx, "-p", str(state), "-c", str(conf), "-e", "stderr"]
-            checked = subprocess.run([*command, "-t"], capture_output=True, text=True,
-                                     timeout=30)
-            assert checked.returncode == 0, checked.stderr
-            log = state / "nginx.log"
-            with log.open("wb") as sink:
-                process = subprocess.Popen([*command, "-g", "daemon off;"], stdout=sink,
-                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-            for port in (server_lb, shuffler_lb):
-                _wait_for_port(port, process, log)
-            stack.start_service("shuffler")
-            stack.start_service("shuffler-2")
-            operator = OperatorClient(server=f"http://127.0.0.1:{server_lb}",
-                                      shuffler=f"http://127.0.0.1:{shuffler_lb}",
-                                      admin_token=stack.admin_token,
-                                      operator_token=stack.operator_token)
-            yield Deployment(stack, f"http://127.0.0.1:{server_lb}",
-                             f"http://127.0.0.1:{shuffler_lb}", shuffler_db, operator)
+            with running_nginx(conf, state, (server_lb, shuffler_lb)):
+                stack.start_service("shuffler")
+                stack.start_service("shuffler-2")
+                operator = OperatorClient(server=f"http://127.0.0.1:{server_lb}",
+                                          shuffler=f"http://127.0.0.1:{shuffler_lb}",
+                                          admin_token=stack.admin_token,
+                                          operator_token=stack.operator_token)
+                yield Deployment(stack, f"http://127.0.0.1:{server_lb}",
+                                 f"http://127.0.0.1:{shuffler_lb}", shuffler_db, operator)
         finally:
-            if process is not None and process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(timeout=10)
             stack.close()
 
 

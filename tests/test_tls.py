@@ -20,8 +20,6 @@ import asyncio
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -40,12 +38,13 @@ from segshuffle.services.shuffler.upstream import ServerLink
 from segshuffle.testing.localstack import LocalStack
 from segshuffle.testing.operator import OperatorClient
 
+from .nginx_support import free_ports, nginx_binary, running_nginx, substitute
+
 REPO = Path(__file__).resolve().parents[1]
 TLS = REPO / "deploy" / "tls"
 MAKE_CERTS = TLS / "make-certs.sh"
 USERS = 6
 ITEMS = 5
-STARTUP_SECONDS = 20.0
 
 
 # --- fast: the CA file is checked when a client is built ----------------------------------
@@ -119,38 +118,10 @@ def test_shuffler_refuses_to_start_with_a_missing_server_ca_file(tmp_path: Path)
 # --- slow: a campaign through a real nginx ------------------------------------------------
 
 
-def _nginx() -> str:
-    """The nginx binary; skips without one (fails under CI=true, where .ci/run installs
-    nginx-light)."""
-    found = shutil.which("nginx") or next(
-        (p for p in ("/usr/sbin/nginx", "/sbin/nginx") if os.access(p, os.X_OK)), None)
-    if found is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("nginx is not installed (apt-get install nginx-light; .ci/run does)")
-        pytest.skip("nginx is not installed (apt-get install nginx-light)")
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed")
-    return found
 
 
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
-def _substitute(text: str, replacements: dict[str, str], source: str) -> str:
-    """Replace each key of ``replacements``, which must occur in ``text`` (so that a change
-    of deploy/tls/ cannot silently leave a container path in the rendering)."""
-    for old, new in replacements.items():
-        assert old in text, f"{source} no longer contains {old!r}"
-        text = text.replace(old, new)
-    return text
 
 
 @dataclass(frozen=True)
@@ -178,7 +149,7 @@ def render_proxy(state: Path, certs: Path, *, server: int, shuffler: int, server
     ``state``.  Returns the main configuration file."""
     sites = state / "sites"
     sites.mkdir(parents=True)
-    main_conf = _substitute((TLS / "nginx.conf").read_text(), {
+    main_conf = substitute((TLS / "nginx.conf").read_text(), {
         # workers as the test's own user (a non-root master ignores the directive)
         "user www-data;": "user root root;" if os.geteuid() == 0 else "",
         "pid /tmp/nginx.pid;": f"pid {state}/nginx.pid;",
@@ -190,7 +161,7 @@ def render_proxy(state: Path, certs: Path, *, server: int, shuffler: int, server
                                            ("shuffler", "shuffler:8081", shuffler,
                                             shuffler_tls)):
         listen = "listen 8443 ssl;" if name == "server" else "listen 8444 ssl;"
-        text = _substitute((TLS / f"{name}.conf").read_text(), {
+        text = substitute((TLS / f"{name}.conf").read_text(), {
             f"server {upstream};": f"server 127.0.0.1:{port};",
             listen: f"listen 127.0.0.1:{tls_port} ssl;",
             "/etc/segshuffle/tls/": f"{certs}/",
@@ -199,29 +170,19 @@ def render_proxy(state: Path, certs: Path, *, server: int, shuffler: int, server
     return state / "nginx.conf"
 
 
-def _wait_for_port(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + STARTUP_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"nginx exited ({process.returncode}): {log.read_text()}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1.0):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError(f"nginx did not listen on {port} within {STARTUP_SECONDS}s")
 
 
 @pytest.fixture
 def tls_stack(tmp_path: Path) -> Iterator[tuple[LocalStack, Proxy]]:
     """Both services behind a real nginx; the shuffler reaches the server only through it."""
-    nginx = _nginx()
+    nginx_binary()
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
     certs = _certs(tmp_path / "certs")
-    server_tls, shuffler_tls, shuffler_port = _free_ports(3)
+    server_tls, shuffler_tls, shuffler_port = free_ports(3)
     stack = LocalStack(tmp_path / "stack", min_users=2, shuffler_env={
         "SEGSHUFFLE_SHUFFLER_SERVER_CA_FILE": str(certs / "ca.pem")})
     stack.upstream_url = f"https://localhost:{server_tls}"
-    process: subprocess.Popen[bytes] | None = None
     try:
         # The shuffler is ready only once it reaches the server, through the proxy, which
         # needs both upstream ports: the server first, the proxy, then the shuffler on a
@@ -232,25 +193,10 @@ def tls_stack(tmp_path: Path) -> Iterator[tuple[LocalStack, Proxy]]:
         conf = render_proxy(state, certs, server=stack.ports["server"],
                             shuffler=shuffler_port, server_tls=server_tls,
                             shuffler_tls=shuffler_tls)
-        command = [nginx, "-p", str(state), "-c", str(conf), "-e", "stderr"]
-        checked = subprocess.run([*command, "-t"], capture_output=True, text=True, timeout=30)
-        assert checked.returncode == 0, checked.stderr
-        log = state / "nginx.log"
-        with log.open("wb") as sink:
-            process = subprocess.Popen([*command, "-g", "daemon off;"], stdout=sink,
-                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        for port in (server_tls, shuffler_tls):
-            _wait_for_port(port, process, log)
-        stack.start_service("shuffler")
-        yield stack, Proxy(server_tls, shuffler_tls, certs / "ca.pem")
+        with running_nginx(conf, state, (server_tls, shuffler_tls)):
+            stack.start_service("shuffler")
+            yield stack, Proxy(server_tls, shuffler_tls, certs / "ca.pem")
     finally:
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
         stack.close()
 
 
