@@ -26,6 +26,8 @@ from typing import Any
 import pytest
 import yaml  # PyYAML (a development dependency)
 
+from .compose_support import compose_command
+
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
 COMPOSE = DEPLOY / "compose.yaml"
@@ -185,13 +187,7 @@ def test_every_interpolated_variable_has_a_default_or_is_generated(tmp_path: Pat
 
 
 def test_docker_compose_accepts_the_file(tmp_path: Path) -> None:
-    binary = shutil.which("docker-compose")
-    command = [binary] if binary else None
-    if command is None and shutil.which("docker"):
-        probe = subprocess.run(["docker", "compose", "version"], capture_output=True)
-        command = ["docker", "compose"] if probe.returncode == 0 else None
-    if command is None:
-        pytest.skip("neither docker-compose nor the docker compose plugin is installed")
+    command = compose_command()
     secrets = _generated_env(tmp_path)
     bare = {k: v for k, v in os.environ.items() if k not in SECRET_NAMES}
     result = subprocess.run([*command, "--env-file", str(tmp_path / "secrets.env"),

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -24,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from .compose_support import compose_command
+
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(os.environ.get("SEGSHUFFLE_DOCKER_TESTS") != "1",
@@ -34,13 +35,6 @@ REPO = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = REPO / "deploy" / "compose.yaml"
 
 
-def _compose_command() -> list[str]:
-    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"],
-                                                 capture_output=True).returncode == 0:
-        return ["docker", "compose"]
-    if shutil.which("docker-compose"):
-        return ["docker-compose"]
-    pytest.skip("docker compose is not installed")
 
 
 def _free_port() -> int:
@@ -69,7 +63,7 @@ class Deployment:
     """One compose project of the deployment, on free loopback ports."""
 
     def __init__(self, tmp: Path) -> None:
-        self.command = _compose_command()
+        self.command = compose_command()
         self.project = f"segshuffle-test-{os.getpid()}"
         self.env_file = tmp / "deploy.env"
         subprocess.run([str(REPO / "deploy" / "init-secrets.sh")], check=True,

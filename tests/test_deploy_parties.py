@@ -10,13 +10,14 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from .compose_support import compose_command
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 PARTIES = {
@@ -122,19 +123,10 @@ def test_the_shuffler_party_reaches_the_server_party_only_by_its_https_url() -> 
     assert "depends_on" not in shuffler  # the server is another party's machine
 
 
-def _compose_command() -> list[str] | None:
-    if shutil.which("docker-compose"):
-        return ["docker-compose"]
-    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"],
-                                                 capture_output=True).returncode == 0:
-        return ["docker", "compose"]
-    return None
 
 
 def test_docker_compose_accepts_both_party_files(tmp_path: Path) -> None:
-    command = _compose_command()
-    if command is None:
-        pytest.skip("neither docker-compose nor the docker compose plugin is installed")
+    command = compose_command()
     env_file = tmp_path / "party.env"
     subprocess.run([str(DEPLOY / "init-secrets.sh")], check=True, capture_output=True,
                    env={**os.environ, "SEGSHUFFLE_ENV_FILE": str(env_file)}, timeout=60)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,8 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+
+from .compose_support import compose_command
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
@@ -360,13 +361,7 @@ def test_build_script_builds_the_postgres_image_on_request() -> None:
 
 
 def test_docker_compose_accepts_the_scale_profile(tmp_path: Path) -> None:
-    binary = shutil.which("docker-compose")
-    command = [binary] if binary else None
-    if command is None and shutil.which("docker"):
-        probe = subprocess.run(["docker", "compose", "version"], capture_output=True)
-        command = ["docker", "compose"] if probe.returncode == 0 else None
-    if command is None:
-        pytest.skip("neither docker-compose nor the docker compose plugin is installed")
+    command = compose_command()
     env_file, files = _secret_files(tmp_path)
     bare = {k: v for k, v in os.environ.items() if not k.startswith("SEGSHUFFLE_")}
     result = subprocess.run([*command, "--env-file", str(env_file), "-f", str(COMPOSE),
