@@ -121,19 +121,24 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
 
 @pytest.mark.slow
 def test_async_client_resumes_too(stack: LocalStack) -> None:
-    """The same document resumes an :class:`AsyncClient` (run while the campaign still
-    enrolls, before the campaign test below)."""
-    (invitation,) = stack.invitations(CID, 1)
+    """The same document resumes an :class:`AsyncClient` (a campaign of its own, so the
+    test does not depend on running before the campaign test below)."""
+    campaign_id = "resumed-async"
+    stack.create_campaign({"id": campaign_id, "items": ITEMS, "set_size": 2,
+                           "levels": [1.0, 2.0], "min_users": USERS - 2})
+    (invitation,) = stack.invitations(campaign_id, 1)
 
     async def run() -> None:
-        async with AsyncClient(stack.shuffler_url, CID, server_key=stack.server_key) as user:
+        async with AsyncClient(stack.shuffler_url, campaign_id,
+                               server_key=stack.server_key) as user:
             await user.enroll(invitation)
             state = json.dumps(user.state())
-        async with AsyncClient.resume(stack.shuffler_url, state, campaign_id=CID) as again:
+        async with AsyncClient.resume(stack.shuffler_url, state,
+                                      campaign_id=campaign_id) as again:
             assert again.session.token is not None
             assert await again.item_ids(["grape"]) == [6]
             view = await again.campaign()  # verified against the saved (unpinned) state
-            assert view.id == CID and again.session.key is not None
+            assert view.id == campaign_id and again.session.key is not None
 
     asyncio.run(run())
 
