@@ -226,6 +226,20 @@ class SQLiteStore:
         finally:
             self._lock.release()
 
+    @property
+    def call_threads(self) -> int:
+        """Worker threads worth giving this store's short calls (:mod:`..storage_calls`): one.
+
+        The store has one connection behind one lock, so a second thread could only wait
+        for the first.  Worse, waiting threads feed on themselves: while any of them holds
+        the lock, :meth:`run_inline` finds the store busy and the next call goes to a
+        thread too, so under load most calls ended up handed to threads that queued on
+        the lock (and on the GIL) instead of running inline.  With one thread the calls
+        that find the store busy run one after another, and the loop is back inline as
+        soon as that thread is idle.
+        """
+        return 1
+
     def ping(self) -> bool:
         """Whether the database answers a trivial query."""
         with self._lock:
