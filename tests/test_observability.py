@@ -69,7 +69,9 @@ def test_metrics_move_with_submissions_and_chunks(services: Services) -> None:
     assert value(server, "segshuffle_server_batches_completed_total", round="1") == 1
     batch = "/v1/campaigns/{campaign_id}/rounds/{round_number}/batches/{batch_id}"
     assert value(server, "segshuffle_http_requests_total", route=batch, method="PUT",
-                 status="200") == forwarded
+                 status="202") == forwarded  # accepted into the decode queue
+    assert value(server, "segshuffle_server_chunks_queued_total", round="1",
+                 stream="levels") == forwarded
     # Neither exposition names a campaign id, a token or a ciphertext.
     for client in (services.server, services.shuffler):
         text = client.get("/metrics").text

@@ -16,7 +16,15 @@ from segshuffle.wire.plaintext import (
 )
 
 from .sqlite_backend import snapshot
-from .test_server_support import ADMIN, SHUFFLER, Sealer, deliver, make_settings
+from .test_server_support import (
+    ADMIN,
+    SHUFFLER,
+    Sealer,
+    complete_round,
+    decoded,
+    deliver,
+    make_settings,
+)
 
 CAMPAIGN = {"id": "c1", "domain_size": 4, "set_size": 1, "levels": [1, 2], "min_users": 3,
             "dropout_tolerance": 0.0}
@@ -43,6 +51,17 @@ def assert_problem(response, name, status):
 def chunk(ciphertexts, index=0, count=1, stream="levels"):
     return {"chunk_index": index, "chunk_count": count, "stream": stream,
             "ciphertexts": ciphertexts}
+
+
+def put_decoded(client, url, body):
+    """PUT a chunk (accepted into the decode queue: ``202``) and return its receipt once
+    the server's decode workers have counted it."""
+    response = client.put(url, json=body, headers=SHUFFLER)
+    assert response.status_code == 202, response.text
+    assert response.json()["state"] == "queued"
+    parts = url.split("/")
+    return decoded(client, parts[3], int(parts[5]), parts[7], body["stream"],
+                   body["chunk_index"])
 
 
 def unchanged(setup, request, name, status):
@@ -205,7 +224,7 @@ def test_wrong_phase(setup):
 def test_incomplete_batch_and_unknown_batch(setup):
     client, view, _ = setup
     sealer = Sealer(view, 1)
-    client.put(BATCH, json=chunk(sealer.levels([0, 1]), 0, 2), headers=SHUFFLER)
+    put_decoded(client, BATCH, chunk(sealer.levels([0, 1]), 0, 2))
     body = unchanged(setup, lambda c: c.post(BATCH + "/complete", headers=SHUFFLER),
                      "incomplete-batch", 409)
     assert body["missing_chunks"] == [1]
@@ -223,7 +242,7 @@ def test_too_few_valid_messages_close_the_campaign_as_failed(setup):
     refused forever (the shuffler would retry ``complete`` without end)."""
     client, view, database = setup
     deliver(client, "c1", 1, "b1", {"levels": Sealer(view, 1).levels([0, 1])}, complete=False)
-    done = client.post(BATCH + "/complete", headers=SHUFFLER)
+    done = complete_round(client, "c1", 1, "b1")
     assert done.status_code == 200, done.text
     completion = done.json()
     assert completion["phase"] == "failed"
@@ -268,8 +287,9 @@ def test_chunks_and_completion_are_idempotent(setup):
     client, view, database = setup
     sealer = Sealer(view, 1)
     first = chunk(sealer.levels([0, 1, 1]), 0, 2)
-    receipt = client.put(BATCH, json=first, headers=SHUFFLER).json()
+    receipt = put_decoded(client, BATCH, first)
     assert receipt["accepted"] == 3 and not receipt["duplicate"]
+    assert receipt["state"] == "decoded"
     before = snapshot(database)
     again = client.put(BATCH, json=first, headers=SHUFFLER)
     assert again.status_code == 200 and again.json() == receipt | {"duplicate": True}
@@ -277,7 +297,7 @@ def test_chunks_and_completion_are_idempotent(setup):
     changed = chunk(sealer.levels([0, 1, 1]), 0, 2)
     unchanged(setup, lambda c: c.put(BATCH, json=changed, headers=SHUFFLER), "conflict", 409)
     client.put(BATCH, json=chunk(sealer.levels([1]), 1, 2), headers=SHUFFLER)
-    done = client.post(BATCH + "/complete", headers=SHUFFLER)
+    done = complete_round(client, "c1", 1, "b1")
     assert done.status_code == 200
     before = snapshot(database)
     assert client.post(BATCH + "/complete", headers=SHUFFLER).json() == done.json()
@@ -309,7 +329,7 @@ def test_bad_messages_are_reported_and_not_counted(setup):
         sealer.raw(encode_plaintext(Kind.LEVEL, 0)[:-1] + b"\x01"),  # invalid-message
         good[0],                                            # exact replay
     ]
-    receipt = client.put(BATCH, json=chunk(good + bad), headers=SHUFFLER).json()
+    receipt = put_decoded(client, BATCH, chunk(good + bad))
     kinds = {f["index"]: f["type"].rsplit(":", 1)[1] for f in receipt["failures"]}
     assert kinds == {3: "decrypt-failed", 4: "decrypt-failed", 5: "decrypt-failed",
                      6: "out-of-domain", 7: "invalid-message", 8: "invalid-message",
@@ -317,7 +337,7 @@ def test_bad_messages_are_reported_and_not_counted(setup):
     assert receipt["accepted"] == 3 and receipt["replays"] == 1 and receipt["received"] == 10
     assert receipt["failure_counts"] == {"decrypt-failed": 3, "invalid-message": 2,
                                          "out-of-domain": 1, "replay": 1}
-    done = client.post(BATCH + "/complete", headers=SHUFFLER).json()
+    done = complete_round(client, "c1", 1, "b1").json()
     assert done["streams"]["levels"]["accepted"] == 3
     assert done["streams"]["levels"]["decrypt_failures"] == 3
     assert len(done["failures"]) == 7
@@ -358,12 +378,14 @@ def test_receipts_do_not_reveal_which_slots_were_null(tmp_path):
         deliver(client, "c1", 1, "b1", {"levels": Sealer(view, 1).levels([0, 1, 1])})
         sealer = Sealer(client.get("/v1/campaigns/c1").json(), 2)
         url = "/v1/campaigns/c1/rounds/2/batches/b2"
-        answers = [client.put(url, headers=SHUFFLER, json=chunk(
-            sealer.slots(values), index, 2, "data")).json()
-            for index, values in enumerate([[None, None, None], [0, 1, 4]])]
-    for answer in answers:
+        bodies = [chunk(sealer.slots(values), index, 2, "data")
+                  for index, values in enumerate([[None, None, None], [0, 1, 4]])]
+        queued = [client.put(url, headers=SHUFFLER, json=body).json() for body in bodies]
+        answers = [decoded(client, "c1", 2, "b2", "data", index) for index in (0, 1)]
+    for answer in [*queued, *answers]:
         answer.pop("chunk_index")
-    assert answers[0] == answers[1]
+    assert queued[0] == queued[1] and queued[0]["state"] == "queued"
+    assert answers[0] == answers[1] and answers[0]["state"] == "decoded"
 
 
 @pytest.mark.parametrize("change", [

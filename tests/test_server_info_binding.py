@@ -19,7 +19,7 @@ from segshuffle.services.server import create_app
 from segshuffle.wire.models import CampaignView, HpkeConfig, b64url_encode
 from segshuffle.wire.plaintext import item_plaintext, level_plaintext
 
-from .test_server_support import ADMIN, SHUFFLER, Sealer, deliver, make_settings
+from .test_server_support import ADMIN, SHUFFLER, Sealer, decoded, deliver, make_settings
 
 USERS = 6
 FIELDS = ["campaign_id", "round", "key_id", "context_hash"]
@@ -45,8 +45,8 @@ def _put(client: TestClient, round_: int, batch: str, stream: str,
     response = client.put(f"/v1/campaigns/bind/rounds/{round_}/batches/{batch}",
                           json={"chunk_index": 0, "chunk_count": 1, "stream": stream,
                                 "ciphertexts": ciphertexts}, headers=SHUFFLER)
-    assert response.status_code == 200, response.text
-    return response.json()
+    assert response.status_code == 202, response.text
+    return decoded(client, "bind", round_, batch, stream, 0)
 
 
 def _start(client: TestClient) -> dict[str, Any]:

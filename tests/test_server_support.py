@@ -7,6 +7,7 @@ Holds no tests; the shuffler's part (permuting, chunking, forwarding) is played 
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,11 +55,49 @@ class Sealer:
         return [self.raw(null_plaintext() if v is None else item_plaintext(v)) for v in values]
 
 
+WAIT_SECONDS = 60.0
+"""Longest wait of :func:`decoded` and :func:`complete_round` for the server's decode workers."""
+
+
+def decoded(client: Any, campaign_id: str, round_: int, batch_id: str, stream: str,
+            chunk_index: int, *, timeout: float = WAIT_SECONDS) -> dict[str, Any]:
+    """The chunk's receipt once the server has decoded it (polls ``GET`` of the chunk)."""
+    url = (f"/v1/campaigns/{campaign_id}/rounds/{round_}/batches/{batch_id}/chunks/"
+           f"{stream}/{chunk_index}")
+    deadline = time.monotonic() + timeout
+    while True:
+        response = client.get(url, headers=SHUFFLER)
+        assert response.status_code == 200, response.text
+        receipt: dict[str, Any] = response.json()
+        if receipt["state"] == "decoded":
+            return receipt
+        assert time.monotonic() < deadline, f"chunk {stream}/{chunk_index} was not decoded"
+        time.sleep(0.01)
+
+
+def complete_round(client: Any, campaign_id: str, round_: int, batch_id: str, *,
+                   timeout: float = WAIT_SECONDS) -> Any:
+    """``POST .../complete`` as the shuffler does: again after each ``unavailable`` answer
+    (chunks still being decoded, ``Retry-After``), until another answer or ``timeout``."""
+    url = f"/v1/campaigns/{campaign_id}/rounds/{round_}/batches/{batch_id}/complete"
+    deadline = time.monotonic() + timeout
+    while True:
+        response = client.post(url, headers=SHUFFLER)
+        if response.status_code != 503 or time.monotonic() > deadline:
+            return response
+        assert response.headers["retry-after"], response.text
+        time.sleep(0.01)
+
+
 def deliver(client: Any, campaign_id: str, round_: int, batch_id: str,
             streams: dict[str, list[str]], chunk_size: int = 50, *,
             shuffle: bool = True, complete: bool = True) -> list[dict[str, Any]]:
-    """Permute each stream, PUT it in chunks and (optionally) complete the batch."""
+    """Permute each stream, PUT it in chunks and (optionally) complete the batch.
+
+    Returns the receipts once decoded (each chunk is accepted with ``202`` and a queued
+    receipt, or ``200`` when it was decoded before), then the completion."""
     receipts = []
+    sent = []
     for stream, ciphertexts in streams.items():
         messages = list(ciphertexts)
         if shuffle:
@@ -71,12 +110,15 @@ def deliver(client: Any, campaign_id: str, round_: int, batch_id: str,
                       "ciphertexts": part},
                 headers=SHUFFLER,
             )
-            assert response.status_code == 200, response.text
-            receipts.append(response.json())
+            assert response.status_code in (200, 202), response.text
+            answer = response.json()
+            assert (response.status_code == 202) == (answer["state"] == "queued"), answer
+            sent.append((stream, index, answer["duplicate"]))
+    for stream, index, duplicate in sent:
+        receipt = decoded(client, campaign_id, round_, batch_id, stream, index)
+        receipts.append({**receipt, "duplicate": duplicate})
     if complete:
-        response = client.post(
-            f"/v1/campaigns/{campaign_id}/rounds/{round_}/batches/{batch_id}/complete",
-            headers=SHUFFLER)
+        response = complete_round(client, campaign_id, round_, batch_id)
         assert response.status_code == 200, response.text
         receipts.append(response.json())
     return receipts

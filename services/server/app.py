@@ -9,11 +9,17 @@ pool, so decryption and optimization never block the event loop.
 The public documents (campaign view, key config) carry a strong ``ETag`` and
 ``Cache-Control`` and answer ``If-None-Match`` with ``304`` (:mod:`..http_cache`).
 
+A delivered chunk is validated and queued by its request, which answers ``202`` with a
+receipt in ``state: "queued"``; the application's decode workers (:mod:`.decoding`,
+started and stopped with it) decrypt and count it in the background, and
+``GET .../batches/{batch_id}/chunks/{stream}/{chunk_index}`` returns its receipt, decoded
+or still queued.
+
 Observability (:mod:`..observability`): one log line per request with method, route
 template, status, duration and request id; never a client address, a header, a token or a
-ciphertext (uvicorn's access log is off).  ``GET /metrics`` counts requests, chunks stored,
-messages accepted and dropped (by reason) and batches completed; ``GET /docs`` serves
-Swagger UI from local assets (:mod:`..api_docs`).
+ciphertext (uvicorn's access log is off).  ``GET /metrics`` counts requests, chunks queued
+and stored (decoded), messages accepted and dropped (by reason) and batches completed;
+``GET /docs`` serves Swagger UI from local assets (:mod:`..api_docs`).
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from segshuffle.services.http_edge import round_number as parse_round
 from segshuffle.services.observability import Metrics, install_observability
 from segshuffle.wire.models import (
     ID_PATTERN,
+    MAX_CHUNK_COUNT,
     BatchChunk,
     BatchCompletion,
     CampaignAbort,
@@ -60,6 +67,7 @@ from segshuffle.wire.models import (
 
 from ..storage_calls import storage_call as call_storage
 from .backends import open_repository
+from .decoding import DecodeWorkers
 from .decrypt import Decryptor
 from .keys import KeyStore
 from .service import ServerService
@@ -71,6 +79,7 @@ Role = Literal["admin", "shuffler"]
 _ID = re.compile(ID_PATTERN)
 _CAMPAIGN = "/v1/campaigns/{campaign_id}"
 _BATCH = _CAMPAIGN + "/rounds/{round_number}/batches/{batch_id}"
+_CHUNK = _BATCH + "/chunks/{stream}/{chunk_index}"
 SECURITY: dict[tuple[str, str], str] = {
     ("GET", "/v1/campaigns"): "adminToken",
     ("POST", "/v1/campaigns"): "adminToken",
@@ -79,6 +88,7 @@ SECURITY: dict[tuple[str, str], str] = {
     ("GET", "/v1/signing-key"): "adminToken",
     ("PUT", _BATCH): "shufflerToken",
     ("POST", _BATCH + "/complete"): "shufflerToken",
+    ("GET", _CHUNK): "shufflerToken",
 }
 """The bearer token each authenticated route needs (documented in the OpenAPI schema)."""
 LIST_LIMIT = 100
@@ -114,6 +124,26 @@ def authorize(settings: Settings, request: Request, role: Role) -> None:
         headers={"WWW-Authenticate": 'Bearer realm="segshuffle-server"'})
 
 
+def authorize_either(settings: Settings, request: Request) -> None:
+    """Require the shuffler's or the admin's bearer token (reads both may make)."""
+    token = (bearer_token(request.headers.get("authorization")) or "").encode()
+    is_admin = hmac.compare_digest(token, settings.admin_token.encode())
+    is_shuffler = hmac.compare_digest(token, settings.shuffler_token.encode())
+    if not (is_admin or is_shuffler):
+        authorize(settings, request, "shuffler")  # raises unauthorized
+
+
+def _chunk_identity(stream: str, chunk_index: str) -> tuple[str, int]:
+    """The checked (stream, chunk index) of a chunk route's path."""
+    if stream not in ("levels", "data"):
+        raise errors.InvalidRequestError("stream must be levels or data")
+    if not (chunk_index.isascii() and chunk_index.isdigit() and len(chunk_index) <= 7
+            and int(chunk_index) < MAX_CHUNK_COUNT):
+        raise errors.InvalidRequestError(f"chunk_index must be an integer from 0 to "
+                                         f"{MAX_CHUNK_COUNT - 1}")
+    return stream, int(chunk_index)
+
+
 def _batch(campaign_id: str, round_number: str, batch_id: str) -> tuple[str, int, str]:
     """The checked (campaign id, round, batch id) of a batch route's path, in that order."""
     checked = parse_campaign_id(campaign_id), parse_round(round_number)
@@ -127,8 +157,11 @@ class ServerCounters:
     id, so the label set stays bounded)."""
 
     def __init__(self, metrics: Metrics) -> None:
-        self.chunks = metrics.counter("chunks_stored", "Batch chunks stored (retries of a "
-                                      "stored chunk not counted)", ["round", "stream"])
+        self.queued = metrics.counter("chunks_queued", "Batch chunks accepted into the decode "
+                                      "queue (retries not counted)", ["round", "stream"])
+        self.chunks = metrics.counter("chunks_stored", "Batch chunks decoded and counted by "
+                                      "this process (retries of a stored chunk not "
+                                      "counted)", ["round", "stream"])
         self.accepted = metrics.counter("messages_accepted", "Messages kept for decoding "
                                         "(null messages included)", ["round", "stream"])
         self.dropped = metrics.counter("messages_dropped", "Messages dropped, by reason",
@@ -138,8 +171,12 @@ class ServerCounters:
                                            "completion counts again)", ["round"])
 
     def chunk(self, receipt: ChunkReceipt) -> None:
-        """Count a stored chunk from its receipt."""
+        """Count a chunk from its receipt: queued (by the request that delivered it) or
+        stored (by the decode worker that counted it)."""
         if receipt.duplicate:
+            return
+        if receipt.state == "queued":
+            self.queued.labels(str(receipt.round), str(receipt.stream)).inc()
             return
         round_, stream = str(receipt.round), str(receipt.stream)
         self.chunks.labels(round_, stream).inc()
@@ -165,11 +202,20 @@ def create_app(settings: Settings) -> FastAPI:
     async def storage_call(function: Callable[..., Any], *args: Any) -> Any:
         return await call_storage(repository, function, *args)
 
+    metrics = Metrics("server")
+    counted = ServerCounters(metrics)
+    workers = DecodeWorkers(service, concurrency=settings.decode_concurrency,
+                            lease_seconds=settings.decode_lease_seconds,
+                            idle_seconds=settings.decode_idle_seconds,
+                            on_decoded=counted.chunk)
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        workers.start()
         try:
             yield
         finally:
+            await workers.stop()  # each finishes the chunk it is decoding
             decryptor.close()
             repository.close()
 
@@ -183,14 +229,13 @@ def create_app(settings: Settings) -> FastAPI:
         redoc_url=None,
     )
     app.state.service = service
+    app.state.decode_workers = workers
     log.info("document-signing key %s%s", service.signing_public_key,
              " (created)" if created else "")
     app.state.settings = settings
     install_edge(app, settings.max_body_bytes)
-    metrics = Metrics("server")
     install_observability(app, metrics)
     install_docs(app)
-    counted = ServerCounters(metrics)
 
     async def ready() -> None:
         """Ready: the database answers, keys can be written, and every collecting campaign's
@@ -264,15 +309,36 @@ def create_app(settings: Settings) -> FastAPI:
         return document_response(request, body, immutable=True)
 
     @app.put("/v1/campaigns/{campaign_id}/rounds/{round_number}/batches/{batch_id}",
-             response_model=ChunkReceipt, tags=["batches"], openapi_extra=_body(BatchChunk))
-    async def put_chunk(request: Request, campaign_id: str, round_number: str,
-                        batch_id: str) -> ChunkReceipt:
+             response_model=ChunkReceipt, status_code=202, tags=["batches"],
+             openapi_extra=_body(BatchChunk),
+             responses={200: {"model": ChunkReceipt,
+                              "description": "a repeat of a chunk already decoded: its "
+                                             "stored receipt (duplicate: true)"}})
+    async def put_chunk(request: Request, response: Response, campaign_id: str,
+                        round_number: str, batch_id: str) -> ChunkReceipt:
+        """Accept a chunk for decoding: ``202`` and a queued receipt (a repeat of a queued
+        chunk too, ``duplicate: true``); a repeat of a decoded chunk is ``200`` with its
+        stored receipt."""
         authorize(settings, request, "shuffler")
         cid, round_, bid = _batch(campaign_id, round_number, batch_id)
         chunk = await read_json(request, BatchChunk)
         receipt = await run_in_threadpool(service.store_chunk, cid, round_, bid, chunk)
+        if receipt.state == "queued" and not receipt.duplicate:
+            workers.wake()
         counted.chunk(receipt)
+        response.status_code = 202 if receipt.state == "queued" else 200
         return receipt
+
+    @app.get(_CHUNK, response_model=ChunkReceipt, tags=["batches"])
+    async def chunk_receipt(request: Request, campaign_id: str, round_number: str,
+                            batch_id: str, stream: str, chunk_index: str) -> ChunkReceipt:
+        """A chunk's receipt: ``state: "decoded"`` with what was accepted and dropped, or
+        ``queued`` while it waits to be decoded; ``not-found`` if the batch has no such
+        chunk.  The shuffler's or the admin's token."""
+        authorize_either(settings, request)
+        cid, round_, bid = _batch(campaign_id, round_number, batch_id)
+        name, index = _chunk_identity(stream, chunk_index)
+        return await storage_call(service.chunk_receipt, cid, round_, bid, name, index)
 
     @app.post("/v1/campaigns/{campaign_id}/rounds/{round_number}/batches/{batch_id}/complete",
               response_model=BatchCompletion, tags=["batches"])

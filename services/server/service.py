@@ -5,8 +5,8 @@ Calls are synchronous (the HTTP layer runs them in its thread pool).  Every writ
 is one storage transaction (:class:`~.storage_api.ServerTransaction`) that checks
 again, inside it, what it read before doing slow work (decryption, the optimizer):
 the phase, the pinned batch, whether the chunk or the completion is stored already.
-So a round is never finished while a chunk of it is being stored, and the replay
-policy (:meth:`ServerService._count`) lives here, not in storage.  Campaign creation
+So a round is never finished while a chunk of it is queued or being counted, and the
+replay policy (:meth:`ServerService._count`) lives here, not in storage.  Campaign creation
 takes no lock: its key file is named by its key id and written before its row, and the
 database's primary key decides between racing creations (:mod:`.keys`), so several
 replicas may share the database and the key directory.
@@ -18,13 +18,21 @@ Batch intake (docs/architecture.md, "Server"):
 - A chunk is identified by (round, stream, chunk_index) and fingerprinted by a
   SHA-256 digest of its content: the same chunk again returns the stored receipt
   (``duplicate: true``), a different content under the same identity is a conflict.
-- Messages are decrypted as the chunk arrives.  Bad messages are dropped and
-  listed in the receipt with their problem type (``decrypt-failed``,
-  ``invalid-message``, ``out-of-domain``, ``replay``), never failing the chunk: one
-  user's garbage must not block a round.
-- ``complete`` checks every chunk of every stream is there, then finishes the
-  round (round 1: histogram, optimizer, publication; round 2: decoding) in one
-  transaction.  Repeating it returns the stored answer.
+- A chunk that passes these checks is *queued* (:meth:`ServerService.store_chunk`,
+  one transaction, no decryption), and the answer says so (``state: "queued"``).
+  Decode workers (:mod:`.decoding`, in every replica) claim queued chunks and decode
+  them (:meth:`ServerService.decode_claimed`): decrypt and classify
+  (:meth:`ServerService.decode_messages`), then count in one transaction
+  (:meth:`ServerService.finish_chunk`) that removes the queue row, so a chunk is
+  counted once even when two workers decoded it (the second finds its row gone).
+  Bad messages are dropped and listed in the receipt with their problem type
+  (``decrypt-failed``, ``invalid-message``, ``out-of-domain``, ``replay``), never
+  failing the chunk: one user's garbage must not block a round.
+- ``complete`` waits for the queue: while a chunk of the round is queued or being
+  decoded it answers ``unavailable`` with ``Retry-After`` (the shuffler retries).
+  Then it checks every chunk of every stream is there and finishes the round (round
+  1: histogram, optimizer, publication; round 2: decoding) in one transaction.
+  Repeating it returns the stored answer.  Ending a campaign drops its queued chunks.
 """
 
 from __future__ import annotations
@@ -68,7 +76,10 @@ from .storage_api import (
     AcceptedMessage,
     CampaignRecord,
     ChunkRecord,
+    ClaimedChunk,
     ConflictError,
+    QueuedChunk,
+    QueueEntry,
     ServerStorage,
     ServerTransaction,
 )
@@ -79,6 +90,8 @@ MAX_LISTED_FAILURES = 1000
 """Failures listed per receipt; beyond that only counted."""
 STREAMS_BY_ROUND: dict[int, tuple[str, ...]] = {1: ("levels",), 2: ("levels", "data")}
 FAILURE_NAMES = ("decrypt-failed", "invalid-message", "out-of-domain", "replay")
+DECODING_RETRY_AFTER = 1
+"""Seconds ``complete`` asks the shuffler to wait while chunks of the round are decoded."""
 
 
 def chunk_digest(batch_id: str, chunk: BatchChunk) -> bytes:
@@ -268,27 +281,19 @@ class ServerService:
         assert context is not None
         return build_info(record.id, round_, record.key_id, bytes.fromhex(context))
 
-    def _check_chunk(self, record: CampaignRecord, round_: int, batch_id: str,
-                     chunk: BatchChunk) -> None:
-        """Refusals that do not depend on the messages (checked before and after decrypting)."""
-        if chunk.stream not in STREAMS_BY_ROUND[round_]:
-            raise errors.InvalidRequestError(f"round {round_} has no {chunk.stream!r} stream")
-        if record.phase != f"round{round_}":
-            raise errors.WrongPhaseError(f"campaign {record.id!r} is in phase {record.phase}, "
-                                         f"not accepting round-{round_} batches",
-                                         extra={"phase": record.phase})
-        pinned = self.repository.batch(record.id, round_)
-        if pinned is not None and pinned.batch_id != batch_id:
-            raise errors.ConflictError(f"round {round_} is receiving another batch")
-        existing = self.repository.stream_chunks(record.id, round_, chunk.stream)
-        if existing and existing[0].chunk_count != chunk.chunk_count:
-            raise errors.ConflictError(f"stream {chunk.stream!r} has chunk_count "
-                                       f"{existing[0].chunk_count}, not {chunk.chunk_count}")
+    def _private_key(self, record: CampaignRecord) -> bytes:
+        """The campaign's raw private key, or ``unavailable`` when its file cannot be read."""
+        try:
+            return private_key_bytes(self.keys.get(record.id, record.key_id))
+        except (OSError, ValueError):
+            raise errors.UnavailableError("the campaign's private key is not available") from None
 
     @staticmethod
     def _duplicate(campaign_id: str, phase: str | None, round_: int, batch_id: str,
-                   chunk: BatchChunk, digest: bytes, stored: ChunkRecord) -> ChunkReceipt:
-        """The stored receipt of a chunk delivered again, or why it cannot be one."""
+                   chunk: BatchChunk, digest: bytes,
+                   stored: ChunkRecord | QueuedChunk) -> ChunkReceipt:
+        """The receipt of a chunk delivered again (decoded: the stored one; queued: a queued
+        one), or why it cannot be one: the same identity with other content."""
         if stored.batch_id != batch_id or stored.digest != digest:
             if phase != f"round{round_}":
                 raise errors.WrongPhaseError(
@@ -296,56 +301,140 @@ class ServerService:
                     f"not accepting round-{round_} batches", extra={"phase": phase})
             raise errors.ConflictError(f"chunk {chunk.chunk_index} of stream {chunk.stream!r} "
                                        "was already delivered with different content")
+        if isinstance(stored, QueuedChunk):
+            return _queued_receipt(campaign_id, round_, batch_id, chunk.stream,
+                                   chunk.chunk_index, chunk.chunk_count, stored.received,
+                                   duplicate=True)
         return ChunkReceipt.model_validate({**stored.receipt, "duplicate": True})
 
     def store_chunk(self, campaign_id: str, round_: int, batch_id: str,
                     chunk: BatchChunk) -> ChunkReceipt:
+        """Accept a chunk into the decode queue (``state: "queued"``), or answer a repeat.
+
+        Every refusal of the old synchronous intake happens here, in the same order and
+        in one transaction: a repeat of a decoded or queued chunk returns its receipt
+        (``duplicate``), other content under its identity is a ``conflict``; then the
+        stream must belong to the round, the campaign be in the round, the batch be the
+        pinned one (the first chunk pins it) and ``chunk_count`` be the stream's.  A
+        missing private key is ``unavailable`` now rather than a chunk that can never
+        be decoded.  Nothing is decrypted: that is the decode workers' job.
+        """
         record = self.campaign(campaign_id)
         digest = chunk_digest(batch_id, chunk)
         stored = self.repository.chunk(campaign_id, round_, chunk.stream, chunk.chunk_index)
-        if stored is not None:
+        if stored is not None:  # a retry of a decoded chunk needs no write transaction
             return self._duplicate(campaign_id, record.phase, round_, batch_id, chunk, digest,
                                    stored)
-        self._check_chunk(record, round_, batch_id, chunk)
-        ciphertexts = [b64url_decode(text) for text in chunk.ciphertexts]
-        try:
-            private_key = private_key_bytes(self.keys.get(record.id, record.key_id))
-        except (OSError, ValueError):
-            raise errors.UnavailableError("the campaign's private key is not available") from None
-        outcomes = self.decryptor.open(private_key, self._info(record, round_), ciphertexts)
-        config = CampaignConfig.model_validate(record.config)
-        accepted, failures = classify(outcomes, chunk.stream, len(config.levels),
-                                      config.privacy_domain_size)
+        if chunk.stream not in STREAMS_BY_ROUND[round_]:
+            raise errors.InvalidRequestError(f"round {round_} has no {chunk.stream!r} stream")
+        if record.phase == f"round{round_}":
+            self._private_key(record)
+        ciphertexts = tuple(b64url_decode(text) for text in chunk.ciphertexts)
         with self.repository.transaction() as tx:
-            # Checked again inside the transaction: the same chunk may have been stored, or
-            # the round finished, while this one was being decrypted.
             phase = tx.phase(campaign_id)
-            existing = tx.chunk(campaign_id, round_, chunk.stream, chunk.chunk_index)
+            existing: ChunkRecord | QueuedChunk | None = (
+                tx.chunk(campaign_id, round_, chunk.stream, chunk.chunk_index)
+                or tx.queued_chunk(campaign_id, round_, chunk.stream, chunk.chunk_index))
             if existing is not None:
                 return self._duplicate(campaign_id, phase, round_, batch_id, chunk, digest,
                                        existing)
-            if phase != f"round{round_}":
-                raise errors.WrongPhaseError(f"campaign {campaign_id!r} is in phase {phase}, "
-                                             f"not accepting round-{round_} batches",
-                                             extra={"phase": phase})
+            self._require_round(campaign_id, phase, round_)
             pinned = tx.batch(campaign_id, round_)
             if pinned is None:
                 tx.pin_batch(campaign_id, round_, batch_id)
             elif pinned.batch_id != batch_id:
                 raise errors.ConflictError(f"round {round_} is receiving another batch")
-            receipt = self._count(tx, campaign_id, round_, batch_id, chunk, accepted, failures)
-            tx.put_chunk(campaign_id, round_, chunk.stream, chunk.chunk_index,
-                         ChunkRecord(batch_id=batch_id, chunk_count=chunk.chunk_count,
-                                     digest=digest, receipt=receipt.model_dump(mode="json")))
+            count = tx.stream_chunk_count(campaign_id, round_, chunk.stream)
+            if count is not None and count != chunk.chunk_count:
+                raise errors.ConflictError(f"stream {chunk.stream!r} has chunk_count {count}, "
+                                           f"not {chunk.chunk_count}")
+            tx.enqueue_chunk(campaign_id, round_, chunk.stream, chunk.chunk_index,
+                             QueueEntry(batch_id=batch_id, chunk_count=chunk.chunk_count,
+                                        digest=digest, ciphertexts=ciphertexts))
+        return _queued_receipt(campaign_id, round_, batch_id, chunk.stream, chunk.chunk_index,
+                               chunk.chunk_count, len(ciphertexts))
+
+    def chunk_receipt(self, campaign_id: str, round_: int, batch_id: str, stream: str,
+                      chunk_index: int) -> ChunkReceipt:
+        """The receipt of one chunk of the batch: decoded, or queued; ``not-found`` if the
+        batch holds no such chunk (never delivered, or dropped with its campaign)."""
+        self.campaign(campaign_id)
+        # The queue first: a chunk leaves it in the transaction that stores it, so one
+        # that is in neither when read in this order was never delivered.
+        queued = self.repository.queued_chunk(campaign_id, round_, stream, chunk_index)
+        if queued is not None and queued.batch_id == batch_id:
+            return _queued_receipt(campaign_id, round_, batch_id, stream, chunk_index,
+                                   queued.chunk_count, queued.received)
+        stored = self.repository.chunk(campaign_id, round_, stream, chunk_index)
+        if stored is not None and stored.batch_id == batch_id:
+            return ChunkReceipt.model_validate(stored.receipt)
+        raise errors.NotFoundError(f"no chunk {chunk_index} of stream {stream!r} in batch "
+                                   f"{batch_id!r} of round {round_}")
+
+    # -- decoding (the decode workers, :mod:`.decoding`) ---------------------------------------
+
+    def decode_messages(self, record: CampaignRecord, round_: int, stream: str,
+                        ciphertexts: Sequence[bytes]
+                        ) -> tuple[list[tuple[int, AcceptedMessage]], list[tuple[int, str]]]:
+        """Decrypt the ciphertexts of one chunk (in the process pool when large) and
+        classify them: the accepted messages and the (position, problem name) failures.
+        The one place a chunk's messages are opened."""
+        outcomes = self.decryptor.open(self._private_key(record), self._info(record, round_),
+                                       ciphertexts)
+        config = CampaignConfig.model_validate(record.config)
+        return classify(outcomes, stream, len(config.levels), config.privacy_domain_size)
+
+    def decode_claimed(self, claimed: ClaimedChunk) -> ChunkReceipt | None:
+        """Decode a chunk this worker has claimed and count it (:meth:`finish_chunk`).
+
+        Returns the receipt stored, or ``None`` when nothing was counted: another worker
+        counted the chunk first, or its campaign left the round (the row is dropped).
+        Raises ``unavailable`` when the private key cannot be read (the caller gives the
+        claim back for a later attempt).
+        """
+        record = self.campaign(claimed.campaign_id)
+        if record.phase != f"round{claimed.round}":
+            return self.finish_chunk(claimed, [], [])  # counts nothing: drops the row
+        accepted, failures = self.decode_messages(record, claimed.round, claimed.stream,
+                                                  claimed.ciphertexts)
+        return self.finish_chunk(claimed, accepted, failures)
+
+    def finish_chunk(self, claimed: QueuedChunk,
+                     accepted: Sequence[tuple[int, AcceptedMessage]],
+                     failures: Sequence[tuple[int, str]]) -> ChunkReceipt | None:
+        """Count a decoded chunk in one transaction and take it off the queue.
+
+        The queue row is the ticket: the transaction first removes it, and counts only if
+        it was there, the chunk is not stored, the campaign is still in the round and the
+        batch is the pinned one.  A second finisher of the same chunk (a worker whose
+        lease expired while another claimed and finished it) finds the row gone and
+        changes nothing, so a chunk's nonces and counts are added exactly once.
+        """
+        cid, round_ = claimed.campaign_id, claimed.round
+        with self.repository.transaction() as tx:
+            if not tx.dequeue_chunk(cid, claimed.seq):
+                return None
+            if tx.chunk(cid, round_, claimed.stream, claimed.chunk_index) is not None:
+                return None
+            pinned = tx.batch(cid, round_)
+            if (tx.phase(cid) != f"round{round_}" or pinned is None
+                    or pinned.batch_id != claimed.batch_id):
+                return None
+            receipt = self._count(tx, claimed, accepted, failures)
+            tx.put_chunk(cid, round_, claimed.stream, claimed.chunk_index,
+                         ChunkRecord(batch_id=claimed.batch_id,
+                                     chunk_count=claimed.chunk_count, digest=claimed.digest,
+                                     receipt=receipt.model_dump(mode="json")))
         return receipt
 
     @staticmethod
-    def _count(tx: ServerTransaction, campaign_id: str, round_: int, batch_id: str,
-               chunk: BatchChunk, accepted: Sequence[tuple[int, AcceptedMessage]],
+    def _count(tx: ServerTransaction, chunk: QueuedChunk,
+               accepted: Sequence[tuple[int, AcceptedMessage]],
                failures: Sequence[tuple[int, str]]) -> ChunkReceipt:
         """The replay policy: a message whose nonce this round has already accepted is a
         replay, listed in the receipt and not counted; every other accepted message adds
         one to its value's count (nulls under NULL_VALUE)."""
+        campaign_id, round_ = chunk.campaign_id, chunk.round
         fresh = tx.insert_nonces(campaign_id, round_, [m.nonce for _, m in accepted])
         replays = [position for (position, _), new in zip(accepted, fresh, strict=True)
                    if not new]
@@ -355,21 +444,29 @@ class ServerService:
         listed = sorted([*failures, *((i, "replay") for i in replays)])
         tally = Counter(name for _, name in listed)
         return ChunkReceipt(
-            campaign_id=campaign_id, round=round_, batch_id=batch_id, stream=chunk.stream,
+            campaign_id=campaign_id, round=round_, batch_id=chunk.batch_id,
+            stream=chunk.stream,  # type: ignore[arg-type]
             chunk_index=chunk.chunk_index, chunk_count=chunk.chunk_count,
-            received=len(chunk.ciphertexts), accepted=len(accepted) - len(replays),
+            received=chunk.received, accepted=len(accepted) - len(replays),
             replays=len(replays),
-            failures=[MessageFailure(stream=chunk.stream, chunk_index=chunk.chunk_index,
-                                     index=i, type=problem_uri(name))
+            failures=[MessageFailure(stream=chunk.stream,  # type: ignore[arg-type]
+                                     chunk_index=chunk.chunk_index, index=i,
+                                     type=problem_uri(name))
                       for i, name in listed[:MAX_LISTED_FAILURES]],
             failures_omitted=max(0, len(listed) - MAX_LISTED_FAILURES),
             failure_counts={name: tally.get(name, 0) for name in FAILURE_NAMES},
+            state="decoded",
         )
 
     # -- round completion --------------------------------------------------------------------
 
     def complete(self, campaign_id: str, round_: int, batch_id: str) -> BatchCompletion:
         """Finish a round once every chunk of every stream is stored (idempotent).
+
+        While a chunk of the round is queued or being decoded the answer is
+        ``unavailable`` with ``Retry-After`` (:meth:`_require_decoded`), checked before
+        the chunks are listed (a queued chunk is not missing) and again in the final
+        transaction.
 
         The round's outcome (round 1: the published parameters; round 2: the results) is
         computed outside any transaction, then written in one transaction that checks the
@@ -384,6 +481,8 @@ class ServerService:
         if pinned.completion is not None:
             return BatchCompletion.model_validate(pinned.completion)
         self._require_phase(campaign_id, record.phase, round_)
+        self._require_decoded(campaign_id, round_,
+                              self.repository.queued_count(campaign_id, round_))
         summaries, failures, omitted = self._summaries(campaign_id, round_)
         config = CampaignConfig.model_validate(record.config)
         observed = histogram(self.repository.counts(campaign_id, round_, "levels"),
@@ -411,9 +510,13 @@ class ServerService:
             if stored is not None and stored.completion is not None:
                 return BatchCompletion.model_validate(stored.completion)
             self._require_phase(campaign_id, tx.phase(campaign_id), round_)
+            # A chunk queued after the checks above (a shuffler that resent one) must be
+            # counted before the round is: checked again under the campaign's lock.
+            self._require_decoded(campaign_id, round_, tx.queued_count(campaign_id, round_))
             tx.complete_batch(campaign_id, round_, completion)
             if failure is not None:
                 tx.end_campaign(campaign_id, "failed", failure)
+                tx.drop_queue(campaign_id)
             elif round_ == 1:
                 tx.publish_parameters(campaign_id, parameters.model_dump(mode="json"),
                                       parameters_hash, summary)
@@ -446,6 +549,7 @@ class ServerService:
                 raise errors.UnknownCampaignError(f"no campaign {campaign_id!r}")
             if phase in ("round1", "round2"):
                 tx.end_campaign(campaign_id, "aborted", reason)
+                tx.drop_queue(campaign_id)  # never decoded: the campaign has no results
                 for round_ in (1, 2):
                     tx.delete_nonces(campaign_id, round_)
             elif phase != "aborted":
@@ -460,6 +564,26 @@ class ServerService:
         if phase != f"round{round_}":
             raise errors.WrongPhaseError(f"campaign {campaign_id!r} is in phase {phase}",
                                          extra={"phase": phase})
+
+    @staticmethod
+    def _require_round(campaign_id: str, phase: str | None, round_: int) -> None:
+        """Chunks of round ``round_`` are accepted only in phase ``round<round_>``."""
+        if phase != f"round{round_}":
+            raise errors.WrongPhaseError(f"campaign {campaign_id!r} is in phase {phase}, "
+                                         f"not accepting round-{round_} batches",
+                                         extra={"phase": phase})
+
+    @staticmethod
+    def _require_decoded(campaign_id: str, round_: int, queued: int) -> None:
+        """Refuse, for now, to finish a round while ``queued`` of its chunks wait to be
+        decoded: ``unavailable`` (503, retried by the shuffler) with ``Retry-After``
+        and ``queued_chunks`` (the shuffler sent those chunks: it learns nothing new)."""
+        if queued:
+            raise errors.UnavailableError(
+                f"{queued} chunk(s) of round {round_} of campaign {campaign_id!r} are still "
+                "being decoded; complete the batch again later",
+                extra={"queued_chunks": queued},
+                headers={"Retry-After": str(DECODING_RETRY_AFTER)})
 
     def _summaries(self, campaign_id: str, round_: int
                    ) -> tuple[dict[str, Any], list[dict[str, Any]], int]:
@@ -536,6 +660,18 @@ class ServerService:
         )
         Results.model_validate(results)
         return results
+
+
+def _queued_receipt(campaign_id: str, round_: int, batch_id: str, stream: str,
+                    chunk_index: int, chunk_count: int, received: int, *,
+                    duplicate: bool = False) -> ChunkReceipt:
+    """The receipt of a chunk waiting to be decoded: its identity and size only (what is
+    accepted or dropped is known once it is decoded)."""
+    return ChunkReceipt(
+        campaign_id=campaign_id, round=round_, batch_id=batch_id,
+        stream=stream,  # type: ignore[arg-type]
+        chunk_index=chunk_index, chunk_count=chunk_count, received=received, accepted=0,
+        replays=0, failures=[], failure_counts={}, duplicate=duplicate, state="queued")
 
 
 def classify(outcomes: Sequence[Outcome], stream: str, level_count: int, domain_size: int

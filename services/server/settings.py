@@ -44,6 +44,19 @@ class Settings(ServiceSettings):
         0, ge=0, description="processes that open large chunks (0: one per CPU; 1: no pool)")
     parallel_threshold: int = Field(2000, ge=1,
                                     description="chunk size from which the pool is used")
+    decode_concurrency: int = Field(
+        2, ge=1, le=64,
+        description="queued chunks this process decodes at once (background decode tasks; "
+                    "every replica on one PostgreSQL database decodes from the same queue)")
+    decode_lease_seconds: float = Field(
+        60.0, gt=0, le=3600, allow_inf_nan=False,
+        description="how long a decode task's claim of a chunk holds without renewal (it "
+                    "is renewed every third of it; a chunk of a dead process is decoded "
+                    "again once it expires)")
+    decode_idle_seconds: float = Field(
+        1.0, gt=0, le=60, allow_inf_nan=False,
+        description="longest wait of an idle decode task between two looks at the queue "
+                    "(chunks queued by this process wake it at once)")
 
     @field_validator("admin_token", "shuffler_token")
     @classmethod

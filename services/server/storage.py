@@ -19,6 +19,13 @@ about a user:
 - ``counts``: per (campaign, round, stream, value) the number of accepted messages.
 - ``nonces``: the nonces of accepted messages per (campaign, round): an exact replay
   of a message carries the same nonce and is dropped.
+- ``decode_queue``: the chunks accepted but not yet decoded, with their ciphertexts
+  (one blob, :func:`~.storage_api.pack_ciphertexts`) and their claim (owner, lease
+  expiry on this process's clock, attempts). A row lives from the chunk's arrival
+  until the transaction that counts it, or until its campaign ends; nothing else
+  about a chunk's messages is ever stored. A claim is one ``BEGIN IMMEDIATE``
+  transaction (SQLite has one writer at a time, so no ``SKIP LOCKED`` is needed), and
+  an idle worker's poll is a plain read that takes no write lock.
 """
 
 from __future__ import annotations
@@ -38,8 +45,13 @@ from .storage_api import (
     BatchRecord,
     CampaignRecord,
     ChunkRecord,
+    ClaimedChunk,
     ConflictError,
+    QueuedChunk,
+    QueueEntry,
     StoredChunk,
+    pack_ciphertexts,
+    unpack_ciphertexts,
 )
 
 __all__ = [
@@ -99,11 +111,44 @@ _SCHEMA_2 = """
 ALTER TABLE campaigns ADD COLUMN end_reason TEXT;
 """
 
+_SCHEMA_3 = """
+CREATE TABLE IF NOT EXISTS decode_queue (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    campaign_id TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    stream TEXT NOT NULL,
+    chunk_index INTEGER NOT NULL,
+    batch_id TEXT NOT NULL,
+    chunk_count INTEGER NOT NULL,
+    digest BLOB NOT NULL,
+    received INTEGER NOT NULL,
+    owner TEXT,
+    lease_until REAL NOT NULL DEFAULT 0,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    ciphertexts BLOB NOT NULL,
+    UNIQUE (campaign_id, round, stream, chunk_index)
+);
+"""
+# The blob is the last column: scanning for a claimable row reads the small columns only.
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "campaigns, batches, chunks, counts, nonces", _SCHEMA_1),
     Migration(2, "why a failed or aborted campaign ended", _SCHEMA_2),
+    Migration(3, "the decode queue", _SCHEMA_3),
 )
 """The server's schema, in order (:mod:`segshuffle.services.sqlite_base`); append only."""
+
+
+_QUEUE_COLUMNS = ("seq, campaign_id, round, stream, chunk_index, batch_id, chunk_count, digest,"
+                  " received, owner, attempts")
+
+
+def _queued(row: Sequence[Any]) -> QueuedChunk:
+    """A :class:`QueuedChunk` from a row of ``_QUEUE_COLUMNS``."""
+    return QueuedChunk(seq=int(row[0]), campaign_id=row[1], round=int(row[2]), stream=row[3],
+                       chunk_index=int(row[4]), batch_id=row[5], chunk_count=int(row[6]),
+                       digest=bytes(row[7]), received=int(row[8]), owner=row[9],
+                       attempts=int(row[10]))
 
 
 def _loads(text: str | None) -> dict[str, Any] | None:
@@ -219,6 +264,53 @@ class Repository(SQLiteStore):
         with self._transaction() as db:
             yield SQLiteTransaction(db)
 
+    # -- the decode queue --------------------------------------------------------------------
+
+    def queued_chunk(self, campaign_id: str, round_: int, stream: str, chunk_index: int
+                     ) -> QueuedChunk | None:
+        with self._lock:
+            return _queued_chunk(self._db, campaign_id, round_, stream, chunk_index)
+
+    def queued_count(self, campaign_id: str, round_: int) -> int:
+        with self._lock:
+            return _queued_count(self._db, campaign_id, round_)
+
+    def claim_chunk(self, owner: str, lease_seconds: float) -> ClaimedChunk | None:
+        """Claim the oldest claimable row (see the Protocol). An empty queue costs one
+        read and no write lock; otherwise the row is found again and claimed inside one
+        ``BEGIN IMMEDIATE`` transaction, which no other claimer can interleave."""
+        with self._lock:
+            if self._db.execute("SELECT 1 FROM decode_queue WHERE lease_until <= ? LIMIT 1",
+                                (time.time(),)).fetchone() is None:
+                return None
+            with self._transaction() as db:
+                now = time.time()
+                row = db.execute(
+                    f"SELECT {_QUEUE_COLUMNS}, ciphertexts FROM decode_queue"
+                    " WHERE lease_until <= ? ORDER BY seq LIMIT 1", (now,)).fetchone()
+                if row is None:
+                    return None
+                db.execute("UPDATE decode_queue SET owner = ?, lease_until = ?,"
+                           " attempts = attempts + 1 WHERE seq = ?",
+                           (owner, now + lease_seconds, row[0]))
+        queued = _queued(row)
+        return ClaimedChunk(**{**queued.__dict__, "owner": owner,
+                               "attempts": queued.attempts + 1},
+                            ciphertexts=unpack_ciphertexts(bytes(row[11])))
+
+    def renew_claim(self, seq: int, owner: str, lease_seconds: float) -> bool:
+        with self._transaction() as db:
+            return db.execute(
+                "UPDATE decode_queue SET lease_until = ? WHERE seq = ? AND owner = ?",
+                (time.time() + lease_seconds, seq, owner)).rowcount == 1
+
+    def release_claim(self, seq: int, owner: str, delay_seconds: float = 0.0) -> bool:
+        with self._transaction() as db:
+            return db.execute(
+                "UPDATE decode_queue SET owner = NULL, lease_until = ? WHERE seq = ?"
+                " AND owner = ?",
+                (time.time() + max(0.0, delay_seconds), seq, owner)).rowcount == 1
+
 
 class SQLiteTransaction:
     """The SQLite implementation of :class:`.storage_api.ServerTransaction`."""
@@ -296,6 +388,41 @@ class SQLiteTransaction:
         self._db.execute("DELETE FROM nonces WHERE campaign_id = ? AND round = ?",
                          (campaign_id, round_))
 
+    def stream_chunk_count(self, campaign_id: str, round_: int, stream: str) -> int | None:
+        row = self._db.execute(
+            "SELECT chunk_count FROM chunks WHERE campaign_id = ? AND round = ? AND stream = ?"
+            " UNION ALL SELECT chunk_count FROM decode_queue WHERE campaign_id = ?"
+            " AND round = ? AND stream = ? LIMIT 1",
+            (campaign_id, round_, stream) * 2).fetchone()
+        return None if row is None else int(row[0])
+
+    def queued_chunk(self, campaign_id: str, round_: int, stream: str, chunk_index: int
+                     ) -> QueuedChunk | None:
+        return _queued_chunk(self._db, campaign_id, round_, stream, chunk_index)
+
+    def enqueue_chunk(self, campaign_id: str, round_: int, stream: str, chunk_index: int,
+                      entry: QueueEntry) -> None:
+        try:
+            self._db.execute(
+                "INSERT INTO decode_queue (campaign_id, round, stream, chunk_index, batch_id,"
+                " chunk_count, digest, received, ciphertexts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (campaign_id, round_, stream, chunk_index, entry.batch_id, entry.chunk_count,
+                 entry.digest, len(entry.ciphertexts), pack_ciphertexts(entry.ciphertexts)))
+        except sqlite3.IntegrityError:
+            raise ConflictError(f"chunk {chunk_index} of stream {stream!r} in round {round_} "
+                                f"of campaign {campaign_id!r} is queued already") from None
+
+    def dequeue_chunk(self, campaign_id: str, seq: int) -> bool:
+        return self._db.execute("DELETE FROM decode_queue WHERE campaign_id = ? AND seq = ?",
+                                (campaign_id, seq)).rowcount == 1
+
+    def queued_count(self, campaign_id: str, round_: int) -> int:
+        return _queued_count(self._db, campaign_id, round_)
+
+    def drop_queue(self, campaign_id: str) -> int:
+        return self._db.execute("DELETE FROM decode_queue WHERE campaign_id = ?",
+                                (campaign_id,)).rowcount
+
 
 def _chunk(db: sqlite3.Connection, campaign_id: str, round_: int, stream: str,
            chunk_index: int) -> ChunkRecord | None:
@@ -307,3 +434,18 @@ def _chunk(db: sqlite3.Connection, campaign_id: str, round_: int, stream: str,
         return None
     return ChunkRecord(batch_id=row[0], chunk_count=row[1], digest=bytes(row[2]),
                        receipt=json.loads(row[3]))
+
+
+def _queued_chunk(db: sqlite3.Connection, campaign_id: str, round_: int, stream: str,
+                  chunk_index: int) -> QueuedChunk | None:
+    row = db.execute(
+        f"SELECT {_QUEUE_COLUMNS} FROM decode_queue WHERE campaign_id = ? AND round = ?"
+        " AND stream = ? AND chunk_index = ?",
+        (campaign_id, round_, stream, chunk_index)).fetchone()
+    return None if row is None else _queued(row)
+
+
+def _queued_count(db: sqlite3.Connection, campaign_id: str, round_: int) -> int:
+    row = db.execute("SELECT COUNT(*) FROM decode_queue WHERE campaign_id = ? AND round = ?",
+                     (campaign_id, round_)).fetchone()
+    return int(row[0])

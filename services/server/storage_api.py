@@ -10,6 +10,18 @@ the same methods with the same atomicity (a transaction is all or nothing, and
 serialised against every other writer of the same campaign, in every process sharing
 the storage); the contract every backend must satisfy is
 ``tests/test_storage_contract.py``.
+
+The *decode queue* holds the chunks that have been accepted but not yet decrypted and
+counted (docs/architecture.md, "Replicas"). A chunk enters it in a campaign transaction
+(:meth:`ServerTransaction.enqueue_chunk`), is *claimed* by one decode worker at a time
+for a lease (:meth:`ServerStorage.claim_chunk`: the oldest row whose lease has expired,
+taken atomically, so two claimers never get the same row while a lease holds; on
+PostgreSQL with ``FOR UPDATE SKIP LOCKED``, so claimers on several replicas do not wait
+for each other), and leaves it in the campaign transaction that counts it
+(:meth:`ServerTransaction.dequeue_chunk`). Claims are not campaign transactions: they
+touch one queue row and no campaign lock, so a claim never waits for intake or for the
+end of a round. A worker that dies holding a claim leaves the row until its lease
+expires; then any worker, in any process, claims it again.
 """
 
 from __future__ import annotations
@@ -21,6 +33,8 @@ from typing import Any, Protocol
 
 NULL_VALUE = -1
 """The ``counts`` row of a stream's null messages (they count for the results only)."""
+MAX_CIPHERTEXT_BYTES = 0xFFFF
+"""The largest ciphertext a queue row holds (its length is a 2-byte prefix)."""
 
 
 class ConflictError(Exception):
@@ -69,6 +83,74 @@ class StoredChunk:
     chunk_index: int
     chunk_count: int
     receipt: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """A chunk to be decoded, as :meth:`ServerTransaction.enqueue_chunk` stores it."""
+
+    batch_id: str
+    chunk_count: int
+    digest: bytes
+    ciphertexts: tuple[bytes, ...]
+
+
+@dataclass(frozen=True)
+class QueuedChunk:
+    """A chunk in the decode queue, without its ciphertexts.
+
+    ``seq`` numbers rows in the order they were queued (never reused, so a stale claim
+    of a row that left the queue cannot touch another); ``owner`` is the worker holding
+    the claim (``None`` when unclaimed); ``attempts`` counts the claims so far.
+    """
+
+    seq: int
+    campaign_id: str
+    round: int
+    stream: str
+    chunk_index: int
+    batch_id: str
+    chunk_count: int
+    digest: bytes
+    received: int
+    owner: str | None
+    attempts: int
+
+
+@dataclass(frozen=True)
+class ClaimedChunk(QueuedChunk):
+    """A chunk a worker has claimed (:meth:`ServerStorage.claim_chunk`), with its
+    ciphertexts in their order in the chunk."""
+
+    ciphertexts: tuple[bytes, ...]
+
+
+def pack_ciphertexts(ciphertexts: Sequence[bytes]) -> bytes:
+    """One blob of a queue row: each ciphertext after its 2-byte big-endian length."""
+    parts = []
+    for ciphertext in ciphertexts:
+        if len(ciphertext) > MAX_CIPHERTEXT_BYTES:
+            raise ValueError(f"a ciphertext of {len(ciphertext)} bytes is too long to queue")
+        parts.append(len(ciphertext).to_bytes(2, "big"))
+        parts.append(bytes(ciphertext))
+    return b"".join(parts)
+
+
+def unpack_ciphertexts(blob: bytes) -> tuple[bytes, ...]:
+    """The ciphertexts of :func:`pack_ciphertexts`; ``ValueError`` if the blob is cut short."""
+    view = memoryview(blob)
+    ciphertexts = []
+    position = 0
+    while position < len(view):
+        if position + 2 > len(view):
+            raise ValueError("a queued chunk ends inside a length prefix")
+        length = int.from_bytes(view[position:position + 2], "big")
+        position += 2
+        if position + length > len(view):
+            raise ValueError("a queued chunk ends inside a ciphertext")
+        ciphertexts.append(bytes(view[position:position + length]))
+        position += length
+    return tuple(ciphertexts)
 
 
 @dataclass(frozen=True)
@@ -139,6 +221,35 @@ class ServerTransaction(Protocol):
         """Forget a finished round's nonces (they only served replay detection)."""
         ...
 
+    def stream_chunk_count(self, campaign_id: str, round_: int, stream: str) -> int | None:
+        """The ``chunk_count`` of the stream's chunks, stored or queued (the first chunk
+        fixes it); ``None`` before its first chunk."""
+        ...
+
+    def queued_chunk(self, campaign_id: str, round_: int, stream: str, chunk_index: int
+                     ) -> QueuedChunk | None:
+        """One chunk of the decode queue (claimed or not), ``None`` if not queued."""
+        ...
+
+    def enqueue_chunk(self, campaign_id: str, round_: int, stream: str, chunk_index: int,
+                      entry: QueueEntry) -> None:
+        """Queue a chunk for decoding, unclaimed; :class:`ConflictError` if that chunk is
+        queued already (the service checks before, in the same transaction)."""
+        ...
+
+    def dequeue_chunk(self, campaign_id: str, seq: int) -> bool:
+        """Remove queue row ``seq`` of the campaign; whether it was there (a second
+        finisher of the same chunk finds it gone and changes nothing)."""
+        ...
+
+    def queued_count(self, campaign_id: str, round_: int) -> int:
+        """How many chunks of the round are queued or being decoded."""
+        ...
+
+    def drop_queue(self, campaign_id: str) -> int:
+        """Remove every queued chunk of the campaign (it ended); how many there were."""
+        ...
+
 
 class ServerStorage(Protocol):
     """What the server's service layer needs from its storage."""
@@ -195,4 +306,34 @@ class ServerStorage(Protocol):
 
     def transaction(self) -> AbstractContextManager[ServerTransaction]:
         """A transaction: committed when the block ends, rolled back if it raises."""
+        ...
+
+    # -- the decode queue (no campaign transaction: see the module docstring) -----------
+
+    def queued_chunk(self, campaign_id: str, round_: int, stream: str, chunk_index: int
+                     ) -> QueuedChunk | None:
+        """One chunk of the decode queue (claimed or not), ``None`` if not queued."""
+        ...
+
+    def queued_count(self, campaign_id: str, round_: int) -> int:
+        """How many chunks of the round are queued or being decoded."""
+        ...
+
+    def claim_chunk(self, owner: str, lease_seconds: float) -> ClaimedChunk | None:
+        """Claim the oldest queued chunk that no lease holds (never claimed, released, or
+        its lease expired) for ``owner`` until ``lease_seconds`` from now, in one atomic
+        step; ``None`` when there is none. While the lease holds no other claim returns
+        that chunk, in any process sharing the storage; claimers do not wait for each
+        other's rows."""
+        ...
+
+    def renew_claim(self, seq: int, owner: str, lease_seconds: float) -> bool:
+        """Extend ``owner``'s claim of row ``seq`` to ``lease_seconds`` from now; ``False``
+        if the row is gone or another worker holds it now (its lease had expired)."""
+        ...
+
+    def release_claim(self, seq: int, owner: str, delay_seconds: float = 0.0) -> bool:
+        """Give back ``owner``'s claim of row ``seq``: claimable again after
+        ``delay_seconds`` (a worker that could not decode it waits before the next
+        attempt); ``False`` if ``owner`` does not hold it."""
         ...

@@ -30,6 +30,17 @@ ciphertext and never anything about a user. What differs is how atomicity is obt
   before, inside the same locked transaction, so this only catches a misuse).
 - Nonces and counts of a chunk are one statement each, whatever the chunk's size
   (arrays passed as parameters and expanded with ``unnest``).
+- The decode queue (``decode_queue``, :mod:`.storage_api`) is written inside campaign
+  transactions (enqueue, dequeue, drop), but claimed outside them, one statement per
+  claim: ``UPDATE ... WHERE seq = (SELECT seq ... WHERE lease_until <= now ORDER BY seq
+  LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING ...``. A row another claimer is taking at
+  that instant is skipped, not waited for, and a row claimed a moment ago fails the
+  lease test when PostgreSQL re-checks it after the other claimer's commit, so two
+  claimers never get the same row while its lease holds. Leases are on the database's
+  clock (``clock_timestamp()``), so replicas with skewed clocks agree on expiry. The
+  ciphertexts are one ``bytea`` stored out of line uncompressed (``STORAGE
+  EXTERNAL``: random bytes do not compress), so scanning for a claimable row does not
+  read them.
 
 JSON columns are ``TEXT`` holding exactly what SQLite stores (sorted keys, compact
 separators, no NaN), so records decode identically on both backends, key order
@@ -58,8 +69,13 @@ from .storage_api import (
     BatchRecord,
     CampaignRecord,
     ChunkRecord,
+    ClaimedChunk,
     ConflictError,
+    QueuedChunk,
+    QueueEntry,
     StoredChunk,
+    pack_ciphertexts,
+    unpack_ciphertexts,
 )
 
 __all__ = ["MIGRATIONS", "NULL_VALUE", "PostgresRepository", "PostgresTransaction"]
@@ -113,12 +129,45 @@ CREATE TABLE nonces (
 );
 """
 
+_SCHEMA_2 = """
+CREATE TABLE decode_queue (
+    seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    campaign_id TEXT COLLATE "C" NOT NULL,
+    round INTEGER NOT NULL,
+    stream TEXT COLLATE "C" NOT NULL,
+    chunk_index INTEGER NOT NULL,
+    batch_id TEXT NOT NULL,
+    chunk_count INTEGER NOT NULL,
+    digest BYTEA NOT NULL,
+    received INTEGER NOT NULL,
+    owner TEXT,
+    lease_until DOUBLE PRECISION NOT NULL DEFAULT 0,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    ciphertexts BYTEA NOT NULL,
+    UNIQUE (campaign_id, round, stream, chunk_index)
+);
+ALTER TABLE decode_queue ALTER COLUMN ciphertexts SET STORAGE EXTERNAL;
+"""
+
 MIGRATIONS: tuple[PostgresMigration, ...] = (
     PostgresMigration(1, "campaigns, batches, chunks, counts, nonces", _SCHEMA_1),
+    PostgresMigration(2, "the decode queue", _SCHEMA_2),
 )
 """The server's PostgreSQL schema, in order (:mod:`segshuffle.services.postgres_base`);
 append only. Version 1 is SQLite's versions 1 and 2 together (``end_reason`` included):
-a PostgreSQL database never held the schema before it."""
+a PostgreSQL database never held the schema before it. Version 2 is SQLite's 3."""
+
+_NOW = "extract(epoch FROM clock_timestamp())"
+"""The database's clock in seconds, the one every lease is measured on."""
+_QUEUE_COLUMNS = ("seq, campaign_id, round, stream, chunk_index, batch_id, chunk_count, digest,"
+                  " received, owner, attempts")
+_CLAIM = f"""
+UPDATE decode_queue SET owner = %(owner)s, lease_until = {_NOW} + %(lease)s,
+    attempts = attempts + 1
+WHERE seq = (SELECT seq FROM decode_queue WHERE lease_until <= {_NOW}
+             ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED)
+RETURNING {_QUEUE_COLUMNS}, ciphertexts
+"""
 
 _CAMPAIGN_COLUMNS = ("id, config_json, config_hash, key_id, public_key, phase, parameters_json,"
                      " parameters_hash, round1_json, results_json, end_reason")
@@ -161,6 +210,14 @@ def _campaign_record(row: Sequence[Any]) -> CampaignRecord:
         parameters_hash=row[7], round1=_loads(row[8]), results=_loads(row[9]),
         end_reason=row[10],
     )
+
+
+def _queued(row: Sequence[Any]) -> QueuedChunk:
+    """A :class:`QueuedChunk` from a row of ``_QUEUE_COLUMNS``."""
+    return QueuedChunk(seq=int(row[0]), campaign_id=row[1], round=int(row[2]), stream=row[3],
+                       chunk_index=int(row[4]), batch_id=row[5], chunk_count=int(row[6]),
+                       digest=bytes(row[7]), received=int(row[8]), owner=row[9],
+                       attempts=int(row[10]))
 
 
 def _bound_lock_waits(db: psycopg.Connection, seconds: float) -> None:
@@ -274,6 +331,43 @@ class PostgresRepository(PostgresStore):
         with self._transaction() as db:
             yield PostgresTransaction(db, self.lock_timeout)
 
+    # -- the decode queue --------------------------------------------------------------------
+
+    def queued_chunk(self, campaign_id: str, round_: int, stream: str, chunk_index: int
+                     ) -> QueuedChunk | None:
+        with self._connection() as db:
+            return _queued_chunk(db, campaign_id, round_, stream, chunk_index)
+
+    def queued_count(self, campaign_id: str, round_: int) -> int:
+        with self._connection() as db:
+            return _queued_count(db, campaign_id, round_)
+
+    def claim_chunk(self, owner: str, lease_seconds: float) -> ClaimedChunk | None:
+        """Claim the oldest claimable row in one statement (see the module docstring);
+        a row lock wait is bounded by ``lock_timeout``, though ``SKIP LOCKED`` takes none."""
+        with self._transaction() as db:
+            _bound_lock_waits(db, self.lock_timeout)
+            row = db.execute(_CLAIM, {"owner": owner, "lease": lease_seconds}).fetchone()
+        if row is None:
+            return None
+        queued = _queued(row)
+        return ClaimedChunk(**queued.__dict__, ciphertexts=unpack_ciphertexts(bytes(row[11])))
+
+    def renew_claim(self, seq: int, owner: str, lease_seconds: float) -> bool:
+        with self._transaction() as db:
+            _bound_lock_waits(db, self.lock_timeout)
+            return db.execute(
+                f"UPDATE decode_queue SET lease_until = {_NOW} + %s WHERE seq = %s"
+                " AND owner = %s RETURNING seq", (lease_seconds, seq, owner)).fetchone() is not None
+
+    def release_claim(self, seq: int, owner: str, delay_seconds: float = 0.0) -> bool:
+        with self._transaction() as db:
+            _bound_lock_waits(db, self.lock_timeout)
+            return db.execute(
+                f"UPDATE decode_queue SET owner = NULL, lease_until = {_NOW} + %s"
+                " WHERE seq = %s AND owner = %s RETURNING seq",
+                (max(0.0, delay_seconds), seq, owner)).fetchone() is not None
+
 
 class PostgresTransaction:
     """The PostgreSQL implementation of :class:`.storage_api.ServerTransaction`.
@@ -385,6 +479,47 @@ class PostgresTransaction:
         self._locked(campaign_id).execute(
             "DELETE FROM nonces WHERE campaign_id = %s AND round = %s", (campaign_id, round_))
 
+    def stream_chunk_count(self, campaign_id: str, round_: int, stream: str) -> int | None:
+        row = self._locked(campaign_id).execute(
+            "(SELECT chunk_count FROM chunks WHERE campaign_id = %s AND round = %s"
+            " AND stream = %s LIMIT 1) UNION ALL (SELECT chunk_count FROM decode_queue"
+            " WHERE campaign_id = %s AND round = %s AND stream = %s LIMIT 1) LIMIT 1",
+            (campaign_id, round_, stream) * 2).fetchone()
+        return None if row is None else int(row[0])
+
+    def queued_chunk(self, campaign_id: str, round_: int, stream: str, chunk_index: int
+                     ) -> QueuedChunk | None:
+        return _queued_chunk(self._locked(campaign_id), campaign_id, round_, stream,
+                             chunk_index)
+
+    def enqueue_chunk(self, campaign_id: str, round_: int, stream: str, chunk_index: int,
+                      entry: QueueEntry) -> None:
+        """Queue a chunk, unclaimed; :class:`ConflictError` if it is queued already."""
+        row = self._locked(campaign_id).execute(
+            "INSERT INTO decode_queue (campaign_id, round, stream, chunk_index, batch_id,"
+            " chunk_count, digest, received, ciphertexts)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %b)"
+            " ON CONFLICT (campaign_id, round, stream, chunk_index) DO NOTHING RETURNING seq",
+            (campaign_id, round_, stream, chunk_index, entry.batch_id, entry.chunk_count,
+             entry.digest, len(entry.ciphertexts),
+             pack_ciphertexts(entry.ciphertexts))).fetchone()
+        if row is None:
+            raise ConflictError(f"chunk {chunk_index} of stream {stream!r} in round {round_} "
+                                f"of campaign {campaign_id!r} is queued already")
+
+    def dequeue_chunk(self, campaign_id: str, seq: int) -> bool:
+        return self._locked(campaign_id).execute(
+            "DELETE FROM decode_queue WHERE campaign_id = %s AND seq = %s RETURNING seq",
+            (campaign_id, seq)).fetchone() is not None
+
+    def queued_count(self, campaign_id: str, round_: int) -> int:
+        return _queued_count(self._locked(campaign_id), campaign_id, round_)
+
+    def drop_queue(self, campaign_id: str) -> int:
+        cursor = self._locked(campaign_id).execute(
+            "DELETE FROM decode_queue WHERE campaign_id = %s", (campaign_id,))
+        return max(0, cursor.rowcount)
+
 
 def _phase(db: psycopg.Connection, campaign_id: str) -> str | None:
     row = db.execute("SELECT phase FROM campaigns WHERE id = %s", (campaign_id,)).fetchone()
@@ -408,3 +543,18 @@ def _chunk(db: psycopg.Connection, campaign_id: str, round_: int, stream: str,
         return None
     return ChunkRecord(batch_id=row[0], chunk_count=row[1], digest=bytes(row[2]),
                        receipt=json.loads(row[3]))
+
+
+def _queued_chunk(db: psycopg.Connection, campaign_id: str, round_: int, stream: str,
+                  chunk_index: int) -> QueuedChunk | None:
+    row = db.execute(
+        f"SELECT {_QUEUE_COLUMNS} FROM decode_queue WHERE campaign_id = %s AND round = %s"
+        " AND stream = %s AND chunk_index = %s",
+        (campaign_id, round_, stream, chunk_index)).fetchone()
+    return None if row is None else _queued(row)
+
+
+def _queued_count(db: psycopg.Connection, campaign_id: str, round_: int) -> int:
+    row = db.execute("SELECT COUNT(*) FROM decode_queue WHERE campaign_id = %s AND round = %s",
+                     (campaign_id, round_)).fetchone()
+    return 0 if row is None else int(row[0])

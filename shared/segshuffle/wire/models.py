@@ -614,6 +614,10 @@ class MessageFailure(ResponseModel):
     type: str
 
 
+ChunkState = Literal["queued", "decoded"]
+"""Where a chunk is on the server: accepted and waiting to be decoded, or counted."""
+
+
 class ChunkReceipt(ResponseModel):
     """Answer to a chunk: how many messages were kept, and the dropped ones with the reason.
 
@@ -621,6 +625,14 @@ class ChunkReceipt(ResponseModel):
     holds, so a per-chunk count of nulls would tell it how many slots those users
     left empty (which depends on their levels).  Only malformed messages, never an
     honest user's, are listed in ``failures``.
+
+    ``state`` says whether the chunk has been decoded.  The server accepts a chunk into
+    its decode queue (``202``, ``state: "queued"``) and decodes it in the background;
+    while queued only its identity and ``received`` are known, and ``accepted``,
+    ``replays``, ``failures`` and ``failures_omitted`` are 0 (empty) and
+    ``failure_counts`` is empty: they are reported once ``state`` is ``decoded`` (a
+    ``GET`` of the chunk, or a repeated ``PUT``).  A receipt without ``state`` (a server
+    that decoded every chunk while answering) is a decoded one.
     """
 
     campaign_id: str
@@ -639,7 +651,10 @@ class ChunkReceipt(ResponseModel):
     """Dropped messages per problem name (decrypt-failed, invalid-message, out-of-domain,
     replay)."""
     duplicate: bool = False
-    """True when this exact chunk had already been stored (idempotent retry)."""
+    """True when this exact chunk had already been accepted, queued or decoded
+    (idempotent retry)."""
+    state: ChunkState = "decoded"
+    """``queued`` until the chunk has been decrypted and counted, then ``decoded``."""
 
 
 class StreamSummary(ResponseModel):

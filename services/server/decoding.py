@@ -1,0 +1,247 @@
+"""Decode workers: background tasks that claim queued chunks, decode them and count them.
+
+A chunk the shuffler delivers is only validated and queued by the request that carries
+it (:meth:`.service.ServerService.store_chunk`); decrypting and counting it is the work
+of :class:`DecodeWorkers`, a fixed number of asyncio tasks per server process
+(``decode_concurrency``), each of which loops:
+
+1. claim the oldest claimable chunk of the decode queue for a lease
+   (:meth:`~.storage_api.ServerStorage.claim_chunk`; on PostgreSQL every replica's
+   workers claim from one queue with ``FOR UPDATE SKIP LOCKED``, so a round's chunks are
+   decoded by all replicas at once);
+2. decode and count it in a thread of this object's own pool
+   (:meth:`~.service.ServerService.decode_claimed`: decryption in the process pool of
+   :class:`~.decrypt.Decryptor` for a large chunk, then one transaction that counts the
+   chunk and removes its queue row), renewing the lease every third of its length
+   meanwhile;
+3. on a failure (the key cannot be read, the database is away) give the claim back
+   with a delay, so the chunk is tried again later, here or on another replica.
+
+An idle worker polls with a backoff that doubles from :data:`IDLE_MIN_SECONDS` to
+``idle_seconds``, and :meth:`DecodeWorkers.wake` (called when this process queues a chunk)
+ends every idle wait at once. A process that dies mid-decode leaves its claim in the
+queue until the lease expires; then any worker claims the chunk again. If the dead
+worker had already committed the count, its row is gone and nothing is decoded twice;
+if two workers decode one chunk (a worker stalled past its lease), the second count
+finds the row gone and changes nothing (:meth:`~.service.ServerService.finish_chunk`).
+
+Stopping (:meth:`DecodeWorkers.stop`) cancels the tasks; a chunk being decoded is
+finished first (its thread runs to its end), and a claim taken but not decoded is given
+back at once rather than left to expire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from segshuffle.wire.models import ChunkReceipt
+
+from ..storage_calls import in_thread
+from .service import ServerService
+from .storage_api import ClaimedChunk
+
+log = logging.getLogger("segshuffle.server")
+T = TypeVar("T")
+
+IDLE_MIN_SECONDS = 0.05
+"""The first idle wait of a worker that found the queue empty (it doubles from there)."""
+RETRY_DELAY_SECONDS = 5.0
+"""How long a chunk that could not be decoded stays unclaimable before the next attempt."""
+
+
+def owner_name() -> str:
+    """A claim owner unique to this process incarnation: host, process id, random tag."""
+    return f"{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(4)}"
+
+
+class DecodeWorkers:
+    """``concurrency`` background tasks decoding the queue (see the module docstring).
+
+    ``lease_seconds``: how long a claim holds without renewal; ``idle_seconds``: the
+    longest wait between two polls of an empty queue; ``on_decoded`` is called on the
+    event loop with the receipt of every chunk this process counted.
+    """
+
+    def __init__(self, service: ServerService, *, concurrency: int = 2,
+                 lease_seconds: float = 60.0, idle_seconds: float = 1.0,
+                 on_decoded: Callable[[ChunkReceipt], None] | None = None) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        if lease_seconds <= 0 or idle_seconds <= 0:
+            raise ValueError("lease_seconds and idle_seconds must be positive")
+        self.service = service
+        self.repository = service.repository
+        self.concurrency = concurrency
+        self.lease_seconds = lease_seconds
+        self.idle_seconds = max(idle_seconds, IDLE_MIN_SECONDS)
+        self.on_decoded = on_decoded
+        self.owner = owner_name()
+        """This process's name as a claim owner."""
+        self._tasks: list[asyncio.Task[None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wakeup: asyncio.Event | None = None
+        self._executor: ThreadPoolExecutor | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the tasks on the running event loop (once)."""
+        if self._tasks:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._wakeup = asyncio.Event()
+        self._executor = ThreadPoolExecutor(self.concurrency,
+                                            thread_name_prefix="segshuffle-decode")
+        self._tasks = [self._loop.create_task(self._run(), name=f"decode worker {number}")
+                       for number in range(self.concurrency)]
+
+    async def stop(self) -> None:
+        """Cancel the tasks and wait for them (each finishes the chunk it is decoding).
+
+        A task still running a second after its cancellation is cancelled again: a
+        cancellation that arrives just as an await completes may be lost, and one lost
+        cancellation must not keep the process from stopping.
+        """
+        pending: set[asyncio.Task[None]] = set(self._tasks)
+        self._tasks = []
+        while pending:
+            for task in pending:
+                task.cancel()
+            _, pending = await asyncio.wait(pending, timeout=1.0)
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    def wake(self) -> None:
+        """End every idle wait now (a chunk was queued); safe from any thread or loop."""
+        loop, event = self._loop, self._wakeup
+        if loop is None or event is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            event.set()
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(event.set)
+
+    # -- one worker --------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        """Claim and decode until cancelled; wait with a growing backoff while idle."""
+        idle = IDLE_MIN_SECONDS
+        while True:
+            try:
+                worked = await self.decode_one()
+            except Exception as exc:  # the storage is away: poll again after the backoff
+                log.warning("decode worker: claiming a chunk failed: %s", exc)
+                worked = False
+            if worked:
+                idle = IDLE_MIN_SECONDS
+                continue
+            await self._idle(idle)
+            idle = min(idle * 2, self.idle_seconds)
+
+    async def _idle(self, seconds: float) -> None:
+        """Sleep ``seconds`` or until :meth:`wake`, whichever comes first."""
+        event = self._wakeup
+        if event is None:
+            await asyncio.sleep(seconds)
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):  # unlike wait_for, never loses a cancel
+                await event.wait()
+        event.clear()
+
+    async def decode_one(self) -> bool:
+        """Claim one chunk and decode it; whether there was one to claim.
+
+        The claim is given back (with :data:`RETRY_DELAY_SECONDS`) when decoding fails,
+        and at once when this task is cancelled before decoding began.
+        """
+        claimed: ClaimedChunk | None = await self._in_pool(
+            self.repository.claim_chunk, self.owner, self.lease_seconds,
+            on_cancel=self._give_back)
+        if claimed is None:
+            return False
+        renewal = asyncio.get_running_loop().create_task(self._renew(claimed))
+        try:
+            receipt, failure = await self._in_pool(self._decode, claimed)
+        finally:
+            renewal.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewal
+        if failure is not None:
+            log.warning("decoding chunk %d of stream %s (campaign %s, round %d, attempt %d) "
+                        "failed: %s; retrying in %g s", claimed.chunk_index, claimed.stream,
+                        claimed.campaign_id, claimed.round, claimed.attempts, failure,
+                        RETRY_DELAY_SECONDS)
+        elif receipt is not None and self.on_decoded is not None:
+            self.on_decoded(receipt)
+        return True
+
+    def _decode(self, claimed: ClaimedChunk) -> tuple[ChunkReceipt | None, Exception | None]:
+        """Decode and count a claimed chunk (in a pool thread); on a failure give the claim
+        back for a later attempt, in this thread, so that it happens even when the
+        awaiting task was cancelled meanwhile. Returns (receipt or None, failure)."""
+        try:
+            return self.service.decode_claimed(claimed), None
+        except Exception as exc:
+            try:
+                self.repository.release_claim(claimed.seq, self.owner, RETRY_DELAY_SECONDS)
+            except Exception as again:
+                log.warning("giving back the claim of a queued chunk failed: %s", again)
+            return None, exc
+
+    async def _renew(self, claimed: ClaimedChunk) -> None:
+        """Renew the claim every third of the lease while the chunk is being decoded."""
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            try:
+                held = await in_thread(self.repository.renew_claim, claimed.seq, self.owner,
+                                       self.lease_seconds)
+            except Exception as exc:  # the next renewal may still come before the expiry
+                log.warning("renewing the claim of a queued chunk failed: %s", exc)
+                continue
+            if not held:  # another worker holds it now: harmless, counting is idempotent
+                log.warning("the claim of chunk %d of stream %s (campaign %s, round %d) "
+                            "expired and was taken over", claimed.chunk_index,
+                            claimed.stream, claimed.campaign_id, claimed.round)
+                return
+
+    def _give_back(self, claimed: ClaimedChunk | None) -> None:
+        """Release a claim taken by a call whose caller was cancelled (in its thread)."""
+        if claimed is None:
+            return
+        try:
+            self.repository.release_claim(claimed.seq, self.owner, 0.0)
+        except Exception as exc:
+            log.warning("giving back the claim of a queued chunk failed: %s", exc)
+
+    async def _in_pool(self, function: Callable[..., T], *args: Any,
+                       on_cancel: Callable[[T], None] | None = None) -> T:
+        """``function(*args)`` in a thread of this object's pool, awaited to its end even if
+        the caller is cancelled meanwhile; then ``on_cancel`` gets its result (a claim to
+        give back) before the cancellation goes on."""
+        executor = self._executor
+        if executor is None:
+            raise RuntimeError("the decode workers are not running")
+        future = asyncio.get_running_loop().run_in_executor(executor, function, *args)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            await asyncio.wait([future])
+            if on_cancel is not None and not future.cancelled() and future.exception() is None:
+                await asyncio.get_running_loop().run_in_executor(executor, on_cancel,
+                                                                 future.result())
+            raise
