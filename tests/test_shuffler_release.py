@@ -15,7 +15,7 @@ import pytest
 
 from segshuffle.services import errors
 from segshuffle.services.shuffler.enrollment import token_hash
-from segshuffle.services.shuffler.release import Backoff, Releaser
+from segshuffle.services.shuffler.release import DEFAULT_WINDOW, Backoff, Releaser
 from segshuffle.services.shuffler.storage import RELEASED, RoundRecord, Storage
 from segshuffle.services.shuffler.upstream import ServerLink
 from segshuffle.services.shuffler.vault import RoundKeys, seal_submission
@@ -180,13 +180,18 @@ def test_how_a_round_ended_is_read_from_the_campaign(tmp_path: Path, round_numbe
 
 def _refusing(status: int, problem: str) -> httpx.MockTransport:
     calls: list[str] = []
+    chunks: list[tuple[str, int]] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
         calls.append(request.method)
+        if request.method == "PUT":
+            body = json.loads(request.content)
+            chunks.append((body["stream"], body["chunk_index"]))
         return httpx.Response(status, json={"type": f"urn:segshuffle:error:{problem}"})
 
     transport = httpx.MockTransport(handler)
     transport.calls = calls  # type: ignore[attr-defined]
+    transport.chunks = chunks  # type: ignore[attr-defined]
     return transport
 
 
@@ -194,7 +199,8 @@ def _refusing(status: int, problem: str) -> httpx.MockTransport:
                                             (422, "invalid-field"), (409, "conflict")])
 def test_forwarding_stops_at_once_on_a_refusal(tmp_path: Path, status: int,
                                                problem: str) -> None:
-    """R9: a 4xx is not retried; the round stays releasing and says why."""
+    """R9: a 4xx is not retried; the round stays releasing and says why. The chunks
+    already in flight when the refusal arrives (at most the window) are each sent once."""
     storage, _ = _filled(tmp_path)
     transport = _refusing(status, problem)
 
@@ -208,7 +214,9 @@ def test_forwarding_stops_at_once_on_a_refusal(tmp_path: Path, status: int,
         await link.aclose()
 
     asyncio.run(main())
-    assert transport.calls == ["PUT"]  # type: ignore[attr-defined]
+    calls, chunks = transport.calls, transport.chunks  # type: ignore[attr-defined]
+    assert 1 <= len(calls) <= DEFAULT_WINDOW and set(calls) == {"PUT"}
+    assert len(set(chunks)) == len(chunks)  # nothing retried
     assert storage.round_record("c", 2).state == "releasing"  # type: ignore[union-attr]
 
 
@@ -226,7 +234,7 @@ def test_transient_failures_stop_after_the_retry_budget(tmp_path: Path) -> None:
         await link.aclose()
 
     asyncio.run(main())
-    assert 3 <= len(transport.calls) <= 40  # type: ignore[attr-defined]
+    assert 3 <= len(transport.calls) <= 40 * DEFAULT_WINDOW  # type: ignore[attr-defined]
 
 
 def test_a_failed_completion_finishes_the_round_as_failed(tmp_path: Path) -> None:

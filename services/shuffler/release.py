@@ -11,12 +11,17 @@ A release has three steps (docs/protocol.md sections 1 and 2):
    (:mod:`.permutation`; the order exists only in memory and is recomputed
    identically after a restart), each message unsealed from its stored form
    (:mod:`.vault`).  ``PUT .../batches/{batch_id}`` carries ``chunk_index`` and
-   ``chunk_count``; the server stores a chunk idempotently per (batch, stream, index).
-   Every acknowledged chunk is recorded, then ``complete`` is called.  Network
-   errors, 5xx and 429 are retried with capped exponential backoff and jitter for at
-   most ``retry_seconds``; any other refusal stops forwarding (the round stays
-   ``releasing`` and says why; a new release request resumes it).  A restart resumes
-   every batch still in the ``releasing`` state, skipping acknowledged chunks.
+   ``chunk_count``; the server queues a chunk idempotently per (batch, stream, index)
+   and decodes it in the background, on any of its replicas.  Up to ``window`` chunk
+   deliveries are in flight at once (:meth:`Releaser._send_chunks`), so the server's
+   replicas decode a round in parallel; each is retried on its own.  Every
+   acknowledged chunk is recorded, then ``complete`` is called, which the server
+   answers ``unavailable`` (retried like any 503) until it has decoded every chunk.
+   Network errors, 5xx and 429 are retried with capped exponential backoff and
+   jitter for at most ``retry_seconds``; any other refusal stops forwarding (the
+   round stays ``releasing`` and says why; a new release request resumes it).  A
+   restart resumes every batch still in the ``releasing`` state, skipping
+   acknowledged chunks.
    Replicas sharing the database forward a round under a *release lease* (below).
 3. Once the server has finished the round (or closed it as failed, or the campaign
    was aborted), the storage forgets the round's messages and participations and the
@@ -53,6 +58,7 @@ import os
 import random
 import secrets
 import socket
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -77,6 +83,8 @@ log = logging.getLogger("segshuffle.shuffler")
 
 LEVELS = "levels"
 DATA = "data"
+DEFAULT_WINDOW = 4
+"""Chunk deliveries of one round in flight at once, unless the releaser is told otherwise."""
 
 
 def streams_of(round_number: int) -> tuple[str, ...]:
@@ -133,11 +141,19 @@ class Releaser:
 
     def __init__(self, storage: ShufflerStorage, link: ServerLink, keys: RoundKeys, *,
                  chunk_size: int, backoff_initial: float = 0.1, backoff_max: float = 10.0,
-                 retry_seconds: float = 6 * 3600.0, lease_seconds: float = 10.0) -> None:
+                 retry_seconds: float = 6 * 3600.0, lease_seconds: float = 10.0,
+                 window: int = DEFAULT_WINDOW) -> None:
+        if window < 1:
+            raise ValueError(f"window must be at least 1, got {window}")
         self.storage = storage
         self.link = link
         self.keys = keys
+        self.window = window
+        """Chunk deliveries of a round in flight at once (:meth:`_send_chunks`)."""
         self._orders: dict[tuple[str, str], ReleaseOrder] = {}
+        self._order_lock = threading.Lock()
+        """Held while a stream's release order is computed: concurrent chunk reads of a
+        stream compute it once."""
         self.chunk_size = chunk_size
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
@@ -196,12 +212,16 @@ class Releaser:
         key = self.keys.get(record.campaign_id, record.round)
         order = self._orders.get(slot)
         if order is None:
-            row_keys = self.storage.row_keys(record.campaign_id, record.round, stream)
-            order = ReleaseOrder(key, row_keys)
-            if len(order) != record.stream_sizes[stream]:
-                raise StorageError(f"stream {stream!r} of the closed round has {len(order)} "
-                                   f"messages, {record.stream_sizes[stream]} were counted")
-            self._orders[slot] = order
+            with self._order_lock:
+                order = self._orders.get(slot)
+                if order is None:
+                    row_keys = self.storage.row_keys(record.campaign_id, record.round, stream)
+                    order = ReleaseOrder(key, row_keys)
+                    if len(order) != record.stream_sizes[stream]:
+                        raise StorageError(
+                            f"stream {stream!r} of the closed round has {len(order)} "
+                            f"messages, {record.stream_sizes[stream]} were counted")
+                    self._orders[slot] = order
         start = index * record.chunk_size
         row_keys = order.row_keys(start, start + record.chunk_size)
         sealed = self.storage.sealed_messages(record.campaign_id, record.round, stream,
@@ -384,23 +404,57 @@ class Releaser:
     async def _forward(self, record: RoundRecord) -> tuple[str, str | None]:
         """Send until the round is over; returns its final state and reason."""
         deadline = time.monotonic() + self.retry_seconds
-        backoff = Backoff(self.backoff_initial, self.backoff_max)
         while True:
             done = await asyncio.to_thread(self.storage.acknowledged, record)
-            for stream in streams_of(record.round):
-                count = record.chunk_count(stream)
-                for index in range(count):
-                    if (stream, index) in done:
-                        continue
-                    ended = await self._send_chunk(record, stream, index, count, backoff,
-                                                   deadline)
-                    if ended is not None:
-                        return ended
+            pending = [(stream, index, record.chunk_count(stream))
+                       for stream in streams_of(record.round)
+                       for index in range(record.chunk_count(stream))
+                       if (stream, index) not in done]
+            ended = await self._send_chunks(record, pending, deadline)
+            if ended is not None:
+                return ended
+            backoff = Backoff(self.backoff_initial, self.backoff_max)
             outcome = await self._complete(record, backoff, deadline)
             if outcome is not None:
                 return outcome
             # the server lacks chunks (it answered incomplete-batch): send them all again
             await asyncio.to_thread(self.storage.clear_acknowledgements, record)
+
+    async def _send_chunks(self, record: RoundRecord, pending: list[tuple[str, int, int]],
+                           deadline: float) -> tuple[str, str | None] | None:
+        """Deliver the ``pending`` (stream, index, count) chunks, in their order, with at
+        most :attr:`window` deliveries in flight, each retried on its own with its own
+        backoff (:meth:`_send_chunk`).  Returns ``None`` once all are acknowledged, or the
+        round's end as soon as one delivery finds it over.  The first delivery that
+        stops (:class:`_StoppedError`) or fails otherwise ends the others, and its error
+        is raised; so does a cancellation: no delivery outlives this call.
+        """
+        loop = asyncio.get_running_loop()
+        waiting = iter(pending)
+        running: set[asyncio.Task[tuple[str, str | None] | None]] = set()
+        try:
+            while True:
+                while len(running) < self.window:
+                    item = next(waiting, None)
+                    if item is None:
+                        break
+                    stream, index, count = item
+                    backoff = Backoff(self.backoff_initial, self.backoff_max)
+                    running.add(loop.create_task(
+                        self._send_chunk(record, stream, index, count, backoff, deadline),
+                        name=f"chunk {record.campaign_id}/{record.round}/{stream}/{index}"))
+                if not running:
+                    return None
+                finished, running = await asyncio.wait(running,
+                                                       return_when=asyncio.FIRST_COMPLETED)
+                ended = _first_outcome(finished)
+                if ended is not None:
+                    return ended
+        finally:
+            for task in running:
+                task.cancel()
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
 
     async def _send_chunk(self, record: RoundRecord, stream: str, index: int, count: int,
                           backoff: Backoff, deadline: float) -> tuple[str, str | None] | None:
@@ -427,7 +481,11 @@ class Releaser:
 
     async def _complete(self, record: RoundRecord, backoff: Backoff,
                         deadline: float) -> tuple[str, str | None] | None:
-        """The round's end once the server has finished it; ``None`` if it lacks chunks."""
+        """The round's end once the server has finished it; ``None`` if it lacks chunks.
+
+        While the server is still decoding chunks of the round it answers ``unavailable``
+        with ``queued_chunks``: waited for with the backoff like any 503, within the
+        same ``retry_seconds``, and shown in the round's ``last_error`` as such."""
         while True:
             try:
                 completion = await self.link.complete(record.campaign_id, record.round,
@@ -441,7 +499,10 @@ class Releaser:
                     ended = await self._ended(record)
                     if ended is not None:
                         return ended  # e.g. completed earlier, the answer lost in a crash
-                await self._wait(record, "complete", exc, backoff, deadline)
+                decoding = exc.members.get("queued_chunks") if exc.status == 503 else None
+                await self._wait(record, "complete", exc, backoff, deadline,
+                                 reason=None if decoding is None else
+                                 f"the server is still decoding {decoding} chunk(s)")
                 continue
             if completion.phase == "failed":
                 return FAILED, completion.end_reason
@@ -462,9 +523,10 @@ class Releaser:
         return None
 
     async def _wait(self, record: RoundRecord, what: str, exc: UpstreamError,
-                    backoff: Backoff, deadline: float) -> None:
-        """Sleep before the next attempt, or raise :class:`_StoppedError` if there is none."""
-        message = f"{what}: {exc}"
+                    backoff: Backoff, deadline: float, *, reason: str | None = None) -> None:
+        """Sleep before the next attempt, or raise :class:`_StoppedError` if there is none
+        (``reason``, if given, says why better than ``exc``)."""
+        message = f"{what}: {reason or exc}"
         if not exc.transient:
             raise _StoppedError(f"{message} (not retried)")
         delay = backoff.next_delay()
@@ -475,6 +537,16 @@ class Releaser:
         log.info("forwarding %s of campaign=%s round=%d failed (%s); retry in %.2fs",
                  what, record.campaign_id, record.round, exc, delay)
         await asyncio.sleep(delay)
+
+
+def _first_outcome(finished: set[asyncio.Task[tuple[str, str | None] | None]]
+                   ) -> tuple[str, str | None] | None:
+    """The round's end if a finished delivery found one; raises the first failure among
+    them (after looking at every one, so no failure goes unretrieved)."""
+    failures = [exc for task in finished if (exc := task.exception()) is not None]
+    if failures:
+        raise failures[0]
+    return next((ended for task in finished if (ended := task.result()) is not None), None)
 
 
 class _StoppedError(Exception):

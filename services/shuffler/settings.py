@@ -106,6 +106,10 @@ class Settings(ServiceSettings):
         2.0, description="seconds a request to the server may wait for a free connection")
     forward_timeout: Duration = Field(120.0,
                                       description="per-request timeout of batch delivery")
+    forward_window: int = Field(
+        4, ge=1, le=64,
+        description="chunk deliveries of a round in flight at once (the server's replicas "
+                    "queue and decode them in parallel); keep it below upstream_connections")
     release_wait: float = Field(
         60.0, gt=0, allow_inf_nan=False,
         description="seconds a release request with wait=true waits for the server's "

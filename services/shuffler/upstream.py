@@ -13,8 +13,11 @@ the shuffler's bearer credential, so the server can tell them from anything else
   published parameters never change, only the phase moves forward, and the storage,
   not the view, closes a round).
 - ``GET /livez`` (readiness).
-- ``PUT .../rounds/{round}/batches/{batch_id}``: one chunk of a released batch.
-- ``POST .../batches/{batch_id}/complete``.
+- ``PUT .../rounds/{round}/batches/{batch_id}``: one chunk of a released batch; the
+  server queues it for decoding (``202``, a receipt in ``state: "queued"``) or answers
+  a repeat with its receipt, either way an acknowledgement.
+- ``POST .../batches/{batch_id}/complete``: ``unavailable`` (503, with the number of
+  ``queued_chunks``) while the server is still decoding chunks of the round, retried.
 
 The connection pool is bounded (``max_connections``) and waiting for a connection is
 bounded too (``pool_timeout``): a dead or saturated server makes requests fail fast
@@ -62,14 +65,16 @@ class UpstreamError(Exception):
     """A request to the server failed (network error or a non-2xx answer).
 
     ``status`` is ``None`` for network errors; ``problem`` is the name of the
-    server's RFC 9457 problem type when it sent one (``wrong-phase``...).
+    server's RFC 9457 problem type when it sent one (``wrong-phase``...); ``members``
+    are the problem's extension members with number values (``queued_chunks``...).
     """
 
     def __init__(self, message: str, *, status: int | None = None,
-                 problem: str | None = None) -> None:
+                 problem: str | None = None, members: dict[str, int] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.problem = problem
+        self.members = dict(members or {})
 
     @property
     def transient(self) -> bool:
@@ -77,15 +82,25 @@ class UpstreamError(Exception):
         return self.status is None or self.status >= 500 or self.status == 429
 
 
-def _problem_name(response: httpx.Response) -> str | None:
+MAX_PROBLEM_MEMBERS = 16
+"""Number members of a problem document kept in :attr:`UpstreamError.members`."""
+
+
+def _problem(response: httpx.Response) -> tuple[str | None, dict[str, int]]:
+    """The name of a problem answer's type (``None`` if it is not one of ours) and its
+    integer extension members (at most :data:`MAX_PROBLEM_MEMBERS`)."""
     try:
         body = response.json()
     except ValueError:
-        return None
-    kind = body.get("type") if isinstance(body, dict) else None
-    if isinstance(kind, str) and kind.startswith("urn:segshuffle:error:"):
-        return kind.removeprefix("urn:segshuffle:error:")
-    return None
+        return None, {}
+    if not isinstance(body, dict):
+        return None, {}
+    kind = body.get("type")
+    if not (isinstance(kind, str) and kind.startswith("urn:segshuffle:error:")):
+        return None, {}
+    members = {key: value for key, value in list(body.items())[:MAX_PROBLEM_MEMBERS + 4]
+               if key != "status" and isinstance(value, int) and not isinstance(value, bool)}
+    return kind.removeprefix("urn:segshuffle:error:"), members
 
 
 @dataclass(frozen=True)
@@ -169,13 +184,14 @@ class ServerLink:
                 raise UpstreamError(f"server certificate not trusted: {refused}") from None
             raise UpstreamError(f"server unreachable: {type(exc).__name__}") from None
         if response.status_code >= 400:
-            problem = _problem_name(response)
+            problem, members = _problem(response)
             self.observer.upstream_error(response.status_code, problem)
             raise UpstreamError(
                 f"server answered {response.status_code}"
                 + (f" ({problem})" if problem else ""),
                 status=response.status_code,
                 problem=problem,
+                members=members,
             )
         return response
 
