@@ -12,19 +12,27 @@ skipped when no server is configured, except under CI, where that fails).
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from segshuffle.services import errors
+from segshuffle.services.server.service import ServerService
 from segshuffle.services.server.storage import Repository
 from segshuffle.services.server.storage_api import (
     NULL_VALUE,
+    AcceptedMessage,
     BatchRecord,
     ChunkRecord,
     ConflictError,
+    QueueEntry,
     ServerStorage,
     StoredChunk,
 )
@@ -196,6 +204,157 @@ def test_server_round_completion(server: ServerStorage) -> None:
     record = server.campaign("c1")
     assert record is not None and (record.phase, record.results) == ("done", {"estimate": [1]})
     assert server.batch("c1", 2) == BatchRecord("b2", {"done": 2})
+
+
+# -- server: the decode queue ----------------------------------------------------------------
+
+def _entry(batch: str = "b1", count: int = 3, tag: str = "x", size: int = 2) -> QueueEntry:
+    """A queue entry of ``size`` distinct 80-byte ciphertexts (one of them shorter)."""
+    texts = tuple(f"{tag}-{i}".encode().ljust(80, b"\x00") for i in range(size))
+    return QueueEntry(batch_id=batch, chunk_count=count, digest=f"digest-{tag}".encode(),
+                      ciphertexts=(*texts[:-1], texts[-1][:7]) if texts else ())
+
+
+def _queue(server: ServerStorage, indices: range, stream: str = "levels",
+           campaign: str = "c1") -> None:
+    """Queue chunks ``indices`` of ``stream`` in round 1 of ``campaign`` (pinned to b1)."""
+    with server.transaction() as tx:
+        if tx.batch(campaign, 1) is None:
+            tx.pin_batch(campaign, 1, "b1")
+        for index in indices:
+            tx.enqueue_chunk(campaign, 1, stream, index, _entry(tag=f"{stream}{index}"))
+
+
+def _finisher(server: ServerStorage) -> ServerService:
+    """The service on ``server`` without keys or decryption: its counting step
+    (``finish_chunk``) and its completion checks use the storage Protocol only."""
+    return ServerService(server, None, None,  # type: ignore[arg-type]
+                         signing_key=Ed25519PrivateKey.generate())
+
+
+def test_server_queue_enqueue_and_read(server: ServerStorage) -> None:
+    _create(server)
+    assert server.queued_count("c1", 1) == 0
+    assert server.queued_chunk("c1", 1, "levels", 0) is None
+    with server.transaction() as tx:
+        assert tx.stream_chunk_count("c1", 1, "levels") is None
+        tx.pin_batch("c1", 1, "b1")
+        tx.enqueue_chunk("c1", 1, "levels", 0, _entry())
+        assert tx.stream_chunk_count("c1", 1, "levels") == 3  # from the queue
+        assert tx.queued_count("c1", 1) == 1
+    queued = server.queued_chunk("c1", 1, "levels", 0)
+    assert queued is not None
+    assert (queued.campaign_id, queued.round, queued.stream, queued.chunk_index,
+            queued.batch_id, queued.chunk_count, queued.digest, queued.received,
+            queued.owner, queued.attempts) == ("c1", 1, "levels", 0, "b1", 3, b"digest-x", 2,
+                                               None, 0)
+    assert server.queued_count("c1", 1) == 1 and server.queued_count("c1", 2) == 0
+    with pytest.raises(ConflictError), server.transaction() as tx:  # queued already
+        tx.enqueue_chunk("c1", 1, "levels", 0, _entry(tag="other"))
+    assert server.queued_chunk("c1", 1, "levels", 0) == queued
+    with server.transaction() as tx:
+        tx.put_chunk("c1", 1, "data", 0, _chunk(count=5))
+        assert tx.stream_chunk_count("c1", 1, "data") == 5  # from the stored chunks
+
+
+def test_server_queue_claims_are_exclusive_while_the_lease_holds(server: ServerStorage
+                                                                   ) -> None:
+    _create(server)
+    _queue(server, range(3))
+    first = server.claim_chunk("worker-a", 60.0)
+    second = server.claim_chunk("worker-b", 60.0)
+    third = server.claim_chunk("worker-a", 60.0)
+    assert first is not None and second is not None and third is not None
+    assert [c.chunk_index for c in (first, second, third)] == [0, 1, 2]  # oldest first
+    assert (first.owner, first.attempts, second.owner) == ("worker-a", 1, "worker-b")
+    assert first.ciphertexts == _entry(tag="levels0").ciphertexts
+    assert server.claim_chunk("worker-c", 60.0) is None  # every lease holds
+    assert not server.renew_claim(first.seq, "worker-b", 60.0)  # not b's claim
+    assert not server.release_claim(first.seq, "worker-b")
+    assert server.renew_claim(first.seq, "worker-a", 60.0)
+    assert server.release_claim(first.seq, "worker-a")
+    again = server.claim_chunk("worker-c", 60.0)
+    assert again is not None and (again.seq, again.owner, again.attempts) == (
+        first.seq, "worker-c", 2)
+    assert server.queued_count("c1", 1) == 3
+
+
+def test_server_queue_concurrent_claimers_never_share_a_row(server: ServerStorage) -> None:
+    _create(server)
+    _queue(server, range(24))
+    barrier = threading.Barrier(4, timeout=30)
+
+    def claim_all(name: str) -> list[int]:
+        barrier.wait()
+        taken = []
+        while (claimed := server.claim_chunk(name, 60.0)) is not None:
+            taken.append(claimed.seq)
+        return taken
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(claim_all, ["w1", "w2", "w3", "w4"]))
+    taken = [seq for result in results for seq in result]
+    assert len(taken) == len(set(taken)) == 24
+
+
+def test_server_queue_an_expired_lease_is_claimed_again(server: ServerStorage) -> None:
+    _create(server)
+    _queue(server, range(1))
+    dead = server.claim_chunk("dead-worker", 0.25)
+    assert dead is not None
+    assert server.claim_chunk("live-worker", 60.0) is None  # the lease holds
+    time.sleep(0.4)
+    taken = server.claim_chunk("live-worker", 60.0)
+    assert taken is not None and (taken.seq, taken.attempts) == (dead.seq, 2)
+    assert not server.renew_claim(dead.seq, "dead-worker", 60.0)  # it lost the claim
+    assert server.release_claim(taken.seq, "live-worker", delay_seconds=0.3)
+    assert server.claim_chunk("live-worker", 60.0) is None  # not before the delay
+    time.sleep(0.45)
+    assert server.claim_chunk("live-worker", 60.0) is not None
+
+
+def test_server_queue_finishing_twice_counts_once(server: ServerStorage) -> None:
+    """Two workers that decoded the same chunk (the first stalled past its lease) both
+    finish it: the first counts it and stores its receipt, the second changes nothing."""
+    _create(server)
+    _queue(server, range(1))
+    slow = server.claim_chunk("slow", 0.2)
+    time.sleep(0.3)
+    fast = server.claim_chunk("fast", 60.0)
+    assert slow is not None and fast is not None and slow.seq == fast.seq
+    messages = [(0, AcceptedMessage(1, b"n1")), (1, AcceptedMessage(None, b"n2"))]
+    failures = [(2, "decrypt-failed")]
+    service = _finisher(server)
+    receipt = service.finish_chunk(fast, messages, failures)
+    assert receipt is not None and receipt.state == "decoded"
+    assert (receipt.received, receipt.accepted, receipt.replays) == (2, 2, 0)
+    stored = server.chunk("c1", 1, "levels", 0)
+    assert stored is not None and stored.digest == fast.digest
+    assert stored.receipt == receipt.model_dump(mode="json")
+    assert server.queued_count("c1", 1) == 0
+    assert service.finish_chunk(slow, messages, failures) is None
+    assert service.finish_chunk(fast, messages, failures) is None
+    assert server.counts("c1", 1, "levels") == {1: 1, NULL_VALUE: 1}
+    assert server.chunk("c1", 1, "levels", 0) == stored
+
+
+def test_server_queue_holds_the_round_open_and_ends_with_the_campaign(
+        server: ServerStorage) -> None:
+    _create(server)
+    _queue(server, range(2))
+    with pytest.raises(errors.UnavailableError) as refused:
+        _finisher(server).complete("c1", 1, "b1")
+    assert refused.value.extra == {"queued_chunks": 2}
+    assert refused.value.headers["Retry-After"]
+    claimed = server.claim_chunk("w", 60.0)
+    assert claimed is not None
+    with server.transaction() as tx:
+        tx.end_campaign("c1", "aborted", "stop")
+        assert tx.drop_queue("c1") == 2
+    assert server.queued_count("c1", 1) == 0
+    assert _finisher(server).finish_chunk(claimed, [(0, AcceptedMessage(0, b"n"))], []) is None
+    assert server.counts("c1", 1, "levels") == {} and server.chunk("c1", 1, "levels", 0) is None
+    assert not server.renew_claim(claimed.seq, "w", 60.0)
 
 
 # -- shuffler --------------------------------------------------------------------------------

@@ -1,0 +1,126 @@
+"""The decode queue on PostgreSQL with several replicas: concurrent claims skip each
+other's rows (``FOR UPDATE SKIP LOCKED``) and every chunk is decoded and counted once.
+
+Each replica is a :class:`ServerService` on its own :class:`PostgresRepository` (its own
+pool, so its own connections, as in separate processes) sharing one database and one key
+directory; the decode workers are threads calling what a worker task calls.
+"""
+
+# ruff: noqa: F811  (the imported ``postgres_url`` fixture is a parameter of each test)
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from pathlib import Path
+
+import psycopg
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from segshuffle.services.server.decrypt import Decryptor
+from segshuffle.services.server.keys import KeyStore
+from segshuffle.services.server.service import ServerService
+from segshuffle.services.server.storage_postgres import PostgresRepository
+from segshuffle.wire.models import BatchChunk, CampaignCreate
+
+from .postgres_support import postgres_url  # noqa: F401  (the fixture)
+from .test_server_support import Sealer
+
+REPLICAS = 3
+WORKERS_PER_REPLICA = 2
+CHUNKS = 24
+PER_CHUNK = 15
+WAIT = 60.0
+
+
+@pytest.fixture
+def replicas(postgres_url: str, tmp_path: Path) -> Iterator[list[ServerService]]:
+    """Three server replicas on one fresh database and one key directory."""
+    with ExitStack() as stack:
+        services = []
+        for _ in range(REPLICAS):
+            repository = PostgresRepository(postgres_url, pool_size=3, lock_timeout=10.0)
+            stack.callback(repository.close)
+            decryptor = Decryptor(workers=1)
+            stack.callback(decryptor.close)
+            services.append(ServerService(repository, KeyStore(tmp_path / "keys"), decryptor,
+                                          signing_key=Ed25519PrivateKey.generate()))
+        yield services
+
+
+def _campaign(service: ServerService) -> Sealer:
+    view = service.create_campaign(CampaignCreate.model_validate({
+        "id": "pg", "domain_size": 4, "set_size": 1, "levels": [1, 2, 3], "min_users": 10,
+        "dropout_tolerance": 0.0}))
+    return Sealer(view.model_dump(mode="json"), 1)
+
+
+def test_replicas_claim_concurrently_and_decode_every_chunk_once(
+        replicas: list[ServerService]) -> None:
+    """24 chunks queued through different replicas, six workers on three replicas claiming
+    at once: every chunk is claimed and decoded exactly once, nothing is left queued, and
+    the counts are exactly those of the messages (a replayed message counted once)."""
+    sealer = _campaign(replicas[0])
+    levels = [[(chunk + i) % 3 for i in range(PER_CHUNK)] for chunk in range(CHUNKS)]
+    texts = [sealer.levels(part) for part in levels]
+    texts[5][0] = texts[4][0]  # an exact replay of a message of another chunk
+    for index, part in enumerate(texts):
+        receipt = replicas[index % REPLICAS].store_chunk(
+            "pg", 1, "b1", BatchChunk(chunk_index=index, chunk_count=CHUNKS, stream="levels",
+                                      ciphertexts=part))
+        assert receipt.state == "queued" and not receipt.duplicate
+    assert replicas[1].repository.queued_count("pg", 1) == CHUNKS
+    barrier = threading.Barrier(REPLICAS * WORKERS_PER_REPLICA, timeout=WAIT)
+
+    def work(number: int) -> list[tuple[int, bool]]:
+        service = replicas[number % REPLICAS]
+        owner = f"worker-{number}"
+        barrier.wait()
+        done = []
+        while (claimed := service.repository.claim_chunk(owner, 60.0)) is not None:
+            done.append((claimed.seq, service.decode_claimed(claimed) is not None))
+        return done
+
+    with ThreadPoolExecutor(REPLICAS * WORKERS_PER_REPLICA) as pool:
+        results = list(pool.map(work, range(REPLICAS * WORKERS_PER_REPLICA)))
+    decoded = [seq for result in results for seq, _ in result]
+    assert len(decoded) == len(set(decoded)) == CHUNKS  # each claimed once, by one worker
+    assert all(counted for result in results for _, counted in result)
+    assert sum(1 for result in results if result) >= 2  # the work was shared
+    repository = replicas[2].repository
+    assert repository.queued_count("pg", 1) == 0
+    expected = Counter(level for part in levels for level in part)
+    expected[levels[5][0]] -= 1  # the replay is not counted
+    assert repository.counts("pg", 1, "levels") == dict(expected)
+    receipts = [repository.chunk("pg", 1, "levels", i) for i in range(CHUNKS)]
+    assert all(r is not None for r in receipts)
+    assert receipts[5] is not None and receipts[5].receipt["replays"] == 1
+    completion = replicas[1].complete("pg", 1, "b1")
+    assert completion.phase == "round2"
+    assert completion.streams["levels"].accepted == CHUNKS * PER_CHUNK - 1
+
+
+def test_a_claim_skips_a_row_another_claimer_holds(replicas: list[ServerService],
+                                                    postgres_url: str) -> None:
+    """While another session holds the oldest row locked (a claim in progress), a claim
+    takes the next row at once instead of waiting for it."""
+    sealer = _campaign(replicas[0])
+    for index in range(2):
+        replicas[0].store_chunk("pg", 1, "b1", BatchChunk(
+            chunk_index=index, chunk_count=2, stream="levels", ciphertexts=sealer.levels([0])))
+    with psycopg.connect(postgres_url) as holder:
+        oldest = holder.execute("SELECT seq FROM decode_queue ORDER BY seq LIMIT 1"
+                                " FOR UPDATE").fetchone()
+        assert oldest is not None
+        started = time.monotonic()
+        claimed = replicas[1].repository.claim_chunk("w", 60.0)
+        assert time.monotonic() - started < 5.0  # lock_timeout is 10 s: no wait
+        assert claimed is not None and claimed.seq != oldest[0] and claimed.chunk_index == 1
+        assert replicas[2].repository.claim_chunk("w2", 60.0) is None
+        holder.rollback()
+    again = replicas[2].repository.claim_chunk("w2", 60.0)
+    assert again is not None and again.seq == oldest[0]
