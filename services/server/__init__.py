@@ -17,12 +17,14 @@ Settings (:class:`~.settings.Settings`, variable ``SEGSHUFFLE_SERVER_<FIELD>``):
 ``admin_token`` and ``shuffler_token`` (required, >= 16 characters, distinct),
 ``host``/``port`` (default 127.0.0.1:8080; port 0 picks a free port, logged as
 ``server listening on port N``), ``allow_insecure_parameters`` (default false),
-``max_body_bytes``, ``decrypt_workers``, ``parallel_threshold``, ``synchronous``,
+``max_body_bytes``, ``decrypt_workers``, ``parallel_threshold``, ``decode_concurrency``,
+``decode_lease_seconds``, ``decode_idle_seconds``, ``synchronous``,
 ``log_level``, ``log_format`` (``json`` lines, the default, or ``text``).
 
 Modules: :mod:`.settings`, :mod:`.storage` (SQLite repository), :mod:`.keys`
 (private key files), :mod:`.signing` (the document-signing key file), :mod:`.decrypt`
-(HPKE opening, process pool), :mod:`.aggregation` (round-1 parameters, round-2
+(HPKE opening, process pool), :mod:`.decoding` (the decode workers of the chunk
+queue), :mod:`.aggregation` (round-1 parameters, round-2
 decoding), :mod:`.service` (operations), :mod:`.app` (HTTP), :mod:`.runner` (uvicorn).
 """
 

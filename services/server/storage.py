@@ -1,12 +1,13 @@
-"""SQLite storage of the server (analyzer): campaigns, batches, chunks, counts, nonces.
+"""SQLite storage of the server (analyzer): campaigns, batches, chunks, counts, nonces,
+and the decode queue.
 
 One database file in WAL mode, one connection guarded by a lock, and every state
 change is one ``BEGIN IMMEDIATE`` transaction (the shared
 :class:`~segshuffle.services.sqlite_base.SQLiteStore`), so a ``kill -9`` leaves either the
 state before or the state after it.  The HTTP layer never touches SQL.
 
-What is stored is only what decoding needs, never a ciphertext and never anything
-about a user:
+What is stored is only what decoding needs, never anything about a user, and a
+ciphertext only while its chunk waits in the decode queue:
 
 - ``campaigns``: the normalized configuration and its hash, the key id and public
   key (the private key lives in its own 0600 file, :mod:`.keys`), the phase, the

@@ -2,8 +2,9 @@
 :class:`~.storage.Repository`, for several replicas sharing one database.
 
 The tables and what they hold are those of :mod:`.storage` (campaigns, batches,
-chunks, counts, nonces); only what the server needs to decode is stored, never a
-ciphertext and never anything about a user. What differs is how atomicity is obtained:
+chunks, counts, nonces, the decode queue); only what the server needs to decode is
+stored, never anything about a user, and a ciphertext only while its chunk waits in
+the decode queue. What differs is how atomicity is obtained:
 
 - SQLite serialises every writer with ``BEGIN IMMEDIATE`` on one file owned by one
   process. Here several processes write at once, so each :class:`PostgresTransaction`
