@@ -240,8 +240,16 @@ class DecodeWorkers:
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
-            await asyncio.wait([future])
+            await _settled(future)
             if on_cancel is not None and not future.cancelled() and future.exception() is None:
-                await asyncio.get_running_loop().run_in_executor(executor, on_cancel,
-                                                                 future.result())
+                await _settled(asyncio.get_running_loop().run_in_executor(
+                    executor, on_cancel, future.result()))
             raise
+
+
+async def _settled(future: asyncio.Future[Any]) -> None:
+    """Wait until ``future`` is done, through any further cancellation of the waiting task
+    (the caller raises the first one afterwards): a thread's result must not be lost."""
+    while not future.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait([future])
