@@ -14,6 +14,13 @@ process-local lock:
   replicas starting together apply each step exactly once; ``schema_version`` records
   them as in SQLite, and a database newer than the code is refused.
 
+A store made with ``lock_timeout`` bounds every lock wait of its pooled connections by
+that many seconds (a session setting made once per connection, so no statement pays a
+round trip for it); a wait past it fails with :class:`psycopg.errors.LockNotAvailable`.
+:meth:`PostgresStore._fetch_one` runs one statement on its own (autocommit: a statement,
+or a call of a PL/pgSQL function, is one transaction) through a cursor kept with the
+connection: one round trip, and no cursor or adapter set made per call.
+
 Connection failures at start are :class:`~.sqlite_base.UnusableDatabaseError` with the
 URL's password redacted; the pool waits at most ``connect_timeout`` seconds.
 """
@@ -21,15 +28,19 @@ URL's password redacted; the pool waits at most ``connect_timeout`` seconds.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any, LiteralString
 
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .database import redact_url
 from .sqlite_base import SchemaVersionError, UnusableDatabaseError
+
+_CURSOR = "_segshuffle_cursor"
+"""The attribute of a pooled connection that holds its cursor (:meth:`PostgresStore._fetch_one`)."""
 
 _VERSION_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_version (
@@ -47,6 +58,11 @@ class PostgresMigration:
     version: int
     description: str
     script: str
+
+
+def lock_timeout_setting(seconds: float) -> str:
+    """``seconds`` as a ``lock_timeout`` setting (whole milliseconds, at least 1)."""
+    return f"{max(1, round(seconds * 1000))}ms"
 
 
 def lock(db: psycopg.Connection, key: str) -> None:
@@ -103,9 +119,19 @@ class PostgresStore:
     """A connection pool with one transaction style for both services' PostgreSQL storage."""
 
     def __init__(self, url: str, migrations: Sequence[PostgresMigration], *, service: str,
-                 pool_size: int = 8, connect_timeout: float = 10.0) -> None:
+                 pool_size: int = 8, connect_timeout: float = 10.0,
+                 lock_timeout: float | None = None) -> None:
+        if lock_timeout is not None and lock_timeout <= 0:
+            raise ValueError(f"lock_timeout must be positive, got {lock_timeout}")
         self.url = url
         self.service = service
+        configure: Callable[[psycopg.Connection[Any]], None] | None = None
+        if lock_timeout is not None:
+            setting = lock_timeout_setting(lock_timeout)
+
+            def configure(db: psycopg.Connection[Any]) -> None:
+                """Bound the lock waits of every statement of this (autocommit) session."""
+                db.execute("SELECT set_config('lock_timeout', %s, false)", (setting,))
         try:  # one direct connection first: its error says what is wrong, and it migrates
             with psycopg.connect(url, autocommit=True,
                                  connect_timeout=max(1, round(connect_timeout))) as db:
@@ -115,7 +141,8 @@ class PostgresStore:
                 f"cannot use the {service} database {redact_url(url)} ({_reason(exc)}); "
                 "refusing to start") from None
         self._pool = ConnectionPool(url, min_size=1, max_size=max(1, pool_size), open=False,
-                                    kwargs={"autocommit": True}, name=f"segshuffle-{service}")
+                                    kwargs={"autocommit": True}, configure=configure,
+                                    name=f"segshuffle-{service}")
         try:
             self._pool.open(wait=True, timeout=connect_timeout)
         except PoolTimeout:
@@ -147,6 +174,25 @@ class PostgresStore:
         back if it raises."""
         with self._pool.connection() as db, db.transaction():
             yield db
+
+    def _fetch_one(self, query: LiteralString, params: Sequence[Any]) -> tuple[Any, ...] | None:
+        """The first row of one statement run on its own (autocommit), or ``None``.
+
+        The cheapest way to the database: the connection is taken from the pool and given
+        back without the context manager's commit check (there is no transaction to end),
+        and the statement runs on a binary cursor kept with the connection, whose
+        adapters are made once (psycopg prepares the statement after a few uses).
+        """
+        pool = self._pool
+        db = pool.getconn()
+        try:
+            cursor = db.__dict__.get(_CURSOR)
+            if cursor is None:
+                cursor = db.__dict__[_CURSOR] = db.cursor(binary=True)
+            cursor.execute(query, params)
+            return cursor.fetchone()
+        finally:
+            pool.putconn(db)
 
 
 def _reason(exc: BaseException) -> str:

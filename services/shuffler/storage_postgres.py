@@ -22,12 +22,19 @@ involved.  Every state change is one ``READ COMMITTED`` transaction, and:
   submissions cannot starve a release.)
 - A second submission of a token, or a second use of an invitation, is caught by a
   primary key with ``INSERT ... ON CONFLICT DO NOTHING``: of two racing transactions
-  the second waits for the first and inserts nothing if it committed.
+  the second waits for the first and inserts nothing if it committed.  An enrollment
+  is one statement (the invitation's insert and the token's, chained by a ``WITH``
+  clause): the token is stored only if the invitation's row was inserted.
 - ``participant_counts`` is incremented with ``INSERT ... ON CONFLICT DO UPDATE`` in the
   submission's transaction (a row lock), as its last statement so that the lock is held
   briefly; the count stays exact.
-- Every lock wait of a writing transaction is bounded by ``lock_timeout`` seconds
-  (:class:`psycopg.errors.LockNotAvailable` past it, and a rollback).
+- Every lock wait is bounded by ``lock_timeout`` seconds
+  (:class:`psycopg.errors.LockNotAvailable` past it, and a rollback): a setting of each
+  pooled connection's session, made once when it connects
+  (:class:`~segshuffle.services.postgres_base.PostgresStore`), not per transaction.
+- The calls of the request path (``add_token_for_invitation``, ``token_campaign``,
+  ``submit``) are one statement each, sent on its own (autocommit: no ``BEGIN`` and
+  ``COMMIT`` round trips), so each costs one round trip.
 
 Text key columns use the ``"C"`` collation: comparisons are byte comparisons whatever the
 database's locale, and ``rounds_with_messages`` sorts in code-point order.
@@ -61,14 +68,13 @@ database surfaces as a :class:`psycopg.Error` (mapped by the service).  Nothing 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
 
-from ..postgres_base import PostgresMigration, PostgresStore, lock
+from ..postgres_base import PostgresMigration, PostgresStore, lock, lock_timeout_setting
 from .storage_api import (
     FAILED,
     RELEASED,
@@ -200,16 +206,21 @@ _FETCH_ROWS = 20_000
 _ROUND_COLUMNS = ("campaign_id, round, state, batch_id, participants, chunk_size, "
                   "stream_sizes, reason")
 
+_ENROLL = """
+WITH used AS (
+    INSERT INTO used_invitations (invitation_hash, expires) VALUES (%s, %s)
+    ON CONFLICT (invitation_hash) DO NOTHING RETURNING 1
+)
+INSERT INTO tokens (token_hash, campaign_id) SELECT %s, %s FROM used RETURNING 1
+"""
+"""An enrollment in one statement: the invitation marked used and, only if this statement
+inserted its row, the token recorded.  No row back: the invitation was used (by a
+transaction that committed; a racing one is waited for).  A token hash already recorded
+fails the whole statement, so the invitation stays unused."""
 
-def _lock_timeout_text(seconds: float) -> str:
-    """``seconds`` as a ``lock_timeout`` setting (whole milliseconds, at least 1)."""
-    return f"{max(1, round(seconds * 1000))}ms"
+_SUBMIT = ("SELECT shuffler_submit(%s, %s, %s, %s, %s, %b::text[], %b::bytea[], %b::bytea[])")
 
-
-def _bound_lock_waits(db: psycopg.Connection[Any], seconds: float) -> None:
-    """Bound every lock wait of the current transaction by ``seconds`` (``lock_timeout``
-    for this transaction only)."""
-    db.execute("SELECT set_config('lock_timeout', %s, true)", (_lock_timeout_text(seconds),))
+_TOKEN_CAMPAIGN = "SELECT campaign_id FROM tokens WHERE token_hash = %s"
 
 
 def _round_lock(campaign_id: str, round_number: int) -> str:
@@ -229,10 +240,10 @@ class PostgresStorage(PostgresStore):
     """
 
     def __init__(self, url: str, *, pool_size: int = 8, lock_timeout: float = 30.0) -> None:
-        if lock_timeout <= 0:
-            raise ValueError(f"lock_timeout must be positive, got {lock_timeout}")
-        super().__init__(url, MIGRATIONS, service="shuffler", pool_size=pool_size)
+        super().__init__(url, MIGRATIONS, service="shuffler", pool_size=pool_size,
+                         lock_timeout=lock_timeout)
         self.lock_timeout = lock_timeout
+        self._lock_timeout_setting = lock_timeout_setting(lock_timeout)
 
     @property
     def call_threads(self) -> int:
@@ -240,25 +251,12 @@ class PostgresStorage(PostgresStore):
         pooled connection."""
         return int(self._pool.max_size)
 
-    @contextmanager
-    def _locking(self) -> Iterator[psycopg.Connection[Any]]:
-        """A transaction whose lock waits are bounded by :attr:`lock_timeout`."""
-        with self._transaction() as db:
-            _bound_lock_waits(db, self.lock_timeout)
-            yield db
-
     # -- enrollment --------------------------------------------------------------------
     def add_token(self, campaign_id: str, token_hash: bytes) -> None:
         """Record an issued token's hash (StorageError if the hash is already recorded)."""
-        with self._locking() as db:
-            self._insert_token(db, campaign_id, token_hash)
-
-    @staticmethod
-    def _insert_token(db: psycopg.Connection[Any], campaign_id: str,
-                      token_hash: bytes) -> None:
         try:
-            db.execute("INSERT INTO tokens (token_hash, campaign_id) VALUES (%s, %s)",
-                       (token_hash, campaign_id))
+            self._fetch_one("INSERT INTO tokens (token_hash, campaign_id) VALUES (%s, %s) "
+                            "RETURNING 1", (token_hash, campaign_id))
         except pg_errors.UniqueViolation:  # 256 random bits drawn twice: never in practice
             raise StorageError("this token hash is already recorded") from None
 
@@ -269,28 +267,25 @@ class PostgresStorage(PostgresStore):
         Raises :class:`InvitationUsedError` (and records nothing) if the invitation was
         used before, also when two replicas race with it: the second insert waits for the
         first transaction and, once it has committed, inserts nothing.  The two rows share
-        no key: nothing links an invitation to a token.
+        no key: nothing links an invitation to a token.  One statement, :data:`_ENROLL`.
         """
-        with self._locking() as db:
-            inserted = db.execute(
-                "INSERT INTO used_invitations (invitation_hash, expires) VALUES (%s, %s) "
-                "ON CONFLICT (invitation_hash) DO NOTHING RETURNING 1",
-                (invitation_hash, expires)).fetchone()
-            if inserted is None:
-                raise InvitationUsedError("the invitation has already been used")
-            self._insert_token(db, campaign_id, token_hash)
+        try:
+            inserted = self._fetch_one(_ENROLL, (invitation_hash, expires, token_hash,
+                                                 campaign_id))
+        except pg_errors.UniqueViolation:  # the token's hash: 256 random bits drawn twice
+            raise StorageError("this token hash is already recorded") from None
+        if inserted is None:
+            raise InvitationUsedError("the invitation has already been used")
 
     def forget_expired_invitations(self, before: float) -> int:
         """Drop the hashes of used invitations that expired before ``before``; how many."""
-        with self._locking() as db:
+        with self._connection() as db:
             return db.execute("DELETE FROM used_invitations WHERE expires < %s",
                               (before,)).rowcount
 
     def token_campaign(self, token_hash: bytes) -> str | None:
         """The campaign a token hash was issued for, or ``None`` if unknown."""
-        with self._connection() as db:
-            row = db.execute("SELECT campaign_id FROM tokens WHERE token_hash = %s",
-                             (token_hash,)).fetchone()
+        row = self._fetch_one(_TOKEN_CAMPAIGN, (token_hash,))
         return None if row is None else str(row[0])
 
     # -- submissions -------------------------------------------------------------------
@@ -305,17 +300,14 @@ class PostgresStorage(PostgresStore):
         any replica); the messages go in with one ``INSERT ... SELECT FROM unnest(...)``,
         whatever their number, and the count is incremented last.
         """
-        with self._connection() as db:
-            try:
-                row = db.execute(
-                    "SELECT shuffler_submit(%s, %s, %s, %s, %s, %b::text[], %b::bytea[], "
-                    "%b::bytea[])",
-                    (campaign_id, round_number, token_hash,
-                     _round_lock(campaign_id, round_number), _lock_timeout_text(self.lock_timeout),
-                     [m.stream for m in messages], [m.row_key for m in messages],
-                     [m.sealed for m in messages])).fetchone()
-            except pg_errors.UniqueViolation:  # a 128-bit row key drawn twice
-                raise StorageError("a row key is already in use") from None
+        try:
+            row = self._fetch_one(
+                _SUBMIT, (campaign_id, round_number, token_hash,
+                          _round_lock(campaign_id, round_number), self._lock_timeout_setting,
+                          [m.stream for m in messages], [m.row_key for m in messages],
+                          [m.sealed for m in messages]))
+        except pg_errors.UniqueViolation:  # a 128-bit row key drawn twice
+            raise StorageError("a row key is already in use") from None
         assert row is not None
         count = int(row[0])
         if count == _SUBMIT_CLOSED:
@@ -394,7 +386,7 @@ class PostgresStorage(PostgresStore):
         """
         if chunk_size < 1:
             raise ValueError(f"chunk size must be >= 1, got {chunk_size}")
-        with self._locking() as db:
+        with self._transaction() as db:
             lock(db, _round_lock(campaign_id, round_number))
             existing = self._round_row(db, campaign_id, round_number)
             if existing is not None:
@@ -459,7 +451,7 @@ class PostgresStorage(PostgresStore):
 
     def acknowledge(self, record: RoundRecord, stream: str, index: int) -> None:
         """Record that the server acknowledged a chunk (idempotent)."""
-        with self._locking() as db:
+        with self._connection() as db:
             db.execute("INSERT INTO acknowledged (batch_id, stream, chunk_index) "
                        "VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
                        (record.batch_id, stream, index))
@@ -473,7 +465,7 @@ class PostgresStorage(PostgresStore):
 
     def clear_acknowledgements(self, record: RoundRecord) -> None:
         """Forget which chunks were acknowledged, so that all are sent again."""
-        with self._locking() as db:
+        with self._connection() as db:
             db.execute("DELETE FROM acknowledged WHERE batch_id = %s", (record.batch_id,))
 
     def finish_release(self, record: RoundRecord, *, state: str = RELEASED,
@@ -482,7 +474,7 @@ class PostgresStorage(PostgresStore):
         message table (best effort; see the module docstring)."""
         if state not in (RELEASED, FAILED):
             raise ValueError(f"a finished round is {RELEASED} or {FAILED}, not {state!r}")
-        with self._locking() as db:
+        with self._transaction() as db:
             lock(db, _round_lock(record.campaign_id, record.round))
             db.execute("UPDATE rounds SET state = %s, reason = %s WHERE campaign_id = %s "
                        "AND round = %s", (state, reason, record.campaign_id, record.round))
@@ -498,7 +490,7 @@ class PostgresStorage(PostgresStore):
         """Close an open round of an ended campaign as failed and forget it (idempotent:
         a closed round's record is returned unchanged).  Under the round's exclusive lock,
         so no submission can commit into the forgotten round."""
-        with self._locking() as db:
+        with self._transaction() as db:
             lock(db, _round_lock(campaign_id, round_number))
             existing = self._round_row(db, campaign_id, round_number)
             if existing is not None:
@@ -569,7 +561,7 @@ class PostgresStorage(PostgresStore):
         ``releasing`` round has a lease to take."""
         if owner == STOPPED_OWNER:
             raise ValueError("a lease owner is a non-empty name")
-        with self._locking() as db:
+        with self._connection() as db:
             row = db.execute(
                 "INSERT INTO release_leases AS held (campaign_id, round, owner, expires) "
                 "SELECT campaign_id, round, %s, extract(epoch FROM clock_timestamp()) + %s "
@@ -584,12 +576,12 @@ class PostgresStorage(PostgresStore):
         return row is not None
 
     def stop_release_lease(self, campaign_id: str, round_number: int, owner: str) -> None:
-        with self._locking() as db:
+        with self._connection() as db:
             db.execute("UPDATE release_leases SET owner = %s WHERE campaign_id = %s "
                        "AND round = %s AND owner = %s",
                        (STOPPED_OWNER, campaign_id, round_number, owner))
 
     def drop_release_lease(self, campaign_id: str, round_number: int, owner: str) -> None:
-        with self._locking() as db:
+        with self._connection() as db:
             db.execute("DELETE FROM release_leases WHERE campaign_id = %s AND round = %s "
                        "AND owner = %s", (campaign_id, round_number, owner))
