@@ -98,7 +98,8 @@ def test_replicas_claim_concurrently_and_decode_every_chunk_once(
     assert repository.counts("pg", 1, "levels") == dict(expected)
     receipts = [repository.chunk("pg", 1, "levels", i) for i in range(CHUNKS)]
     assert all(r is not None for r in receipts)
-    assert receipts[5] is not None and receipts[5].receipt["replays"] == 1
+    replays = [r.receipt["replays"] for r in receipts if r is not None]
+    assert sum(replays) == 1 and sum(replays[4:6]) == 1  # whichever of the two came second
     completion = replicas[1].complete("pg", 1, "b1")
     assert completion.phase == "round2"
     assert completion.streams["levels"].accepted == CHUNKS * PER_CHUNK - 1
