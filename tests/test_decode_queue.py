@@ -255,3 +255,46 @@ def test_stopping_gives_back_a_claim_taken_meanwhile() -> None:
         assert queue.released == [(7, workers.owner, 0.0)]
 
     asyncio.run(main())
+
+
+def test_a_long_decoding_renews_its_claim() -> None:
+    """The claim is renewed every third of the lease while its chunk is decoded, and the
+    receipt goes to ``on_decoded``."""
+    chunk = ClaimedChunk(seq=3, campaign_id="c", round=1, stream="levels", chunk_index=0,
+                         batch_id="b", chunk_count=1, digest=b"d", received=0, owner="me",
+                         attempts=1, ciphertexts=())
+    renewals: list[tuple[int, float]] = []
+
+    class OneChunk(CountingQueue):
+        def claim_chunk(self, owner: str, lease_seconds: float) -> ClaimedChunk | None:
+            self.claims += 1
+            return chunk if self.claims == 1 else None
+
+        def renew_claim(self, seq: int, owner: str, lease_seconds: float) -> bool:
+            renewals.append((seq, lease_seconds))
+            return True
+
+    queue = OneChunk()
+
+    class SlowService(NoService):
+        def decode_claimed(self, claimed: ClaimedChunk) -> str:
+            time.sleep(0.5)
+            return f"receipt of {claimed.seq}"
+
+    decoded_receipts: list[Any] = []
+
+    async def main() -> None:
+        workers = DecodeWorkers(SlowService(queue), concurrency=1,  # type: ignore[arg-type]
+                                lease_seconds=0.3, on_decoded=decoded_receipts.append)
+        workers.start()
+        try:
+            for _ in range(300):
+                if decoded_receipts:
+                    break
+                await asyncio.sleep(0.01)
+        finally:
+            await workers.stop()
+
+    asyncio.run(main())
+    assert decoded_receipts == ["receipt of 3"]
+    assert len(renewals) >= 2 and set(renewals) == {(3, 0.3)}
