@@ -220,8 +220,11 @@ def databases(kind: str, admin_url: str, label: str) -> Iterator[dict[str, str]]
         for name in names.values():
             connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
-        base = admin_url.rsplit("/", 1)[0]
-        yield {service: f"{base}/{name}" for service, name in names.items()}
+        # The database name replaced, the URL's parameters (sslmode, host, ...) kept.
+        base, _, query = admin_url.partition("?")
+        base = base.rsplit("/", 1)[0]
+        query = f"?{query}" if query else ""
+        yield {service: f"{base}/{name}{query}" for service, name in names.items()}
     finally:
         with psycopg.connect(admin_url, autocommit=True, connect_timeout=10) as connection:
             for name in names.values():
