@@ -186,7 +186,34 @@ def test_the_client_reaches_the_vectors_verdict(case):
 
 def test_the_file_is_what_the_generator_writes():
     published = vectors.published_parameters_of(VECTORS)
-    assert vectors.dumps(vectors.build_vectors(published)) == VECTORS_PATH.read_text("utf-8")
+    assert vectors.matches(VECTORS_PATH.read_text("utf-8"), vectors.build_vectors(published))
+
+
+def test_only_the_recomputed_bound_may_differ_and_only_in_its_last_digits():
+    """The check holds on any machine (delta_user's trailing digits moved by up to 4e-9
+    relative between two machines with the same libraries) but nothing else moves."""
+    generated = vectors.build_vectors(vectors.published_parameters_of(VECTORS))
+    text = vectors.dumps(generated)
+
+    def with_first(key: str, change) -> str:
+        document = json.loads(text)
+        stack = [document]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, dict):
+                if key in node and isinstance(node[key], float):
+                    node[key] = change(node[key])
+                    return vectors.dumps(document)
+                stack.extend(node.values())
+            elif isinstance(node, list):
+                stack.extend(node)
+        raise AssertionError(f"no float {key!r} in the vectors")
+
+    assert vectors.matches(with_first("delta_user", lambda v: v * (1 + 1e-8)), generated)
+    assert not vectors.matches(with_first("delta_user", lambda v: v * (1 + 1e-4)), generated)
+    assert not vectors.matches(with_first("lambda", lambda v: v * (1 + 1e-12)), generated)
+    assert not vectors.matches(text.replace('"holds": true', '"holds": false', 1), generated)
+    assert not vectors.matches("not json", generated)
 
 
 def test_the_generator_checks_a_file(tmp_path):
