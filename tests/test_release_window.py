@@ -182,3 +182,19 @@ def test_the_window_must_be_positive(tmp_path: Path) -> None:
     storage = Storage(tmp_path / "s.sqlite3")
     with pytest.raises(ValueError, match="window"):
         _releaser(storage, SlowServer(), window=0)
+
+
+def test_the_setting_reaches_the_releaser(tmp_path: Path) -> None:
+    """``--forward-window`` / SEGSHUFFLE_SHUFFLER_FORWARD_WINDOW sets the releaser's window."""
+    from segshuffle.services.shuffler.app import create_app
+    from segshuffle.services.shuffler.settings import Settings
+
+    settings = Settings(database=str(tmp_path / "shuffler.db"),
+                        key_directory=str(tmp_path / "keys"), server_url="http://127.0.0.1:9",
+                        server_token="s" * 32, operator_token="o" * 32, enrollment="open",
+                        forward_window=7)
+    app = create_app(settings)
+    try:
+        assert app.state.releaser.window == 7
+    finally:
+        app.state.releaser.storage.close()

@@ -418,6 +418,7 @@ def create_app(
     releaser = Releaser(storage, server, keys, chunk_size=settings.chunk_size,
                         retry_seconds=settings.release_retry_seconds,
                         lease_seconds=settings.release_lease_seconds,
+                        window=settings.forward_window,
                         backoff_initial=backoff_initial, backoff_max=backoff_max)
     service = ShufflerService(settings, storage, policy, server, releaser)
     metrics = Metrics("shuffler")
