@@ -197,10 +197,7 @@ class DecodeWorkers:
         try:
             return self.service.decode_claimed(claimed), None
         except Exception as exc:
-            try:
-                self.repository.release_claim(claimed.seq, self.owner, RETRY_DELAY_SECONDS)
-            except Exception as again:
-                log.warning("giving back the claim of a queued chunk failed: %s", again)
+            self._release(claimed, RETRY_DELAY_SECONDS)
             return None, exc
 
     async def _renew(self, claimed: ClaimedChunk) -> None:
@@ -221,10 +218,14 @@ class DecodeWorkers:
 
     def _give_back(self, claimed: ClaimedChunk | None) -> None:
         """Release a claim taken by a call whose caller was cancelled (in its thread)."""
-        if claimed is None:
-            return
+        if claimed is not None:
+            self._release(claimed, 0.0)
+
+    def _release(self, claimed: ClaimedChunk, delay: float) -> None:
+        """Give a claim back, claimable again after ``delay`` seconds (best effort: an
+        unreleased claim only waits for its lease to expire)."""
         try:
-            self.repository.release_claim(claimed.seq, self.owner, 0.0)
+            self.repository.release_claim(claimed.seq, self.owner, delay)
         except Exception as exc:
             log.warning("giving back the claim of a queued chunk failed: %s", exc)
 
