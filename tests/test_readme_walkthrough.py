@@ -37,6 +37,8 @@ from pathlib import Path
 
 import pytest
 
+from .nginx_support import free_ports
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 SECTION = "Walkthrough"
 LANGUAGES = ("sh", "python")
@@ -147,18 +149,6 @@ def write_script(blocks: list[Block], directory: Path) -> Path:
     script = directory / "walkthrough.sh"
     script.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return script
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct loopback ports that were free a moment ago (the kernel's choice)."""
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def _group_alive(process: subprocess.Popen[bytes]) -> bool:
