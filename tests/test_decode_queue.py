@@ -9,6 +9,7 @@ itself, kill a worker after its claim, and make a decoding fail once.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 from pathlib import Path
@@ -148,7 +149,7 @@ def test_abort_drops_the_queued_chunks(idle: tuple[TestClient, Any, Sealer]) -> 
                       ).status_code == 202
     aborted = client.post("/v1/campaigns/q/abort", json={"reason": "enough"}, headers=ADMIN)
     assert aborted.status_code == 200 and aborted.json()["phase"] == "aborted"
-    assert app.state.service.repository.queued_count("q", 1) == 0
+    assert app.state.service.repository.decode_backlog("q", 1).queued == 0
     _problem(client.get(f"{BATCH}/chunks/levels/0", headers=SHUFFLER), "not-found", 404)
     _problem(client.put(BATCH, json=_chunk(sealer.levels([0, 1])), headers=SHUFFLER),
              "wrong-phase", 409)
@@ -177,6 +178,60 @@ def test_a_decoding_that_fails_is_tried_again_later(idle: tuple[TestClient, Any,
     assert receipt["accepted"] == 2 and len(failures) == 1
 
 
+def test_retry_delay_doubles_up_to_its_cap() -> None:
+    assert [decoding_module.retry_delay(f) for f in (1, 2, 3, 4)] == [5.0, 10.0, 20.0, 40.0]
+    assert decoding_module.retry_delay(7) == 300.0 == decoding_module.retry_delay(10**6)
+    with pytest.raises(ValueError):
+        decoding_module.retry_delay(0)
+
+
+def test_a_chunk_that_keeps_failing_backs_off_and_is_reported(
+        idle: tuple[TestClient, Any, Sealer], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunk that cannot be decoded is neither dropped nor retried at a fixed pace: the
+    waits between attempts double, every failure is counted in ``decode_failures``,
+    ``complete`` says how many chunks are failing, and once the cause is gone the chunk
+    is decoded and the round completes with every message."""
+    client, app, sealer = idle
+    monkeypatch.setattr(decoding_module, "RETRY_DELAY_SECONDS", 0.1)
+    monkeypatch.setattr(decoding_module, "MAX_RETRY_DELAY_SECONDS", 0.4, raising=False)
+    decryptor = app.state.service.decryptor
+    opened = decryptor.open
+    attempts: list[float] = []
+    broken = threading.Event()
+    broken.set()
+
+    def open_while_broken(*args: Any) -> Any:
+        if broken.is_set():
+            attempts.append(time.monotonic())
+            raise RuntimeError("the key file is unreadable")
+        return opened(*args)
+
+    monkeypatch.setattr(decryptor, "open", open_while_broken)
+    assert client.put(BATCH, json=_chunk(sealer.levels([0, 1]), count=1),
+                      headers=SHUFFLER).status_code == 202
+    with TestClient(app, raise_server_exceptions=False) as running:
+        deadline = time.monotonic() + 30
+        while len(attempts) < 5:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        gaps = [later - earlier for earlier, later in itertools.pairwise(attempts)]
+        assert gaps[0] >= 0.09 and gaps[1] >= 0.19 and gaps[2] >= 0.39, gaps
+        assert gaps[3] < 1.5, gaps  # capped at 0.4 s (plus the idle poll)
+        waiting = _problem(running.post(BATCH + "/complete", headers=SHUFFLER),
+                           "unavailable", 503)
+        assert (waiting["queued_chunks"], waiting["failing_chunks"]) == (1, 1)
+        assert "failed to decode" in waiting["detail"]
+        metrics = running.get("/metrics", headers=ADMIN).text
+        failed = [line for line in metrics.splitlines()
+                  if line.startswith("segshuffle_server_decode_failures_total{")]
+        assert failed and float(failed[0].rsplit(" ", 1)[1]) >= 5, failed
+        broken.clear()
+        receipt = decoded(running, "q", 1, "b1", "levels", 0)
+        assert receipt["accepted"] == 2
+        assert app.state.service.repository.counts("q", 1, "levels") == {0: 1, 1: 1}
+        assert app.state.service.repository.decode_backlog("q", 1).queued == 0
+
+
 # -- the workers on their own ------------------------------------------------------------------
 
 class CountingQueue:
@@ -197,7 +252,8 @@ class CountingQueue:
         assert self.hold.wait(30)
         return self.claim
 
-    def release_claim(self, seq: int, owner: str, delay_seconds: float = 0.0) -> bool:
+    def release_claim(self, seq: int, owner: str, delay_seconds: float = 0.0, *,
+                      failed: bool = False) -> bool:
         self.released.append((seq, owner, delay_seconds))
         return True
 
@@ -239,7 +295,7 @@ def test_stopping_gives_back_a_claim_taken_meanwhile() -> None:
     once, rather than leaving it to expire."""
     chunk = ClaimedChunk(seq=7, campaign_id="c", round=1, stream="levels", chunk_index=0,
                          batch_id="b", chunk_count=1, digest=b"d", received=0, owner="me",
-                         attempts=1, ciphertexts=())
+                         attempts=1, failures=0, ciphertexts=())
     queue = CountingQueue(chunk)
     queue.hold.clear()
 
@@ -262,7 +318,7 @@ def test_a_long_decoding_renews_its_claim() -> None:
     receipt goes to ``on_decoded``."""
     chunk = ClaimedChunk(seq=3, campaign_id="c", round=1, stream="levels", chunk_index=0,
                          batch_id="b", chunk_count=1, digest=b"d", received=0, owner="me",
-                         attempts=1, ciphertexts=())
+                         attempts=1, failures=0, ciphertexts=())
     renewals: list[tuple[int, float]] = []
 
     class OneChunk(CountingQueue):

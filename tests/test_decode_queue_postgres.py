@@ -73,7 +73,7 @@ def test_replicas_claim_concurrently_and_decode_every_chunk_once(
             "pg", 1, "b1", BatchChunk(chunk_index=index, chunk_count=CHUNKS, stream="levels",
                                       ciphertexts=part))
         assert receipt.state == "queued" and not receipt.duplicate
-    assert replicas[1].repository.queued_count("pg", 1) == CHUNKS
+    assert replicas[1].repository.decode_backlog("pg", 1).queued == CHUNKS
     barrier = threading.Barrier(REPLICAS * WORKERS_PER_REPLICA, timeout=WAIT)
 
     def work(number: int) -> list[tuple[int, bool]]:
@@ -92,7 +92,7 @@ def test_replicas_claim_concurrently_and_decode_every_chunk_once(
     assert all(counted for result in results for _, counted in result)
     assert sum(1 for result in results if result) >= 2  # the work was shared
     repository = replicas[2].repository
-    assert repository.queued_count("pg", 1) == 0
+    assert repository.decode_backlog("pg", 1).queued == 0
     expected = Counter(level for part in levels for level in part)
     expected[levels[5][0]] -= 1  # the replay is not counted
     assert repository.counts("pg", 1, "levels") == dict(expected)

@@ -43,10 +43,11 @@ class SlowServer:
     ``fail`` maps a (stream, index) to the number of 503 answers it gets first."""
 
     def __init__(self, hold: float = 0.02, fail: dict[tuple[str, int], int] | None = None,
-                 decoding: int = 0) -> None:
+                 decoding: int = 0, failing: int = 0) -> None:
         self.hold = hold
         self.fail = dict(fail or {})
         self.decoding = decoding
+        self.failing = failing
         self.open = 0
         self.most_open = 0
         self.puts: Counter[tuple[str, int]] = Counter()
@@ -61,7 +62,7 @@ class SlowServer:
                 self.decoding -= 1
                 return httpx.Response(503, headers={"Retry-After": "1"}, json={
                     "type": "urn:segshuffle:error:unavailable", "status": 503,
-                    "queued_chunks": 2})
+                    "queued_chunks": 2, "failing_chunks": self.failing})
             return httpx.Response(200, json=COMPLETED)
         body = json.loads(request.content)
         key = (body["stream"], body["chunk_index"])
@@ -127,11 +128,18 @@ def test_a_failing_chunk_is_retried_alone_while_the_others_go_on(tmp_path: Path)
     assert storage.releasing() == []
 
 
-def test_complete_waits_while_the_server_is_decoding(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("failing", "shown"), [
+    (0, "complete: the server is still decoding 2 chunk(s)"),
+    (1, "complete: the server is still decoding 2 chunk(s), 1 of which failed to decode "
+        "and are being retried (see the server's log)"),
+])
+def test_complete_waits_while_the_server_is_decoding(tmp_path: Path, failing: int,
+                                                     shown: str) -> None:
     """``unavailable`` with ``queued_chunks`` is waited for with the backoff, and the
-    round's ``last_error`` says the server is decoding."""
+    round's ``last_error`` says the server is decoding, and how many chunks are failing
+    there (``failing_chunks``)."""
     storage, _ = _filled(tmp_path)
-    server = SlowServer(hold=0.0, decoding=3)
+    server = SlowServer(hold=0.0, decoding=3, failing=failing)
     seen: list[str] = []
 
     async def main() -> None:
@@ -146,7 +154,7 @@ def test_complete_waits_while_the_server_is_decoding(tmp_path: Path) -> None:
 
     asyncio.run(main())
     assert server.completes == 4
-    assert "complete: the server is still decoding 2 chunk(s)" in seen
+    assert shown in seen
 
 
 def test_cancelling_a_forwarding_leaves_no_delivery_behind(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ from segshuffle.services.server.storage_api import (
     BatchRecord,
     ChunkRecord,
     ConflictError,
+    QueueEntry,
     ServerStorage,
 )
 from segshuffle.services.server.storage_postgres import (
@@ -241,6 +242,44 @@ def test_a_transaction_that_raises_leaves_nothing_and_no_lock(postgres_url: str)
         assert time.monotonic() - started < 0.9
 
 
+def test_the_lock_timeout_is_set_once_per_pooled_connection(postgres_url: str,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """``lock_timeout`` is a setting of each pooled connection, made when the pool opens
+    it: a transaction, a claim or a release sends no statement of its own for it."""
+    with replica(postgres_url, lock_timeout=2.5) as storage:
+        create(storage, "c")
+        with storage._connection() as db:
+            assert db.execute("SHOW lock_timeout").fetchone() == ("2500ms",)
+        with storage.transaction() as tx:
+            tx.pin_batch("c", 1, "b")
+            tx.enqueue_chunk("c", 1, "levels", 0, QueueEntry("b", 1, b"d", (b"x",)))
+        statements: list[str] = []
+        pooled = storage._pool.connection
+
+        @contextmanager
+        def recording(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            with pooled(*args, **kwargs) as db:
+                class Recording:
+                    def __getattr__(self, name: str) -> Any:
+                        return getattr(db, name)
+
+                    def execute(self, query: Any, *rest: Any, **named: Any) -> Any:
+                        statements.append(str(query))
+                        return db.execute(query, *rest, **named)
+                yield Recording()
+
+        monkeypatch.setattr(storage._pool, "connection", recording)
+        with storage.transaction() as tx:
+            assert tx.phase("c") == "round1"
+        claimed = storage.claim_chunk("w", 60.0)
+        assert claimed is not None
+        assert storage.renew_claim(claimed.seq, "w", 60.0)
+        assert storage.release_claim(claimed.seq, "w", failed=True)
+        assert len(statements) == 5, statements  # lock + phase, claim, renew, release
+        assert not [query for query in statements if "lock_timeout" in query]
+
+
 def test_lock_waits_are_per_campaign_and_bounded(postgres_url: str) -> None:
     """While one replica's transaction holds campaign a, the other works on b at once, and
     its transaction on a fails after ``lock_timeout`` instead of waiting forever."""
@@ -417,7 +456,7 @@ def test_nonces_and_counts_are_one_statement_each_whatever_the_size(postgres_url
                     statements.append(query)
                     return db.execute(query, *args)
 
-            tx = PostgresTransaction(Recording(), lock_timeout=5.0)  # type: ignore[arg-type]
+            tx = PostgresTransaction(Recording())  # type: ignore[arg-type]
             tx.phase("c")
             statements.clear()
             fresh = tx.insert_nonces("c", 1, nonces)

@@ -32,6 +32,7 @@ from segshuffle.services.server.storage_api import (
     BatchRecord,
     ChunkRecord,
     ConflictError,
+    DecodeBacklog,
     QueueEntry,
     ServerStorage,
     StoredChunk,
@@ -234,7 +235,7 @@ def _finisher(server: ServerStorage) -> ServerService:
 
 def test_server_queue_enqueue_and_read(server: ServerStorage) -> None:
     _create(server)
-    assert server.queued_count("c1", 1) == 0
+    assert server.decode_backlog("c1", 1).queued == 0
     assert server.queued_chunk("c1", 1, "levels", 0) is None
     with server.transaction() as tx:
         assert tx.stream_chunk_count("c1", 1, "levels") is None
@@ -248,7 +249,8 @@ def test_server_queue_enqueue_and_read(server: ServerStorage) -> None:
             queued.batch_id, queued.chunk_count, queued.digest, queued.received,
             queued.owner, queued.attempts) == ("c1", 1, "levels", 0, "b1", 3, b"digest-x", 2,
                                                None, 0)
-    assert server.queued_count("c1", 1) == 1 and server.queued_count("c1", 2) == 0
+    assert server.decode_backlog("c1", 1) == DecodeBacklog(queued=1, failing=0)
+    assert server.decode_backlog("c1", 2) == DecodeBacklog(queued=0, failing=0)
     with pytest.raises(ConflictError), server.transaction() as tx:  # queued already
         tx.enqueue_chunk("c1", 1, "levels", 0, _entry(tag="other"))
     assert server.queued_chunk("c1", 1, "levels", 0) == queued
@@ -276,7 +278,7 @@ def test_server_queue_claims_are_exclusive_while_the_lease_holds(server: ServerS
     again = server.claim_chunk("worker-c", 60.0)
     assert again is not None and (again.seq, again.owner, again.attempts) == (
         first.seq, "worker-c", 2)
-    assert server.queued_count("c1", 1) == 3
+    assert server.decode_backlog("c1", 1).queued == 3
 
 
 def test_server_queue_concurrent_claimers_never_share_a_row(server: ServerStorage) -> None:
@@ -313,6 +315,33 @@ def test_server_queue_an_expired_lease_is_claimed_again(server: ServerStorage) -
     assert server.claim_chunk("live-worker", 60.0) is not None
 
 
+def test_server_queue_counts_failed_attempts_apart_from_other_claims(
+        server: ServerStorage) -> None:
+    """A claim given back as failed counts in ``failures`` and in the round's ``failing``
+    backlog; one given back otherwise (a stopped worker) or left to expire does not."""
+    _create(server)
+    _queue(server, range(2))
+    first = server.claim_chunk("w", 60.0)
+    assert first is not None and first.failures == 0
+    assert server.release_claim(first.seq, "w")  # given back, not failed
+    assert server.decode_backlog("c1", 1) == DecodeBacklog(queued=2, failing=0)
+    again = server.claim_chunk("w", 60.0)
+    assert again is not None and (again.seq, again.attempts, again.failures) == (
+        first.seq, 2, 0)
+    assert server.release_claim(again.seq, "w", failed=True)
+    assert not server.release_claim(again.seq, "w", failed=True)  # no longer w's claim
+    queued = server.queued_chunk("c1", 1, "levels", 0)
+    assert queued is not None and (queued.attempts, queued.failures) == (2, 1)
+    assert server.decode_backlog("c1", 1) == DecodeBacklog(queued=2, failing=1)
+    third = server.claim_chunk("w", 60.0)
+    assert third is not None and (third.seq, third.failures) == (first.seq, 1)
+    assert server.release_claim(third.seq, "w", failed=True)
+    queued = server.queued_chunk("c1", 1, "levels", 0)
+    assert queued is not None and (queued.attempts, queued.failures) == (3, 2)
+    assert server.decode_backlog("c1", 1) == DecodeBacklog(queued=2, failing=1)
+    assert server.decode_backlog("c1", 2) == DecodeBacklog(queued=0, failing=0)
+
+
 def test_server_queue_finishing_twice_counts_once(server: ServerStorage) -> None:
     """Two workers that decoded the same chunk (the first stalled past its lease) both
     finish it: the first counts it and stores its receipt, the second changes nothing."""
@@ -331,7 +360,7 @@ def test_server_queue_finishing_twice_counts_once(server: ServerStorage) -> None
     stored = server.chunk("c1", 1, "levels", 0)
     assert stored is not None and stored.digest == fast.digest
     assert stored.receipt == receipt.model_dump(mode="json")
-    assert server.queued_count("c1", 1) == 0
+    assert server.decode_backlog("c1", 1).queued == 0
     assert service.finish_chunk(slow, messages, failures) is None
     assert service.finish_chunk(fast, messages, failures) is None
     assert server.counts("c1", 1, "levels") == {1: 1, NULL_VALUE: 1}
@@ -344,14 +373,14 @@ def test_server_queue_holds_the_round_open_and_ends_with_the_campaign(
     _queue(server, range(2))
     with pytest.raises(errors.UnavailableError) as refused:
         _finisher(server).complete("c1", 1, "b1")
-    assert refused.value.extra == {"queued_chunks": 2}
+    assert refused.value.extra == {"queued_chunks": 2, "failing_chunks": 0}
     assert refused.value.headers["Retry-After"]
     claimed = server.claim_chunk("w", 60.0)
     assert claimed is not None
     with server.transaction() as tx:
         tx.end_campaign("c1", "aborted", "stop")
         assert tx.drop_queue("c1") == 2
-    assert server.queued_count("c1", 1) == 0
+    assert server.decode_backlog("c1", 1).queued == 0
     assert _finisher(server).finish_chunk(claimed, [(0, AcceptedMessage(0, b"n"))], []) is None
     assert server.counts("c1", 1, "levels") == {} and server.chunk("c1", 1, "levels", 0) is None
     assert not server.renew_claim(claimed.seq, "w", 60.0)

@@ -73,6 +73,7 @@ from .keys import KeyStore
 from .service import ServerService
 from .settings import Settings
 from .signing import load_or_create
+from .storage_api import ClaimedChunk
 
 log = logging.getLogger("segshuffle.server")
 Role = Literal["admin", "shuffler"]
@@ -166,9 +167,16 @@ class ServerCounters:
                                         "(null messages included)", ["round", "stream"])
         self.dropped = metrics.counter("messages_dropped", "Messages dropped, by reason",
                                        ["round", "stream", "reason"])
+        self.decode_failures = metrics.counter(
+            "decode_failures", "Attempts at decoding a queued chunk that failed in this "
+            "process (the chunk is retried later; the log says why)", ["round", "stream"])
         self.completions = metrics.counter("batches_completed", "Batch completions answered "
                                            "(the round decoded or optimized; a retried "
                                            "completion counts again)", ["round"])
+
+    def decode_failure(self, claimed: ClaimedChunk) -> None:
+        """Count a failed attempt at decoding a queued chunk."""
+        self.decode_failures.labels(str(claimed.round), str(claimed.stream)).inc()
 
     def chunk(self, receipt: ChunkReceipt) -> None:
         """Count a chunk from its receipt: queued (by the request that delivered it) or
@@ -207,7 +215,7 @@ def create_app(settings: Settings) -> FastAPI:
     workers = DecodeWorkers(service, concurrency=settings.decode_concurrency,
                             lease_seconds=settings.decode_lease_seconds,
                             idle_seconds=settings.decode_idle_seconds,
-                            on_decoded=counted.chunk)
+                            on_decoded=counted.chunk, on_failed=counted.decode_failure)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -15,7 +15,12 @@ of :class:`DecodeWorkers`, a fixed number of asyncio tasks per server process
    chunk and removes its queue row), renewing the lease every third of its length
    meanwhile;
 3. on a failure (the key cannot be read, the database is away) give the claim back
-   with a delay, so the chunk is tried again later, here or on another replica.
+   with a delay that doubles with each failure of that chunk (:func:`retry_delay`), so
+   it is tried again later, here or on another replica, and a chunk that can never be
+   decoded costs a bounded, shrinking share of the workers. Nothing is dropped: the
+   round waits (``complete`` answers that it is still decoding, with how many chunks
+   failed) until the cause is mended or the campaign is aborted, and every failure
+   is logged and counted (the ``decode_failures`` metric).
 
 An idle worker polls with a backoff that doubles from :data:`IDLE_MIN_SECONDS` to
 ``idle_seconds``, and :meth:`DecodeWorkers.wake` (called when this process queues a chunk)
@@ -54,7 +59,22 @@ T = TypeVar("T")
 IDLE_MIN_SECONDS = 0.05
 """The first idle wait of a worker that found the queue empty (it doubles from there)."""
 RETRY_DELAY_SECONDS = 5.0
-"""How long a chunk that could not be decoded stays unclaimable before the next attempt."""
+"""How long a chunk that failed to decode once stays unclaimable before the next attempt."""
+MAX_RETRY_DELAY_SECONDS = 300.0
+"""The longest wait between two attempts at a chunk that keeps failing."""
+
+
+def retry_delay(failures: int) -> float:
+    """Seconds before the next attempt at a chunk that has failed ``failures`` >= 1 times:
+
+        delay(f) = min(RETRY_DELAY_SECONDS * 2**(f - 1), MAX_RETRY_DELAY_SECONDS)
+
+    5, 10, 20, ... seconds, at most 5 minutes: a transient fault (the database restarting)
+    is retried soon, a lasting one (a lost key file) about 12 times an hour."""
+    if failures < 1:
+        raise ValueError(f"failures must be at least 1, got {failures}")
+    exponent = min(failures - 1, 32)  # 2**32 * 5 s is far past the cap already
+    return min(RETRY_DELAY_SECONDS * 2.0 ** exponent, MAX_RETRY_DELAY_SECONDS)
 
 
 def owner_name() -> str:
@@ -67,12 +87,14 @@ class DecodeWorkers:
 
     ``lease_seconds``: how long a claim holds without renewal; ``idle_seconds``: the
     longest wait between two polls of an empty queue; ``on_decoded`` is called on the
-    event loop with the receipt of every chunk this process counted.
+    event loop with the receipt of every chunk this process counted, ``on_failed`` with
+    every chunk whose decoding failed here.
     """
 
     def __init__(self, service: ServerService, *, concurrency: int = 2,
                  lease_seconds: float = 60.0, idle_seconds: float = 1.0,
-                 on_decoded: Callable[[ChunkReceipt], None] | None = None) -> None:
+                 on_decoded: Callable[[ChunkReceipt], None] | None = None,
+                 on_failed: Callable[[ClaimedChunk], None] | None = None) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         if lease_seconds <= 0 or idle_seconds <= 0:
@@ -83,6 +105,7 @@ class DecodeWorkers:
         self.lease_seconds = lease_seconds
         self.idle_seconds = max(idle_seconds, IDLE_MIN_SECONDS)
         self.on_decoded = on_decoded
+        self.on_failed = on_failed
         self.owner = owner_name()
         """This process's name as a claim owner."""
         self._tasks: list[asyncio.Task[None]] = []
@@ -166,8 +189,8 @@ class DecodeWorkers:
     async def decode_one(self) -> bool:
         """Claim one chunk and decode it; whether there was one to claim.
 
-        The claim is given back (with :data:`RETRY_DELAY_SECONDS`) when decoding fails,
-        and at once when this task is cancelled before decoding began.
+        The claim is given back (after :func:`retry_delay`) when decoding fails, and at
+        once when this task is cancelled before decoding began.
         """
         claimed: ClaimedChunk | None = await self._in_pool(
             self.repository.claim_chunk, self.owner, self.lease_seconds,
@@ -182,10 +205,12 @@ class DecodeWorkers:
             with contextlib.suppress(asyncio.CancelledError):
                 await renewal
         if failure is not None:
-            log.warning("decoding chunk %d of stream %s (campaign %s, round %d, attempt %d) "
-                        "failed: %s; retrying in %g s", claimed.chunk_index, claimed.stream,
-                        claimed.campaign_id, claimed.round, claimed.attempts, failure,
-                        RETRY_DELAY_SECONDS)
+            log.warning("decoding chunk %d of stream %s (campaign %s, round %d, attempt %d, "
+                        "failure %d) failed: %s; retrying in %g s", claimed.chunk_index,
+                        claimed.stream, claimed.campaign_id, claimed.round, claimed.attempts,
+                        claimed.failures + 1, failure, retry_delay(claimed.failures + 1))
+            if self.on_failed is not None:
+                self.on_failed(claimed)
         elif receipt is not None and self.on_decoded is not None:
             self.on_decoded(receipt)
         return True
@@ -197,7 +222,7 @@ class DecodeWorkers:
         try:
             return self.service.decode_claimed(claimed), None
         except Exception as exc:
-            self._release(claimed, RETRY_DELAY_SECONDS)
+            self._release(claimed, retry_delay(claimed.failures + 1), failed=True)
             return None, exc
 
     async def _renew(self, claimed: ClaimedChunk) -> None:
@@ -221,11 +246,12 @@ class DecodeWorkers:
         if claimed is not None:
             self._release(claimed, 0.0)
 
-    def _release(self, claimed: ClaimedChunk, delay: float) -> None:
-        """Give a claim back, claimable again after ``delay`` seconds (best effort: an
-        unreleased claim only waits for its lease to expire)."""
+    def _release(self, claimed: ClaimedChunk, delay: float, *, failed: bool = False) -> None:
+        """Give a claim back, claimable again after ``delay`` seconds, with its failure
+        counted if ``failed`` (best effort: an unreleased claim only waits for its lease
+        to expire)."""
         try:
-            self.repository.release_claim(claimed.seq, self.owner, delay)
+            self.repository.release_claim(claimed.seq, self.owner, delay, failed=failed)
         except Exception as exc:
             log.warning("giving back the claim of a queued chunk failed: %s", exc)
 

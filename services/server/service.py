@@ -481,8 +481,8 @@ class ServerService:
         if pinned.completion is not None:
             return BatchCompletion.model_validate(pinned.completion)
         self._require_phase(campaign_id, record.phase, round_)
-        self._require_decoded(campaign_id, round_,
-                              self.repository.queued_count(campaign_id, round_))
+        backlog = self.repository.decode_backlog(campaign_id, round_)
+        self._require_decoded(campaign_id, round_, backlog.queued, backlog.failing)
         summaries, failures, omitted = self._summaries(campaign_id, round_)
         config = CampaignConfig.model_validate(record.config)
         observed = histogram(self.repository.counts(campaign_id, round_, "levels"),
@@ -574,15 +574,20 @@ class ServerService:
                                          extra={"phase": phase})
 
     @staticmethod
-    def _require_decoded(campaign_id: str, round_: int, queued: int) -> None:
+    def _require_decoded(campaign_id: str, round_: int, queued: int, failing: int = 0
+                         ) -> None:
         """Refuse, for now, to finish a round while ``queued`` of its chunks wait to be
-        decoded: ``unavailable`` (503, retried by the shuffler) with ``Retry-After``
-        and ``queued_chunks`` (the shuffler sent those chunks: it learns nothing new)."""
+        decoded: ``unavailable`` (503, retried by the shuffler) with ``Retry-After``,
+        ``queued_chunks`` and ``failing_chunks``, how many of those failed to decode at
+        least once (the shuffler sent those chunks: it learns nothing new, and its
+        operator sees why the round does not end; the reason is in the server's log)."""
         if queued:
+            failing_note = (f"; {failing} of them failed to decode and are being retried "
+                            "(the server's log says why)" if failing else "")
             raise errors.UnavailableError(
                 f"{queued} chunk(s) of round {round_} of campaign {campaign_id!r} are still "
-                "being decoded; complete the batch again later",
-                extra={"queued_chunks": queued},
+                f"being decoded{failing_note}; complete the batch again later",
+                extra={"queued_chunks": queued, "failing_chunks": failing},
                 headers={"Retry-After": str(DECODING_RETRY_AFTER)})
 
     def _summaries(self, campaign_id: str, round_: int

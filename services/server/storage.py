@@ -48,6 +48,7 @@ from .storage_api import (
     ChunkRecord,
     ClaimedChunk,
     ConflictError,
+    DecodeBacklog,
     QueuedChunk,
     QueueEntry,
     StoredChunk,
@@ -132,16 +133,21 @@ CREATE TABLE IF NOT EXISTS decode_queue (
 """
 # The blob is the last column: scanning for a claimable row reads the small columns only.
 
+_SCHEMA_4 = """
+ALTER TABLE decode_queue ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "campaigns, batches, chunks, counts, nonces", _SCHEMA_1),
     Migration(2, "why a failed or aborted campaign ended", _SCHEMA_2),
     Migration(3, "the decode queue", _SCHEMA_3),
+    Migration(4, "failed decoding attempts of a queued chunk", _SCHEMA_4),
 )
 """The server's schema, in order (:mod:`segshuffle.services.sqlite_base`); append only."""
 
 
 _QUEUE_COLUMNS = ("seq, campaign_id, round, stream, chunk_index, batch_id, chunk_count, digest,"
-                  " received, owner, attempts")
+                  " received, owner, attempts, failures")
 
 
 def _queued(row: Sequence[Any]) -> QueuedChunk:
@@ -149,7 +155,7 @@ def _queued(row: Sequence[Any]) -> QueuedChunk:
     return QueuedChunk(seq=int(row[0]), campaign_id=row[1], round=int(row[2]), stream=row[3],
                        chunk_index=int(row[4]), batch_id=row[5], chunk_count=int(row[6]),
                        digest=bytes(row[7]), received=int(row[8]), owner=row[9],
-                       attempts=int(row[10]))
+                       attempts=int(row[10]), failures=int(row[11]))
 
 
 def _loads(text: str | None) -> dict[str, Any] | None:
@@ -272,9 +278,12 @@ class Repository(SQLiteStore):
         with self._lock:
             return _queued_chunk(self._db, campaign_id, round_, stream, chunk_index)
 
-    def queued_count(self, campaign_id: str, round_: int) -> int:
+    def decode_backlog(self, campaign_id: str, round_: int) -> DecodeBacklog:
         with self._lock:
-            return _queued_count(self._db, campaign_id, round_)
+            row = self._db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(failures > 0), 0) FROM decode_queue"
+                " WHERE campaign_id = ? AND round = ?", (campaign_id, round_)).fetchone()
+        return DecodeBacklog(queued=int(row[0]), failing=int(row[1]))
 
     def claim_chunk(self, owner: str, lease_seconds: float) -> ClaimedChunk | None:
         """Claim the oldest claimable row (see the Protocol). An empty queue costs one
@@ -297,7 +306,7 @@ class Repository(SQLiteStore):
         queued = _queued(row)
         return ClaimedChunk(**{**queued.__dict__, "owner": owner,
                                "attempts": queued.attempts + 1},
-                            ciphertexts=unpack_ciphertexts(bytes(row[11])))
+                            ciphertexts=unpack_ciphertexts(bytes(row[-1])))
 
     def renew_claim(self, seq: int, owner: str, lease_seconds: float) -> bool:
         with self._transaction() as db:
@@ -305,12 +314,14 @@ class Repository(SQLiteStore):
                 "UPDATE decode_queue SET lease_until = ? WHERE seq = ? AND owner = ?",
                 (time.time() + lease_seconds, seq, owner)).rowcount == 1
 
-    def release_claim(self, seq: int, owner: str, delay_seconds: float = 0.0) -> bool:
+    def release_claim(self, seq: int, owner: str, delay_seconds: float = 0.0, *,
+                      failed: bool = False) -> bool:
         with self._transaction() as db:
             return db.execute(
-                "UPDATE decode_queue SET owner = NULL, lease_until = ? WHERE seq = ?"
-                " AND owner = ?",
-                (time.time() + max(0.0, delay_seconds), seq, owner)).rowcount == 1
+                "UPDATE decode_queue SET owner = NULL, lease_until = ?,"
+                " failures = failures + ? WHERE seq = ? AND owner = ?",
+                (time.time() + max(0.0, delay_seconds), int(failed), seq, owner)
+            ).rowcount == 1
 
 
 class SQLiteTransaction:

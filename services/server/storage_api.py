@@ -101,7 +101,9 @@ class QueuedChunk:
 
     ``seq`` numbers rows in the order they were queued (never reused, so a stale claim
     of a row that left the queue cannot touch another); ``owner`` is the worker holding
-    the claim (``None`` when unclaimed); ``attempts`` counts the claims so far.
+    the claim (``None`` when unclaimed); ``attempts`` counts the claims so far and
+    ``failures`` the attempts whose decoding failed (a claim given back after a cancel, or
+    left to expire by a stopped worker, is an attempt but not a failure).
     """
 
     seq: int
@@ -115,6 +117,16 @@ class QueuedChunk:
     received: int
     owner: str | None
     attempts: int
+    failures: int
+
+
+@dataclass(frozen=True)
+class DecodeBacklog:
+    """A round's chunks in the decode queue: ``queued`` (waiting or being decoded) and,
+    of those, ``failing``: the ones whose last decoding failed at least once."""
+
+    queued: int
+    failing: int
 
 
 @dataclass(frozen=True)
@@ -315,8 +327,9 @@ class ServerStorage(Protocol):
         """One chunk of the decode queue (claimed or not), ``None`` if not queued."""
         ...
 
-    def queued_count(self, campaign_id: str, round_: int) -> int:
-        """How many chunks of the round are queued or being decoded."""
+    def decode_backlog(self, campaign_id: str, round_: int) -> DecodeBacklog:
+        """How many chunks of the round are queued or being decoded, and how many of those
+        have failed to decode at least once."""
         ...
 
     def claim_chunk(self, owner: str, lease_seconds: float) -> ClaimedChunk | None:
@@ -332,8 +345,10 @@ class ServerStorage(Protocol):
         if the row is gone or another worker holds it now (its lease had expired)."""
         ...
 
-    def release_claim(self, seq: int, owner: str, delay_seconds: float = 0.0) -> bool:
+    def release_claim(self, seq: int, owner: str, delay_seconds: float = 0.0, *,
+                      failed: bool = False) -> bool:
         """Give back ``owner``'s claim of row ``seq``: claimable again after
         ``delay_seconds`` (a worker that could not decode it waits before the next
-        attempt); ``False`` if ``owner`` does not hold it."""
+        attempt), its ``failures`` counted up if ``failed``; ``False`` if ``owner`` does
+        not hold it."""
         ...

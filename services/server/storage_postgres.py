@@ -19,9 +19,11 @@ the decode queue. What differs is how atomicity is obtained:
   each other. A transaction that touches several campaigns must name them in the same
   order as every other such transaction, or PostgreSQL may end one with a
   ``DeadlockDetected`` error (the service touches one campaign per transaction).
-- Every lock wait in a transaction (the advisory lock, a row a concurrent insert holds)
-  is bounded by ``lock_timeout`` seconds; past it the transaction fails with
-  :class:`psycopg.errors.LockNotAvailable` and is rolled back.
+- Every lock wait (the advisory lock, a row a concurrent insert holds) is bounded by
+  ``lock_timeout`` seconds, a setting of each pooled connection made once when it is
+  opened (:class:`~segshuffle.services.postgres_base.PostgresStore`), so no
+  transaction pays a round trip for it; past it the statement fails with
+  :class:`psycopg.errors.LockNotAvailable` and its transaction is rolled back.
 - Writes whose SQLite version relies on a unique key are ``ON CONFLICT`` statements:
   nonces (``DO NOTHING``, the returned rows say which were new), counts (``DO UPDATE``
   adding to the stored count), and campaign creation (``DO NOTHING``; no row back means
@@ -72,6 +74,7 @@ from .storage_api import (
     ChunkRecord,
     ClaimedChunk,
     ConflictError,
+    DecodeBacklog,
     QueuedChunk,
     QueueEntry,
     StoredChunk,
@@ -150,18 +153,24 @@ CREATE TABLE decode_queue (
 ALTER TABLE decode_queue ALTER COLUMN ciphertexts SET STORAGE EXTERNAL;
 """
 
+_SCHEMA_3 = """
+ALTER TABLE decode_queue ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
+"""
+
 MIGRATIONS: tuple[PostgresMigration, ...] = (
     PostgresMigration(1, "campaigns, batches, chunks, counts, nonces", _SCHEMA_1),
     PostgresMigration(2, "the decode queue", _SCHEMA_2),
+    PostgresMigration(3, "failed decoding attempts of a queued chunk", _SCHEMA_3),
 )
 """The server's PostgreSQL schema, in order (:mod:`segshuffle.services.postgres_base`);
 append only. Version 1 is SQLite's versions 1 and 2 together (``end_reason`` included):
-a PostgreSQL database never held the schema before it. Version 2 is SQLite's 3."""
+a PostgreSQL database never held the schema before it. Versions 2 and 3 are SQLite's 3
+and 4."""
 
 _NOW = "extract(epoch FROM clock_timestamp())"
 """The database's clock in seconds, the one every lease is measured on."""
 _QUEUE_COLUMNS = ("seq, campaign_id, round, stream, chunk_index, batch_id, chunk_count, digest,"
-                  " received, owner, attempts")
+                  " received, owner, attempts, failures")
 _CLAIM = f"""
 UPDATE decode_queue SET owner = %(owner)s, lease_until = {_NOW} + %(lease)s,
     attempts = attempts + 1
@@ -218,13 +227,7 @@ def _queued(row: Sequence[Any]) -> QueuedChunk:
     return QueuedChunk(seq=int(row[0]), campaign_id=row[1], round=int(row[2]), stream=row[3],
                        chunk_index=int(row[4]), batch_id=row[5], chunk_count=int(row[6]),
                        digest=bytes(row[7]), received=int(row[8]), owner=row[9],
-                       attempts=int(row[10]))
-
-
-def _bound_lock_waits(db: psycopg.Connection, seconds: float) -> None:
-    """Bound every lock wait of the current transaction by ``seconds``."""
-    db.execute("SELECT set_config('lock_timeout', %s, true)",
-               (f"{max(1, round(seconds * 1000))}ms",))
+                       attempts=int(row[10]), failures=int(row[11]))
 
 
 class PostgresRepository(PostgresStore):
@@ -244,7 +247,7 @@ class PostgresRepository(PostgresStore):
         if lock_timeout <= 0:
             raise ValueError(f"lock_timeout must be positive, got {lock_timeout}")
         super().__init__(url, MIGRATIONS, service="server", pool_size=pool_size,
-                         connect_timeout=connect_timeout)
+                         connect_timeout=connect_timeout, lock_timeout=lock_timeout)
         self.lock_timeout = lock_timeout
 
     # -- campaigns ---------------------------------------------------------------------------
@@ -257,7 +260,6 @@ class PostgresRepository(PostgresStore):
         uncommitted row, then finds it and inserts nothing: exactly one succeeds.
         """
         with self._transaction() as db:
-            _bound_lock_waits(db, self.lock_timeout)
             row = db.execute(
                 "INSERT INTO campaigns (id, config_json, config_hash, key_id, public_key, phase,"
                 " created_at) VALUES (%s, %s, %s, %s, %s, 'round1', %s)"
@@ -330,7 +332,7 @@ class PostgresRepository(PostgresStore):
         """One database transaction on a pooled connection, committed when the block ends
         and rolled back if it raises; it locks each campaign it names (see the module)."""
         with self._transaction() as db:
-            yield PostgresTransaction(db, self.lock_timeout)
+            yield PostgresTransaction(db)
 
     # -- the decode queue --------------------------------------------------------------------
 
@@ -339,35 +341,37 @@ class PostgresRepository(PostgresStore):
         with self._connection() as db:
             return _queued_chunk(db, campaign_id, round_, stream, chunk_index)
 
-    def queued_count(self, campaign_id: str, round_: int) -> int:
+    def decode_backlog(self, campaign_id: str, round_: int) -> DecodeBacklog:
         with self._connection() as db:
-            return _queued_count(db, campaign_id, round_)
+            row = db.execute(
+                "SELECT COUNT(*), COUNT(*) FILTER (WHERE failures > 0) FROM decode_queue"
+                " WHERE campaign_id = %s AND round = %s", (campaign_id, round_)).fetchone()
+        assert row is not None
+        return DecodeBacklog(queued=int(row[0]), failing=int(row[1]))
 
     def claim_chunk(self, owner: str, lease_seconds: float) -> ClaimedChunk | None:
         """Claim the oldest claimable row in one statement (see the module docstring);
         a row lock wait is bounded by ``lock_timeout``, though ``SKIP LOCKED`` takes none."""
         with self._transaction() as db:
-            _bound_lock_waits(db, self.lock_timeout)
             row = db.execute(_CLAIM, {"owner": owner, "lease": lease_seconds}).fetchone()
         if row is None:
             return None
         queued = _queued(row)
-        return ClaimedChunk(**queued.__dict__, ciphertexts=unpack_ciphertexts(bytes(row[11])))
+        return ClaimedChunk(**queued.__dict__, ciphertexts=unpack_ciphertexts(bytes(row[-1])))
 
     def renew_claim(self, seq: int, owner: str, lease_seconds: float) -> bool:
         with self._transaction() as db:
-            _bound_lock_waits(db, self.lock_timeout)
             return db.execute(
                 f"UPDATE decode_queue SET lease_until = {_NOW} + %s WHERE seq = %s"
                 " AND owner = %s RETURNING seq", (lease_seconds, seq, owner)).fetchone() is not None
 
-    def release_claim(self, seq: int, owner: str, delay_seconds: float = 0.0) -> bool:
+    def release_claim(self, seq: int, owner: str, delay_seconds: float = 0.0, *,
+                      failed: bool = False) -> bool:
         with self._transaction() as db:
-            _bound_lock_waits(db, self.lock_timeout)
             return db.execute(
-                f"UPDATE decode_queue SET owner = NULL, lease_until = {_NOW} + %s"
-                " WHERE seq = %s AND owner = %s RETURNING seq",
-                (max(0.0, delay_seconds), seq, owner)).fetchone() is not None
+                f"UPDATE decode_queue SET owner = NULL, lease_until = {_NOW} + %s,"
+                " failures = failures + %s WHERE seq = %s AND owner = %s RETURNING seq",
+                (max(0.0, delay_seconds), int(failed), seq, owner)).fetchone() is not None
 
 
 class PostgresTransaction:
@@ -378,17 +382,14 @@ class PostgresTransaction:
     replica's transaction on that campaign is running.
     """
 
-    def __init__(self, db: psycopg.Connection, lock_timeout: float) -> None:
+    def __init__(self, db: psycopg.Connection) -> None:
         self._db = db
-        self._lock_timeout = lock_timeout
         self._campaigns: set[str] = set()
 
     def _locked(self, campaign_id: str) -> psycopg.Connection:
         """The connection, once this transaction holds ``campaign_id``'s exclusive lock
         (taken on first use, held until commit or rollback)."""
         if campaign_id not in self._campaigns:
-            if not self._campaigns:
-                _bound_lock_waits(self._db, self._lock_timeout)
             lock(self._db, f"server:campaign:{campaign_id}")
             self._campaigns.add(campaign_id)
         return self._db

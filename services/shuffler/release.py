@@ -484,8 +484,9 @@ class Releaser:
         """The round's end once the server has finished it; ``None`` if it lacks chunks.
 
         While the server is still decoding chunks of the round it answers ``unavailable``
-        with ``queued_chunks``: waited for with the backoff like any 503, within the
-        same ``retry_seconds``, and shown in the round's ``last_error`` as such."""
+        with ``queued_chunks`` (and ``failing_chunks``): waited for with the backoff like
+        any 503, within the same ``retry_seconds``, and shown in the round's
+        ``last_error`` as such (:func:`_decoding_reason`)."""
         while True:
             try:
                 completion = await self.link.complete(record.campaign_id, record.round,
@@ -499,10 +500,8 @@ class Releaser:
                     ended = await self._ended(record)
                     if ended is not None:
                         return ended  # e.g. completed earlier, the answer lost in a crash
-                decoding = exc.members.get("queued_chunks") if exc.status == 503 else None
                 await self._wait(record, "complete", exc, backoff, deadline,
-                                 reason=None if decoding is None else
-                                 f"the server is still decoding {decoding} chunk(s)")
+                                 reason=_decoding_reason(exc))
                 continue
             if completion.phase == "failed":
                 return FAILED, completion.end_reason
@@ -537,6 +536,19 @@ class Releaser:
         log.info("forwarding %s of campaign=%s round=%d failed (%s); retry in %.2fs",
                  what, record.campaign_id, record.round, exc, delay)
         await asyncio.sleep(delay)
+
+
+def _decoding_reason(exc: UpstreamError) -> str | None:
+    """The round's ``last_error`` while the server answers that it is still decoding
+    (``unavailable`` with ``queued_chunks``); ``None`` for any other refusal."""
+    decoding = exc.members.get("queued_chunks") if exc.status == 503 else None
+    if decoding is None:
+        return None
+    failing = exc.members.get("failing_chunks") or 0
+    if failing:
+        return (f"the server is still decoding {decoding} chunk(s), {failing} of which "
+                "failed to decode and are being retried (see the server's log)")
+    return f"the server is still decoding {decoding} chunk(s)"
 
 
 def _first_outcome(finished: set[asyncio.Task[tuple[str, str | None] | None]]
