@@ -217,9 +217,10 @@ def test_a_chunk_that_keeps_failing_backs_off_and_is_reported(
         gaps = [later - earlier for earlier, later in itertools.pairwise(attempts)]
         assert gaps[0] >= 0.09 and gaps[1] >= 0.19 and gaps[2] >= 0.39, gaps
         assert gaps[3] < 1.5, gaps  # capped at 0.4 s (plus the idle poll)
-        waiting = _problem(running.post(BATCH + "/complete", headers=SHUFFLER),
-                           "unavailable", 503)
+        answer = running.post(BATCH + "/complete", headers=SHUFFLER)
+        waiting = _problem(answer, "unavailable", 503)
         assert (waiting["queued_chunks"], waiting["failing_chunks"]) == (1, 1)
+        assert answer.headers["retry-after"] == "30"  # it waits for an operator
         assert "failed to decode" in waiting["detail"]
         metrics = running.get("/metrics", headers=ADMIN).text
         failed = [line for line in metrics.splitlines()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 
 from segshuffle.services.shuffler.release import DEFAULT_WINDOW, Releaser
 from segshuffle.services.shuffler.storage import RELEASED, Storage
-from segshuffle.services.shuffler.upstream import ServerLink
+from segshuffle.services.shuffler.upstream import ServerLink, retry_after_seconds
 from segshuffle.services.shuffler.vault import RoundKeys
 
 from .test_shuffler_release import _filled
@@ -43,11 +44,12 @@ class SlowServer:
     ``fail`` maps a (stream, index) to the number of 503 answers it gets first."""
 
     def __init__(self, hold: float = 0.02, fail: dict[tuple[str, int], int] | None = None,
-                 decoding: int = 0, failing: int = 0) -> None:
+                 decoding: int = 0, failing: int = 0, retry_after: str = "1") -> None:
         self.hold = hold
         self.fail = dict(fail or {})
         self.decoding = decoding
         self.failing = failing
+        self.retry_after = retry_after
         self.open = 0
         self.most_open = 0
         self.puts: Counter[tuple[str, int]] = Counter()
@@ -60,7 +62,7 @@ class SlowServer:
             self.completes += 1
             if self.decoding:
                 self.decoding -= 1
-                return httpx.Response(503, headers={"Retry-After": "1"}, json={
+                return httpx.Response(503, headers={"Retry-After": self.retry_after}, json={
                     "type": "urn:segshuffle:error:unavailable", "status": 503,
                     "queued_chunks": 2, "failing_chunks": self.failing})
             return httpx.Response(200, json=COMPLETED)
@@ -155,6 +157,42 @@ def test_complete_waits_while_the_server_is_decoding(tmp_path: Path, failing: in
     asyncio.run(main())
     assert server.completes == 4
     assert shown in seen
+
+
+def test_complete_is_retried_after_the_servers_retry_after(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """While the server decodes, the shuffler asks again after the server's ``Retry-After``
+    (here 0 s), not after its own backoff (here 20 to 40 s, cut short by the test's
+    timeout), so a round ends as soon as its decoding does."""
+    storage, _ = _filled(tmp_path)
+    server = SlowServer(hold=0.0, decoding=3, retry_after="0")
+
+    async def main() -> None:
+        link = ServerLink("http://server", "shuffler-credential",
+                          transport=httpx.MockTransport(server))
+        releaser = Releaser(storage, link, RoundKeys(tmp_path / "keys"), chunk_size=10,
+                            backoff_initial=20.0, backoff_max=40.0)
+        try:
+            record = releaser.start("c", 2, required=23)
+            async with asyncio.timeout(15):
+                assert (await releaser.forward(record)).state == RELEASED
+        finally:
+            await link.aclose()
+
+    with caplog.at_level(logging.INFO, logger="segshuffle.shuffler"):
+        asyncio.run(main())
+    assert server.completes == 4
+    waits = [r.getMessage() for r in caplog.records if "forwarding complete" in r.getMessage()]
+    assert len(waits) == 3 and all(w.endswith("retry in 0.00s") for w in waits), waits
+
+
+@pytest.mark.parametrize(("header", "seconds"), [
+    ("1", 1.0), (" 30 ", 30.0), ("0", 0.0), ("99999999", 3600.0), (None, None), ("", None),
+    ("-1", None), ("1.5", None), ("Wed, 21 Oct 2026 07:28:00 GMT", None), ("١", None),
+])
+def test_retry_after_is_read_in_delay_seconds_only(header: str | None,
+                                                   seconds: float | None) -> None:
+    assert retry_after_seconds(header) == seconds
 
 
 def test_cancelling_a_forwarding_leaves_no_delivery_behind(tmp_path: Path) -> None:

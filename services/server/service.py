@@ -92,6 +92,9 @@ STREAMS_BY_ROUND: dict[int, tuple[str, ...]] = {1: ("levels",), 2: ("levels", "d
 FAILURE_NAMES = ("decrypt-failed", "invalid-message", "out-of-domain", "replay")
 DECODING_RETRY_AFTER = 1
 """Seconds ``complete`` asks the shuffler to wait while chunks of the round are decoded."""
+FAILING_RETRY_AFTER = 30
+"""The same while some of them have failed to decode: they are retried seconds to minutes
+apart and may wait for an operator, so the shuffler need not ask every second."""
 
 
 def chunk_digest(batch_id: str, chunk: BatchChunk) -> bytes:
@@ -588,7 +591,8 @@ class ServerService:
                 f"{queued} chunk(s) of round {round_} of campaign {campaign_id!r} are still "
                 f"being decoded{failing_note}; complete the batch again later",
                 extra={"queued_chunks": queued, "failing_chunks": failing},
-                headers={"Retry-After": str(DECODING_RETRY_AFTER)})
+                headers={"Retry-After": str(FAILING_RETRY_AFTER if failing
+                                            else DECODING_RETRY_AFTER)})
 
     def _summaries(self, campaign_id: str, round_: int
                    ) -> tuple[dict[str, Any], list[dict[str, Any]], int]:

@@ -524,11 +524,18 @@ class Releaser:
     async def _wait(self, record: RoundRecord, what: str, exc: UpstreamError,
                     backoff: Backoff, deadline: float, *, reason: str | None = None) -> None:
         """Sleep before the next attempt, or raise :class:`_StoppedError` if there is none
-        (``reason``, if given, says why better than ``exc``)."""
+        (``reason``, if given, says why better than ``exc``).
+
+        The delay is the backoff's, unless the server said how long to wait
+        (``Retry-After``): then that, at most the backoff's ceiling. The server asks for 1 s
+        while it decodes a round's last chunks, so the round ends about a second after its
+        decoding does, not after a backoff grown to its ceiling meanwhile."""
         message = f"{what}: {reason or exc}"
         if not exc.transient:
             raise _StoppedError(f"{message} (not retried)")
         delay = backoff.next_delay()
+        if exc.retry_after is not None:
+            delay = min(exc.retry_after, backoff.maximum)
         if time.monotonic() + delay > deadline:
             raise _StoppedError(f"{message} (retried for {self.retry_seconds:g} s)")
         self.last_error[(record.campaign_id, record.round)] = message

@@ -66,20 +66,40 @@ class UpstreamError(Exception):
 
     ``status`` is ``None`` for network errors; ``problem`` is the name of the
     server's RFC 9457 problem type when it sent one (``wrong-phase``...); ``members``
-    are the problem's extension members with number values (``queued_chunks``...).
+    are the problem's extension members with number values (``queued_chunks``...);
+    ``retry_after`` the seconds of the answer's ``Retry-After`` header, if it had one
+    in delay-seconds form (:func:`retry_after_seconds`).
     """
 
     def __init__(self, message: str, *, status: int | None = None,
-                 problem: str | None = None, members: dict[str, int] | None = None) -> None:
+                 problem: str | None = None, members: dict[str, int] | None = None,
+                 retry_after: float | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.problem = problem
         self.members = dict(members or {})
+        self.retry_after = retry_after
 
     @property
     def transient(self) -> bool:
         """Worth retrying soon: network errors, 5xx and 429."""
         return self.status is None or self.status >= 500 or self.status == 429
+
+
+MAX_RETRY_AFTER_SECONDS = 3600
+"""The longest ``Retry-After`` taken from the server (a larger value is cut to this)."""
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """The delay of a ``Retry-After`` header in delay-seconds form (RFC 9110, section
+    10.2.3: one to a few digits), at most :data:`MAX_RETRY_AFTER_SECONDS`; ``None`` for no
+    header or another form (an HTTP date is not trusted across two clocks)."""
+    if value is None:
+        return None
+    text = value.strip()
+    if not (text.isascii() and text.isdigit() and len(text) <= 10):
+        return None
+    return float(min(int(text), MAX_RETRY_AFTER_SECONDS))
 
 
 MAX_PROBLEM_MEMBERS = 16
@@ -192,6 +212,7 @@ class ServerLink:
                 status=response.status_code,
                 problem=problem,
                 members=members,
+                retry_after=retry_after_seconds(response.headers.get("retry-after")),
             )
         return response
 
