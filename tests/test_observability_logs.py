@@ -7,7 +7,9 @@ import io
 import json
 import logging
 import re
+import secrets
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -15,10 +17,12 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from segshuffle.services import observability
 from segshuffle.services.http_edge import install_edge
 from segshuffle.services.observability import (
     JsonFormatter,
     Metrics,
+    RandomIds,
     RequestIdFilter,
     accepted_request_id,
     install_observability,
@@ -125,6 +129,28 @@ def test_request_id_acceptance_and_problem_labels() -> None:
     assert problem_label("wrong-phase") == "wrong-phase"
     assert problem_label("anything else") == "other"
     assert problem_label(None) == "none"
+
+
+def test_fresh_request_ids_are_drawn_in_batches_and_never_repeat(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh request id costs no system call of its own: the OS generator is asked once
+    per ``batch`` ids, and ids are distinct across batches and threads."""
+    draws: list[int] = []
+    token_bytes = secrets.token_bytes
+
+    def counted(count: int) -> bytes:
+        draws.append(count)
+        return token_bytes(count)
+
+    monkeypatch.setattr(observability.secrets, "token_bytes", counted)
+    source = RandomIds(batch=64)
+    with ThreadPoolExecutor(4) as pool:
+        ids = list(pool.map(lambda _: source.next(), range(1000)))
+    assert len(set(ids)) == 1000
+    assert all(re.fullmatch(r"[0-9a-f]{32}", value) for value in ids)
+    assert draws == [16 * 64] * 16  # ceil(1000 / 64)
+    with pytest.raises(ValueError):
+        RandomIds(batch=0)
 
 
 def test_json_formatter_writes_one_object_per_line() -> None:

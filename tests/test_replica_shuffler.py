@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from segshuffle.services.shuffler import vault
 from segshuffle.services.shuffler.release import Releaser
 from segshuffle.services.shuffler.storage import Storage
 from segshuffle.services.shuffler.storage_api import (
@@ -57,12 +58,44 @@ def test_replicas_racing_to_create_a_round_key_get_the_same_key(tmp_path: Path) 
 
 
 def test_a_key_destroyed_by_another_replica_is_forgotten_here(tmp_path: Path) -> None:
-    first, second = RoundKeys(tmp_path), RoundKeys(tmp_path)
+    first, second = RoundKeys(tmp_path), RoundKeys(tmp_path, recheck_seconds=0)
     first.get("c", 1, create=True)
     second.get("c", 1)  # cached by the second replica
     first.destroy("c", 1)  # the first finished the round
     with pytest.raises(RoundKeyMissingError):
         second.get("c", 1)
+
+
+def test_a_cached_key_file_is_looked_at_once_per_recheck_interval(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A submission does not stat the key file: a cached key is used as is for
+    ``recheck_seconds``, then its file is looked at once; a file another replica
+    destroyed meanwhile makes this replica forget the key at that look."""
+    clock = [1000.0]
+    monkeypatch.setattr(vault.time, "monotonic", lambda: clock[0])
+    first, second = RoundKeys(tmp_path), RoundKeys(tmp_path, recheck_seconds=1.0)
+    made = first.get("c", 1, create=True)
+    cached = second.get("c", 1)
+    looks: list[Path] = []
+    exists = Path.exists
+
+    def counted(path: Path, *args: object, **kwargs: object) -> bool:
+        looks.append(path)
+        return exists(path)
+
+    monkeypatch.setattr(Path, "exists", counted)
+    for _ in range(100):
+        assert second.get("c", 1) is cached
+    assert looks == []
+    clock[0] += 1.5
+    assert second.get("c", 1) is cached and len(looks) == 1
+    assert second.get("c", 1) is cached and len(looks) == 1  # checked again just now
+    first.destroy("c", 1)
+    assert second.get("c", 1) is cached  # within the interval: still in use here
+    clock[0] += 1.5
+    with pytest.raises(RoundKeyMissingError):
+        second.get("c", 1)
+    assert made.order_tags(bytes(16)) == cached.order_tags(bytes(16))
 
 
 def test_the_start_up_sweep_spares_a_key_another_replica_just_made(tmp_path: Path) -> None:

@@ -41,6 +41,35 @@ def test_sealed_rows_open_only_in_their_place(tmp_path: Path) -> None:
         other.open("c", 1, "levels", row, sealed)
 
 
+def test_a_submission_draws_its_randomness_in_two_calls(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Row keys and nonces of a whole submission come from two calls to the OS generator
+    (not two per message), and still differ from message to message: every stored row
+    opens under its own row key and nowhere else."""
+    from segshuffle.services.shuffler import vault
+
+    key = RoundKeys(tmp_path).get("c", 2, create=True)
+    draws: list[int] = []
+    token_bytes = secrets.token_bytes
+
+    def counted(count: int) -> bytes:
+        draws.append(count)
+        return token_bytes(count)
+
+    monkeypatch.setattr(vault.secrets, "token_bytes", counted)
+    streams = {"levels": [b"L" * 40], "data": [bytes([i]) * 50 for i in range(6)]}
+    stored = seal_submission(key, "c", 2, streams)
+    assert draws == [16 * 7, 12 * 7]
+    assert [m.stream for m in stored] == ["levels"] + ["data"] * 6
+    assert len({m.row_key for m in stored}) == 7
+    assert len({m.sealed[:12] for m in stored}) == 7  # the nonces
+    plain = [c for texts in streams.values() for c in texts]
+    for message, ciphertext in zip(stored, plain, strict=True):
+        assert key.open("c", 2, message.stream, message.row_key, message.sealed) == ciphertext
+    with pytest.raises(InvalidTag):
+        key.open("c", 2, "data", stored[1].row_key, stored[2].sealed)
+
+
 def test_key_files_are_private_and_destroyed(tmp_path: Path) -> None:
     keys = RoundKeys(tmp_path / "keys")
     key = keys.get("c", 1, create=True)

@@ -25,7 +25,9 @@ import hashlib
 import os
 import secrets
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography.hazmat.primitives import hashes
@@ -67,9 +69,21 @@ class RoundKey:
     def seal(self, campaign_id: str, round_number: int, stream: str, row_key: bytes,
              ciphertext: bytes) -> bytes:
         """The stored form of one submitted ciphertext."""
-        nonce = secrets.token_bytes(NONCE_BYTES)
-        aad = self._aad(campaign_id, round_number, stream, row_key)
-        return nonce + self._seal.encrypt(nonce, ciphertext, aad)
+        (sealed,) = self.seal_many(campaign_id, round_number, [(stream, row_key, ciphertext)])
+        return sealed
+
+    def seal_many(self, campaign_id: str, round_number: int,
+                  messages: Sequence[tuple[str, bytes, bytes]]) -> list[bytes]:
+        """The stored forms of (stream, row key, ciphertext) ``messages``: each
+        ``nonce || AES-256-GCM(K_seal, nonce, ciphertext, aad)`` under its own random
+        96-bit nonce, the nonces of all of them drawn in one call to the OS generator."""
+        nonces = secrets.token_bytes(NONCE_BYTES * len(messages))
+        sealed = []
+        for number, (stream, row_key, ciphertext) in enumerate(messages):
+            nonce = nonces[number * NONCE_BYTES:(number + 1) * NONCE_BYTES]
+            aad = self._aad(campaign_id, round_number, stream, row_key)
+            sealed.append(nonce + self._seal.encrypt(nonce, ciphertext, aad))
+        return sealed
 
     def open(self, campaign_id: str, round_number: int, stream: str, row_key: bytes,
              stored: bytes) -> bytes:
@@ -92,14 +106,34 @@ class RoundKey:
 
 def seal_submission(key: RoundKey, campaign_id: str, round_number: int,
                     streams: Mapping[str, Sequence[bytes]]) -> list[StoredMessage]:
-    """One user's messages as stored: each under a fresh random row key, sealed."""
-    messages = []
-    for stream, ciphertexts in streams.items():
-        for ciphertext in ciphertexts:
-            row_key = secrets.token_bytes(ROW_KEY_BYTES)
-            sealed = key.seal(campaign_id, round_number, stream, row_key, ciphertext)
-            messages.append(StoredMessage(stream, row_key, sealed))
-    return messages
+    """One user's messages as stored: each under a fresh random row key, sealed
+    (:meth:`RoundKey.seal_many`); the row keys of all of them are drawn in one call to
+    the OS generator, as are the nonces: two system calls per submission, not two per
+    message."""
+    flat = [(stream, ciphertext) for stream, ciphertexts in streams.items()
+            for ciphertext in ciphertexts]
+    randomness = secrets.token_bytes(ROW_KEY_BYTES * len(flat))
+    row_keys = [randomness[number * ROW_KEY_BYTES:(number + 1) * ROW_KEY_BYTES]
+                for number in range(len(flat))]
+    sealed = key.seal_many(campaign_id, round_number,
+                           [(stream, row_key, ciphertext)
+                            for (stream, ciphertext), row_key in zip(flat, row_keys,
+                                                                     strict=True)])
+    return [StoredMessage(stream, row_key, stored)
+            for (stream, _), row_key, stored in zip(flat, row_keys, sealed, strict=True)]
+
+
+KEY_RECHECK_SECONDS = 1.0
+"""How often at most a cached round key's file is looked at (is the round over?)."""
+
+
+@dataclass
+class _CachedKey:
+    """A round key in memory, its file, and when the file was last seen to exist."""
+
+    key: RoundKey
+    path: Path
+    checked: float
 
 
 class RoundKeys:
@@ -111,13 +145,19 @@ class RoundKeys:
     replica that loses that race reads the winner's file, which is complete by then.
     So one round never has two keys.  A cached key is used only while its file
     exists: once another replica has destroyed it (the round is over), this process
-    forgets it too.
+    forgets it too, at the first use after at most ``recheck_seconds`` (the file is
+    looked at no more often than that, not on every submission; a submission sealed
+    meanwhile with the old key is refused by storage, since the round is closed).
     """
 
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(self, directory: str | Path, *,
+                 recheck_seconds: float = KEY_RECHECK_SECONDS) -> None:
+        if recheck_seconds < 0:
+            raise ValueError(f"recheck_seconds must not be negative, got {recheck_seconds}")
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._keys: dict[tuple[str, int], RoundKey] = {}
+        self.recheck_seconds = recheck_seconds
+        self._keys: dict[tuple[str, int], _CachedKey] = {}
         self._lock = threading.Lock()
 
     def _path(self, campaign_id: str, round_number: int) -> Path:
@@ -131,13 +171,17 @@ class RoundKeys:
     def get(self, campaign_id: str, round_number: int, *, create: bool = False) -> RoundKey:
         """The round's key, loaded from its file or (``create``) made on first use."""
         slot = (campaign_id, round_number)
-        path = self._path(campaign_id, round_number)
         with self._lock:
-            key = self._keys.get(slot)
-            if key is not None:
-                if path.exists():
-                    return key
+            cached = self._keys.get(slot)
+            if cached is not None:
+                now = time.monotonic()
+                if now - cached.checked < self.recheck_seconds:
+                    return cached.key
+                if cached.path.exists():
+                    cached.checked = now
+                    return cached.key
                 del self._keys[slot]  # destroyed by another replica: the round is over
+            path = self._path(campaign_id, round_number)
             try:
                 root = path.read_bytes()
             except FileNotFoundError:
@@ -147,7 +191,7 @@ class RoundKeys:
                     ) from None
                 root = self._write_new(path)
             key = RoundKey(root)
-            self._keys[slot] = key
+            self._keys[slot] = _CachedKey(key, path, time.monotonic())
             return key
 
     @staticmethod
