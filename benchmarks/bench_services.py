@@ -17,7 +17,10 @@ loopback address) and a bare FastAPI app under uvicorn started the same way
 4. ``server_get``: N ``GET /v1/campaigns/{cid}`` straight at the server (the view of a
    ``done`` campaign is immutable);
 5. ``bare_get``: N GETs of a body of the same size at the bare app; ``bare_post``: the 2N
-   submission bodies of rounds 1 and 2, byte for byte, POSTed to the bare app.
+   submission bodies of rounds 1 and 2, byte for byte, POSTed to the bare app;
+   ``bare_stored``: the same bodies POSTed to the bare app's endpoint that also appends
+   each body to a table of the configuration's database (SQLite or PostgreSQL), the floor
+   of any request that stores what it receives.
 
 Every body is prepared before its phase in a process pool, as real clients would with the
 SDK (:mod:`loadgen`: campaign and signatures verified, parameters verified per level,
@@ -31,7 +34,9 @@ Latencies (p50/p95) are per request, from writing it to reading the whole answer
 Summary figures: ``shuffler_cpu_ms_per_submission`` (both rounds), ``server_cpu_ms_per_get``,
 ``bare_cpu_ms_per_request`` (a bare POST of the same bodies), ``bare_cpu_ms_per_get``, and
 ``shuffler_rate_vs_bare`` = bare / shuffler CPU per request (the fraction of the bare app's
-throughput per core the shuffler reaches), ``server_get_rate_vs_bare`` likewise.  With
+throughput per core the shuffler reaches), ``server_get_rate_vs_bare`` likewise, and
+``bare_stored_cpu_ms_per_request`` with ``shuffler_rate_vs_bare_stored`` (the same against
+the storing endpoint).  With
 several user counts, the flatness check prints CPU-ms per submission at the largest N over
 that at the smallest (1.0: cost per user independent of the campaign's size).
 
@@ -206,8 +211,9 @@ def timed_operation(name: str, meter: Meter, users: int, action: Callable[[], No
 # -- databases ---------------------------------------------------------------------------
 @contextmanager
 def databases(kind: str, admin_url: str, label: str) -> Iterator[dict[str, str]]:
-    """Database URLs for the two services: SQLite files (LocalStack's default), or two
-    fresh PostgreSQL databases, dropped afterwards."""
+    """Database URLs for the two services and the bare app's storing endpoint: SQLite files
+    (LocalStack's default for the services; ``{}``), or three fresh PostgreSQL databases,
+    dropped afterwards."""
     if kind == "sqlite":
         yield {}
         return
@@ -215,7 +221,7 @@ def databases(kind: str, admin_url: str, label: str) -> Iterator[dict[str, str]]
     from psycopg import sql
 
     names = {service: f"bench_{label}_{service}_{secrets.token_hex(4)}"
-             for service in ("server", "shuffler")}
+             for service in ("server", "shuffler", "bare")}
     with psycopg.connect(admin_url, autocommit=True, connect_timeout=10) as connection:
         for name in names.values():
             connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
@@ -234,12 +240,14 @@ def databases(kind: str, admin_url: str, label: str) -> Iterator[dict[str, str]]
 
 # -- the bare app --------------------------------------------------------------------------
 @contextmanager
-def bare_app(get_bytes: int, directory: Path) -> Iterator[tuple[int, int]]:
-    """(pid, port) of ``bare_app.py`` running as its own process."""
+def bare_app(get_bytes: int, directory: Path, store: str) -> Iterator[tuple[int, int]]:
+    """(pid, port) of ``bare_app.py`` running as its own process, storing bodies in
+    ``store`` (a database URL) on ``POST /submit-stored``."""
     log_path = directory / "bare.log"
     with log_path.open("wb") as sink:
         process = subprocess.Popen([sys.executable, str(BARE_APP), "--get-bytes",
-                                    str(get_bytes)], stdout=sink, stderr=subprocess.STDOUT,
+                                    str(get_bytes), "--store", store],
+                                   stdout=sink, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
@@ -415,7 +423,8 @@ def run_configuration(args: argparse.Namespace, database: str, users: int) -> di
                 phases["server_get"], _ = meter.run("server_get", stack.ports["server"],
                                                     [get] * gets, args.slices)
 
-                with bare_app(document_bytes, directory) as (bare_pid, bare_port):
+                store = urls.get("bare", f"sqlite:///{directory / 'bare.sqlite3'}")
+                with bare_app(document_bytes, directory, store) as (bare_pid, bare_port):
                     meter.processes["bare"] = bare_pid
                     bare_host = f"127.0.0.1:{bare_port}"
                     bare_get = encode_request("GET", bare_host, "/document")
@@ -428,6 +437,13 @@ def run_configuration(args: argparse.Namespace, database: str, users: int) -> di
                     posts = [posts[i % len(posts)] for i in range(max(len(posts), MIN_MEASURED))]
                     phases["bare_post"], _ = meter.run("bare_post", bare_port, posts,
                                                        2 * args.slices)
+                    stored = [encode_request("POST", bare_host, "/submit-stored", body)
+                              for body in round1 + round2]
+                    meter.warm_up(bare_port, stored[-1])
+                    stored = [stored[i % len(stored)]
+                              for i in range(max(len(stored), MIN_MEASURED))]
+                    phases["bare_stored"], _ = meter.run("bare_stored", bare_port, stored,
+                                                         2 * args.slices)
         except BenchError as exc:
             raise BenchError(f"{exc}\n{_log_tails(directory / 'stack')}") from None
 
@@ -450,6 +466,7 @@ def summarize(database: str, users: int, args: argparse.Namespace,
     server_get = phases["server_get"].cpu_ms_per_request("server")
     bare_post = phases["bare_post"].cpu_ms_per_request("bare")
     bare_get = phases["bare_get"].cpu_ms_per_request("bare")
+    bare_stored = phases["bare_stored"].cpu_ms_per_request("bare")
     return {
         "database": database, "users": users, "concurrency": args.concurrency,
         "senders": args.senders, "loadavg": _loadavg(),
@@ -460,6 +477,8 @@ def summarize(database: str, users: int, args: argparse.Namespace,
         "bare_cpu_ms_per_get": bare_get,
         "shuffler_rate_vs_bare": bare_post / shuffler,
         "server_get_rate_vs_bare": bare_get / server_get,
+        "bare_stored_cpu_ms_per_request": bare_stored,
+        "shuffler_rate_vs_bare_stored": bare_stored / shuffler,
         "sizes": sizes,
         "phases": {name: phase.summary() for name, phase in phases.items()},
         "releases": operations,
@@ -505,10 +524,13 @@ def format_configuration(figures: dict[str, Any]) -> str:
         f"server CPU-ms per GET           {figures['server_cpu_ms_per_get']:.3f}",
         f"bare CPU-ms per request (POST)  {figures['bare_cpu_ms_per_request']:.3f}",
         f"bare CPU-ms per GET             {figures['bare_cpu_ms_per_get']:.3f}",
+        f"bare storing POST CPU-ms        {figures['bare_stored_cpu_ms_per_request']:.3f}",
         f"shuffler rate vs bare (bare_cpu/shuffler_cpu)  "
         f"{figures['shuffler_rate_vs_bare']:.3f}",
         f"server GET rate vs bare (bare_cpu/server_cpu)  "
         f"{figures['server_get_rate_vs_bare']:.3f}",
+        f"shuffler rate vs bare storing POST             "
+        f"{figures['shuffler_rate_vs_bare_stored']:.3f}",
     ]
     return "\n".join(lines)
 

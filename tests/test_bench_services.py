@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from .postgres_support import server_url
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_services.py"
 HEADLINE = ("shuffler_cpu_ms_per_submission", "server_cpu_ms_per_get", "bare_cpu_ms_per_request")
 
@@ -19,20 +21,23 @@ def _positive(value: object) -> bool:
 
 
 @pytest.mark.slow
-def test_tiny_run_prints_one_json_object_with_positive_figures() -> None:
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_tiny_run_prints_one_json_object_with_positive_figures(database: str) -> None:
+    extra = [] if database == "sqlite" else ["--postgres-url", server_url()]
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--users", "60", "--concurrency", "8",
-         "--seal-workers", "2", "--json"],
+         "--seal-workers", "2", "--databases", database, "--json", *extra],
         capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout)
-    for key in HEADLINE:
+    for key in (*HEADLINE, "bare_stored_cpu_ms_per_request"):
         assert _positive(report[key]), (key, report[key])
     assert _positive(report["shuffler_rate_vs_bare"])
-    assert report["users"] == 60 and report["database"] == "sqlite"
+    assert _positive(report["shuffler_rate_vs_bare_stored"])
+    assert report["users"] == 60 and report["database"] == database
     phases = report["phases"]
     assert set(phases) == {"enroll", "round1", "round2", "server_get", "bare_get",
-                           "bare_post"}
+                           "bare_post", "bare_stored"}
     assert phases["round1"]["requests"] == phases["round2"]["requests"] == 60
     for phase in phases.values():
         assert _positive(phase["requests_per_s"])

@@ -9,18 +9,22 @@ directory; the decode workers are threads calling what a worker task calls.
 # ruff: noqa: F811  (the imported ``postgres_url`` fixture is a parameter of each test)
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from segshuffle.services.server import decoding as decoding_module
+from segshuffle.services.server.decoding import DecodeWorkers
 from segshuffle.services.server.decrypt import Decryptor
 from segshuffle.services.server.keys import KeyStore
 from segshuffle.services.server.service import ServerService
@@ -125,3 +129,93 @@ def test_a_claim_skips_a_row_another_claimer_holds(replicas: list[ServerService]
         holder.rollback()
     again = replicas[2].repository.claim_chunk("w2", 60.0)
     assert again is not None and again.seq == oldest[0]
+
+
+# -- waking the other replicas -----------------------------------------------------------------
+
+def _wait_until(condition: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+def test_a_chunk_queued_on_one_replica_wakes_the_workers_of_another(
+        replicas: list[ServerService], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replica B's worker found the queue empty and waits 30 s before it looks again; a
+    chunk queued on replica A (no workers of its own) is announced to B at commit, and B
+    decodes it at once."""
+    monkeypatch.setattr(decoding_module, "IDLE_MIN_SECONDS", 30.0)
+    sealer = _campaign(replicas[0])
+    claims: list[float] = []
+    repository = replicas[1].repository
+    claim = repository.claim_chunk
+
+    def counted(owner: str, lease_seconds: float) -> Any:
+        claims.append(time.monotonic())
+        return claim(owner, lease_seconds)
+
+    monkeypatch.setattr(repository, "claim_chunk", counted)
+
+    async def main() -> None:
+        workers = DecodeWorkers(replicas[1], concurrency=1, idle_seconds=30.0)
+        workers.start()
+        try:
+            await asyncio.sleep(1.0)  # B polled once, and listens
+            assert len(claims) == 1
+            queued = time.monotonic()
+            await asyncio.to_thread(replicas[0].store_chunk, "pg", 1, "b1", BatchChunk(
+                chunk_index=0, chunk_count=1, stream="levels",
+                ciphertexts=sealer.levels([0, 1])))
+            decoded = await asyncio.to_thread(
+                _wait_until, lambda: repository.chunk("pg", 1, "levels", 0) is not None, 10.0)
+            assert decoded, claims
+            assert claims[1] - queued < 5.0
+        finally:
+            await workers.stop()
+
+    asyncio.run(main())
+    assert repository.counts("pg", 1, "levels") == {0: 1, 1: 1}
+
+
+def test_a_listener_whose_connection_is_cut_listens_again(
+        replicas: list[ServerService], postgres_url: str) -> None:
+    """The listening connection is terminated by the database: the failure is reported,
+    the listener connects again, and the next queued chunk is announced."""
+    sealer = _campaign(replicas[0])
+    heard: list[float] = []
+    failures: list[tuple[str, float]] = []
+    stop = threading.Event()
+    listener = threading.Thread(target=replicas[1].repository.listen_for_queued_chunks,
+                                args=(lambda: heard.append(time.monotonic()), stop,
+                                      lambda exc, wait: failures.append((str(exc), wait))))
+
+    def queue(index: int) -> None:
+        replicas[0].store_chunk("pg", 1, "b1", BatchChunk(
+            chunk_index=index, chunk_count=3, stream="levels", ciphertexts=sealer.levels([0])))
+
+    def listening() -> int:
+        with psycopg.connect(postgres_url, autocommit=True) as db:
+            row = db.execute("SELECT count(*) FROM pg_stat_activity"
+                             " WHERE query LIKE 'LISTEN segshuffle_decode_queue%'").fetchone()
+        return 0 if row is None else int(row[0])
+
+    listener.start()
+    try:
+        assert _wait_until(lambda: listening() == 1, 10.0)
+        queue(0)
+        assert _wait_until(lambda: len(heard) == 1, 10.0)
+        with psycopg.connect(postgres_url, autocommit=True) as db:
+            db.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                       " WHERE query LIKE 'LISTEN segshuffle_decode_queue%'")
+        assert _wait_until(lambda: len(failures) == 1, 10.0)
+        assert failures[0][1] == 0.5
+        assert _wait_until(lambda: listening() == 1, 10.0)
+        queue(1)
+        assert _wait_until(lambda: len(heard) == 2, 10.0)
+    finally:
+        stop.set()
+        listener.join(10.0)
+    assert not listener.is_alive()

@@ -23,12 +23,17 @@ of :class:`DecodeWorkers`, a fixed number of asyncio tasks per server process
    is logged and counted (the ``decode_failures`` metric).
 
 An idle worker polls with a backoff that doubles from :data:`IDLE_MIN_SECONDS` to
-``idle_seconds``, and :meth:`DecodeWorkers.wake` (called when this process queues a chunk)
-ends every idle wait at once. A process that dies mid-decode leaves its claim in the
-queue until the lease expires; then any worker claims the chunk again. If the dead
-worker had already committed the count, its row is gone and nothing is decoded twice;
-if two workers decode one chunk (a worker stalled past its lease), the second count
-finds the row gone and changes nothing (:meth:`~.service.ServerService.finish_chunk`).
+``idle_seconds``, and :meth:`DecodeWorkers.wake` ends every idle wait at once. It is called
+when this process queues a chunk, and, on PostgreSQL, when any other replica does: a
+thread of this object listens for the storage's notifications
+(:meth:`~.storage_api.ServerStorage.listen_for_queued_chunks`), so every replica's
+workers start on a round's first chunks at once, not after their idle backoff.
+
+A process that dies mid-decode leaves its claim in the queue until the lease expires;
+then any worker claims the chunk again. If the dead worker had already committed the
+count, its row is gone and nothing is decoded twice; if two workers decode one chunk (a
+worker stalled past its lease), the second count finds the row gone and changes nothing
+(:meth:`~.service.ServerService.finish_chunk`).
 
 Stopping (:meth:`DecodeWorkers.stop`) cancels the tasks; a chunk being decoded is
 finished first (its thread runs to its end), and a claim taken but not decoded is given
@@ -43,6 +48,7 @@ import logging
 import os
 import secrets
 import socket
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -112,6 +118,8 @@ class DecodeWorkers:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeup: asyncio.Event | None = None
         self._executor: ThreadPoolExecutor | None = None
+        self._stop_listening = threading.Event()
+        self._listener: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -125,6 +133,22 @@ class DecodeWorkers:
                                             thread_name_prefix="segshuffle-decode")
         self._tasks = [self._loop.create_task(self._run(), name=f"decode worker {number}")
                        for number in range(self.concurrency)]
+        self._stop_listening.clear()
+        self._listener = threading.Thread(target=self._listen, daemon=True,
+                                          name="segshuffle-decode-listener")
+        self._listener.start()
+
+    def _listen(self) -> None:
+        """The listener thread: wake the workers whenever another process queues a chunk."""
+        def failed(exc: Exception, retry_seconds: float) -> None:
+            log.warning("listening for queued chunks failed (%s: %s); again in %g s",
+                        type(exc).__name__, exc, retry_seconds)
+
+        try:
+            self.repository.listen_for_queued_chunks(self.wake, self._stop_listening,
+                                                     failed)
+        except Exception as exc:  # never silently: the workers still poll
+            log.warning("listening for queued chunks stopped: %s", exc)
 
     async def stop(self) -> None:
         """Cancel the tasks and wait for them (each finishes the chunk it is decoding).
@@ -135,6 +159,10 @@ class DecodeWorkers:
         """
         pending: set[asyncio.Task[None]] = set(self._tasks)
         self._tasks = []
+        self._stop_listening.set()
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            await asyncio.to_thread(listener.join, 15.0)  # it looks up every half second
         while pending:
             for task in pending:
                 task.cancel()

@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -307,6 +308,13 @@ class Repository(SQLiteStore):
         return ClaimedChunk(**{**queued.__dict__, "owner": owner,
                                "attempts": queued.attempts + 1},
                             ciphertexts=unpack_ciphertexts(bytes(row[-1])))
+
+    def listen_for_queued_chunks(self, on_queued: Callable[[], None], stop: threading.Event,
+                                 on_failure: Callable[[Exception, float], None] | None = None
+                                 ) -> None:
+        """Returns at once: one process owns a SQLite file, and it wakes its own workers
+        when it queues a chunk."""
+        return None
 
     def renew_claim(self, seq: int, owner: str, lease_seconds: float) -> bool:
         with self._transaction() as db:

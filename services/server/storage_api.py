@@ -26,7 +26,8 @@ expires; then any worker, in any process, claims it again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -338,6 +339,15 @@ class ServerStorage(Protocol):
         step; ``None`` when there is none. While the lease holds no other claim returns
         that chunk, in any process sharing the storage; claimers do not wait for each
         other's rows."""
+        ...
+
+    def listen_for_queued_chunks(self, on_queued: Callable[[], None], stop: threading.Event,
+                                 on_failure: Callable[[Exception, float], None] | None = None
+                                 ) -> None:
+        """Block, calling ``on_queued`` whenever another process sharing the storage queues
+        a chunk, until ``stop`` is set; ``on_failure(error, retry_seconds)`` hears of a lost
+        connection before it is retried. Returns at once when no other process can queue
+        chunks (SQLite). A hint only: claims find every chunk without it."""
         ...
 
     def renew_claim(self, seq: int, owner: str, lease_seconds: float) -> bool:

@@ -59,8 +59,9 @@ Nothing here logs.
 from __future__ import annotations
 
 import json
+import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -166,6 +167,14 @@ MIGRATIONS: tuple[PostgresMigration, ...] = (
 append only. Version 1 is SQLite's versions 1 and 2 together (``end_reason`` included):
 a PostgreSQL database never held the schema before it. Versions 2 and 3 are SQLite's 3
 and 4."""
+
+QUEUE_CHANNEL = "segshuffle_decode_queue"
+"""The ``LISTEN``/``NOTIFY`` channel on which a queued chunk is announced (at commit, to
+every server process, :meth:`PostgresRepository.listen_for_queued_chunks`)."""
+LISTEN_POLL_SECONDS = 0.5
+"""How often a listener looks up from waiting for notifications (to see it should stop)."""
+LISTEN_RETRY_SECONDS = (0.5, 30.0)
+"""The first and the longest wait before a lost listening connection is opened again."""
 
 _NOW = "extract(epoch FROM clock_timestamp())"
 """The database's clock in seconds, the one every lease is measured on."""
@@ -359,6 +368,36 @@ class PostgresRepository(PostgresStore):
         queued = _queued(row)
         return ClaimedChunk(**queued.__dict__, ciphertexts=unpack_ciphertexts(bytes(row[-1])))
 
+    def listen_for_queued_chunks(self, on_queued: Callable[[], None], stop: threading.Event,
+                                 on_failure: Callable[[Exception, float], None] | None = None
+                                 ) -> None:
+        """Call ``on_queued`` each time any process commits a queued chunk, until ``stop``
+        is set (blocking: run it in a thread of its own).
+
+        Queueing a chunk sends a notification on :data:`QUEUE_CHANNEL` in the same
+        statement, delivered when its transaction commits; this listens on a connection of
+        its own (not the pool's), looking up every :data:`LISTEN_POLL_SECONDS` to see
+        whether to stop. A lost connection is opened again after a wait that doubles
+        within :data:`LISTEN_RETRY_SECONDS` (``on_failure`` is told the error and the
+        wait); meanwhile the workers' own polling finds the chunks, only later.
+        Notifications are a hint: nothing is lost without them.
+        """
+        first, longest = LISTEN_RETRY_SECONDS
+        delay = first
+        while not stop.is_set():
+            try:
+                with psycopg.connect(self.url, autocommit=True, connect_timeout=10) as db:
+                    db.execute(f"LISTEN {QUEUE_CHANNEL}")
+                    delay = first
+                    while not stop.is_set():
+                        if any(True for _ in db.notifies(timeout=LISTEN_POLL_SECONDS)):
+                            on_queued()
+            except psycopg.Error as exc:
+                if on_failure is not None:
+                    on_failure(exc, delay)
+                stop.wait(delay)
+                delay = min(delay * 2, longest)
+
     def renew_claim(self, seq: int, owner: str, lease_seconds: float) -> bool:
         with self._transaction() as db:
             return db.execute(
@@ -498,10 +537,11 @@ class PostgresTransaction:
                       entry: QueueEntry) -> None:
         """Queue a chunk, unclaimed; :class:`ConflictError` if it is queued already."""
         row = self._locked(campaign_id).execute(
-            "INSERT INTO decode_queue (campaign_id, round, stream, chunk_index, batch_id,"
-            " chunk_count, digest, received, ciphertexts)"
+            "WITH queued AS (INSERT INTO decode_queue (campaign_id, round, stream,"
+            " chunk_index, batch_id, chunk_count, digest, received, ciphertexts)"
             " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %b)"
-            " ON CONFLICT (campaign_id, round, stream, chunk_index) DO NOTHING RETURNING seq",
+            " ON CONFLICT (campaign_id, round, stream, chunk_index) DO NOTHING RETURNING seq)"
+            f" SELECT seq, pg_notify('{QUEUE_CHANNEL}', '') FROM queued",
             (campaign_id, round_, stream, chunk_index, entry.batch_id, entry.chunk_count,
              entry.digest, len(entry.ciphertexts),
              pack_ciphertexts(entry.ciphertexts))).fetchone()
