@@ -11,6 +11,7 @@ import pytest
 
 from segshuffle.services import sqlite_base
 from segshuffle.services.server import storage as server_storage
+from segshuffle.services.server.storage_api import pack_ciphertexts
 from segshuffle.services.shuffler import storage as shuffler_storage
 from segshuffle.services.sqlite_base import Migration, SchemaVersionError
 
@@ -87,3 +88,41 @@ def test_misnumbered_migrations_are_rejected(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="numbered"):
         sqlite_base.open_database(tmp_path / "db.sqlite3",
                                   (Migration(2, "b", "CREATE TABLE b (x);"),), service="test")
+
+
+def test_server_queue_upgrade_keeps_rows_sequence_and_blob_last(tmp_path: Path) -> None:
+    """Version 4 rebuilds the decode queue with a ``failures`` column before the blob
+    (a column after it is read by walking the blob's overflow pages): queued rows, their
+    claims and the ``seq`` sequence (never reused) survive the upgrade."""
+    path = tmp_path / "server.sqlite3"
+    version_3 = server_storage.MIGRATIONS[:3]
+    with sqlite3.connect(path, isolation_level=None) as db:
+        sqlite_base.migrate(db, version_3, service="server")
+        for index in range(3):
+            db.execute("INSERT INTO decode_queue (campaign_id, round, stream, chunk_index,"
+                       " batch_id, chunk_count, digest, received, owner, lease_until,"
+                       " attempts, ciphertexts) VALUES ('c', 1, 'levels', ?, 'b', 3, x'00',"
+                       " 1, ?, 5.0, ?, ?)",
+                       (index, "w" if index == 1 else None, index,
+                        pack_ciphertexts([bytes([index]) * 1000] * 9)))
+        db.execute("DELETE FROM decode_queue WHERE chunk_index = 2")  # seq 3 used once
+    repository = server_storage.Repository(path)
+    try:
+        first = repository.queued_chunk("c", 1, "levels", 0)
+        second = repository.queued_chunk("c", 1, "levels", 1)
+        assert first is not None and second is not None
+        assert (first.seq, first.owner, first.attempts, first.failures) == (1, None, 0, 0)
+        assert (second.seq, second.owner, second.attempts, second.failures) == (2, "w", 1, 0)
+        with repository.transaction() as tx:
+            tx.enqueue_chunk("c", 1, "levels", 2, server_storage.QueueEntry(
+                "b", 3, b"\x01", (b"x",)))
+        third = repository.queued_chunk("c", 1, "levels", 2)
+        assert third is not None and third.seq == 4  # not 3 again
+        claimed = repository.claim_chunk("w2", 60.0)
+        assert claimed is not None and claimed.ciphertexts == (bytes(1000),) * 9
+    finally:
+        repository.close()
+    with sqlite3.connect(path) as db:
+        columns = [row[1] for row in db.execute("PRAGMA table_info(decode_queue)")]
+    assert columns[-2:] == ["failures", "ciphertexts"]
+    assert _versions(path)[-1] == 4

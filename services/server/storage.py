@@ -134,9 +134,37 @@ CREATE TABLE IF NOT EXISTS decode_queue (
 """
 # The blob is the last column: scanning for a claimable row reads the small columns only.
 
-_SCHEMA_4 = """
-ALTER TABLE decode_queue ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
+_QUEUE_SMALL_COLUMNS = ("seq, campaign_id, round, stream, chunk_index, batch_id, chunk_count,"
+                        " digest, received, owner, lease_until, attempts")
+_SCHEMA_4 = f"""
+CREATE TABLE decode_queue_4 (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    campaign_id TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    stream TEXT NOT NULL,
+    chunk_index INTEGER NOT NULL,
+    batch_id TEXT NOT NULL,
+    chunk_count INTEGER NOT NULL,
+    digest BLOB NOT NULL,
+    received INTEGER NOT NULL,
+    owner TEXT,
+    lease_until REAL NOT NULL DEFAULT 0,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    failures INTEGER NOT NULL DEFAULT 0,
+    ciphertexts BLOB NOT NULL,
+    UNIQUE (campaign_id, round, stream, chunk_index)
+);
+INSERT INTO decode_queue_4 ({_QUEUE_SMALL_COLUMNS}, ciphertexts)
+    SELECT {_QUEUE_SMALL_COLUMNS}, ciphertexts FROM decode_queue;
+DELETE FROM sqlite_sequence WHERE name = 'decode_queue_4';
+INSERT INTO sqlite_sequence (name, seq)
+    SELECT 'decode_queue_4', seq FROM sqlite_sequence WHERE name = 'decode_queue';
+DROP TABLE decode_queue;
+ALTER TABLE decode_queue_4 RENAME TO decode_queue;
 """
+# The queue again with a ``failures`` column, before the blob (a column after it would be
+# read by walking the blob's overflow pages). Rows and the sequence are kept, so no
+# ``seq`` is ever used twice.
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "campaigns, batches, chunks, counts, nonces", _SCHEMA_1),
