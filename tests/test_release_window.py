@@ -162,8 +162,9 @@ def test_complete_waits_while_the_server_is_decoding(tmp_path: Path, failing: in
 def test_complete_is_retried_after_the_servers_retry_after(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """While the server decodes, the shuffler asks again after the server's ``Retry-After``
-    (here 0 s), not after its own backoff (here 20 to 40 s, cut short by the test's
-    timeout), so a round ends as soon as its decoding does."""
+    (here 0 s, raised to the floor of 0.25 s, so no server can make it spin), not after
+    its own backoff (here 20 to 40 s, cut short by the test's timeout), so a round ends as
+    soon as its decoding does."""
     storage, _ = _filled(tmp_path)
     server = SlowServer(hold=0.0, decoding=3, retry_after="0")
 
@@ -183,7 +184,7 @@ def test_complete_is_retried_after_the_servers_retry_after(
         asyncio.run(main())
     assert server.completes == 4
     waits = [r.getMessage() for r in caplog.records if "forwarding complete" in r.getMessage()]
-    assert len(waits) == 3 and all(w.endswith("retry in 0.00s") for w in waits), waits
+    assert len(waits) == 3 and all(w.endswith("retry in 0.25s") for w in waits), waits
 
 
 @pytest.mark.parametrize(("header", "seconds"), [

@@ -83,6 +83,8 @@ log = logging.getLogger("segshuffle.shuffler")
 
 LEVELS = "levels"
 DATA = "data"
+MIN_RETRY_AFTER_SECONDS = 0.25
+"""The shortest wait the server's ``Retry-After`` can ask of a forwarding."""
 DEFAULT_WINDOW = 4
 """Chunk deliveries of one round in flight at once, unless the releaser is told otherwise."""
 
@@ -527,15 +529,16 @@ class Releaser:
         (``reason``, if given, says why better than ``exc``).
 
         The delay is the backoff's, unless the server said how long to wait
-        (``Retry-After``): then that, at most the backoff's ceiling. The server asks for 1 s
-        while it decodes a round's last chunks, so the round ends about a second after its
-        decoding does, not after a backoff grown to its ceiling meanwhile."""
+        (``Retry-After``): then that, within [:data:`MIN_RETRY_AFTER_SECONDS`, the
+        backoff's ceiling], so no answer makes the shuffler ask in a tight loop. The server
+        asks for 1 s while it decodes a round's last chunks, so the round ends about a
+        second after its decoding does, not after a backoff grown to its ceiling."""
         message = f"{what}: {reason or exc}"
         if not exc.transient:
             raise _StoppedError(f"{message} (not retried)")
         delay = backoff.next_delay()
         if exc.retry_after is not None:
-            delay = min(exc.retry_after, backoff.maximum)
+            delay = min(max(exc.retry_after, MIN_RETRY_AFTER_SECONDS), backoff.maximum)
         if time.monotonic() + delay > deadline:
             raise _StoppedError(f"{message} (retried for {self.retry_seconds:g} s)")
         self.last_error[(record.campaign_id, record.round)] = message
