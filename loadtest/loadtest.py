@@ -61,8 +61,12 @@ from harness import (
     summarize,
 )
 
+from segshuffle.client.session import RetryPolicy
+
 MAX_USERS = 50_000
 MAX_REPEATS = 20
+RELEASE_RETRY = RetryPolicy(attempts=8, initial=0.5, maximum=5.0)
+"""Tries of a release that fails transiently (about 20 s of waits in all)."""
 DEFAULT_ENV_FILE = Path(__file__).resolve().parents[1] / "deploy" / ".env"
 
 METRICS = [
@@ -133,9 +137,11 @@ class Workload:
 def _problem(response: httpx.Response) -> str:
     try:
         body = response.json()
-        return f"HTTP {response.status_code}: {body.get('title')}: {body.get('detail')}"
     except ValueError:
-        return f"HTTP {response.status_code}: {response.text[:200]}"
+        body = None
+    if isinstance(body, dict):
+        return f"HTTP {response.status_code}: {body.get('title')}: {body.get('detail')}"
+    return f"HTTP {response.status_code}: {response.text[:200]}"
 
 
 async def _wait_phase(http: httpx.AsyncClient, server: str, campaign_id: str, phase: str,
@@ -153,14 +159,32 @@ async def _wait_phase(http: httpx.AsyncClient, server: str, campaign_id: str, ph
 
 async def _release(http: httpx.AsyncClient, shuffler: str, campaign_id: str, round_: int,
                    operator_token: str, timeout: float) -> float:
+    """Seconds until the shuffler answers the release (``wait=true``). A release is
+    idempotent: a transient failure (no answer, 5xx, 429; e.g. the balancer's 502 for a
+    replica killed under the request) is retried with :data:`RELEASE_RETRY` within
+    ``timeout``."""
     started = time.perf_counter()
-    response = await http.post(
-        f"{shuffler}/v1/campaigns/{campaign_id}/rounds/{round_}/release",
-        params={"wait": "true"}, headers={"Authorization": f"Bearer {operator_token}"},
-        timeout=timeout)
-    if response.status_code not in (200, 202):
-        raise LoadTestError(f"release of round {round_}: {_problem(response)}")
-    return time.perf_counter() - started
+    deadline = time.monotonic() + timeout
+    for attempt in range(RELEASE_RETRY.attempts):
+        try:
+            response = await http.post(
+                f"{shuffler}/v1/campaigns/{campaign_id}/rounds/{round_}/release",
+                params={"wait": "true"}, headers={"Authorization": f"Bearer {operator_token}"},
+                timeout=max(deadline - time.monotonic(), 1.0))
+            failure = _problem(response)
+            transient = response.status_code >= 500 or response.status_code == 429
+        except httpx.HTTPError as exc:
+            response, failure, transient = None, f"no answer ({type(exc).__name__})", True
+        if response is not None and response.status_code in (200, 202):
+            return time.perf_counter() - started
+        pause = RELEASE_RETRY.delay(attempt)
+        if (not transient or attempt + 1 == RELEASE_RETRY.attempts
+                or time.monotonic() + pause >= deadline):
+            raise LoadTestError(f"release of round {round_}: {failure}")
+        print(f"release of round {round_}: {failure}; again in {pause:.1f} s",
+              file=sys.stderr, flush=True)
+        await asyncio.sleep(pause)
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def _deadline_left(deadline: float) -> float:

@@ -236,3 +236,52 @@ def test_release_wait_is_bounded_and_names_the_delivery_error() -> None:
     with _release_client(waiting) as client, \
             pytest.raises(ServiceError, match="not delivered after 0s: server: ConnectError"):
         client.release("c", 1, wait=True, timeout=0, sleep=lambda _: None)
+
+
+def _flaky_release_client(failures: list[int | None], refusal: int | None = None
+                          ) -> tuple[OperatorClient, list[str]]:
+    """A shuffler whose release answers ``failures`` first (a status, or ``None``: the
+    connection drops), then ``refusal`` (a final answer) or 200."""
+    seen: list[str] = []
+    queue = list(failures)
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request.method)
+        if queue:
+            status = queue.pop(0)
+            if status is None:
+                raise httpx.ConnectError("connection refused", request=request)
+            return httpx.Response(status, text="<html>502 Bad Gateway</html>")
+        if refusal is not None:
+            return httpx.Response(refusal, json={"type": "urn:segshuffle:error:forbidden",
+                                                 "status": refusal, "detail": "no"})
+        return httpx.Response(200, json={"campaign_id": "c", "round": 1, "batch_id": "b",
+                                         "messages": 3, "chunks": 1})
+
+    client = OperatorClient(shuffler="http://shuffler", operator_token="op",
+                            transport=httpx.MockTransport(handle))
+    return client, seen
+
+
+def test_release_survives_a_replica_dying_under_it() -> None:
+    """A release is idempotent: the balancer's 502 for a replica killed under the request,
+    a 503 and a dropped connection are retried with a growing pause; then it succeeds."""
+    client, seen = _flaky_release_client([502, None, 503])
+    pauses: list[float] = []
+    with client:
+        answer, acknowledged = client.release("c", 1, wait=True, timeout=60,
+                                              sleep=pauses.append)
+    assert acknowledged and answer["messages"] == 3
+    assert seen == ["POST"] * 4
+    assert len(pauses) == 3 and 0.25 <= pauses[0] <= 0.5 and pauses[2] <= 2.0
+
+
+def test_release_gives_up_on_a_refusal_at_once_and_on_failures_at_its_timeout() -> None:
+    client, seen = _flaky_release_client([502], refusal=403)
+    with client, pytest.raises(ServiceError, match="HTTP 403 forbidden"):
+        client.release("c", 1, wait=False, timeout=60, sleep=lambda _: None)
+    assert seen == ["POST", "POST"]
+    client, seen = _flaky_release_client([502] * 50)
+    with client, pytest.raises(ServiceError, match="HTTP 502"):
+        client.release("c", 1, wait=False, timeout=1.0, sleep=lambda _: None)
+    assert 1 <= len(seen) <= 3  # no try starts past the timeout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import math
@@ -10,7 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
+
+from segshuffle.client.session import RetryPolicy
 
 LOADTEST = Path(__file__).resolve().parents[1] / "loadtest"
 
@@ -190,3 +194,43 @@ def test_local_services_run_both_rounds_end_to_end() -> None:
         values = sorted(run[key] for run in report["runs"])
         assert median == pytest.approx((values[0] + values[1]) / 2)
     assert "both services ready" in result.stderr
+
+
+def test_the_load_tests_release_is_retried_while_it_fails_transiently(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A release is idempotent: the load test asks again after a balancer's 502 (a shuffler
+    replica killed under the request) or a dropped connection, never after a refusal."""
+    sys.path.insert(0, str(LOADTEST))
+    try:
+        loadtest = _load("loadtest")
+    finally:
+        sys.path.remove(str(LOADTEST))
+    monkeypatch.setattr(loadtest, "RELEASE_RETRY",
+                        RetryPolicy(attempts=5, initial=0.01, maximum=0.02), raising=False)
+
+    def run(answers: list[int | None]) -> tuple[object, int]:
+        calls = []
+
+        def handle(request: httpx.Request) -> httpx.Response:
+            calls.append(request)
+            status = answers.pop(0)
+            if status is None:
+                raise httpx.ConnectError("connection reset", request=request)
+            return httpx.Response(status, text="<html>Bad Gateway</html>")
+
+        async def main() -> object:
+            async with httpx.AsyncClient(transport=httpx.MockTransport(handle)) as http:
+                try:
+                    return await loadtest._release(http, "http://shuffler", "c", 1, "op", 30.0)
+                except loadtest.LoadTestError as exc:
+                    return exc
+
+        return asyncio.run(main()), len(calls)
+
+    seconds, tries = run([502, None, 200])
+    assert isinstance(seconds, float) and tries == 3
+    refused, tries = run([502, 403])
+    assert isinstance(refused, loadtest.LoadTestError) and tries == 2
+    assert "HTTP 403" in str(refused)
+    exhausted, tries = run([503] * 5)
+    assert isinstance(exhausted, loadtest.LoadTestError) and tries == 5

@@ -22,6 +22,7 @@ import httpx
 
 from segshuffle.client.errors import ServiceError
 from segshuffle.client.problems import service_error
+from segshuffle.client.session import RetryPolicy
 from segshuffle.client.tls import CA_FILE_ENV, certificate_error, trust
 from segshuffle.wire.models import (
     CampaignList,
@@ -38,6 +39,8 @@ MAX_LIST_PAGES = 1000
 """``campaign list`` reads at most this many pages of 1000 (one million campaigns)."""
 HTTP_TIMEOUT = 30.0
 RELEASE_HTTP_TIMEOUT = 300.0
+RELEASE_RETRY = RetryPolicy(attempts=8, initial=0.5, maximum=5.0)
+"""Tries of a release request that fails transiently (about 20 s of waits in all)."""
 """The shuffler holds a ``wait=true`` release for up to its ``release_wait`` setting."""
 _URL = re.compile(r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
 
@@ -206,17 +209,31 @@ class OperatorClient:
                 sleep: Callable[[float], None] = time.sleep) -> tuple[dict[str, Any], bool]:
         """``POST .../rounds/{r}/release``; returns (answer, acknowledged by the server).
 
-        With ``wait``: ``wait=true``, then polls the round status until ``released``
-        (acknowledged) or ``failed`` (a ``wrong-phase`` :class:`ServiceError` naming the
-        reason), at most ``timeout`` seconds (then a :class:`ServiceError` with the
-        shuffler's last delivery error).
+        A release is idempotent, so a transient failure (no answer, a 5xx such as a
+        balancer's 502 for a replica that died under the request, a 429) is retried with
+        :data:`RELEASE_RETRY`'s backoff until ``timeout``; any other refusal is raised at
+        once. With ``wait``: ``wait=true``, then polls the round status until
+        ``released`` (acknowledged) or ``failed`` (a ``wrong-phase`` :class:`ServiceError`
+        naming the reason), at most ``timeout`` seconds (then a :class:`ServiceError` with
+        the shuffler's last delivery error).
         """
         path = f"{self.shuffler}/v1/campaigns/{campaign_id}/rounds/{round_number}"
         what = f"release round {round_number}"
         deadline = time.monotonic() + timeout
-        response = self._call("POST", f"{path}/release", what, self.operator_token,
-                              params={"wait": "true" if wait else "false"},
-                              timeout=min(RELEASE_HTTP_TIMEOUT, max(timeout, 1.0)))
+        for attempt in range(RELEASE_RETRY.attempts):
+            try:
+                response = self._call(
+                    "POST", f"{path}/release", what, self.operator_token,
+                    params={"wait": "true" if wait else "false"},
+                    timeout=min(RELEASE_HTTP_TIMEOUT,
+                                max(deadline - time.monotonic(), 1.0)))
+                break
+            except ServiceError as exc:
+                pause = RELEASE_RETRY.delay(attempt)
+                if (not exc.transient or attempt + 1 == RELEASE_RETRY.attempts
+                        or time.monotonic() + pause >= deadline):
+                    raise
+                sleep(pause)
         try:
             answer = dict(response.json())
         except (ValueError, TypeError):
