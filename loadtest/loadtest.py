@@ -66,7 +66,7 @@ from segshuffle.client.session import RetryPolicy
 MAX_USERS = 50_000
 MAX_REPEATS = 20
 RELEASE_RETRY = RetryPolicy(attempts=8, initial=0.5, maximum=5.0)
-"""Tries of a release that fails transiently (about 20 s of waits in all)."""
+"""Tries of a release that fails transiently (11 to 23 s of waits in all)."""
 DEFAULT_ENV_FILE = Path(__file__).resolve().parents[1] / "deploy" / ".env"
 
 METRICS = [

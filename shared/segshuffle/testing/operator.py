@@ -39,9 +39,9 @@ MAX_LIST_PAGES = 1000
 """``campaign list`` reads at most this many pages of 1000 (one million campaigns)."""
 HTTP_TIMEOUT = 30.0
 RELEASE_HTTP_TIMEOUT = 300.0
-RELEASE_RETRY = RetryPolicy(attempts=8, initial=0.5, maximum=5.0)
-"""Tries of a release request that fails transiently (about 20 s of waits in all)."""
 """The shuffler holds a ``wait=true`` release for up to its ``release_wait`` setting."""
+RELEASE_RETRY = RetryPolicy(attempts=8, initial=0.5, maximum=5.0)
+"""Tries of a release request that fails transiently (11 to 23 s of waits in all)."""
 _URL = re.compile(r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
 
 
