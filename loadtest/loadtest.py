@@ -61,7 +61,7 @@ from harness import (
     summarize,
 )
 
-from segshuffle.client.session import RetryPolicy
+from segshuffle.client.retry import RetryPolicy
 
 MAX_USERS = 50_000
 MAX_REPEATS = 20

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from segshuffle.client.session import RetryPolicy
+from segshuffle.client.retry import RetryPolicy
 
 LOADTEST = Path(__file__).resolve().parents[1] / "loadtest"
 

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from .aio import AsyncClient
     from .errors import CampaignEndedError, ClientError, ServiceError, VerificationError
     from .messages import SentRound1, SentRound2
-    from .session import STATE_VERSION, RetryPolicy
+    from .retry import RetryPolicy
+    from .session import STATE_VERSION
     from .sync import Client
 
 _WHERE = {
@@ -32,7 +33,7 @@ _WHERE = {
     "CampaignEndedError": ".errors",
     "Client": ".sync",
     "ClientError": ".errors",
-    "RetryPolicy": ".session",
+    "RetryPolicy": ".retry",
     "STATE_VERSION": ".session",
     "SentRound1": ".messages",
     "SentRound2": ".messages",

@@ -17,11 +17,9 @@ import hashlib
 import json
 import math
 import numbers
-import random
 import re
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -59,6 +57,7 @@ from .messages import (
 from .problems import PROBLEM_PREFIX as PROBLEM_PREFIX  # re-exported for existing callers
 from .problems import network_error as network_error
 from .problems import service_error as service_error
+from .retry import RetryPolicy as RetryPolicy  # re-exported for existing callers
 from .verify import verify_campaign, verify_parameters
 
 PHASE_ORDER = {"round1": 0, "round2": 1, "done": 2}
@@ -152,24 +151,6 @@ def phase_reached(view: CampaignView, phase: str) -> bool:
     if view.phase in ("failed", "aborted"):
         raise CampaignEndedError(view.phase, view.end_reason)
     return PHASE_ORDER[view.phase] >= PHASE_ORDER[phase]
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Retries of transient failures: ``attempts`` tries, exponential backoff with jitter."""
-
-    attempts: int = 6
-    initial: float = 0.2
-    maximum: float = 5.0
-
-    def __post_init__(self) -> None:
-        if self.attempts < 1 or self.initial < 0 or self.maximum < self.initial:
-            raise ValueError("retry policy needs attempts >= 1 and 0 <= initial <= maximum")
-
-    def delay(self, attempt: int) -> float:
-        """Wait before try ``attempt + 1`` (attempt counts from 0): full jitter in [d/2, d]."""
-        ceiling = min(self.maximum, self.initial * 2.0**attempt)
-        return ceiling * (0.5 + 0.5 * random.random())
 
 
 class PublicCache:

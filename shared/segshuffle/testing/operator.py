@@ -22,7 +22,7 @@ import httpx
 
 from segshuffle.client.errors import ServiceError
 from segshuffle.client.problems import service_error
-from segshuffle.client.session import RetryPolicy
+from segshuffle.client.retry import RetryPolicy
 from segshuffle.client.tls import CA_FILE_ENV, certificate_error, trust
 from segshuffle.wire.models import (
     CampaignList,
