@@ -185,6 +185,9 @@ def test_a_listener_whose_connection_is_cut_listens_again(
     """The listening connection is terminated by the database: the failure is reported,
     the listener connects again, and the next queued chunk is announced."""
     sealer = _campaign(replicas[0])
+    # this test's database only: tests running beside it have listeners of their own
+    ours = ("datname = current_database()"
+            " AND query LIKE 'LISTEN segshuffle_decode_queue%'")
     heard: list[float] = []
     failures: list[tuple[str, float]] = []
     stop = threading.Event()
@@ -198,8 +201,7 @@ def test_a_listener_whose_connection_is_cut_listens_again(
 
     def listening() -> int:
         with psycopg.connect(postgres_url, autocommit=True) as db:
-            row = db.execute("SELECT count(*) FROM pg_stat_activity"
-                             " WHERE query LIKE 'LISTEN segshuffle_decode_queue%'").fetchone()
+            row = db.execute(f"SELECT count(*) FROM pg_stat_activity WHERE {ours}").fetchone()
         return 0 if row is None else int(row[0])
 
     listener.start()
@@ -208,8 +210,7 @@ def test_a_listener_whose_connection_is_cut_listens_again(
         queue(0)
         assert _wait_until(lambda: len(heard) == 1, 10.0)
         with psycopg.connect(postgres_url, autocommit=True) as db:
-            db.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                       " WHERE query LIKE 'LISTEN segshuffle_decode_queue%'")
+            db.execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE {ours}")
         assert _wait_until(lambda: len(failures) == 1, 10.0)
         assert failures[0][1] == 0.5
         assert _wait_until(lambda: listening() == 1, 10.0)
