@@ -43,6 +43,7 @@ from typing import Any
 from ..sqlite_base import Migration, SQLiteStore
 from .storage_api import (
     NULL_VALUE,
+    QUEUE_COLUMNS,
     AcceptedMessage,
     BatchRecord,
     CampaignRecord,
@@ -54,6 +55,7 @@ from .storage_api import (
     QueueEntry,
     StoredChunk,
     pack_ciphertexts,
+    queued_from_row,
     unpack_ciphertexts,
 )
 
@@ -175,16 +177,6 @@ MIGRATIONS: tuple[Migration, ...] = (
 """The server's schema, in order (:mod:`segshuffle.services.sqlite_base`); append only."""
 
 
-_QUEUE_COLUMNS = ("seq, campaign_id, round, stream, chunk_index, batch_id, chunk_count, digest,"
-                  " received, owner, attempts, failures")
-
-
-def _queued(row: Sequence[Any]) -> QueuedChunk:
-    """A :class:`QueuedChunk` from a row of ``_QUEUE_COLUMNS``."""
-    return QueuedChunk(seq=int(row[0]), campaign_id=row[1], round=int(row[2]), stream=row[3],
-                       chunk_index=int(row[4]), batch_id=row[5], chunk_count=int(row[6]),
-                       digest=bytes(row[7]), received=int(row[8]), owner=row[9],
-                       attempts=int(row[10]), failures=int(row[11]))
 
 
 def _loads(text: str | None) -> dict[str, Any] | None:
@@ -325,14 +317,14 @@ class Repository(SQLiteStore):
             with self._transaction() as db:
                 now = time.time()
                 row = db.execute(
-                    f"SELECT {_QUEUE_COLUMNS}, ciphertexts FROM decode_queue"
+                    f"SELECT {QUEUE_COLUMNS}, ciphertexts FROM decode_queue"
                     " WHERE lease_until <= ? ORDER BY seq LIMIT 1", (now,)).fetchone()
                 if row is None:
                     return None
                 db.execute("UPDATE decode_queue SET owner = ?, lease_until = ?,"
                            " attempts = attempts + 1 WHERE seq = ?",
                            (owner, now + lease_seconds, row[0]))
-        queued = _queued(row)
+        queued = queued_from_row(row)
         return ClaimedChunk(**{**queued.__dict__, "owner": owner,
                                "attempts": queued.attempts + 1},
                             ciphertexts=unpack_ciphertexts(bytes(row[-1])))
@@ -487,10 +479,10 @@ def _chunk(db: sqlite3.Connection, campaign_id: str, round_: int, stream: str,
 def _queued_chunk(db: sqlite3.Connection, campaign_id: str, round_: int, stream: str,
                   chunk_index: int) -> QueuedChunk | None:
     row = db.execute(
-        f"SELECT {_QUEUE_COLUMNS} FROM decode_queue WHERE campaign_id = ? AND round = ?"
+        f"SELECT {QUEUE_COLUMNS} FROM decode_queue WHERE campaign_id = ? AND round = ?"
         " AND stream = ? AND chunk_index = ?",
         (campaign_id, round_, stream, chunk_index)).fetchone()
-    return None if row is None else _queued(row)
+    return None if row is None else queued_from_row(row)
 
 
 def _queued_count(db: sqlite3.Connection, campaign_id: str, round_: int) -> int:

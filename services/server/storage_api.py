@@ -130,6 +130,20 @@ class DecodeBacklog:
     failing: int
 
 
+QUEUE_COLUMNS = ("seq, campaign_id, round, stream, chunk_index, batch_id, chunk_count, digest,"
+                 " received, owner, attempts, failures")
+"""The columns of a decode-queue row a :class:`QueuedChunk` is read from, in order (the
+same in both backends; the ciphertext blob is selected apart, after them)."""
+
+
+def queued_from_row(row: Sequence[Any]) -> QueuedChunk:
+    """A :class:`QueuedChunk` from a row that starts with :data:`QUEUE_COLUMNS`."""
+    return QueuedChunk(seq=int(row[0]), campaign_id=row[1], round=int(row[2]), stream=row[3],
+                       chunk_index=int(row[4]), batch_id=row[5], chunk_count=int(row[6]),
+                       digest=bytes(row[7]), received=int(row[8]), owner=row[9],
+                       attempts=int(row[10]), failures=int(row[11]))
+
+
 @dataclass(frozen=True)
 class ClaimedChunk(QueuedChunk):
     """A chunk a worker has claimed (:meth:`ServerStorage.claim_chunk`), with its

@@ -70,6 +70,7 @@ import psycopg
 from ..postgres_base import PostgresMigration, PostgresStore, lock
 from .storage_api import (
     NULL_VALUE,
+    QUEUE_COLUMNS,
     BatchRecord,
     CampaignRecord,
     ChunkRecord,
@@ -80,6 +81,7 @@ from .storage_api import (
     QueueEntry,
     StoredChunk,
     pack_ciphertexts,
+    queued_from_row,
     unpack_ciphertexts,
 )
 
@@ -178,14 +180,12 @@ LISTEN_RETRY_SECONDS = (0.5, 30.0)
 
 _NOW = "extract(epoch FROM clock_timestamp())"
 """The database's clock in seconds, the one every lease is measured on."""
-_QUEUE_COLUMNS = ("seq, campaign_id, round, stream, chunk_index, batch_id, chunk_count, digest,"
-                  " received, owner, attempts, failures")
 _CLAIM = f"""
 UPDATE decode_queue SET owner = %(owner)s, lease_until = {_NOW} + %(lease)s,
     attempts = attempts + 1
 WHERE seq = (SELECT seq FROM decode_queue WHERE lease_until <= {_NOW}
              ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED)
-RETURNING {_QUEUE_COLUMNS}, ciphertexts
+RETURNING {QUEUE_COLUMNS}, ciphertexts
 """
 
 _CAMPAIGN_COLUMNS = ("id, config_json, config_hash, key_id, public_key, phase, parameters_json,"
@@ -229,14 +229,6 @@ def _campaign_record(row: Sequence[Any]) -> CampaignRecord:
         parameters_hash=row[7], round1=_loads(row[8]), results=_loads(row[9]),
         end_reason=row[10],
     )
-
-
-def _queued(row: Sequence[Any]) -> QueuedChunk:
-    """A :class:`QueuedChunk` from a row of ``_QUEUE_COLUMNS``."""
-    return QueuedChunk(seq=int(row[0]), campaign_id=row[1], round=int(row[2]), stream=row[3],
-                       chunk_index=int(row[4]), batch_id=row[5], chunk_count=int(row[6]),
-                       digest=bytes(row[7]), received=int(row[8]), owner=row[9],
-                       attempts=int(row[10]), failures=int(row[11]))
 
 
 class PostgresRepository(PostgresStore):
@@ -365,7 +357,7 @@ class PostgresRepository(PostgresStore):
             row = db.execute(_CLAIM, {"owner": owner, "lease": lease_seconds}).fetchone()
         if row is None:
             return None
-        queued = _queued(row)
+        queued = queued_from_row(row)
         return ClaimedChunk(**queued.__dict__, ciphertexts=unpack_ciphertexts(bytes(row[-1])))
 
     def listen_for_queued_chunks(self, on_queued: Callable[[], None], stop: threading.Event,
@@ -590,10 +582,10 @@ def _chunk(db: psycopg.Connection, campaign_id: str, round_: int, stream: str,
 def _queued_chunk(db: psycopg.Connection, campaign_id: str, round_: int, stream: str,
                   chunk_index: int) -> QueuedChunk | None:
     row = db.execute(
-        f"SELECT {_QUEUE_COLUMNS} FROM decode_queue WHERE campaign_id = %s AND round = %s"
+        f"SELECT {QUEUE_COLUMNS} FROM decode_queue WHERE campaign_id = %s AND round = %s"
         " AND stream = %s AND chunk_index = %s",
         (campaign_id, round_, stream, chunk_index)).fetchone()
-    return None if row is None else _queued(row)
+    return None if row is None else queued_from_row(row)
 
 
 def _queued_count(db: psycopg.Connection, campaign_id: str, round_: int) -> int:
