@@ -431,19 +431,14 @@ def run_configuration(args: argparse.Namespace, database: str, users: int) -> di
                     meter.warm_up(bare_port, bare_get)
                     phases["bare_get"], _ = meter.run("bare_get", bare_port, [bare_get] * gets,
                                                       args.slices)
-                    posts = [encode_request("POST", bare_host, "/submit", body)
-                             for body in round1 + round2]
-                    meter.warm_up(bare_port, posts[-1])
-                    posts = [posts[i % len(posts)] for i in range(max(len(posts), MIN_MEASURED))]
-                    phases["bare_post"], _ = meter.run("bare_post", bare_port, posts,
-                                                       2 * args.slices)
-                    stored = [encode_request("POST", bare_host, "/submit-stored", body)
-                              for body in round1 + round2]
-                    meter.warm_up(bare_port, stored[-1])
-                    stored = [stored[i % len(stored)]
-                              for i in range(max(len(stored), MIN_MEASURED))]
-                    phases["bare_stored"], _ = meter.run("bare_stored", bare_port, stored,
-                                                         2 * args.slices)
+                    for phase, path in (("bare_post", "/submit"),
+                                        ("bare_stored", "/submit-stored")):
+                        posts = [encode_request("POST", bare_host, path, body)
+                                 for body in round1 + round2]
+                        meter.warm_up(bare_port, posts[-1])
+                        posts = [posts[i % len(posts)]
+                                 for i in range(max(len(posts), MIN_MEASURED))]
+                        phases[phase], _ = meter.run(phase, bare_port, posts, 2 * args.slices)
         except BenchError as exc:
             raise BenchError(f"{exc}\n{_log_tails(directory / 'stack')}") from None
 
