@@ -23,6 +23,7 @@ from segshuffle.services.server import decoding as decoding_module
 from segshuffle.services.server.decoding import DecodeWorkers
 from segshuffle.services.server.storage_api import ClaimedChunk
 
+from .observability_support import samples, value
 from .test_server_support import (
     ADMIN,
     SHUFFLER,
@@ -222,10 +223,9 @@ def test_a_chunk_that_keeps_failing_backs_off_and_is_reported(
         assert (waiting["queued_chunks"], waiting["failing_chunks"]) == (1, 1)
         assert answer.headers["retry-after"] == "30"  # it waits for an operator
         assert "failed to decode" in waiting["detail"]
-        metrics = running.get("/metrics", headers=ADMIN).text
-        failed = [line for line in metrics.splitlines()
-                  if line.startswith("segshuffle_server_decode_failures_total{")]
-        assert failed and float(failed[0].rsplit(" ", 1)[1]) >= 5, failed
+        failed = value(samples(running), "segshuffle_server_decode_failures_total",
+                       round="1", stream="levels")
+        assert failed >= 5, failed
         broken.clear()
         receipt = decoded(running, "q", 1, "b1", "levels", 0)
         assert receipt["accepted"] == 2
