@@ -64,10 +64,13 @@ from .hockey_stick import (
     delta_for,
     poisson_pair,
 )
+from .multinomial_pair import pair_atoms
 from .poisson_comparison import dominated_poisson_mean
 from .privacy_loss import DEFAULT_STEP, BinLaw, ComposedLoss, composed_pair
 from .randomizers import blanket_probability, blanket_slots
 from .rules import MAX_BLANKET_RATE, MAX_LEVEL
+from .slot_groups import GroupsBound, _composed_groups, group_geometry
+from .slot_single import SingleItemMixture, single_item_mixture
 
 #: Relative precision of the epsilon searches (the CLI contract asks for 1e-4).
 EPSILON_RTOL = 1e-8
@@ -90,6 +93,10 @@ COARSE_STEP = 1e-3
 #: put a published value below the exact one.
 CERTIFIED_RELATIVE_MARGIN = 1e-9
 CERTIFIED_ABSOLUTE_MARGIN = 1e-15
+
+#: Group size (slots) from which a steering search estimates the slot bounds instead of
+#: computing them (:class:`SlotAccountant`); smaller groups are cheap to bound exactly.
+STEERING_GROUP_SLOTS = 200
 
 #: Upper bounds count at most this many expected blanket messages on one item; counting
 #: fewer is conservative (less blanket, larger delta) and keeps every window bounded.
@@ -216,17 +223,73 @@ def _accounted_trials(trials: int, p: float) -> int:
     return min(trials, math.floor(ACCOUNTED_BLANKET_PER_ITEM / p))
 
 
+class SlotAccountant:
+    """delta_user of the slot blanket: the smallest of the bounds that apply.
+
+    - one differing pair at most (S = min(s, d // 2) = 1): the exact mixture of
+      :mod:`segshuffle.core.slot_single`;
+    - S >= 2: the labelled-groups bound of :mod:`segshuffle.core.slot_groups`
+      (where its pair is not degenerate and small enough to enumerate);
+    - always: the revealed-send bound :class:`SlotBlanketBound`, sound at every
+      gamma and the only one that keeps its tau_j free of lambda.
+
+    With a loss grid coarser than DEFAULT_STEP the accountant only steers a search
+    (the optimizer's m search): where the groups hold at least STEERING_GROUP_SLOTS
+    slots, the two lambda-dependent bounds are then replaced by a cheap estimate:
+    the composition of S pairs with independent Poisson bins at the mean group's
+    rate (one small loss distribution per lambda).  It is not a bound and never
+    reaches a published value.
+    """
+
+    def __init__(self, n_slots: int, gamma: float, set_size: int, domain_size: int,
+                 slack: float, step: float) -> None:
+        r = gamma / domain_size if n_slots else 0.0
+        self.pairs = min(set_size, domain_size // 2)
+        self.revealed = SlotBlanketBound(n_slots, r, set_size, domain_size, slack, step)
+        self.single: SingleItemMixture | None = None
+        self.groups: GroupsBound | None = None
+        self.estimate: BinLaw | None = None
+        self.step = step
+        if step > DEFAULT_STEP and n_slots > 0 and gamma > 0.0 and self.pairs >= 1:
+            p_group, r_pair = group_geometry(gamma, domain_size, self.pairs)
+            if r_pair < 0.5 and n_slots * p_group >= STEERING_GROUP_SLOTS:
+                self.estimate = BinLaw(n_slots * p_group * r_pair)
+        if self.estimate is None and self.pairs == 1 and n_slots > 0:
+            self.single = single_item_mixture(n_slots, gamma, domain_size)
+        elif self.estimate is None and self.pairs >= 2 and n_slots > 0 and gamma > 0.0:
+            groups = GroupsBound(n_slots, gamma, domain_size, self.pairs, slack, step)
+            if groups.usable:
+                self.groups = groups
+
+    def user_delta(self, eps: float, lam: float) -> float:
+        """An upper bound on delta_user(E) at rate ``lam`` (before the certified margins)."""
+        if lam == 0.0 or self.pairs == 0:
+            return 0.0
+        value = self.revealed.user_delta(eps, lam)
+        if self.estimate is not None:
+            composed = composed_pair(self.estimate, lam, self.pairs, upper=True, step=self.step)
+            return float(min(value, composed.delta(eps)))
+        if self.single is not None:
+            value = min(value, self.single.delta(eps, lam))
+        if self.groups is not None and value > 0.0:
+            value = min(value, self.groups.delta(eps, lam))
+        return float(value)
+
+
 @lru_cache(maxsize=256)
 def _slot_bound(users: int, m: float, domain_size: int, set_size: int, slack: float,
-                step: float = DEFAULT_STEP) -> SlotBlanketBound:
+                step: float = DEFAULT_STEP) -> SlotAccountant:
     n_slots, r = blanket_geometry(users, m, domain_size)
-    return SlotBlanketBound(_accounted_trials(n_slots, r), r, set_size, domain_size, slack,
-                            step)
+    return SlotAccountant(_accounted_trials(n_slots, r), blanket_probability(m), set_size,
+                          domain_size, slack, step)
 
 
 def clear_caches() -> None:
     """Forget every cached per-(N, r) computation (benchmarks measure cold costs)."""
     _slot_bound.cache_clear()
+    single_item_mixture.cache_clear()
+    _composed_groups.cache_clear()
+    pair_atoms.cache_clear()
     composed_pair.cache_clear()
     dominated_poisson_mean.cache_clear()
     _window.cache_clear()
@@ -343,23 +406,21 @@ def max_lambda(level: float, set_size: int, delta: float, users: int, m: float,
 
     if mode is BlanketMode.SLOTS:
         bound = _slot_bound(users, m, domain_size, set_size, POISSON_SLACK_SHARE * delta, step)
-        taus = bound.taus(level)
 
         def excess(lam: float) -> float:
-            weights = _binomial_weights(set_size, lam)[1:]
-            return _certified(float(np.dot(weights, taus))) - delta
+            return _certified(bound.user_delta(level, lam)) - delta
     else:
         def excess(lam: float) -> float:
             return user_delta(level, lam, set_size, users, m, domain_size, mode=mode,
                               delta=delta, step=step) - delta
 
     lo, hi = bracket
-    if hi >= 1.0 or excess(hi) <= 0.0:
-        if excess(1.0) <= 0.0:
-            return 1.0
-        hi = 1.0
-    if lo > 0.0 and excess(lo) > 0.0:
-        lo = 0.0
+    if excess(1.0) <= 0.0:
+        return 1.0
+    if hi < 1.0 and excess(hi) <= 0.0:  # the hint was low: the root lies above it
+        lo, hi = hi, 1.0
+    elif lo > 0.0 and excess(lo) > 0.0:  # the hint was high: the root lies below it
+        lo, hi = 0.0, lo
     return _largest_feasible(excess, lo, hi, rtol=xtol)
 
 

@@ -140,10 +140,17 @@ class _LambdaSolver:
                           mode=self.mode, xtol=xtol, bracket=bracket, step=step)
 
     def all_exact(self, m: float, xtol: float) -> list[float]:
-        """Exact lambdas for every level, bracketed by anchor solutions when K is large."""
+        """Exact lambdas for every level, bracketed by anchor solutions when K is large.
+
+        The steering solutions at m bracket each level's root (a hint the accountant
+        verifies and widens when it does not hold), which saves most evaluations of
+        the certified bound.
+        """
         count = len(self.levels)
         if count <= ANCHOR_LEVELS:
-            return [self.solve(level, m, xtol) for level in self.levels]
+            guesses = self.approximate(m)
+            return [self.solve(level, m, xtol, _hint_bracket(guess))
+                    for level, guess in zip(self.levels, guesses, strict=True)]
         anchors = _anchor_indices(count)
         values: dict[int, float] = {i: self.solve(self.levels[i], m, xtol) for i in anchors}
         for left, right in pairwise(anchors):
@@ -168,6 +175,11 @@ class _LambdaSolver:
         return list(np.interp(self.levels, [self.levels[i] for i in indices], solved))
 
 
+def _hint_bracket(guess: float) -> tuple[float, float]:
+    """A narrow bracket around a steering solution (the certified root sits close to it)."""
+    return max(0.0, 0.85 * guess), min(1.0, 1.05 * guess)
+
+
 def _anchor_indices(count: int) -> list[int]:
     return sorted({round(i * (count - 1) / (ANCHOR_LEVELS - 1)) for i in range(ANCHOR_LEVELS)})
 
@@ -177,7 +189,7 @@ def _candidate_blankets(low: float, high: float) -> list[float]:
     candidates = {high, low}
     # Below the smallest full-signal rate every level sends less than its full signal,
     # but the bound can still be lowest there (small populations): a geometric sweep.
-    candidates.update(np.geomspace(max(low * 1e-3, 1e-4), low, 10).tolist() if low > 0 else [])
+    candidates.update(np.geomspace(max(low * 1e-4, 1e-5), low, 14).tolist() if low > 0 else [])
     first, last = max(1, math.ceil(low)), max(1, math.ceil(high))
     if last - first <= 16:
         for bucket in range(first, last + 1):

@@ -294,7 +294,10 @@ def _composed(pair: LossDistribution, times: int, upper: bool) -> ComposedLoss:
         noise = _noise_floor(raw)
         pmf = np.maximum(raw, 0.0)
         offset += remaining * pair.offset
-    infinity = 1.0 - (1.0 - pair.infinity) ** times
+    # 1 - (1 - p)^times without the cancellation that loses a p below 1e-16.
+    infinity = 1.0
+    if pair.infinity < 1.0:
+        infinity = -math.expm1(times * math.log1p(-pair.infinity))
     losses_index = offset + np.arange(pmf.size)
     keep = losses_index >= 1  # L = index * step > 0
     first_kept = int(np.argmax(keep)) if keep.any() else pmf.size

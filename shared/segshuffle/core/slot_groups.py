@@ -1,0 +1,242 @@
+"""Slot blanket, several differing items: the labelled-groups bound.
+
+**Setting.**  N blanket slots each carry, with probability gamma, an item
+uniform over the d items, else a null.  The victim holds x = (x_1..x_S) or
+x' = (x'_1..x'_S), 2S <= d distinct items (overlapping sets: below), and sends
+its j-th item with probability lambda, else a null.
+
+**Labelled slots.**  Give every slot an independent label J uniform on 1..S, and
+let a slot labelled J land on x_J and on x'_J with probability S gamma / d each,
+on x_i, x'_i (i != J) never, on each of the other d - 2S items with probability
+gamma / d, and be null otherwise.  Averaged over J a slot still lands on every
+item with probability gamma / d, and slots stay independent, so the blanket has
+exactly the protocol's law.  Reveal to the server, for every label j, the group
+size N_j (slots labelled j that are on x_j, x'_j or null) and that group's counts
+on x_j and x'_j, and put the victim's j-th message in group j.  The real view
+(histogram and null count) is a function of this one, so its divergence is at
+most this one's.
+
+(N_1, ..., N_S) ~ Multinomial(N; p_g, ..., p_g), p_g = (1 - gamma + 2 S gamma / d) / S,
+does not depend on the victim's data.  Given the sizes, the groups are
+independent, and group j is the two-bin count pair of
+:mod:`segshuffle.core.multinomial_pair` with N_j slots at rate
+
+    r_S = (S gamma / d) / (1 - gamma + 2 S gamma / d)
+
+and the victim's Bernoulli(lambda) message.  A revealed label with the same law
+in both worlds averages the divergence, so
+
+    delta_user(E) <= E[ D_E( pair(N_1) x ... x pair(N_S) ) ] <= E[ F(min_j N_j) ],
+    F(k) = D_E( S-fold composition of pair(k, r_S, lambda) ),
+
+as adding a slot to one group is a post-processing (the pair's divergence does
+not grow with its slots).  Every pair keeps its own lambda: amplification by
+subsampling survives the composition.
+
+**Overlapping sets.**  If x and x' share items, the groups of common items can
+use a common item c_j and one item e_j outside x union x' as their pair (2S <= d
+items in all); the victim's message in such a group is on c_j in both worlds, so
+that group's pair is the same in both and only lowers the divergence, which is
+therefore at most the disjoint bound.  With S = min(s, d // 2), the bound
+covers every pair of sets.
+
+**The expectation.**  F is non-increasing, so for any k_0 < ... < k_L and
+v_0 = 1, v_i = F(k_{i-1} + 1) (non-increasing, enforced by a running maximum on
+computed upper bounds),
+
+    E[F(M)] <= v_{L+1} + sum_i Pr[M <= k_i] (v_i - v_{i+1}),   M = min_j N_j,
+
+(Abel summation of the step function that dominates F), and
+Pr[M <= k] <= min(1, S Pr[N_1 <= k]) with N_1 ~ Binomial(N, p_g).  The ladder
+k_i is spaced in standard deviations of N_1; k_0 is where S Pr[N_1 <= k_0] fits
+the slack budget.  For S = 2 and small groups the expectation over (N_1, N_2) is
+taken exactly as well (each term an exact product of two pairs by sorted
+losses, no grid), and the smaller bound is kept.
+
+At gamma = 1 and 2S = d the pair degenerates (r_S = 1/2); the accountant then
+falls back on the revealed-send bound, which holds at every gamma.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+from scipy import special, stats
+
+from .multinomial_pair import PairAtoms, pair_atoms, pair_loss
+from .privacy_loss import DEFAULT_STEP, ComposedLoss, _composed
+
+#: Ladder points in standard deviations of one group's size (above k_0).
+LADDER_SIGMAS = (-6.0, -4.0, -3.0, -2.0, -1.25, -0.5, 0.25)
+
+#: The ladder of searches that only steer (a coarse loss grid): fewer F evaluations.
+COARSE_LADDER_SIGMAS = (-4.0, -2.0, -0.5)
+
+#: Ladder points closer than this share of the group size are merged.
+LADDER_MERGE = 2e-3
+
+#: The exact two-group expectation is taken while the mean group size is at most this.
+EXACT_PAIR_GROUPS = 48.0
+
+#: Standard deviations of the group sizes summed in the exact two-group expectation.
+EXACT_SIGMAS = 8.0
+
+
+def group_geometry(gamma: float, domain_size: int, pairs: int) -> tuple[float, float]:
+    """(p_g, r_S): a slot's chance to be in one given group, and the group's pair rate."""
+    inside = 1.0 - gamma + 2.0 * pairs * gamma / domain_size
+    return inside / pairs, (pairs * gamma / domain_size) / inside
+
+
+@lru_cache(maxsize=512)
+def _composed_groups(slots: int, r: float, lam: float, pairs: int, step: float
+                     ) -> ComposedLoss | None:
+    atoms = pair_atoms(slots, r)
+    if atoms is None:
+        return None
+    return _composed(pair_loss(atoms, lam, upper=True, step=step), pairs, True)
+
+
+@dataclass(frozen=True)
+class _SortedLosses:
+    """A pair's atoms sorted by loss, with suffix sums of P-mass and Q-mass."""
+
+    loss: np.ndarray
+    p_mass: np.ndarray
+    tail_p: np.ndarray
+    tail_q: np.ndarray
+    tail: float
+
+
+@lru_cache(maxsize=4096)
+def _sorted_losses(slots: int, r: float, lam: float) -> _SortedLosses | None:
+    atoms = pair_atoms(slots, r)
+    if atoms is None:
+        return None
+    return _sorted_from(atoms, lam)
+
+
+def _sorted_from(atoms: PairAtoms, lam: float) -> _SortedLosses:
+    rho = atoms.r / (1.0 - 2.0 * atoms.r)
+    a, b, remaining = atoms.observed()
+    u = ((1.0 - lam) * rho) * remaining
+    p_mass = np.concatenate(((1.0 - lam) * atoms.mass, lam * atoms.mass))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        loss = np.log(u + lam * a) - np.log(u + lam * b)
+    keep = (p_mass > 0.0) & ~np.isnan(loss) & ~np.isneginf(loss)
+    order = np.argsort(loss[keep], kind="stable")
+    loss, p_mass = loss[keep][order], p_mass[keep][order]
+    with np.errstate(over="ignore"):
+        q_mass = np.where(np.isposinf(loss), 0.0, p_mass * np.exp(-np.minimum(loss, 700.0)))
+    tail_p = np.concatenate((np.cumsum(p_mass[::-1])[::-1], [0.0]))
+    tail_q = np.concatenate((np.cumsum(q_mass[::-1])[::-1], [0.0]))
+    return _SortedLosses(loss, p_mass, tail_p, tail_q, atoms.tail)
+
+
+def product_delta(first: _SortedLosses, second: _SortedLosses, eps: float) -> float:
+    """D_{e^E} of the product of two pairs, summed atom by atom (no grid), plus their tails.
+
+    D = sum_i p_i sum_{l_j > E - l_i} p_j (1 - e^{E - l_i - l_j})
+      = sum_i p_i [ TP(E - l_i) - e^{E - l_i} TQ(E - l_i) ],
+    with TP, TQ the second pair's P- and Q-mass above a loss.
+    """
+    shifted = eps - first.loss
+    start = np.searchsorted(second.loss, shifted, side="right")
+    with np.errstate(over="ignore", invalid="ignore"):
+        scale = np.where(np.isneginf(shifted), 0.0, np.exp(np.minimum(shifted, 700.0)))
+    inner = second.tail_p[start] - scale * second.tail_q[start]
+    value = math.fsum((first.p_mass * np.maximum(inner, 0.0)).tolist())
+    return value + first.tail + second.tail
+
+
+@dataclass
+class GroupsBound:
+    """E[F(min_j N_j)] of the module docstring for one (N, gamma, d, S) and slack budget."""
+
+    n_slots: int
+    gamma: float
+    domain_size: int
+    pairs: int
+    slack: float
+    step: float = DEFAULT_STEP
+    p_group: float = field(init=False)
+    r: float = field(init=False)
+    ladder: list[int] = field(init=False)
+    ladder_cdf: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.p_group, self.r = group_geometry(self.gamma, self.domain_size, self.pairs)
+        n, p = self.n_slots, self.p_group
+        mean, sd = n * p, math.sqrt(n * p * (1.0 - p))
+        # k_0: the largest k with S Pr[N_1 <= k] within the slack.
+        k0 = int(stats.binom.ppf(self.slack / self.pairs, n, p))
+        while k0 >= 0 and self.pairs * special.bdtr(k0, n, p) > self.slack:
+            k0 -= 1
+        ladder = [k0]
+        sigmas = LADDER_SIGMAS if self.step <= DEFAULT_STEP else COARSE_LADDER_SIGMAS
+        for z in sigmas:
+            k = min(n, math.floor(mean + z * sd))
+            if k > ladder[-1] and (k - ladder[-1]) > LADDER_MERGE * k:
+                ladder.append(k)
+        if ladder[0] < 0:  # nothing to charge 1: Pr[N_1 <= -1] = 0
+            ladder = ladder[1:] or [0]
+        self.ladder = ladder
+        cdf = special.bdtr(np.array(ladder), n, p) * self.pairs
+        self.ladder_cdf = np.minimum(np.where(np.array(ladder) < 0, 0.0, cdf), 1.0)
+
+    @property
+    def usable(self) -> bool:
+        """Whether the pairs are non-degenerate (r_S < 1/2) and small enough to enumerate."""
+        return 0.0 < self.r < 0.5 and pair_atoms(max(self.ladder[-1] + 1, 1), self.r) is not None
+
+    def _f(self, slots: int, eps: float, lam: float) -> float:
+        composed = _composed_groups(slots, self.r, lam, self.pairs, self.step)
+        return 1.0 if composed is None else composed.delta(eps)
+
+    def ladder_delta(self, eps: float, lam: float) -> float:
+        """The Abel-summed ladder bound with the union bound on the minimum."""
+        values = [self._f(k + 1, eps, lam) for k in self.ladder]
+        # v_0 = 1, v_{i+1} = F(k_i + 1), made non-increasing from the right.
+        v = np.maximum.accumulate(np.array([1.0, *values])[::-1])[::-1]
+        total = v[-1] + float(np.sum(self.ladder_cdf * (v[:-1] - v[1:])))
+        return min(total, 1.0)
+
+    def exact_pair_delta(self, eps: float, lam: float) -> float | None:
+        """S = 2, small groups: sum over (N_1, N_2) of the exact product divergence."""
+        n, p = self.n_slots, self.p_group
+        if self.pairs != 2 or n * p > EXACT_PAIR_GROUPS:
+            return None
+        sd = math.sqrt(n * p * (1.0 - p))
+        lo = max(0, math.floor(n * p - EXACT_SIGMAS * sd - 2))
+        hi = min(n, math.ceil(n * p + EXACT_SIGMAS * sd + 2))
+        sizes = np.arange(lo, hi + 1)
+        first = stats.binom.pmf(sizes, n, p)
+        covered = 0.0
+        total = 0.0
+        for n1, w1 in zip(sizes.tolist(), first.tolist(), strict=True):
+            if w1 == 0.0:
+                continue
+            rest = n - n1
+            second = stats.binom.pmf(sizes, rest, p / (1.0 - p)) if p < 1.0 else 0.0
+            for n2, w2 in zip(sizes.tolist(), np.atleast_1d(second).tolist(), strict=True):
+                weight = w1 * w2
+                if weight < 1e-300 or n2 > rest:
+                    continue
+                one = _sorted_losses(n1, self.r, lam)
+                two = _sorted_losses(n2, self.r, lam)
+                if one is None or two is None:
+                    return None
+                total += weight * min(1.0, product_delta(one, two, eps))
+                covered += weight
+        return min(1.0, total + max(0.0, 1.0 - covered) + 1e-15)
+
+    def delta(self, eps: float, lam: float) -> float:
+        """The smaller of the ladder bound and (S = 2, small groups) the exact expectation."""
+        if lam == 0.0:
+            return 0.0
+        value = self.ladder_delta(eps, lam)
+        exact = self.exact_pair_delta(eps, lam)
+        return value if exact is None else min(value, exact)
