@@ -22,9 +22,10 @@ def test_optimize_json() -> None:
     done = run_cli(*OPTIMIZE, "--json")
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)
-    assert 1.0 <= payload["m"] <= 3.0
+    assert 0.0 < payload["m"] <= 3.0
     assert len(payload["lambdas"]) == 3 and len(payload["epsilons"]) == 3
     assert payload["delta"] == 2e-6 and payload["mse_bound"] > 0
+    assert payload["objective"] == "variance" and 0 < payload["variance"]
     assert all(e <= level for e, level in zip(payload["epsilons"], [0.5, 1, 2], strict=True))
 
 

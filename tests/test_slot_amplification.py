@@ -98,7 +98,7 @@ def test_single_item_bound_is_within_two_percent_of_exact(users: int, m: float,
 @pytest.mark.parametrize(("users", "m", "d", "lam", "delta"), [
     (30, 0.6, 8, 0.5, 1e-3),
     (25, 0.5, 12, 0.3, 1e-2),
-    (30, 1.5, 12, 0.3, 1e-3),
+    pytest.param(30, 1.5, 12, 0.3, 1e-3, marks=pytest.mark.slow),  # 60 slots to enumerate
 ])
 def test_two_items_small_population_is_within_one_and_a_half_of_exact(
         users: int, m: float, d: int, lam: float, delta: float) -> None:
@@ -134,12 +134,13 @@ def test_monotone_in_lambda_and_in_users(set_size: int) -> None:
     previous = 0.0
     for lam in (0.05, 0.1, 0.2, 0.4, 0.7, 1.0):
         value = user_delta(0.5, lam, set_size, 2000, 0.7, 32, delta=1e-6)
-        assert value >= previous * (1 - 1e-9)
+        # Up to the loss grid's rounding between two different compositions.
+        assert value >= previous * (1 - 1e-9) - 1e-13
         previous = value
     previous = 1.0
     for users in (200, 500, 1000, 2000, 5000):
         value = user_delta(0.5, 0.3, set_size, users, 0.7, 32, delta=1e-6)
-        assert value <= previous * (1 + 1e-9)
+        assert value <= previous * (1 + 1e-9) + 1e-13
         previous = value
 
 

@@ -267,3 +267,27 @@ def test_the_client_layer_needs_no_server_stack():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_the_accountant_section_covers_what_a_port_must_reproduce():
+    rows = VECTORS["accountant"]
+    verdicts = [(row, v) for row in rows for v in row["verdicts"]]
+    assert len(verdicts) >= 30
+    assert {row["mode"] for row in rows} == {"slots", "independent"}
+    assert {row["set_size"] for row in rows} >= {1, 2, 4}
+    slot_rates = {row["m"] for row in rows if row["mode"] == "slots"}
+    assert any(float(m).is_integer() for m in slot_rates)
+    assert any(not float(m).is_integer() for m in slot_rates)
+    assert {v["holds"] for _, v in verdicts} == {True, False}
+    for row, verdict in verdicts:
+        assert verdict["holds"] == (verdict["delta_user"] <= row["delta"])
+
+
+@pytest.mark.parametrize("index", range(0, 24, 5))
+def test_the_accountant_section_is_what_the_accountant_computes(index):
+    row = VECTORS["accountant"][index]
+    for verdict in row["verdicts"]:
+        bound = accounting.user_delta(verdict["level"], row["lambda"], row["set_size"],
+                                      row["users"], row["m"], row["domain_size"],
+                                      mode=row["mode"], delta=row["delta"])
+        assert bound == pytest.approx(verdict["delta_user"], rel=vectors.RECOMPUTED_TOLERANCE)

@@ -116,3 +116,28 @@ def mse_bound(n: float, m: float, set_size: int, level_counts: Sequence[float],
     if weight <= 0.0:
         return math.inf
     return (n * m + set_size * weight) / weight**2
+
+
+def variance_given_data(n: float, m: float, set_size: int, level_counts: Sequence[float],
+                        lambdas: Sequence[float], domain_size: int,
+                        mode: str | BlanketMode = BlanketMode.SLOTS) -> float:
+    """sum_j Var[W^_j | the data]: the error the estimator really has, summed over items.
+
+    Given the users' sets, item j's count is its blanket count plus one
+    Bernoulli(lambda_k) per holder at level k.  Summed over the d items, a user
+    contributes s lambda_k (1 - lambda_k) (its s items) and the blanket
+    d V_blanket (:func:`segshuffle.core.blanket.blanket_item_variance`), which is
+    n m (1 - gamma / d) in the slot mode and n m (1 - m / d) in the independent one:
+
+        V(m, lambda) = (d V_blanket + s sum_k n_k lambda_k (1 - lambda_k)) / (sum_k n_k lambda_k)^2.
+
+    Unlike :func:`mse_bound` (which charges s lambda_k, not s lambda_k (1 - lambda_k))
+    it does not favour lambda = 1 over a smaller blanket.  Infinite with no signal.
+    """
+    weight = signal_weight(level_counts, lambdas)
+    if weight <= 0.0:
+        return math.inf
+    data = set_size * math.fsum(float(c) * float(lam) * (1.0 - float(lam))
+                                for c, lam in zip(level_counts, lambdas, strict=True))
+    blanket = domain_size * blanket_item_variance(n, m, domain_size, mode) if m > 0 else 0.0
+    return (blanket + data) / weight**2

@@ -1,8 +1,18 @@
 """Choosing the blanket rate m and the Poisson rates lambda_k (docs/protocol.md section 5).
 
-The paper's MSE bound (Section "Optimize Protocol Parameters") is
+Two objectives (:class:`Objective`).  The default is what users measure, the
+estimator's variance given the data, summed over items
+(:func:`segshuffle.core.estimator.variance_given_data`):
 
-    MSE(m, lambda) <= (n m + s sum_k n_k lambda_k) / (sum_k n_k lambda_k)^2.
+    V(m, lambda) = (n m (1 - p) + s sum_k n_k lambda_k (1 - lambda_k)) / (sum_k n_k lambda_k)^2,
+
+p = gamma / d for the slot blanket and m / d for the independent one.  The
+paper's MSE bound (Section "Optimize Protocol Parameters"),
+
+    MSE(m, lambda) <= (n m + s sum_k n_k lambda_k) / (sum_k n_k lambda_k)^2,
+
+charges the data messages s lambda_k instead of s lambda_k (1 - lambda_k), and so
+leans to lambda = 1; it is kept as an option.  Both are reported.
 
 For a fixed m the levels decouple: lambda_k(m) is the largest rate meeting level
 k's user-level guarantee (:func:`segshuffle.core.accounting.max_lambda`), and the
@@ -29,8 +39,9 @@ search bracketed by its neighbouring anchors.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
+from enum import StrEnum
 from itertools import pairwise
 
 import numpy as np
@@ -53,9 +64,29 @@ from .blanket import (
     parse_mode,
     require_blanket_rate,
 )
-from .estimator import mse_bound
+from .estimator import mse_bound, variance_given_data
 from .privacy_loss import DEFAULT_STEP
 from .rules import MAX_MESSAGES_PER_USER, accounting_users, honest_users
+
+
+class Objective(StrEnum):
+    """What the m search minimises (docs/protocol.md section 5)."""
+
+    #: The estimator's variance given the data, summed over items
+    #: (:func:`segshuffle.core.estimator.variance_given_data`): what users measure.
+    VARIANCE = "variance"
+    #: The paper's bound (:func:`segshuffle.core.estimator.mse_bound`), which leans to lambda = 1.
+    PAPER_BOUND = "paper-bound"
+
+
+def parse_objective(objective: str | Objective) -> Objective:
+    """The :class:`Objective` named by ``objective``; ValueError naming the choices otherwise."""
+    try:
+        return Objective(objective)
+    except ValueError:
+        choices = ", ".join(o.value for o in Objective)
+        raise ValueError(f"objective must be one of {choices}, got {objective!r}") from None
+
 
 #: Number of levels whose lambda is computed exactly during the m search when K is large.
 ANCHOR_LEVELS = 24
@@ -103,11 +134,20 @@ class OptimizationResult:
     blanket_mode: str = BlanketMode.SLOTS.value
     messages_per_user: int = 0
     alternative: dict[str, object] | None = None
+    objective: str = Objective.VARIANCE.value
+    variance: float = math.nan
+    min_lambda: float = 0.0
 
     def summary(self) -> dict[str, object]:
         """The figures an operator compares between modes."""
         return {"blanket_mode": self.blanket_mode, "m": self.m, "mse_bound": self.mse_bound,
-                "messages_per_user": self.messages_per_user, "lambdas": list(self.lambdas)}
+                "variance": self.variance, "messages_per_user": self.messages_per_user,
+                "lambdas": list(self.lambdas)}
+
+    @property
+    def objective_value(self) -> float:
+        """The value of the objective the search minimised."""
+        return self.variance if self.objective == Objective.VARIANCE.value else self.mse_bound
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready dictionary (tuples become lists)."""
@@ -189,7 +229,7 @@ def _candidate_blankets(low: float, high: float) -> list[float]:
     candidates = {high, low}
     # Below the smallest full-signal rate every level sends less than its full signal,
     # but the bound can still be lowest there (small populations): a geometric sweep.
-    candidates.update(np.geomspace(max(low * 1e-4, 1e-5), low, 14).tolist() if low > 0 else [])
+    candidates.update(np.geomspace(max(low * 1e-4, 1e-5), low, 64).tolist() if low > 0 else [])
     first, last = max(1, math.ceil(low)), max(1, math.ceil(high))
     if last - first <= 16:
         for bucket in range(first, last + 1):
@@ -214,6 +254,8 @@ def optimize(
     blanket_mode: str | BlanketMode = BlanketMode.SLOTS,
     compare_modes: bool = False,
     max_messages_per_user: int | None = None,
+    objective: str | Objective = Objective.VARIANCE,
+    min_lambda: float = 0.0,
 ) -> OptimizationResult:
     """Choose m (unless ``blanket`` fixes it) and lambda_k for every level.
 
@@ -226,9 +268,14 @@ def optimize(
     ciphertexts of one submission: the slot blanket's m is searched up to
     budget - s; the independent blanket (s + d messages) is refused above it.
     ``dropout_tolerance`` tau and ``fake_tolerance`` f set the accounted count
-    h = ceil((1 - f) ceil((1 - tau) n)).
+    h = ceil((1 - f) ceil((1 - tau) n)).  ``objective`` is what the m search
+    minimises (:class:`Objective`; both values are reported).  ``min_lambda`` is a
+    floor on every lambda_k: m where a level would send less is not considered
+    (a tiny lambda makes that level's estimate lean on the other levels' users).
     """
     mode = parse_mode(blanket_mode)
+    goal = parse_objective(objective)
+    floor = validation.require_unit_interval("min lambda", min_lambda)
     levels = validation.require_levels(levels)
     counts = validation.require_level_counts(level_counts, len(levels))
     d, s = validation.require_domain(domain_size, set_size)
@@ -264,9 +311,19 @@ def optimize(
             low, high = min(level_blankets), max(level_blankets)
         else:
             high, low = signal_blanket(levels[0]), signal_blanket(levels[-1])
-        m = _search_blanket(solver, users, s, counts, low, high, level_blankets or (), mode)
+        def score(rate: float, lambdas: Sequence[float]) -> float:
+            if min(lambdas) < floor * (1.0 - SEARCH_XTOL):
+                return math.inf
+            if goal is Objective.PAPER_BOUND:
+                return mse_bound(users, rate, s, counts, lambdas)
+            return variance_given_data(users, rate, s, counts, lambdas, d, mode)
+
+        m = _search_blanket(solver, score, low, high, level_blankets or (), mode)
 
     lambdas = solver.all_exact(m, LAMBDA_XTOL)
+    if floor > 0.0 and min(lambdas) < floor:
+        raise ValueError(f"no blanket rate gives every level lambda >= {floor:g} "
+                         f"(at m = {m:g} the strictest level gets {min(lambdas):.4g})")
     if blanket is None and m > 0.0 and all(lam >= 1.0 for lam in lambdas):
         # Every level sends its full signal: the bound only falls with m down to the
         # strictest level's full-signal rate, which the coarse steering grid overstates.
@@ -288,7 +345,8 @@ def optimize(
                               fake_tolerance=f,
                               blanket=None if blanket is None else min(blanket, float(d)),
                               lower_bounds=False, blanket_mode=other,
-                              max_messages_per_user=max_messages_per_user)
+                              max_messages_per_user=max_messages_per_user,
+                              objective=goal, min_lambda=floor)
             alternative = result.summary()
         except ValueError as exc:
             alternative = {"blanket_mode": other.value, "unavailable": str(exc)}
@@ -313,6 +371,9 @@ def optimize(
         blanket_mode=mode.value,
         messages_per_user=messages_per_user(s, m, d, mode),
         alternative=alternative,
+        objective=goal.value,
+        variance=variance_given_data(users, m, s, counts, lambdas, d, mode),
+        min_lambda=floor,
     )
 
 
@@ -382,7 +443,7 @@ def optimize_best_mode(
     max_messages_per_user: int | None = None,
     **options: object,
 ) -> OptimizationResult:
-    """The blanket mode with the smaller MSE bound within the message budget.
+    """The blanket mode with the smaller objective within the message budget.
 
     Both modes are optimised (the slot blanket with m <= budget - s, the
     independent one only when s + d fits); the winner is returned with the
@@ -400,20 +461,22 @@ def optimize_best_mode(
             reasons.append(f"{mode.value}: {exc}")
     if not results:
         raise ValueError("no blanket mode fits: " + "; ".join(reasons))
-    results.sort(key=lambda result: result.mse_bound)
+    results.sort(key=lambda result: result.objective_value)
     best = results[0]
     alternative = (results[1].summary() if len(results) > 1
                    else {"blanket_mode": reasons[0].split(":")[0], "unavailable": reasons[0]})
     return replace(best, alternative=alternative)
 
 
-def _search_blanket(solver: _LambdaSolver, users: float, s: int, counts: list[float],
+def _search_blanket(solver: _LambdaSolver,
+                    score: Callable[[float, Sequence[float]], float],
                     low: float, high: float, breakpoints: Sequence[float],
                     mode: BlanketMode) -> float:
     """Grid over the buckets, then a bounded scalar refinement inside the best cell.
 
-    In the independent mode the objective has no buckets; the grid is then
-    geometric over (0, high] and the refinement spans the neighbouring points.
+    ``score(m, lambdas)`` is the objective (infinite where a constraint fails).  In
+    the independent mode the objective has no buckets; the grid is then geometric
+    over (0, high] and the refinement spans the neighbouring points.
     """
     if high == 0.0:
         return 0.0
@@ -422,7 +485,7 @@ def _search_blanket(solver: _LambdaSolver, users: float, s: int, counts: list[fl
 
     def objective(m: float) -> float:
         if m not in cache:
-            cache[m] = mse_bound(users, m, s, counts, solver.approximate(m))
+            cache[m] = score(m, solver.approximate(m))
         return cache[m]
 
     if mode is BlanketMode.INDEPENDENT:

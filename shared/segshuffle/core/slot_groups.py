@@ -79,16 +79,14 @@ COARSE_LADDER_SIGMAS = (-4.0, -2.0, -0.5)
 LADDER_MERGE = 2e-3
 
 #: The exact two-group expectation is taken while the mean group size is at most this.
-EXACT_PAIR_GROUPS = 48.0
+EXACT_PAIR_GROUPS = 32.0
 
-#: Standard deviations of the group sizes summed in the exact two-group expectation.
-EXACT_SIGMAS = 8.0
 
 
 def group_geometry(gamma: float, domain_size: int, pairs: int) -> tuple[float, float]:
     """(p_g, r_S): a slot's chance to be in one given group, and the group's pair rate."""
-    inside = 1.0 - gamma + 2.0 * pairs * gamma / domain_size
-    return inside / pairs, (pairs * gamma / domain_size) / inside
+    inside = (1.0 - gamma) + 2.0 * pairs * gamma / domain_size
+    return inside / pairs, min(0.5, (pairs * gamma / domain_size) / inside)
 
 
 @lru_cache(maxsize=512)
@@ -205,31 +203,34 @@ class GroupsBound:
         return min(total, 1.0)
 
     def exact_pair_delta(self, eps: float, lam: float) -> float | None:
-        """S = 2, small groups: sum over (N_1, N_2) of the exact product divergence."""
+        """S = 2, small groups: sum over (N_1, N_2) of the exact product divergence.
+
+        Sizes outside the central quantiles (mass at most the slack) are charged 1.
+        None where it does not apply: more pairs, larger groups, or a coarse grid
+        (a steering search).
+        """
         n, p = self.n_slots, self.p_group
-        if self.pairs != 2 or n * p > EXACT_PAIR_GROUPS:
+        if self.pairs != 2 or n * p > EXACT_PAIR_GROUPS or self.step > DEFAULT_STEP:
             return None
-        sd = math.sqrt(n * p * (1.0 - p))
-        lo = max(0, math.floor(n * p - EXACT_SIGMAS * sd - 2))
-        hi = min(n, math.ceil(n * p + EXACT_SIGMAS * sd + 2))
+        law = stats.binom(n, p)
+        lo = max(0, int(law.ppf(self.slack / 4.0)) - 1)
+        hi = min(n, int(law.isf(self.slack / 4.0)) + 1)
         sizes = np.arange(lo, hi + 1)
-        first = stats.binom.pmf(sizes, n, p)
-        covered = 0.0
-        total = 0.0
+        pairs = {}
+        for size in sizes.tolist():
+            losses = _sorted_losses(size, self.r, lam)
+            if losses is None:
+                return None
+            pairs[size] = losses
+        first = law.pmf(sizes)
+        total = covered = 0.0
         for n1, w1 in zip(sizes.tolist(), first.tolist(), strict=True):
-            if w1 == 0.0:
-                continue
             rest = n - n1
-            second = stats.binom.pmf(sizes, rest, p / (1.0 - p)) if p < 1.0 else 0.0
-            for n2, w2 in zip(sizes.tolist(), np.atleast_1d(second).tolist(), strict=True):
-                weight = w1 * w2
+            second = stats.binom.pmf(sizes, rest, p / (1.0 - p)) * w1
+            for n2, weight in zip(sizes.tolist(), second.tolist(), strict=True):
                 if weight < 1e-300 or n2 > rest:
                     continue
-                one = _sorted_losses(n1, self.r, lam)
-                two = _sorted_losses(n2, self.r, lam)
-                if one is None or two is None:
-                    return None
-                total += weight * min(1.0, product_delta(one, two, eps))
+                total += weight * min(1.0, product_delta(pairs[n1], pairs[n2], eps))
                 covered += weight
         return min(1.0, total + max(0.0, 1.0 - covered) + 1e-15)
 

@@ -103,7 +103,8 @@ def single_item_mixture(n_slots: int, gamma: float, domain_size: int) -> SingleI
         return SingleItemMixture(r1=0.0, weights=np.array([1.0]), slots=np.array([0]),
                                  tail=0.0)
     q_out = gamma * (d - 2) / d
-    r1 = (gamma / d) / (1.0 - q_out)
+    # 1 - q_out written without the cancellation; r1 <= 1/2 exactly (1/2 at gamma = 1).
+    r1 = min(0.5, (gamma / d) / ((1.0 - gamma) + 2.0 * gamma / d))
     if q_out == 0.0:
         return SingleItemMixture(r1=r1, weights=np.array([1.0]), slots=np.array([n_slots]),
                                  tail=0.0)

@@ -25,6 +25,13 @@ Sections of the file:
     padding item, null slot).
 ``canonical_json``
     ``{description, object, canonical, sha256}``: RFC 8785 canonical forms.
+``accountant``
+    the accountant alone, for ports to other languages: settings of both blanket
+    modes (s = 1, 2 and 4; integer and non-integer m; small and large populations),
+    each with ``mode``, ``set_size``, ``domain_size``, ``users`` (h), ``m``,
+    ``lambda``, ``delta`` and one verdict per level: ``delta_user`` (the certified
+    upper bound; a port's may be smaller, never by more than it can prove) and
+    ``holds`` (delta_user <= delta).
 ``parameters``
     campaigns with their configuration and published parameters, both hashes,
     the honest count the rule gives (``honest_users_rule``, h = ceil((1 - f) n_min)),
@@ -221,6 +228,45 @@ def level_verdicts(parameters: PublishedParameters) -> list[dict[str, Any]]:
     return rows
 
 
+ACCOUNTANT_SETTINGS: tuple[tuple[str, int, int, int, float], ...] = (
+    # (mode, s, d, h, m)
+    ("slots", 1, 20, 2000, 1.0),
+    ("slots", 1, 20, 2000, 0.6),
+    ("slots", 1, 17, 5000, 1.5),
+    ("slots", 2, 24, 1000, 2.0),
+    ("slots", 2, 24, 1000, 0.7),
+    ("slots", 2, 8, 30, 0.6),
+    ("slots", 4, 21, 5000, 3.0),
+    ("slots", 4, 21, 5000, 0.45),
+    ("slots", 4, 128, 50000, 0.3),
+    ("independent", 1, 20, 2000, 0.6),
+    ("independent", 2, 24, 1000, 0.7),
+    ("independent", 4, 21, 5000, 0.45),
+)
+"""Settings of the ``accountant`` section, each at lambda 0.3 and 1 and levels 0.5, 1, 2."""
+
+ACCOUNTANT_LAMBDAS = (0.3, 1.0)
+ACCOUNTANT_LEVELS = (0.5, 1.0, 2.0)
+ACCOUNTANT_DELTA = 1e-5
+
+
+def accountant_section() -> list[dict[str, Any]]:
+    """Level verdicts of the accountant alone over :data:`ACCOUNTANT_SETTINGS`."""
+    rows = []
+    for mode, s, d, users, m in ACCOUNTANT_SETTINGS:
+        for lam in ACCOUNTANT_LAMBDAS:
+            verdicts = []
+            for level in ACCOUNTANT_LEVELS:
+                bound = accounting.user_delta(level, lam, s, users, m, d, mode=mode,
+                                              delta=ACCOUNTANT_DELTA)
+                verdicts.append({"level": level, "delta_user": bound,
+                                 "holds": bound <= ACCOUNTANT_DELTA})
+            rows.append({"mode": mode, "set_size": s, "domain_size": d, "users": users,
+                         "m": m, "lambda": lam, "delta": ACCOUNTANT_DELTA,
+                         "verdicts": verdicts})
+    return rows
+
+
 # --- sections ----------------------------------------------------------------------------
 
 
@@ -348,6 +394,7 @@ def build_vectors(published: Mapping[str, Mapping[str, Any]] | None = None) -> d
         "specification": "docs/wire.md",
         "hpke": hpke_section(campaigns),
         "canonical_json": canonical_section(documents),
+        "accountant": accountant_section(),
         "parameters": cases,
     }
 
