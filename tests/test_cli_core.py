@@ -25,7 +25,7 @@ def test_optimize_json() -> None:
     assert 0.0 < payload["m"] <= 3.0
     assert len(payload["lambdas"]) == 3 and len(payload["epsilons"]) == 3
     assert payload["delta"] == 2e-6 and payload["mse_bound"] > 0
-    assert payload["objective"] == "variance" and 0 < payload["variance"]
+    assert payload["objective"] == "variance" and payload["variance"] > 0
     assert all(e <= level for e, level in zip(payload["epsilons"], [0.5, 1, 2], strict=True))
 
 
