@@ -13,12 +13,17 @@ Run: ``python benchmarks/bench_accounting.py [--repeats R] [--skip-2d-above N]``
 4. The same population with K = 1000 levels evenly spaced in [0.5, 2].
 5. The full-view user-level bound at one (m, lambda): the slot blanket (s = 8, cold:
    Poisson comparisons and PLD compositions built) and the independent blanket.
+6. Whole processes, CPU seconds (user + system, median) against the bare import of the
+   command line in the same run: `segshuffle audit` at n = 1e6 (s = 1, d = 17, m = 1.5;
+   s = 8, d = 128, m = 0.5; lambda = 0.5, delta = 1e-8) and `segshuffle optimize` at
+   n = 1e6, d = 128, s = 8 for K = 3 and (with --k1000) K = 1000 levels.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import resource
 import statistics
 import subprocess
 import sys
@@ -42,6 +47,47 @@ def median_seconds(function, repeats: int, clock=time.perf_counter) -> float:
         function()
         samples.append(clock() - started)
     return statistics.median(samples)
+
+
+def child_cpu_seconds(command: list[str]) -> float:
+    """User + system CPU seconds of one child process run to completion."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(command, check=True, capture_output=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def whole_processes(repeats: int, with_k1000: bool) -> None:
+    """Section 6: the commands' CPU against the import of the command line."""
+    cli = [sys.executable, "-m", "segshuffle.cli.main"]
+    imports = statistics.median(
+        child_cpu_seconds([sys.executable, "-c", "import segshuffle.cli.main, "
+                           "segshuffle.core.optimizer"]) for _ in range(repeats))
+    print(f"\n6. whole processes (CPU s, median of {repeats}); bare import {imports:.2f} s")
+    cases = [
+        ("audit s=1 d=17 m=1.5", [*cli, "audit", "--users", "1000000", "--domain-size", "17",
+                                  "--set-size", "1", "--blanket", "1.5", "--lam", "0.5",
+                                  "--delta", "1e-8"]),
+        ("audit s=8 d=128 m=0.5", [*cli, "audit", "--users", "1000000", "--domain-size",
+                                   "128", "--set-size", "8", "--blanket", "0.5", "--lam",
+                                   "0.5", "--delta", "1e-8"]),
+        ("optimize K=3", [*cli, "optimize", "--users", "1000000", "--domain-size", "128",
+                          "--set-size", "8", "--levels", "0.5,1,2", "--shares",
+                          "0.25,0.5,0.25", "--delta", "1e-8", "--no-compare"]),
+    ]
+    if with_k1000:
+        levels = ",".join(f"{x:.6f}" for x in np.linspace(0.5, 2.0, 1000))
+        shares = ",".join(["0.001"] * 1000)
+        cases.append(("optimize K=1000", [*cli, "optimize", "--users", "1000000",
+                                          "--domain-size", "128", "--set-size", "8",
+                                          "--levels", levels, "--shares", shares,
+                                          "--delta", "1e-8", "--no-compare"]))
+    print(f"   {'command':<24} {'CPU s':>8} {'beyond import':>14} {'x import':>9}")
+    for name, command in cases:
+        count = repeats if "K=1000" not in name else 1
+        cpu = statistics.median(child_cpu_seconds(command) for _ in range(count))
+        print(f"   {name:<24} {cpu:>8.2f} {cpu - imports:>14.2f} {cpu / imports:>9.2f}",
+              flush=True)
 
 
 def two_d_delta(n_slots: int, r: float, lam: float, eps: float) -> float:
@@ -81,7 +127,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--skip-2d-above", type=float, default=1e8,
                         help="skip the 2-D sum for N above this (it is slow)")
+    parser.add_argument("--processes-only", action="store_true",
+                        help="run section 6 (whole processes) alone")
+    parser.add_argument("--k1000", action="store_true",
+                        help="section 6 also times optimize with K = 1000 levels")
     args = parser.parse_args()
+    if args.processes_only:
+        whole_processes(args.repeats, args.k1000)
+        return
 
     print("1-2. one delta evaluation (lambda 0.5, r 1/128, eps where delta ~ 1e-6)")
     print(f"{'N':>12} {'eps':>8} {'window':>8} {'cold ms':>9} {'warm ms':>9} "
@@ -155,6 +208,7 @@ def main() -> None:
             1.0, 0.5, 8, users, m, 128, mode=mode, delta=1e-8), args.repeats,
             time.process_time)
         print(f"   {mode:>11}: cold {cold * 1e3:.1f} ms, warm {warm * 1e3:.2f} ms", flush=True)
+    whole_processes(args.repeats, args.k1000)
 
 
 if __name__ == "__main__":
