@@ -76,7 +76,7 @@ from .slot_single import SingleItemMixture, single_item_mixture
 EPSILON_RTOL = 1e-8
 
 #: Absolute precision of the lambda searches.
-LAMBDA_XTOL = 1e-10
+LAMBDA_XTOL = 1e-7
 
 #: Share of the target delta that the Poisson comparison's slack may take.
 POISSON_SLACK_SHARE = 1e-3
@@ -230,8 +230,9 @@ class SlotAccountant:
       :mod:`segshuffle.core.slot_single`;
     - S >= 2: the labelled-groups bound of :mod:`segshuffle.core.slot_groups`
       (where its pair is not degenerate and small enough to enumerate);
-    - always: the revealed-send bound :class:`SlotBlanketBound`, sound at every
-      gamma and the only one that keeps its tau_j free of lambda.
+    - beside the groups (or alone), the revealed-send bound
+      :class:`SlotBlanketBound`, sound at every gamma and the smaller one near
+      lambda = 1, where revealing who sent costs nothing.
 
     With a loss grid coarser than DEFAULT_STEP the accountant only steers a search
     (the optimizer's m search): where the groups hold at least STEERING_GROUP_SLOTS
@@ -243,9 +244,11 @@ class SlotAccountant:
 
     def __init__(self, n_slots: int, gamma: float, set_size: int, domain_size: int,
                  slack: float, step: float) -> None:
-        r = gamma / domain_size if n_slots else 0.0
+        self._revealed_arguments = (n_slots, gamma / domain_size if n_slots else 0.0,
+                                     set_size, domain_size, slack, step)
+        self._revealed: SlotBlanketBound | None = None
+        self.gamma = gamma
         self.pairs = min(set_size, domain_size // 2)
-        self.revealed = SlotBlanketBound(n_slots, r, set_size, domain_size, slack, step)
         self.single: SingleItemMixture | None = None
         self.groups: GroupsBound | None = None
         self.estimate: BinLaw | None = None
@@ -261,10 +264,18 @@ class SlotAccountant:
             if groups.usable:
                 self.groups = groups
 
+    @property
+    def revealed(self) -> SlotBlanketBound:
+        """The revealed-send bound, built on first use (its Poisson comparisons cost)."""
+        if self._revealed is None:
+            self._revealed = SlotBlanketBound(*self._revealed_arguments)
+        return self._revealed
+
     def user_delta(self, eps: float, lam: float) -> float:
         """An upper bound on delta_user(E) at rate ``lam`` (before the certified margins)."""
         if lam == 0.0 or self.pairs == 0:
             return 0.0
+        value = 1.0
         value = self.revealed.user_delta(eps, lam)
         if self.estimate is not None:
             composed = composed_pair(self.estimate, lam, self.pairs, upper=True, step=self.step)
@@ -414,14 +425,41 @@ def max_lambda(level: float, set_size: int, delta: float, users: int, m: float,
             return user_delta(level, lam, set_size, users, m, domain_size, mode=mode,
                               delta=delta, step=step) - delta
 
-    lo, hi = bracket
     if excess(1.0) <= 0.0:
         return 1.0
-    if hi < 1.0 and excess(hi) <= 0.0:  # the hint was low: the root lies above it
-        lo, hi = hi, 1.0
-    elif lo > 0.0 and excess(lo) > 0.0:  # the hint was high: the root lies below it
-        lo, hi = 0.0, lo
+    lo, hi = _verified_bracket(excess, *bracket)
     return _largest_feasible(excess, lo, hi, rtol=xtol)
+
+
+#: Steps of the bracket search around a hint: each widening multiplies the gap by this.
+_BRACKET_GROWTH = 1.6
+
+
+def _verified_bracket(excess, lo: float, hi: float) -> tuple[float, float]:
+    """(lo, hi) with excess(lo) <= 0 < excess(hi), found by widening a hint geometrically.
+
+    excess(1) > 0 is known.  A hint that misses the root moves towards it in steps that
+    grow by _BRACKET_GROWTH, so a close hint costs few evaluations and a bad one at most
+    about 60 (down to lambda = 1e-12, below which 0 is taken: excess(0) <= 0 always).
+    """
+    hi = min(hi, 1.0)
+    if hi < 1.0 and excess(hi) <= 0.0:  # the root lies above the hint
+        lo, step = hi, max(hi - lo, 1e-3)
+        while True:
+            candidate = min(1.0, lo + step)
+            if candidate >= 1.0 or excess(candidate) > 0.0:
+                return lo, candidate
+            lo, step = candidate, step * _BRACKET_GROWTH
+    if lo <= 0.0 or excess(lo) <= 0.0:
+        return max(lo, 0.0), hi
+    hi = lo  # the root lies below the hint
+    while True:
+        candidate = hi / _BRACKET_GROWTH
+        if candidate < 1e-12:
+            return 0.0, hi
+        if excess(candidate) <= 0.0:
+            return candidate, hi
+        hi = candidate
 
 
 def user_epsilon(lam: float, set_size: int, delta: float, users: int, m: float,

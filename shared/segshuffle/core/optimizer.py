@@ -32,8 +32,10 @@ colluding participants (h = n_min at f = 0); the utility with the n expected par
 
 Levels may number in the thousands (fully personalised budgets).  The search then
 evaluates lambda at up to :data:`ANCHOR_LEVELS` anchor levels and interpolates
-between them; the final lambdas are exact for every level, each found by a root
-search bracketed by its neighbouring anchors.
+between them.  The final lambdas are certified for every level: exact root searches
+at the anchors, and between two anchors the largest feasible of
+:data:`BETWEEN_ANCHORS` equal steps between their rates (shared by the levels in
+between, so the accountant's work per rate is reused).
 """
 
 from __future__ import annotations
@@ -91,11 +93,22 @@ def parse_objective(objective: str | Objective) -> Objective:
 #: Number of levels whose lambda is computed exactly during the m search when K is large.
 ANCHOR_LEVELS = 24
 
+#: Anchor levels of the m search when K is large (the final lambdas use ANCHOR_LEVELS).
+STEERING_ANCHORS = 8
+
+#: Levels between two anchors take the largest feasible of this many equal steps between
+#: the anchors' rates (a certified rate within 1/BETWEEN_ANCHORS of that gap of the largest).
+BETWEEN_ANCHORS = 64
+
 #: Lambda precision during the m search (the final lambdas use LAMBDA_XTOL).
-SEARCH_XTOL = 1e-3
+SEARCH_XTOL = 3e-3
 
 #: Relative precision of the full-signal rates m_k, which only bracket the m search.
 SEARCH_RTOL = 1e-2
+
+#: Below this many users the m search samples the range below the full-signal rates
+#: densely (the objective is jagged there).
+SMALL_POPULATION = 1000
 
 #: Levels for which the lower-bound epsilons are reported by default.
 LOWER_BOUND_LEVELS = 64
@@ -191,12 +204,37 @@ class _LambdaSolver:
             guesses = self.approximate(m)
             return [self.solve(level, m, xtol, _hint_bracket(guess))
                     for level, guess in zip(self.levels, guesses, strict=True)]
-        anchors = _anchor_indices(count)
-        values: dict[int, float] = {i: self.solve(self.levels[i], m, xtol) for i in anchors}
+        anchors = _anchor_indices(count, ANCHOR_LEVELS)
+        guesses = self.approximate(m)
+        values: dict[int, float] = {
+            i: self.solve(self.levels[i], m, xtol, _hint_bracket(guesses[i])) for i in anchors}
         for left, right in pairwise(anchors):
+            grid = np.linspace(values[left], values[right], BETWEEN_ANCHORS + 1)
             for i in range(left + 1, right):
-                values[i] = self.solve(self.levels[i], m, xtol, (values[left], values[right]))
+                values[i] = self._largest_feasible_on(grid, self.levels[i], m)
         return [values[i] for i in range(count)]
+
+    def _largest_feasible_on(self, grid: np.ndarray, level: float, m: float) -> float:
+        """The largest rate of ``grid`` (increasing; its first point feasible) meeting level.
+
+        A bisection over the grid's points: the levels between two anchors share the
+        points, and the accountant caches its work per rate, so each point is paid for
+        once and then read at every level.
+        """
+        def holds(lam: float) -> bool:
+            return user_delta(level, lam, self.set_size, self.users, m, self.domain_size,
+                              mode=self.mode, delta=self.delta) <= self.delta
+
+        lo, hi = 0, grid.size - 1
+        if holds(float(grid[hi])):
+            return float(grid[hi])
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if holds(float(grid[mid])):
+                lo = mid
+            else:
+                hi = mid
+        return float(grid[lo])
 
     def approximate(self, m: float) -> list[float]:
         """Lambdas for the m search: exact at the anchors, interpolated in between.
@@ -205,7 +243,8 @@ class _LambdaSolver:
         each solution brackets the next one from below.
         """
         count = len(self.levels)
-        indices = list(range(count)) if count <= ANCHOR_LEVELS else _anchor_indices(count)
+        indices = (list(range(count)) if count <= ANCHOR_LEVELS
+                   else _anchor_indices(count, STEERING_ANCHORS))
         solved: list[float] = []
         for i in indices:
             floor = solved[-1] if solved else 0.0
@@ -220,16 +259,20 @@ def _hint_bracket(guess: float) -> tuple[float, float]:
     return max(0.0, 0.85 * guess), min(1.0, 1.05 * guess)
 
 
-def _anchor_indices(count: int) -> list[int]:
-    return sorted({round(i * (count - 1) / (ANCHOR_LEVELS - 1)) for i in range(ANCHOR_LEVELS)})
+def _anchor_indices(count: int, anchors: int) -> list[int]:
+    return sorted({round(i * (count - 1) / (anchors - 1)) for i in range(anchors)})
 
 
-def _candidate_blankets(low: float, high: float) -> list[float]:
-    """Grid over (0, high]: every bucket between low and high, plus a few points below low."""
+def _candidate_blankets(low: float, high: float, below: int = 16) -> list[float]:
+    """Grid over (0, high]: every bucket between low and high, plus ``below`` points below low.
+
+    Small populations want many points below low: their objective is jagged there.
+    """
     candidates = {high, low}
     # Below the smallest full-signal rate every level sends less than its full signal,
     # but the bound can still be lowest there (small populations): a geometric sweep.
-    candidates.update(np.geomspace(max(low * 1e-4, 1e-5), low, 64).tolist() if low > 0 else [])
+    candidates.update(np.geomspace(max(low * 1e-4, 1e-5), low, below).tolist()
+                      if low > 0 else [])
     first, last = max(1, math.ceil(low)), max(1, math.ceil(high))
     if last - first <= 16:
         for bucket in range(first, last + 1):
@@ -318,7 +361,8 @@ def optimize(
                 return mse_bound(users, rate, s, counts, lambdas)
             return variance_given_data(users, rate, s, counts, lambdas, d, mode)
 
-        m = _search_blanket(solver, score, low, high, level_blankets or (), mode)
+        m = _search_blanket(solver, score, low, high, level_blankets or (), mode,
+                            small=users < SMALL_POPULATION)
 
     lambdas = solver.all_exact(m, LAMBDA_XTOL)
     if floor > 0.0 and min(lambdas) < floor:
@@ -471,7 +515,7 @@ def optimize_best_mode(
 def _search_blanket(solver: _LambdaSolver,
                     score: Callable[[float, Sequence[float]], float],
                     low: float, high: float, breakpoints: Sequence[float],
-                    mode: BlanketMode) -> float:
+                    mode: BlanketMode, *, small: bool = False) -> float:
     """Grid over the buckets, then a bounded scalar refinement inside the best cell.
 
     ``score(m, lambdas)`` is the objective (infinite where a constraint fails).  In
@@ -492,7 +536,8 @@ def _search_blanket(solver: _LambdaSolver,
         grid = sorted({high, low, *np.geomspace(max(min(low, high) * 0.25, 1e-4), high, 24)}
                       | {b for b in breakpoints if 0.0 < b <= high})
     else:
-        grid = sorted(set(_candidate_blankets(low, high))
+        below = 64 if small else 16
+        grid = sorted(set(_candidate_blankets(low, high, below))
                       | {b for b in breakpoints if b > 0.0})
     values = [objective(m) for m in grid]
     best = int(np.argmin(values))

@@ -76,7 +76,7 @@ LADDER_SIGMAS = (-6.0, -4.0, -3.0, -2.0, -1.25, -0.5, 0.25)
 COARSE_LADDER_SIGMAS = (-4.0, -2.0, -0.5)
 
 #: Ladder points closer than this share of the group size are merged.
-LADDER_MERGE = 2e-3
+LADDER_MERGE = 5e-3
 
 #: The exact two-group expectation is taken while the mean group size is at most this.
 EXACT_PAIR_GROUPS = 32.0

@@ -48,7 +48,7 @@ UPPER_SIGMAS = 10.0
 LOWER_SIGMAS = 6.0
 
 #: Where the window of b is at most this wide, every b is a bucket of its own.
-EXACT_WIDTH = 64
+EXACT_WIDTH = 160
 
 #: Bucket edges, in standard deviations from the mean, for wider windows.
 BUCKET_EDGES = (-6.0, -3.0, -2.0, -1.5, -1.0, -0.6, -0.3, 0.0, 0.3, 0.6, 1.0, 1.5, 2.0,
