@@ -106,7 +106,8 @@ def test_n_min_is_the_ceiling_of_the_exact_product(users: int, tau: float) -> No
 
 
 @pytest.mark.parametrize("objective", ["paper-bound", "variance"])
-@pytest.mark.parametrize("users", [2, 3, 5, 8, 13, 20])
+@pytest.mark.parametrize("users", [2, 3, 5, 8, pytest.param(13, marks=pytest.mark.slow),
+                                   pytest.param(20, marks=pytest.mark.slow)])
 def test_optimizer_finds_the_global_minimum_for_small_populations(users: int,
                                                                   objective: str) -> None:
     levels, counts = [1.0, 5.0], [users / 2, users / 2]
