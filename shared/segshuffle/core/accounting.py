@@ -62,6 +62,7 @@ from .hockey_stick import (
     _smallest_feasible,
     _window,
     delta_for,
+    epsilon_for,
     poisson_pair,
 )
 from .multinomial_pair import pair_atoms
@@ -282,7 +283,9 @@ class SlotAccountant:
             return float(min(value, composed.delta(eps)))
         if self.single is not None:
             value = min(value, self.single.delta(eps, lam))
-        if self.groups is not None and value > 0.0:
+        # At lambda = 1 nothing is subsampled: revealing who sent costs nothing, and the
+        # labelled groups (with their union bound) are not worth their loss distributions.
+        if self.groups is not None and value > 0.0 and lam < 1.0:
             value = min(value, self.groups.delta(eps, lam))
         return float(value)
 
@@ -485,7 +488,30 @@ def user_epsilon(lam: float, set_size: int, delta: float, users: int, m: float,
         return user_delta(level, lam, set_size, users, m, domain_size, mode=mode,
                           delta=delta) - delta
 
+    if hint is None and mode is BlanketMode.SLOTS and lam > 0.0:
+        hint = _single_item_hint(lam, set_size, delta, users, m, domain_size)
     return _smallest_feasible_level(excess, hint, EPSILON_RTOL)
+
+
+#: A hint brackets the epsilon search in [hint / _HINT_SPAN, hint] when it can.
+_HINT_SPAN = 1.05
+
+
+def _single_item_hint(lam: float, set_size: int, delta: float, users: int, m: float,
+                      domain_size: int) -> float | None:
+    """For one differing item, the epsilon of the mixture's heaviest pair, a little raised.
+
+    The exact mixture is concentrated on pairs with about N - E[b] slots, so their
+    epsilon is within a fraction of a percent of the mixture's; only a hint (verified).
+    """
+    if min(set_size, domain_size // 2) != 1:
+        return None
+    n_slots, _ = blanket_geometry(users, m, domain_size)
+    mixture = single_item_mixture(n_slots, blanket_probability(m), domain_size)
+    heaviest = int(np.argmax(mixture.weights))
+    slots = int(mixture.slots[min(heaviest + 1, mixture.slots.size - 1)])
+    guess = epsilon_for(poisson_pair(lam, slots, mixture.r1), delta) if mixture.r1 else None
+    return None if guess is None else guess * 1.01
 
 
 def _smallest_feasible_level(excess, hint: float | None, rtol: float,
@@ -494,7 +520,11 @@ def _smallest_feasible_level(excess, hint: float | None, rtol: float,
     if excess(floor) <= 0.0:
         return floor
     if hint is not None and floor < hint < EPSILON_CAP and excess(hint) <= 0.0:
-        return _smallest_feasible(excess, floor, hint, rtol=rtol)
+        # A close hint: bracket the root from below within a few percent first.
+        below = max(floor, hint / _HINT_SPAN)
+        if below > floor and excess(below) > 0.0:
+            return _smallest_feasible(excess, below, hint, rtol=rtol)
+        return _smallest_feasible(excess, floor, below if below > floor else hint, rtol=rtol)
     if excess(EPSILON_CAP) > 0.0:
         return None
     return _smallest_feasible(excess, floor, EPSILON_CAP, rtol=rtol)
