@@ -130,22 +130,32 @@ def pair_atoms(slots: int, r: float) -> PairAtoms | None:
     return PairAtoms(slots=slots, r=r, t=blanket_t, a=blanket_a, mass=mass, tail=outside)
 
 
-def pair_loss(atoms: PairAtoms, lam: float, *, upper: bool, step: float) -> LossDistribution:
-    """The loss distribution of the pair at rate ``lam`` on the grid ``step`` (module docstring).
+def pair_losses(atoms: PairAtoms, lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """(L, P-mass) of every observed point: L = log(u + lam a) - log(u + lam b).
 
-    Atoms of infinite loss (a > 0 = b at t = k + 1, or b = 0 < a when lam = 1 at ...)
-    go to the infinity atom; atoms of loss -infinity carry no P-mass that matters
-    (they never reach delta), and are dropped.  The step grows when the losses span
-    more than MAX_GRID_POINTS points.
+    u = (1 - lam) rho (k - t + 1), rho = r / (1 - 2r) (module docstring).  Points that
+    world P cannot produce have L = -inf or NaN and should be dropped by the caller.
     """
-    if not 0.0 < lam <= 1.0:
-        raise ValueError(f"lambda must be in (0, 1], got {lam}")
     rho = atoms.r / (1.0 - 2.0 * atoms.r)
     a, b, remaining = atoms.observed()
     u = ((1.0 - lam) * rho) * remaining
     p_mass = np.concatenate(((1.0 - lam) * atoms.mass, lam * atoms.mass))
     with np.errstate(divide="ignore", invalid="ignore"):
         loss = np.log(u + lam * a) - np.log(u + lam * b)
+    return loss, p_mass
+
+
+def pair_loss(atoms: PairAtoms, lam: float, *, upper: bool, step: float) -> LossDistribution:
+    """The loss distribution of the pair at rate ``lam`` on the grid ``step`` (module docstring).
+
+    Atoms of infinite loss (b = 0 < a where u = 0: at t = k + 1, or anywhere when
+    lam = 1) go to the infinity atom; atoms of loss -infinity carry no P-mass that matters
+    (they never reach delta), and are dropped.  The step grows when the losses span
+    more than MAX_GRID_POINTS points.
+    """
+    if not 0.0 < lam <= 1.0:
+        raise ValueError(f"lambda must be in (0, 1], got {lam}")
+    loss, p_mass = pair_losses(atoms, lam)
     infinite = np.isposinf(loss) & (p_mass > 0.0)
     finite = np.isfinite(loss) & (p_mass > 0.0)
     infinity = float(np.sum(p_mass[infinite]))

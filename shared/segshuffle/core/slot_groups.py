@@ -66,7 +66,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import special, stats
 
-from .multinomial_pair import PairAtoms, pair_atoms, pair_loss
+from .multinomial_pair import PairAtoms, pair_atoms, pair_loss, pair_losses
 from .privacy_loss import DEFAULT_STEP, ComposedLoss, _composed
 
 #: Ladder points in standard deviations of one group's size (above k_0).
@@ -118,12 +118,7 @@ def _sorted_losses(slots: int, r: float, lam: float) -> _SortedLosses | None:
 
 
 def _sorted_from(atoms: PairAtoms, lam: float) -> _SortedLosses:
-    rho = atoms.r / (1.0 - 2.0 * atoms.r)
-    a, b, remaining = atoms.observed()
-    u = ((1.0 - lam) * rho) * remaining
-    p_mass = np.concatenate(((1.0 - lam) * atoms.mass, lam * atoms.mass))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        loss = np.log(u + lam * a) - np.log(u + lam * b)
+    loss, p_mass = pair_losses(atoms, lam)
     keep = (p_mass > 0.0) & ~np.isnan(loss) & ~np.isneginf(loss)
     order = np.argsort(loss[keep], kind="stable")
     loss, p_mass = loss[keep][order], p_mass[keep][order]
