@@ -276,7 +276,6 @@ class SlotAccountant:
         """An upper bound on delta_user(E) at rate ``lam`` (before the certified margins)."""
         if lam == 0.0 or self.pairs == 0:
             return 0.0
-        value = 1.0
         value = self.revealed.user_delta(eps, lam)
         if self.estimate is not None:
             composed = composed_pair(self.estimate, lam, self.pairs, upper=True, step=self.step)
@@ -501,13 +500,13 @@ def _single_item_hint(lam: float, set_size: int, delta: float, users: int, m: fl
                       domain_size: int) -> float | None:
     """For one differing item, the epsilon of the mixture's heaviest pair, a little raised.
 
+    The mixture is the accountant's own (cached, the same the search then evaluates).
     The exact mixture is concentrated on pairs with about N - E[b] slots, so their
     epsilon is within a fraction of a percent of the mixture's; only a hint (verified).
     """
-    if min(set_size, domain_size // 2) != 1:
+    mixture = _slot_bound(users, m, domain_size, set_size, POISSON_SLACK_SHARE * delta).single
+    if mixture is None:
         return None
-    n_slots, _ = blanket_geometry(users, m, domain_size)
-    mixture = single_item_mixture(n_slots, blanket_probability(m), domain_size)
     heaviest = int(np.argmax(mixture.weights))
     slots = int(mixture.slots[min(heaviest + 1, mixture.slots.size - 1)])
     guess = epsilon_for(poisson_pair(lam, slots, mixture.r1), delta) if mixture.r1 else None

@@ -28,7 +28,7 @@ import math
 from enum import StrEnum
 
 from .rules import MAX_BLANKET_RATE, MAX_MESSAGES_PER_USER
-from .validation import require_int, require_non_negative
+from .validation import parse_choice, require_int, require_non_negative
 
 
 class BlanketMode(StrEnum):
@@ -40,11 +40,7 @@ class BlanketMode(StrEnum):
 
 def parse_mode(mode: str | BlanketMode) -> BlanketMode:
     """The :class:`BlanketMode` named by ``mode``; ValueError naming the choices otherwise."""
-    try:
-        return BlanketMode(mode)
-    except ValueError:
-        choices = ", ".join(m.value for m in BlanketMode)
-        raise ValueError(f"blanket mode must be one of {choices}, got {mode!r}") from None
+    return parse_choice("blanket mode", BlanketMode, mode)
 
 
 def require_blanket_rate(m: float, domain_size: int, mode: str | BlanketMode) -> float:

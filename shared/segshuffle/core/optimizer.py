@@ -83,11 +83,7 @@ class Objective(StrEnum):
 
 def parse_objective(objective: str | Objective) -> Objective:
     """The :class:`Objective` named by ``objective``; ValueError naming the choices otherwise."""
-    try:
-        return Objective(objective)
-    except ValueError:
-        choices = ", ".join(o.value for o in Objective)
-        raise ValueError(f"objective must be one of {choices}, got {objective!r}") from None
+    return validation.parse_choice("objective", Objective, objective)
 
 
 #: Number of levels whose lambda is computed exactly during the m search when K is large.
@@ -180,6 +176,7 @@ class _LambdaSolver:
         self.users = users
         self.domain_size = domain_size
         self.mode = mode
+        self._steering: dict[float, list[float]] = {}
 
     def solve(self, level: float, m: float, xtol: float,
               bracket: tuple[float, float] = (0.0, 1.0), *, coarse: bool = False) -> float:
@@ -200,12 +197,11 @@ class _LambdaSolver:
         the certified bound.
         """
         count = len(self.levels)
+        guesses = self.approximate(m)
         if count <= ANCHOR_LEVELS:
-            guesses = self.approximate(m)
             return [self.solve(level, m, xtol, _hint_bracket(guess))
                     for level, guess in zip(self.levels, guesses, strict=True)]
         anchors = _anchor_indices(count, ANCHOR_LEVELS)
-        guesses = self.approximate(m)
         values: dict[int, float] = {
             i: self.solve(self.levels[i], m, xtol, _hint_bracket(guesses[i])) for i in anchors}
         for left, right in pairwise(anchors):
@@ -240,8 +236,11 @@ class _LambdaSolver:
         """Lambdas for the m search: exact at the anchors, interpolated in between.
 
         Levels are solved in increasing order, and lambda grows with the level, so
-        each solution brackets the next one from below.
+        each solution brackets the next one from below.  Kept per m: the final
+        certified search starts from the m search's own solutions.
         """
+        if m in self._steering:
+            return self._steering[m]
         count = len(self.levels)
         indices = (list(range(count)) if count <= ANCHOR_LEVELS
                    else _anchor_indices(count, STEERING_ANCHORS))
@@ -249,9 +248,10 @@ class _LambdaSolver:
         for i in indices:
             floor = solved[-1] if solved else 0.0
             solved.append(self.solve(self.levels[i], m, SEARCH_XTOL, (floor, 1.0), coarse=True))
-        if count <= ANCHOR_LEVELS:
-            return solved
-        return list(np.interp(self.levels, [self.levels[i] for i in indices], solved))
+        if count > ANCHOR_LEVELS:
+            solved = list(np.interp(self.levels, [self.levels[i] for i in indices], solved))
+        self._steering[m] = solved
+        return solved
 
 
 def _hint_bracket(guess: float) -> tuple[float, float]:

@@ -8,9 +8,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from enum import StrEnum
 from itertools import pairwise
+from typing import TypeVar
 
 from . import rules
+
+Choice = TypeVar("Choice", bound=StrEnum)
+
+
+def parse_choice(name: str, choices: type[Choice], value: str | Choice) -> Choice:
+    """The member of ``choices`` named by ``value``; ValueError naming the choices otherwise."""
+    try:
+        return choices(value)
+    except ValueError:
+        names = ", ".join(member.value for member in choices)
+        raise ValueError(f"{name} must be one of {names}, got {value!r}") from None
 
 
 def require_finite(name: str, value: float) -> float:
