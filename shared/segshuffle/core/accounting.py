@@ -52,7 +52,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import stats
 
-from . import validation
+from . import slot_groups, validation
 from .blanket import BlanketMode, parse_mode, require_blanket_rate
 from .full_view import single_item_full_view_delta, slot_view_lower_delta
 from .hockey_stick import (
@@ -65,12 +65,11 @@ from .hockey_stick import (
     epsilon_for,
     poisson_pair,
 )
-from .multinomial_pair import pair_atoms
 from .poisson_comparison import dominated_poisson_mean
 from .privacy_loss import DEFAULT_STEP, BinLaw, ComposedLoss, composed_pair
 from .randomizers import blanket_probability, blanket_slots
 from .rules import MAX_BLANKET_RATE, MAX_LEVEL
-from .slot_groups import GroupsBound, _composed_groups, group_geometry
+from .slot_groups import GroupsBound, group_geometry
 from .slot_single import SingleItemMixture, single_item_mixture
 
 #: Relative precision of the epsilon searches (the CLI contract asks for 1e-4).
@@ -301,8 +300,7 @@ def clear_caches() -> None:
     """Forget every cached per-(N, r) computation (benchmarks measure cold costs)."""
     _slot_bound.cache_clear()
     single_item_mixture.cache_clear()
-    _composed_groups.cache_clear()
-    pair_atoms.cache_clear()
+    slot_groups.clear_caches()
     composed_pair.cache_clear()
     dominated_poisson_mean.cache_clear()
     _window.cache_clear()

@@ -145,6 +145,13 @@ def product_delta(first: _SortedLosses, second: _SortedLosses, eps: float) -> fl
     return value + first.tail + second.tail
 
 
+def clear_caches() -> None:
+    """Forget the cached pairs, their compositions and sorted losses (cold benchmarks)."""
+    _composed_groups.cache_clear()
+    _sorted_losses.cache_clear()
+    pair_atoms.cache_clear()
+
+
 @dataclass
 class GroupsBound:
     """E[F(min_j N_j)] of the module docstring for one (N, gamma, d, S) and slack budget."""
