@@ -61,7 +61,9 @@ from harness import (
     summarize,
 )
 
+from segshuffle.client.policy import ClientPolicy
 from segshuffle.client.retry import RetryPolicy
+from segshuffle.core import rules
 
 MAX_USERS = 50_000
 MAX_REPEATS = 20
@@ -227,6 +229,9 @@ async def run_once(args: argparse.Namespace, workload: Workload, repeat: int,
             seed=None if args.seed is None else args.seed + repeat,
             concurrency=args.concurrency, timeout=args.request_timeout,
             server_key=server_key,
+            # Synthetic users hold exactly s items, so a campaign without padding ids
+            # covers them (the client refuses a smaller set all the same).
+            policy=ClientPolicy(allow_unpadded=not padding),
             progress=stderr_progress if args.progress else None)
         async with population:
             cpu = time.process_time()
@@ -362,7 +367,8 @@ def build_parser() -> argparse.ArgumentParser:
     campaign.add_argument("--shares", type=_floats, default=(0.3, 0.4, 0.3))
     campaign.add_argument("--delta", type=float, default=None,
                           help="default: the server's (0.01/n)")
-    campaign.add_argument("--dropout-tolerance", type=float, default=0.1)
+    campaign.add_argument("--dropout-tolerance", type=float,
+                          default=rules.DEFAULT_DROPOUT_TOLERANCE)
     campaign.add_argument("--level-privacy", type=float, default=None,
                           help="eps_p of randomized response on levels (default: exact)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from segshuffle.client.errors import VerificationError
+from segshuffle.client.errors import ClientError, VerificationError
 from segshuffle.client.messages import data_slots, report_level, round1_body, round2_body
 from segshuffle.client.session import PublicCache, RetryPolicy
 from segshuffle.client.verify import verify_parameters
@@ -65,13 +65,17 @@ def test_fixed_size_sends_s_plus_ceil_m_slots_with_padding() -> None:
     assert 4 in fitted and all(j in (4, 10, 11, 12) for j in fitted)  # padding ids d..d+s-1
 
 
-def test_without_padding_missing_items_are_nulls() -> None:
+def test_without_padding_a_set_smaller_than_s_is_refused_before_sealing() -> None:
+    """Nulls in place of missing items would reveal the set's size (issue 22, finding 1)."""
     view, _ = _view(padding=False)
     p = view.parameters
     assert p is not None
-    _, slots = data_slots([7], p, 1, np.random.default_rng(2))
-    assert len(slots) == 6
-    assert slots[0] == 7 and slots[1] is None and slots[2] is None
+    for items in ([7], [7, 8]):
+        with pytest.raises(ClientError, match=r"no padding ids: a set of \d items"):
+            data_slots(items, p, 1, np.random.default_rng(2))
+    fitted, slots = data_slots([7, 8, 9], p, 1, np.random.default_rng(2))
+    assert sorted(fitted) == [7, 8, 9] and len(slots) == 6
+    assert list(slots[:3]) == list(fitted)  # lambda = 1: every item is sent, none is null
     assert all(j is None or j < 10 for j in slots)
 
 
@@ -135,8 +139,9 @@ def test_verifier_checks_the_independent_geometry() -> None:
                           level_index=0, key_id=view.key_id, config_hash=view.config_hash)
 
     # the slots geometry for the same m, slots-mode parameters, m > D: all refused
-    with pytest.raises(VerificationError, match="blanket rate, messages per user"):
+    with pytest.raises(VerificationError, match="blanket rate.*messages per user") as refused:
         verify(blanket_slots=4, messages_per_user=7)
+    assert refused.value.checks == ("blanket_slots", "messages_per_user")
     with pytest.raises(VerificationError, match=r"blanket mode \(slots, the campaign uses "
                                                 r"independent\)"):
         verify(blanket_mode="slots", blanket_slots=4, messages_per_user=7)

@@ -205,7 +205,8 @@ def create_app(settings: Settings) -> FastAPI:
                                  pool_size=settings.database_pool_size)
     decryptor = Decryptor(settings.decrypt_workers, settings.parallel_threshold)
     service = ServerService(repository, keys, decryptor, signing_key=signing_key,
-                            allow_insecure_parameters=settings.allow_insecure_parameters)
+                            allow_insecure_parameters=settings.allow_insecure_parameters,
+                            shuffler_min_users=settings.shuffler_min_users)
 
     async def storage_call(function: Callable[..., Any], *args: Any) -> Any:
         return await call_storage(repository, function, *args)

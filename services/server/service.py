@@ -127,13 +127,16 @@ class ServerService:
 
     def __init__(self, repository: ServerStorage, keys: KeyStore, decryptor: Decryptor, *,
                  signing_key: Ed25519PrivateKey,
-                 allow_insecure_parameters: bool = False) -> None:
+                 allow_insecure_parameters: bool = False,
+                 shuffler_min_users: int = 0) -> None:
         self.repository = repository
         self.signing_key = signing_key
         """Signs every view's statements (:func:`segshuffle.crypto.documents.sign_view`)."""
         self.keys = keys
         self.decryptor = decryptor
         self.allow_insecure_parameters = allow_insecure_parameters
+        self.shuffler_min_users = shuffler_min_users
+        """The shuffler's floor on participants per release, when known (0: unknown)."""
         self._views: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
         self._key_configs: OrderedDict[str, bytes] = OrderedDict()
 
@@ -150,6 +153,14 @@ class ServerService:
         if request.insecure_parameters is not None and not self.allow_insecure_parameters:
             raise errors.InsecureRefusedError(
                 "insecure_parameters needs a server started with the insecure flag")
+        floor = self.shuffler_min_users
+        if request.min_users < floor:
+            raise errors.InvalidRequestError(
+                f"min_users: {request.min_users} is below the shuffler's floor of {floor} "
+                f"participants per release, so each round would wait for {floor}; ask for "
+                f"min_users {floor} or more (or lower the shuffler's "
+                "SEGSHUFFLE_SHUFFLER_MIN_USERS and this server's "
+                "SEGSHUFFLE_SERVER_SHUFFLER_MIN_USERS together)")
         config = request.to_config()
         if self.repository.campaign(config.id) is not None:
             raise errors.AlreadyExistsError(f"campaign {config.id!r} already exists")

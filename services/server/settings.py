@@ -39,6 +39,11 @@ class Settings(ServiceSettings):
     allow_insecure_parameters: bool = Field(
         False, description="accept campaigns with fixed, unaccounted parameters (e.g. "
                            "lambda = 1, m = 0), for integrity tests only")
+    shuffler_min_users: int = Field(
+        0, ge=0, description="the shuffler's floor on participants per release (its "
+                             "SEGSHUFFLE_SHUFFLER_MIN_USERS), when this server is told it: "
+                             "campaigns asking for fewer are refused at creation, as the "
+                             "shuffler would hold their rounds anyway (0: unknown, no check)")
     max_body_bytes: int = Field(4 << 20, ge=1024, description="largest accepted request body")
     decrypt_workers: int = Field(
         0, ge=0, description="processes that open large chunks (0: one per CPU; 1: no pool)")

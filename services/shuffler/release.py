@@ -94,6 +94,18 @@ def streams_of(round_number: int) -> tuple[str, ...]:
     return (LEVELS,) if round_number == 1 else (LEVELS, DATA)
 
 
+def threshold_reason(view: CampaignView, round_number: int, floor: int, required: int) -> str:
+    """Which rule sets a round's release threshold ``required``, in words."""
+    if floor >= required and floor > view.config.min_users:
+        return (f"the shuffler's own floor of {floor} participants per release "
+                f"(SEGSHUFFLE_SHUFFLER_MIN_USERS; the campaign's min_users is "
+                f"{view.config.min_users})")
+    if round_number == 2 and required > max(view.config.min_users, floor):
+        return (f"n_min = {required}: the round-1 participants less the campaign's dropout "
+                f"tolerance {view.config.dropout_tolerance:g}")
+    return f"the campaign's min_users of {view.config.min_users}"
+
+
 def required_participants(view: CampaignView, round_number: int, floor: int,
                           round1_participants: int | None) -> int:
     """The release threshold of a round (see the module docstring)."""

@@ -30,7 +30,7 @@ from segshuffle.wire.models import (
 from ..storage_calls import storage_call
 from .cache import Fetched, SingleFlightCache
 from .enrollment import AuthenticationError, EnrollmentPolicy, EnrollmentRefusedError
-from .release import DATA, LEVELS, Releaser, required_participants
+from .release import DATA, LEVELS, Releaser, required_participants, threshold_reason
 from .settings import Settings
 from .storage_api import (
     FAILED,
@@ -61,6 +61,11 @@ class ShufflerRoundStatus(RoundStatus):
     """Once failed: why the round ended without results (its data is forgotten)."""
     enrollment: Literal["invitations", "open"] = "invitations"
     """The shuffler's enrollment mode; ``open`` lets anyone add fake participants."""
+    floor: int = 0
+    """The shuffler's own floor on participants per release (``SEGSHUFFLE_SHUFFLER_MIN_USERS``):
+    ``required`` is the largest of it, the campaign's ``min_users`` and, in round 2, n_min."""
+    waiting_for: str | None = None
+    """While the round is open and short of ``required``: which rule sets the threshold."""
 
 
 #: The domain error of each reason an enrollment is refused for.
@@ -318,6 +323,9 @@ class ShufflerService:
             if state == RELEASING else None,
             reason=None if record is None else record.reason,
             enrollment="open" if self.settings.enrollment == "open" else "invitations",
+            floor=self.settings.min_users,
+            waiting_for=threshold_reason(view, round_number, self.settings.min_users, required)
+            if state == OPEN and participants < required else None,
         )
 
     def _status_rows(self, view: CampaignView, round_number: int) -> tuple[int, Any, int]:

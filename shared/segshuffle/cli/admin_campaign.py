@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from segshuffle.client.errors import ServiceError
 from segshuffle.client.tls import CA_FILE_ENV
+from segshuffle.core import rules
 
 from ._args import float_list, integer, number
 from .errors import CommandError
@@ -120,8 +121,9 @@ def register(commands: Any) -> None:
                              f"ceil((1 - T) n)")
     create.add_argument("--dropout-tolerance", type=number, metavar="T",
                         help="share of the n round-1 participants that may miss round 2 "
-                             "(default 0.1): round 2 is released with max(N, ceil((1 - T) "
-                             "n)) participants and the epsilons are accounted for "
+                             f"(default {rules.DEFAULT_DROPOUT_TOLERANCE:g}): round 2 is "
+                             "released with max(N, ceil((1 - T) n)) participants and the "
+                             "epsilons are accounted for "
                              "ceil((1 - T) n) users; with N equal to n no one may drop out")
     create.add_argument("--fake-tolerance", type=number, metavar="F",
                         help="tolerated share of fake round-2 participants (default 0)")
@@ -317,7 +319,8 @@ def _snapshot(client: OperatorClient, campaign_id: str) -> dict[str, Any]:
         rounds.append(client.round_status(campaign_id, 2))
     return {"campaign_id": campaign_id, "phase": view.phase, "end_reason": view.end_reason,
             "rounds": [{key: status.get(key) for key in (
-                "round", "participants", "required", "state", "reason", "last_error")}
+                "round", "participants", "required", "state", "reason", "last_error",
+                "waiting_for")}
                 for status in rounds]}
 
 
@@ -334,6 +337,9 @@ def _render(snapshot: dict[str, Any]) -> str:
                 f"{status['participants']}/{status['required']} participants, "
                 f"{status['state']}")
         why = status.get("reason") or status.get("last_error")
+        if not why and status.get("waiting_for"):
+            why = f"waiting for {status['required']} participants, set by " \
+                  f"{status['waiting_for']}"
         lines.append(line + (f": {why}" if why else ""))
     return "\n".join(lines)
 

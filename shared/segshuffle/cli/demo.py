@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from segshuffle.core import validation
+from segshuffle.core import rules, validation
 from segshuffle.core.blanket import BlanketMode
 
 from ._args import float_list, integer, number
@@ -61,7 +61,8 @@ def register(subparsers: Any) -> None:
                         help="share of users per level (default: equal)")
     parser.add_argument("--delta", type=number, default=None,
                         help="delta (default: the server's 0.01/n)")
-    parser.add_argument("--dropout-tolerance", type=number, default=0.1)
+    parser.add_argument("--dropout-tolerance", type=number,
+                        default=rules.DEFAULT_DROPOUT_TOLERANCE)
     parser.add_argument("--fake-tolerance", type=number, default=0.0,
                         help="largest share of round-2 participants that may be fake; the "
                              "server accounts with the honest rest (default 0)")

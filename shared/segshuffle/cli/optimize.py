@@ -8,7 +8,7 @@ import argparse
 import json
 import time
 
-from segshuffle.core import validation
+from segshuffle.core import rules, validation
 from segshuffle.core.blanket import BlanketMode
 from segshuffle.core.optimizer import Objective, optimize, optimize_best_mode
 
@@ -34,8 +34,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--delta", type=number, required=True, help="user-level delta")
     parser.add_argument("--blanket", type=number, default=None,
                         help="fix the blanket rate m instead of optimising it")
-    parser.add_argument("--dropout-tolerance", type=number, default=0.0,
-                        help="share of users that may miss round 2 (default 0)")
+    parser.add_argument("--dropout-tolerance", type=number,
+                        default=rules.DEFAULT_DROPOUT_TOLERANCE,
+                        help="share of users that may miss round 2; epsilons are accounted "
+                             "for ceil((1 - T) n) users (default "
+                             f"{rules.DEFAULT_DROPOUT_TOLERANCE:g}, as campaigns)")
     parser.add_argument("--fake-tolerance", type=number, default=0.0,
                         help="largest share of round-2 participants that may be fake or "
                         "collude with the server; privacy is accounted with the honest rest "

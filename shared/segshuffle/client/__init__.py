@@ -5,6 +5,9 @@ it relays the server's public documents, which the client verifies).
   (:mod:`.sync`, :mod:`.aio`), with verification of everything the server
   publishes (:mod:`.verify`) before any data leaves the client.  ``client.state()``
   and ``Client.resume(...)`` carry a user from one process to the next between rounds.
+- :class:`ClientPolicy` (:mod:`.policy`): what the app accepts from a campaign (delta
+  ceiling, smallest ``min_users`` and fake tolerance, opt-ins for campaigns without
+  padding or with variable-size submissions), fixed by the app, never by a server.
 - :mod:`.messages`: the randomizers and the sealing of each message.
 
 Operator and test tooling (local services, simulated populations) lives in
@@ -24,6 +27,7 @@ if TYPE_CHECKING:
     from .aio import AsyncClient
     from .errors import CampaignEndedError, ClientError, ServiceError, VerificationError
     from .messages import SentRound1, SentRound2
+    from .policy import ClientPolicy
     from .retry import RetryPolicy
     from .session import STATE_VERSION
     from .sync import Client
@@ -33,6 +37,7 @@ _WHERE = {
     "CampaignEndedError": ".errors",
     "Client": ".sync",
     "ClientError": ".errors",
+    "ClientPolicy": ".policy",
     "RetryPolicy": ".retry",
     "STATE_VERSION": ".session",
     "SentRound1": ".messages",
@@ -47,6 +52,7 @@ __all__ = [
     "CampaignEndedError",
     "Client",
     "ClientError",
+    "ClientPolicy",
     "RetryPolicy",
     "SentRound1",
     "SentRound2",

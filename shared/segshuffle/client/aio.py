@@ -28,6 +28,7 @@ from segshuffle.wire.models import (
 
 from .errors import ServiceError
 from .messages import SentRound1, SentRound2
+from .policy import ClientPolicy
 from .session import (
     PublicCache,
     RetryPolicy,
@@ -50,6 +51,7 @@ class AsyncClient:
         rng: np.random.Generator | None = None,
         retry: RetryPolicy | None = None,
         timeout: float = 30.0,
+        policy: ClientPolicy | None = None,
         allow_insecure: bool = False,
         min_fake_tolerance: float = 0.0,
         key_id: str | None = None,
@@ -63,7 +65,7 @@ class AsyncClient:
         client to share, which brings its own trust settings (not both).  Clients without
         ``http`` share one verifying TLS context per process (per CA file with
         ``ca_file``) instead of building their own."""
-        self.session = UserSession(campaign_id, rng, allow_insecure=allow_insecure,
+        self.session = UserSession(campaign_id, rng, policy=policy, allow_insecure=allow_insecure,
                                    min_fake_tolerance=min_fake_tolerance, key_id=key_id,
                                    server_key=server_key)
         self.shuffler_url = shuffler_url.rstrip("/")
@@ -107,6 +109,7 @@ class AsyncClient:
         rng: np.random.Generator | None = None,
         retry: RetryPolicy | None = None,
         timeout: float = 30.0,
+        policy: ClientPolicy | None = None,
         allow_insecure: bool = False,
         min_fake_tolerance: float = 0.0,
         key_id: str | None = None,
@@ -127,7 +130,8 @@ class AsyncClient:
         :class:`~segshuffle.client.errors.ClientError`; nothing is fetched here.
         """
         session = UserSession.from_state(
-            state, campaign_id=campaign_id, rng=rng, allow_insecure=allow_insecure,
+            state, campaign_id=campaign_id, rng=rng, policy=policy,
+            allow_insecure=allow_insecure,
             min_fake_tolerance=min_fake_tolerance, key_id=key_id, server_key=server_key)
         client = cls(shuffler_url, session.campaign_id, rng=session.rng, retry=retry,
                      timeout=timeout, allow_insecure=allow_insecure, http=http, cache=cache,
@@ -205,10 +209,10 @@ class AsyncClient:
         s.round1_sent(sent)
         return sent
 
-    async def round_status(self, round_number: int) -> RoundStatus:
+    async def round_status(self, round_number: int, *, fresh: bool = False) -> RoundStatus:
         """The shuffler's view of a round: participants, threshold, release state."""
         url = self.shuffler_url + self.session.round_path(round_number)
-        return await self._get(RoundStatus, url, "round status")
+        return await self._get(RoundStatus, url, "round status", fresh=fresh)
 
     async def fetch_parameters(self, level_index: int | None = None) -> PublishedParameters:
         """Fetch the round-2 parameters and verify them for this user's level.
@@ -225,6 +229,12 @@ class AsyncClient:
         if view.parameters is None:  # a cached view from before the publication
             view = await self._view(fresh=True)
         parameters = s.accept_parameters(view)
+        # The claimed round-1 n against the shuffler's own count (a status cached from
+        # before the release of round 1 is fetched again).
+        status = await self.round_status(1)
+        if not status.released:
+            status = await self.round_status(1, fresh=True)
+        s.check_round1_count(status)
         s.check_release_threshold(await self.round_status(2))
         return parameters
 

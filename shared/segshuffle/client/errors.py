@@ -37,9 +37,20 @@ class VerificationError(ClientError):
     """What the services published does not check out; the client sends nothing more.
 
     Raised when the campaign's hashes do not match its content, the key is not the
-    pinned one, or the published round-2 parameters would not give this user's
-    level its guarantee (docs/protocol.md section 6).
+    pinned one, the campaign's settings are outside what the app accepts, or the
+    published round-2 parameters would not give every level its guarantee
+    (docs/protocol.md section 6).  ``check`` names the first check that failed (a
+    field of the configuration or parameters, such as ``padding``, ``delta`` or
+    ``lambdas``, or one of ``config_hash``, ``parameters_hash``, ``key``, ``campaign``,
+    ``signature``, ``round1_participants``, ``release_threshold``, ``insecure``);
+    ``checks`` every check that failed, in order.
     """
+
+    def __init__(self, message: str, *, check: str,
+                 checks: tuple[str, ...] | None = None) -> None:
+        super().__init__(message)
+        self.check = check
+        self.checks = checks if checks else (check,)
 
 
 class CampaignEndedError(ClientError):

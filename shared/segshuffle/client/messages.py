@@ -9,8 +9,10 @@ instead of randomizing afresh means the level stream reveals nothing beyond
 round 1), and the data slots:
 
 1. fit the set to exactly s items (:func:`segshuffle.core.randomizers.fit_set`),
-   padding ids d..d+s-1 when the campaign pads (without padding, missing items
-   become null slots);
+   padding ids d..d+s-1 when the campaign pads.  A campaign without padding takes
+   only sets of at least s items: a smaller one would send fewer non-null messages,
+   which the accounting (exactly s items) does not cover, so it is refused before
+   anything is sealed;
 2. ``fixed_size_slots``: item i with probability lambda_k, then the blanket
    slots of the campaign's ``blanket_mode`` (:mod:`segshuffle.core.blanket`):
    ceil(m) slots each carrying a uniform item of the privacy domain with
@@ -37,6 +39,8 @@ from segshuffle.core.randomizers import fit_set, fixed_size_slots
 from segshuffle.crypto import PinnedKey, build_info, seal
 from segshuffle.wire.models import CampaignView, PublishedParameters, b64url_encode
 from segshuffle.wire.plaintext import item_plaintext, level_plaintext, null_plaintext
+
+from .errors import ClientError
 
 
 @dataclass(frozen=True)
@@ -86,12 +90,15 @@ def data_slots(items: Iterable[int], parameters: PublishedParameters, level_inde
     s = parameters.set_size
     d = parameters.domain_size
     fitted = fit_set(items, s, d, rng)
-    # without padding ids in the campaign, missing items become null slots
-    real = fitted[fitted < d] if parameters.padding_items == 0 else fitted
+    held = int(np.count_nonzero(fitted < d))
+    if parameters.padding_items == 0 and held < s:
+        raise ClientError(
+            f"this campaign has no padding ids: a set of {held} items (fewer than s = "
+            f"{s}) would reveal its size, which the published epsilon does not cover; "
+            "nothing was sent")
     lam = parameters.lambdas[level_index]
-    slots = fixed_size_slots(real, lam, parameters.m, parameters.privacy_domain_size, rng,
+    slots = fixed_size_slots(fitted, lam, parameters.m, parameters.privacy_domain_size, rng,
                              mode=parameters.blanket_mode)
-    slots = slots[: real.size] + [None] * (s - real.size) + slots[real.size:]
     if not parameters.fixed_size:
         slots = [j for j in slots if j is not None] or [None]
     return tuple(int(i) for i in fitted), slots

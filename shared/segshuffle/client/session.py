@@ -54,11 +54,17 @@ from .messages import (
     round1_body,
     round2_body,
 )
+from .policy import ClientPolicy
 from .problems import PROBLEM_PREFIX as PROBLEM_PREFIX  # re-exported for existing callers
 from .problems import network_error as network_error
 from .problems import service_error as service_error
 from .retry import RetryPolicy as RetryPolicy  # re-exported for existing callers
-from .verify import verify_campaign, verify_parameters
+from .verify import (
+    verify_campaign,
+    verify_parameters,
+    verify_release_threshold,
+    verify_round1_count,
+)
 
 PHASE_ORDER = {"round1": 0, "round2": 1, "done": 2}
 
@@ -189,10 +195,15 @@ class UserSession:
     """One user's protocol state in one campaign."""
 
     def __init__(self, campaign_id: str, rng: np.random.Generator | None = None,
-                 *, allow_insecure: bool = False, min_fake_tolerance: float = 0.0,
-                 key_id: str | None = None, server_key: str | None = None) -> None:
-        """``min_fake_tolerance``: refuse campaigns that tolerate a smaller fraction f of
-        fake or colluding participants than the app requires (default 0: any).
+                 *, policy: ClientPolicy | None = None, allow_insecure: bool = False,
+                 min_fake_tolerance: float = 0.0, key_id: str | None = None,
+                 server_key: str | None = None) -> None:
+        """``policy``: what the app accepts from a campaign (:class:`ClientPolicy`: its
+        delta ceiling and smallest ``min_users``, and whether it takes campaigns without
+        padding or with variable-size submissions; by default it does not).
+        ``min_fake_tolerance``: refuse campaigns that tolerate a smaller fraction f of
+        fake or colluding participants than the app requires (default 0: any; the
+        stricter of this and the policy's applies).
         ``key_id``: the campaign's key id if the app knows it out of band.
         ``server_key``: the server's document-signing public key (base64url, from
         ``segshuffle admin signing-key``), shipped with the app.  With it, every view must
@@ -203,9 +214,7 @@ class UserSession:
         accepts (trust on first use, plus the optional ``key_id`` pin): a shuffler that
         answers a client's first request with a key of its own can read that client's
         messages."""
-        if not (math.isfinite(min_fake_tolerance) and 0.0 <= min_fake_tolerance < 1.0):
-            raise ClientError(f"min_fake_tolerance must be in [0, 1), got "
-                              f"{min_fake_tolerance!r}")
+        self.policy = (policy or ClientPolicy()).with_fake_tolerance(min_fake_tolerance)
         try:
             self.server_key: Ed25519PublicKey | None = (
                 None if server_key is None else parse_server_key(server_key))
@@ -218,7 +227,6 @@ class UserSession:
         key config relayed by the shuffler must then pin exactly this key."""
         self.rng = rng if rng is not None else np.random.default_rng()
         self.allow_insecure = allow_insecure
-        self.min_fake_tolerance = float(min_fake_tolerance)
         self.view: CampaignView | None = None
         self.key: PinnedKey | None = None
         self.config_hash: str | None = None
@@ -227,6 +235,11 @@ class UserSession:
         self.reported_level: int | None = None
         self.parameters: PublishedParameters | None = None
         self._names: dict[str, int] | None = None
+
+    @property
+    def min_fake_tolerance(self) -> float:
+        """The smallest fake tolerance this session accepts (its policy's)."""
+        return self.policy.min_fake_tolerance
 
     # -- saving and resuming -------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -250,7 +263,7 @@ class UserSession:
             "level_index": self.level_index, "reported_level": self.reported_level,
             "hpke_config": hpke, "config_hash": self.config_hash,
             "server_key": self.server_key_text, "key_id_pin": self.expected_key_id,
-            "min_fake_tolerance": self.min_fake_tolerance,
+            "min_fake_tolerance": self.policy.min_fake_tolerance,
         }
         document["checksum"] = _checksum(document)
         return document
@@ -258,7 +271,8 @@ class UserSession:
     @classmethod
     def from_state(cls, state: Mapping[str, Any] | str | bytes, *,
                    campaign_id: str | None = None, rng: np.random.Generator | None = None,
-                   allow_insecure: bool = False, min_fake_tolerance: float = 0.0,
+                   policy: ClientPolicy | None = None, allow_insecure: bool = False,
+                   min_fake_tolerance: float = 0.0,
                    key_id: str | None = None, server_key: str | None = None) -> UserSession:
         """A session restored from :meth:`state` (a dict, or its JSON text).
 
@@ -292,7 +306,9 @@ class UserSession:
         saved_tolerance = doc["min_fake_tolerance"]
         if isinstance(saved_tolerance, bool) or not isinstance(saved_tolerance, (int, float)):
             raise ClientError("saved state: min_fake_tolerance must be a number")
-        session = cls(saved_id, rng, allow_insecure=allow_insecure,
+        if not (math.isfinite(saved_tolerance) and 0.0 <= saved_tolerance < 1.0):
+            raise ClientError("saved state: min_fake_tolerance must be in [0, 1)")
+        session = cls(saved_id, rng, policy=policy, allow_insecure=allow_insecure,
                       min_fake_tolerance=max(float(min_fake_tolerance),
                                              float(saved_tolerance)),
                       key_id=key_id if key_id is not None else pin,
@@ -416,30 +432,31 @@ class UserSession:
                 verify_parameters_signature(self.server_key, view)
             verify_end_signature(self.server_key, view)
         except SignatureError as exc:
-            raise VerificationError(f"server signature ({exc.check}): {exc}") from None
+            raise VerificationError(f"server signature ({exc.check}): {exc}",
+                                    check="signature") from None
 
     def reached(self, view: CampaignView, phase: str) -> bool:
         """:func:`phase_reached` on a view whose signatures (with a ``server_key``) hold:
         a relay cannot end a campaign for a client by forging ``failed`` or ``aborted``."""
         if view.id != self.campaign_id:
             raise VerificationError(f"the answer is for campaign {view.id!r}, "
-                                    f"not {self.campaign_id!r}")
+                                    f"not {self.campaign_id!r}", check="campaign")
         self.check_signatures(view)
         return phase_reached(view, phase)
 
     def accept_campaign(self, view: CampaignView, hpke: HpkeConfig) -> CampaignView:
         """Verify a fetched view; the first one pins the key id and configuration hash."""
-        key = verify_campaign(view, hpke, self.campaign_id,
-                              min_fake_tolerance=self.min_fake_tolerance)
+        key = verify_campaign(view, hpke, self.campaign_id, policy=self.policy,
+                              allow_insecure=self.allow_insecure)
         self.check_signatures(view)
         if self.expected_key_id is not None and key.key_id != self.expected_key_id:
             raise VerificationError(f"the campaign's key {key.key_id} is not the expected "
-                                    f"key {self.expected_key_id}")
+                                    f"key {self.expected_key_id}", check="key")
         if self.key is None:
             self.key, self.config_hash = key, view.config_hash
         elif key.key_id != self.key.key_id or view.config_hash != self.config_hash:
             raise VerificationError("the campaign's key or configuration changed since it "
-                                    "was first fetched")
+                                    "was first fetched", check="config_hash")
         self._check_level(view)
         if self.view is None or self.view.config_hash != view.config_hash:
             self._names = None
@@ -460,11 +477,16 @@ class UserSession:
         self._check_level(view)
         self.parameters = verify_parameters(
             view, level_index=self.level_index, key_id=self.key.key_id,
-            config_hash=self.config_hash, allow_insecure=self.allow_insecure,
-            min_fake_tolerance=self.min_fake_tolerance,
+            config_hash=self.config_hash, policy=self.policy,
+            allow_insecure=self.allow_insecure,
         )
         self.view = view
         return self.parameters
+
+    def check_round1_count(self, status: RoundStatus) -> None:
+        """The server's claimed round-1 n is at most what the shuffler released in round 1."""
+        assert self.parameters is not None
+        verify_round1_count(self.parameters, status)
 
     def check_release_threshold(self, status: RoundStatus) -> None:
         """The shuffler must hold round 2 until n_min users took part.
@@ -472,11 +494,7 @@ class UserSession:
         docs/protocol.md section 2, dropouts.
         """
         assert self.parameters is not None
-        if status.required < self.parameters.accounting_users:
-            raise VerificationError(
-                f"the shuffler would release round 2 with {status.required} participants, "
-                f"the guarantee needs {self.parameters.accounting_users}"
-            )
+        verify_release_threshold(self.parameters, status)
 
     # -- bodies --------------------------------------------------------------------------
     def round1(self, level_index: int) -> tuple[dict[str, str], SentRound1]:

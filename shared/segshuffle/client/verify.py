@@ -1,138 +1,357 @@
 """Checks a client makes before it sends anything that depends on what the server published.
 
-Round 1 (:func:`verify_campaign`): the view's ``config_hash`` is the SHA-256 of
-its canonical configuration, the HPKE key config is well formed, its key id
-is the hash of its key and equals the key id the view pins, and the campaign
-tolerates at least the fraction of fake or colluding participants the app demands
-(``min_fake_tolerance``, default 0: a campaign assuming fewer fakes is refused).
+Every check has a name (a field of the configuration or parameters, or one of the
+identity checks); a failed check raises :class:`VerificationError` carrying it
+(``error.check``, and ``error.checks`` when several failed).  docs/protocol.md
+section 6 lists every field and how it is checked.
+
+Round 1 (:func:`verify_campaign`): the view is for the campaign asked about, its
+``config_hash`` is the SHA-256 of its canonical configuration, the HPKE key config is
+well formed and its key id, the hash of its key, is the key id the view pins.  The
+configuration itself (:func:`configuration_problems`) must be one the server could
+have been asked to create (every field in range, by the same model the server
+validates creation requests with) and within the app's :class:`ClientPolicy`:
+
+- ``padding`` on, unless the app opted in (``allow_unpadded``): without padding ids a
+  user holding fewer than s items sends fewer non-null messages, which the accounting
+  (exactly s items) does not cover;
+- ``fixed_size`` on, unless the app opted in (``allow_variable_size``): otherwise the
+  number of ciphertexts reveals the level to the shuffler;
+- ``fake_tolerance`` at least the app's ``min_fake_tolerance``, ``min_users`` at least
+  the app's ``min_users``, a configured ``delta`` at most the app's ceiling;
+- no ``insecure_parameters`` unless the caller allows them (tests only).
 
 Round 2 (:func:`verify_parameters`): the published parameters
 
-- hash to the announced ``parameters_hash`` and pin the same configuration hash
-  and key id as round 1 (a swapped key or campaign would split the anonymity
-  set or redirect messages);
-- are consistent with the configuration (levels, set size, privacy domain,
-  dropout and fake tolerances, fixed size, level privacy, blanket mode: parameters for another
-  mode than the configuration's are refused), with the geometry of
-  :mod:`segshuffle.core.blanket` for that mode and its caps (``blanket_slots`` =
-  ceil(m), or D in the independent mode; ``messages_per_user = s + blanket_slots``)
-  and with the rules of :mod:`segshuffle.core.rules` (``accounting_users`` = n_min,
-  ``honest_users`` = h = ceil((1 - f) n_min): parameters accounted with any other
-  count, such as n_min by a server that ignores f, are refused);
-- use the campaign's delta, or the default rule's 0.01 / n when the campaign left
-  it unset, and no more than the client's ceiling (1 / n unless the app sets one);
-- protect *every* level, not only this user's: delta_user(E_k) <= delta holds on
-  the server's full view for each published lambda_k at the published m, h,
-  privacy domain and blanket mode (:func:`segshuffle.core.accounting.user_level_holds`).
-  Parameters are the same for everyone; a server that under-protects one level
-  would learn who sits at it from who refuses.  Tampered parameters such as
-  lambda = 1 with m = 0 fail here.
+- hash to the announced ``parameters_hash`` and pin the same configuration hash and
+  key id as round 1;
+- repeat the configuration (levels, sizes, privacy domain, message format,
+  tolerances, blanket mode) and follow its geometry (:mod:`segshuffle.core.blanket`:
+  ``blanket_slots`` = ceil(m), or D in the independent mode; ``messages_per_user`` =
+  s + ``blanket_slots``);
+- claim a round-1 count n of at least the campaign's (and the app's) ``min_users``,
+  with ``accounting_users`` = n_min and ``honest_users`` = h by the rules of
+  :mod:`segshuffle.core.rules`, computed from the *configuration's* tolerances.  That n
+  is at most the shuffler's own round-1 participant count is checked against the
+  shuffler's round status (:func:`verify_round1_count`);
+- use the campaign's delta, or the default rule's 0.01 / n when it left delta unset,
+  and no more than the app's ceiling (:meth:`ClientPolicy.delta_limit`: fixed before
+  round 1, so the claimed n cannot move it);
+- publish per level an epsilon e_k with 0 <= e_k <= E_k, and a lower bound between 0
+  and e_k; an MSE bound that is a finite non-negative number or absent;
+- protect *every* level, not only this user's, at its published epsilon:
+  delta_user(e_k) <= delta on the server's full view for the published lambda_k, m, h,
+  privacy domain and blanket mode (:func:`segshuffle.core.accounting.user_delta`).
+  As delta_user falls with epsilon, that also protects E_k >= e_k.  Parameters are
+  the same for everyone; a server that under-protects one level would learn who sits
+  at it from who refuses.  A level whose rate protects E_k but not the published e_k
+  fails the ``epsilons`` check (an understated guarantee), one whose rate does not
+  protect E_k fails ``lambdas``.
 
-Parameters published with ``insecure: true`` (a test-only server flag) are
-refused unless the caller explicitly allows them.
+Parameters published with ``insecure: true`` (a test-only server flag) are refused
+unless the caller explicitly allows them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
 
 from segshuffle.core import accounting, blanket, rules
 from segshuffle.core.blanket import BlanketMode
 from segshuffle.crypto import PinnedKey, public_key_from_config
-from segshuffle.wire.models import CampaignView, HpkeConfig, PublishedParameters
+from segshuffle.wire.models import (
+    CampaignConfig,
+    CampaignCreate,
+    CampaignView,
+    HpkeConfig,
+    PublishedParameters,
+    RoundStatus,
+)
 
 from .errors import VerificationError
+from .policy import ClientPolicy
+
+Problem = tuple[str, str]
+"""(the check's name, what is wrong)."""
+
+_DEFAULT_POLICY = ClientPolicy()
 
 
-def verify_campaign(view: CampaignView, hpke: HpkeConfig, campaign_id: str, *,
-                    min_fake_tolerance: float = 0.0) -> PinnedKey:
-    """Round-1 checks; returns the verified public key to seal with."""
-    if view.id != campaign_id or view.config.id != campaign_id:
-        raise VerificationError(f"the server answered for campaign {view.id!r}, "
-                                f"not {campaign_id!r}")
-    if view.config.hash_hex() != view.config_hash:
-        raise VerificationError("config_hash does not match the campaign configuration")
-    try:
-        pinned = public_key_from_config(hpke)
-    except ValueError as exc:
-        raise VerificationError(f"invalid HPKE key config: {exc}") from None
-    if pinned.key_id != view.key_id or view.hpke_config.key_id != view.key_id:
-        raise VerificationError(
-            f"key id {pinned.key_id} of the key config is not the campaign's pinned "
-            f"key id {view.key_id}"
-        )
-    if view.hpke_config.public_key != hpke.public_key:
-        raise VerificationError("the key config differs from the key in the campaign view")
-    _require_fake_tolerance(view.config.fake_tolerance, min_fake_tolerance)
-    return pinned
+def _refusal(prefix: str, problems: Sequence[Problem]) -> VerificationError:
+    checks = tuple(dict.fromkeys(check for check, _ in problems))
+    return VerificationError(f"{prefix}: {'; '.join(text for _, text in problems)}",
+                             check=checks[0], checks=checks)
 
 
-def _require_fake_tolerance(campaign: float, minimum: float) -> None:
-    """Refuse a campaign that accounts for fewer fake participants than the app demands."""
-    if not 0.0 <= campaign < 1.0:
-        raise VerificationError(f"fake tolerance: the campaign's {campaign!r} is not in [0, 1)")
-    if not campaign >= minimum:
-        raise VerificationError(
-            f"fake tolerance: the campaign tolerates a fraction {campaign:g} of fake or "
-            f"colluding participants, this client requires at least {minimum:g}")
+def _policy(policy: ClientPolicy | None, *, min_fake_tolerance: float = 0.0,
+            delta_ceiling: float | None = None) -> ClientPolicy:
+    """``policy`` (default: the defaults) tightened by the shortcut arguments."""
+    result = (policy or _DEFAULT_POLICY).with_fake_tolerance(min_fake_tolerance)
+    if delta_ceiling is not None:
+        ceiling = ClientPolicy(delta_ceiling=delta_ceiling).delta_ceiling  # validated
+        current = result.delta_ceiling
+        result = dataclasses.replace(
+            result, delta_ceiling=ceiling if current is None else min(current, ceiling))
+    return result
 
 
-@functools.lru_cache(maxsize=256)
-def _unprotected_levels(levels: tuple[float, ...], lambdas: tuple[float, ...], set_size: int,
-                        delta: float, users: int, m: float, domain_size: int,
-                        mode: BlanketMode) -> tuple[str, ...]:
-    """Every level whose published rate does not meet delta_user(E_k) <= delta.
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
-    All levels, not only the caller's: parameters are the same for everyone, and a
-    server that under-protects one level would learn who sits at it from who drops
-    out.  Cached: a population shares one parameter set.
+
+def _finite(value: Any) -> bool:
+    return _is_number(value) and math.isfinite(value)
+
+
+def _digest(document: CampaignConfig | PublishedParameters) -> str | None:
+    """The document's hash, or None when it has no canonical JSON (a NaN, an infinity).
+
+    A document without one cannot match any announced hash; its field checks run
+    first all the same, so that the refusal names the field.
     """
-    failing = []
-    for level, lam in zip(levels, lambdas, strict=True):
-        # delta_user <= delta is what user_level_holds checks; computed once, it is
-        # also what the refusal reports.
-        bound = accounting.user_delta(level, lam, set_size, users, m, domain_size,
-                                      mode=mode, delta=delta)
-        if not bound <= delta:
-            failing.append(f"level {level:g} (lambda={lam:g}: delta_user={bound:.3g})")
-    return tuple(failing)
-
-
-def _honest_users(p: PublishedParameters) -> int | None:
-    """h from the published n, tau and f; None when f is not a valid tolerance."""
     try:
-        return rules.honest_users(p.users, p.dropout_tolerance, p.fake_tolerance)
-    except ValueError:
+        return document.hash_hex()
+    except (TypeError, ValueError):
         return None
 
 
-def _delta_problems(p: PublishedParameters, configured: float | None,
-                    ceiling: float | None) -> list[str]:
-    """delta must be the campaign's, or the default rule's, and within the client's ceiling."""
-    expected = configured if configured is not None else rules.default_delta(p.users)
-    problems = []
-    if p.delta != expected:
-        problems.append(f"delta ({p.delta:g}, the campaign's rule gives {expected:g})")
-    limit = rules.client_delta_ceiling(p.users) if ceiling is None else ceiling
-    if p.delta > limit:
-        problems.append(f"delta ({p.delta:g} is above this client's ceiling {limit:g})")
+# -- the configuration ----------------------------------------------------------------------
+def _well_formed(config: CampaignConfig) -> list[Problem]:
+    """The configuration is one the server could have been asked to create."""
+    try:
+        CampaignCreate.model_validate(config.model_dump())
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            where = error["loc"][0] if error["loc"] else "configuration"
+            problems.append((str(where), f"{where}: {error['msg']}"))
+        return problems
+    except (TypeError, ValueError) as exc:  # a value the model cannot even dump
+        return [("configuration", f"malformed configuration ({exc})")]
+    return []
+
+
+def configuration_problems(config: CampaignConfig, policy: ClientPolicy, *,
+                           allow_insecure: bool = False) -> list[Problem]:
+    """What makes ``config`` unacceptable to an app with ``policy`` (module docstring)."""
+    problems = _well_formed(config)
+    if problems:
+        return problems
+    if not config.padding and not policy.allow_unpadded:
+        problems.append(("padding", (
+            "padding: the campaign has no padding ids, so a user holding fewer than s "
+            f"= {config.set_size} items would send fewer non-null messages, which the "
+            "published epsilon does not account for (the app did not opt in with "
+            "allow_unpadded)")))
+    if not config.fixed_size and not policy.allow_variable_size:
+        problems.append(("fixed_size", (
+            "fixed_size: submissions of the campaign carry only the sent slots, so their "
+            "number reveals the user's level to the shuffler and the network (the app did "
+            "not opt in with allow_variable_size)")))
+    if config.fake_tolerance < policy.min_fake_tolerance:
+        problems.append(("fake_tolerance", (
+            f"fake tolerance: the campaign tolerates a fraction {config.fake_tolerance:g} "
+            "of fake or colluding participants, this client requires at least "
+            f"{policy.min_fake_tolerance:g}")))
+    if policy.min_users is not None and config.min_users < policy.min_users:
+        problems.append(("min_users", (
+            f"min_users: the campaign needs {config.min_users} participants, this client "
+            f"requires at least {policy.min_users}")))
+    limit = policy.delta_limit(config.min_users)
+    if config.delta is not None and config.delta > limit:
+        problems.append(("delta", (
+            f"delta: the campaign's {config.delta:g} is above this client's ceiling "
+            f"{limit:g}")))
+    if config.insecure_parameters is not None and not allow_insecure:
+        problems.append(("insecure_parameters", (
+            "insecure_parameters: the campaign publishes fixed, unaccounted parameters "
+            "(a test-only setting)")))
     return problems
 
 
-def _geometry_problems(p: PublishedParameters, mode: BlanketMode) -> list[str]:
+def verify_campaign(view: CampaignView, hpke: HpkeConfig, campaign_id: str, *,
+                    policy: ClientPolicy | None = None, min_fake_tolerance: float = 0.0,
+                    allow_insecure: bool = False) -> PinnedKey:
+    """Round-1 checks; returns the verified public key to seal with.
+
+    ``min_fake_tolerance`` tightens the policy's (the stricter applies).
+    """
+    policy = _policy(policy, min_fake_tolerance=min_fake_tolerance)
+    if view.id != campaign_id or view.config.id != campaign_id:
+        raise VerificationError(f"the server answered for campaign {view.id!r}, "
+                                f"not {campaign_id!r}", check="campaign")
+    digest = _digest(view.config)
+    if digest is not None and digest != view.config_hash:
+        raise VerificationError("config_hash does not match the campaign configuration",
+                                check="config_hash")
+    try:
+        pinned = public_key_from_config(hpke)
+    except ValueError as exc:
+        raise VerificationError(f"invalid HPKE key config: {exc}", check="key") from None
+    if pinned.key_id != view.key_id or view.hpke_config.key_id != view.key_id:
+        raise VerificationError(
+            f"key id {pinned.key_id} of the key config is not the campaign's pinned "
+            f"key id {view.key_id}", check="key")
+    if view.hpke_config.public_key != hpke.public_key:
+        raise VerificationError("the key config differs from the key in the campaign view",
+                                check="key")
+    problems = configuration_problems(view.config, policy, allow_insecure=allow_insecure)
+    if problems:
+        raise _refusal("the campaign's settings are not acceptable", problems)
+    if digest is None:
+        raise VerificationError("the campaign configuration has no canonical form",
+                                check="config_hash")
+    return pinned
+
+
+# -- the parameters -------------------------------------------------------------------------
+def _geometry_problems(p: PublishedParameters, config: CampaignConfig,
+                       mode: BlanketMode) -> list[Problem]:
     """What is wrong with m, ``blanket_slots`` and ``messages_per_user`` in ``mode``."""
-    domain = p.privacy_domain_size
+    domain = config.privacy_domain_size
     try:  # refuses a non-finite or negative m, and m > D in the independent mode
+        if not _finite(p.m):
+            raise ValueError("not a finite number")
         slots = blanket.blanket_slots(p.m, domain, mode)
-        messages = blanket.messages_per_user(p.set_size, p.m, domain, mode)
-    except ValueError:
-        return ["blanket rate"]
+        messages = blanket.messages_per_user(config.set_size, p.m, domain, mode)
+    except (TypeError, ValueError) as exc:
+        return [("m", f"blanket rate (m = {p.m!r}: {exc})")]
     problems = []
     if p.blanket_slots != slots:
-        problems.append("blanket rate")
+        problems.append(("blanket_slots", f"blanket rate ({p.blanket_slots!r} blanket "
+                                          f"slots, m = {p.m:g} gives {slots})"))
     if p.messages_per_user != messages:
-        problems.append("messages per user")
+        problems.append(("messages_per_user", f"messages per user ({p.messages_per_user!r}, "
+                                              f"the campaign's geometry gives {messages})"))
     return problems
+
+
+def _repeats_configuration(p: PublishedParameters, config: CampaignConfig) -> list[Problem]:
+    """Every field the parameters copy from the configuration must equal it."""
+    copied: list[tuple[str, Any, Any]] = [
+        ("campaign_id", p.campaign_id, config.id),
+        ("levels", list(p.levels), list(config.levels)),
+        ("set_size", p.set_size, config.set_size),
+        ("domain_size", p.domain_size, config.domain_size),
+        ("privacy_domain_size", p.privacy_domain_size, config.privacy_domain_size),
+        ("padding_items", p.padding_items, config.padding_items),
+        ("fixed_size", p.fixed_size, config.fixed_size),
+        ("level_privacy", p.level_privacy, config.level_privacy),
+        ("dropout_tolerance", p.dropout_tolerance, config.dropout_tolerance),
+        ("fake_tolerance", p.fake_tolerance, config.fake_tolerance),
+        ("blanket_mode", p.blanket_mode, config.blanket_mode),
+    ]
+    problems = []
+    for name, published, configured in copied:
+        # type() too: True == 1 and 1.0 == 1, but a bool or int is not the configured value
+        if published != configured or type(published) is not type(configured):
+            problems.append((name, f"{name.replace('_', ' ')} ({published}, the "
+                                   f"campaign uses {configured})"))
+    return problems
+
+
+def _count_problems(p: PublishedParameters, config: CampaignConfig,
+                    policy: ClientPolicy) -> list[Problem]:
+    """n, n_min and h, by the rules, from the configuration's tolerances."""
+    floor = policy.users_floor(config.min_users)
+    users = p.users
+    if not (isinstance(users, int) and not isinstance(users, bool)
+            and floor <= users <= rules.MAX_USERS):
+        return [("users", f"user counts (n = {users!r}; the campaign needs at least "
+                          f"{floor} round-1 participants)")]
+    problems = []
+    n_min = rules.accounting_users(users, config.dropout_tolerance)
+    if p.accounting_users != n_min or isinstance(p.accounting_users, bool):
+        problems.append(("accounting_users", f"user counts (n_min = {p.accounting_users!r}, "
+                                             f"the campaign's rule gives {n_min})"))
+    honest = rules.honest_users(users, config.dropout_tolerance, config.fake_tolerance)
+    if p.honest_users != honest or isinstance(p.honest_users, bool):
+        problems.append(("honest_users", (
+            f"honest users ({p.honest_users!r}, the campaign's rule gives ceil((1 - "
+            f"{config.fake_tolerance:g}) {n_min}) = {honest})")))
+    return problems
+
+
+def _delta_problems(p: PublishedParameters, config: CampaignConfig,
+                    policy: ClientPolicy) -> list[Problem]:
+    """delta must be the campaign's, or the default rule's, and within the app's ceiling."""
+    if not (_finite(p.delta) and rules.MIN_DELTA <= p.delta < 1.0):
+        return [("delta", f"delta ({p.delta!r} is not in [{rules.MIN_DELTA:g}, 1))")]
+    problems = []
+    users_valid = isinstance(p.users, int) and 1 <= p.users <= rules.MAX_USERS
+    if config.delta is not None or users_valid:
+        expected = config.delta if config.delta is not None else rules.default_delta(p.users)
+        if p.delta != expected:
+            problems.append(("delta", f"delta ({p.delta:g}, the campaign's rule gives "
+                                      f"{expected:g})"))
+    limit = policy.delta_limit(config.min_users)
+    if p.delta > limit:
+        problems.append(("delta", f"delta ({p.delta:g} is above this client's ceiling "
+                                  f"{limit:g})"))
+    return problems
+
+
+def _rate_problems(p: PublishedParameters, levels: int) -> list[Problem]:
+    lambdas = p.lambdas
+    if len(lambdas) != levels or not all(_finite(lam) and 0.0 <= lam <= 1.0
+                                         for lam in lambdas):
+        return [("lambdas", f"Poisson rates ({lambdas!r}: one per level, each in [0, 1])")]
+    return []
+
+
+def _report_problems(p: PublishedParameters, config: CampaignConfig) -> list[Problem]:
+    """The published epsilons, their lower bounds and the MSE bound, as numbers."""
+    problems = []
+    uppers = p.epsilons
+    if len(uppers) != len(config.levels) or not all(
+            _finite(e) and 0.0 <= e <= level
+            for e, level in zip(uppers, config.levels, strict=False)):
+        problems.append(("epsilons", f"epsilons ({uppers!r}: one per level, each in "
+                                     "[0, the level])"))
+    lowers = p.epsilons_lower
+    if len(lowers) != len(config.levels) or not all(
+            lower is None or (_finite(lower) and lower >= 0.0
+                              and (not _finite(upper) or lower <= upper))
+            for lower, upper in zip(lowers, uppers, strict=False)):
+        problems.append(("epsilons_lower", f"epsilon lower bounds ({lowers!r}: one per "
+                                           "level, each absent or in [0, epsilon])"))
+    if p.mse_bound is not None and not (_finite(p.mse_bound) and p.mse_bound >= 0.0):
+        problems.append(("mse_bound", f"MSE bound ({p.mse_bound!r} is not a finite number "
+                                      ">= 0)"))
+    return problems
+
+
+@functools.lru_cache(maxsize=256)
+def _unprotected_levels(levels: tuple[float, ...], epsilons: tuple[float, ...],
+                        lambdas: tuple[float, ...], set_size: int, delta: float, users: int,
+                        m: float, domain_size: int, mode: BlanketMode) -> tuple[Problem, ...]:
+    """Every level whose rate fails delta_user(e_k) <= delta at its published epsilon.
+
+    All levels, not only the caller's (module docstring).  Cached: a population shares
+    one parameter set.
+    """
+    failing: list[Problem] = []
+    for level, eps, lam in zip(levels, epsilons, lambdas, strict=True):
+        bound = accounting.user_delta(eps, lam, set_size, users, m, domain_size,
+                                      mode=mode, delta=delta)
+        if bound <= delta:
+            continue
+        at_level = bound if eps == level else accounting.user_delta(
+            level, lam, set_size, users, m, domain_size, mode=mode, delta=delta)
+        if at_level <= delta:
+            failing.append(("epsilons", (
+                f"level {level:g} at its published epsilon {eps:g} (lambda={lam:g}: "
+                f"delta_user={bound:.3g}; an understated guarantee)")))
+        else:
+            failing.append(("lambdas", f"level {level:g} (lambda={lam:g}: "
+                                       f"delta_user={at_level:.3g})"))
+    return tuple(failing)
 
 
 def verify_parameters(
@@ -141,82 +360,100 @@ def verify_parameters(
     level_index: int,
     key_id: str,
     config_hash: str,
+    policy: ClientPolicy | None = None,
     allow_insecure: bool = False,
     delta_ceiling: float | None = None,
     min_fake_tolerance: float = 0.0,
 ) -> PublishedParameters:
     """Round-2 checks for a user at ``level_index``; returns the verified parameters.
 
-    ``delta_ceiling`` is the largest delta the app accepts (default 1 / n);
-    ``min_fake_tolerance`` the smallest fake tolerance f it accepts (default 0).
+    ``policy`` holds the app's limits (default :class:`ClientPolicy`); ``delta_ceiling``
+    and ``min_fake_tolerance`` tighten it.
     """
+    policy = _policy(policy, min_fake_tolerance=min_fake_tolerance,
+                     delta_ceiling=delta_ceiling)
     p = view.parameters
     if p is None or view.parameters_hash is None:
-        raise VerificationError("the round-2 parameters are not published")
-    if p.hash_hex() != view.parameters_hash:
-        raise VerificationError("parameters_hash does not match the published parameters")
+        raise VerificationError("the round-2 parameters are not published",
+                                check="parameters")
+    digest = _digest(p)
+    if digest is not None and digest != view.parameters_hash:
+        raise VerificationError("parameters_hash does not match the published parameters",
+                                check="parameters_hash")
     if view.config_hash != config_hash or p.config_hash != config_hash:
-        raise VerificationError("the campaign configuration changed since round 1")
+        raise VerificationError("the campaign configuration changed since round 1",
+                                check="config_hash")
     if p.key_id != key_id or view.key_id != key_id:
-        raise VerificationError(f"the parameters pin key id {p.key_id}, round 1 used {key_id}")
+        raise VerificationError(f"the parameters pin key id {p.key_id}, round 1 used "
+                                f"{key_id}", check="key")
     config = view.config
-    s = config.set_size
-    k = len(config.levels)
-    problems = []
-    if p.campaign_id != config.id:
-        problems.append("campaign id")
-    if list(p.levels) != list(config.levels) or len(p.lambdas) != k:
-        problems.append("levels")
-    if p.set_size != s or p.domain_size != config.domain_size:
-        problems.append("set or domain size")
-    if (p.privacy_domain_size != config.privacy_domain_size
-            or p.padding_items != config.padding_items):
-        problems.append("privacy domain")
-    if p.fixed_size != config.fixed_size or p.level_privacy != config.level_privacy:
-        problems.append("message format")
-    if p.dropout_tolerance != config.dropout_tolerance:
-        problems.append("dropout tolerance")
-    if p.fake_tolerance != config.fake_tolerance:
-        problems.append("fake tolerance")
-    mode = blanket.parse_mode(config.blanket_mode)
-    if p.blanket_mode != config.blanket_mode:
-        problems.append(f"blanket mode ({p.blanket_mode}, the campaign uses "
-                        f"{config.blanket_mode})")
-    problems.extend(_geometry_problems(p, mode))
-    if (not 1 <= p.users <= rules.MAX_USERS
-            or p.accounting_users != rules.accounting_users(p.users, p.dropout_tolerance)):
-        problems.append("user counts")
-    elif (honest := _honest_users(p)) is None:
-        problems.append(f"fake tolerance ({p.fake_tolerance!r} is not in [0, 1))")
-    elif p.honest_users != honest:
-        problems.append(f"honest users ({p.honest_users}, the campaign's rule gives "
-                        f"ceil((1 - {p.fake_tolerance:g}) {p.accounting_users}) = {honest})")
-    if not all(0.0 <= lam <= 1.0 for lam in p.lambdas):
-        problems.append("Poisson rates")
-    if not rules.MIN_DELTA <= p.delta < 1.0:
-        problems.append("delta")
-    elif 1 <= p.users <= rules.MAX_USERS:
-        problems.extend(_delta_problems(p, config.delta, delta_ceiling))
+    problems = configuration_problems(config, policy, allow_insecure=allow_insecure)
     if problems:
-        raise VerificationError("the published parameters are inconsistent with the "
-                                f"campaign: {', '.join(problems)}")
-    _require_fake_tolerance(config.fake_tolerance, min_fake_tolerance)
-    if not 0 <= level_index < k:
-        raise VerificationError(f"level index {level_index} is not one of the {k} levels")
+        raise _refusal("the campaign's settings are not acceptable", problems)
+    mode = blanket.parse_mode(config.blanket_mode)
+    problems = _repeats_configuration(p, config)
+    problems += _geometry_problems(p, config, mode)
+    problems += _count_problems(p, config, policy)
+    problems += _rate_problems(p, len(config.levels))
+    problems += _delta_problems(p, config, policy)
+    if p.insecure is not (config.insecure_parameters is not None):
+        problems.append(("insecure", f"insecure ({p.insecure!r}: the campaign "
+                                     f"{'has' if config.insecure_parameters else 'has no'} "
+                                     "insecure parameters)"))
+    elif not p.insecure:
+        problems += _report_problems(p, config)
+    if problems:
+        raise _refusal("the published parameters are inconsistent with the campaign",
+                       problems)
+    if digest is None:
+        raise VerificationError("the published parameters have no canonical form",
+                                check="parameters_hash")
+    if not 0 <= level_index < len(config.levels):
+        raise VerificationError(f"level index {level_index} is not one of the "
+                                f"{len(config.levels)} levels", check="level_index")
     if p.insecure:
         if allow_insecure:
             return p
-        raise VerificationError("the server published insecure (unaccounted) parameters")
+        raise VerificationError("the server published insecure (unaccounted) parameters",
+                                check="insecure")
     try:
-        failing = _unprotected_levels(tuple(config.levels), tuple(p.lambdas), s, p.delta,
-                                      p.honest_users, p.m, p.privacy_domain_size, mode)
+        failing = _unprotected_levels(
+            tuple(config.levels), tuple(float(e) for e in p.epsilons), tuple(p.lambdas),
+            config.set_size, p.delta, p.honest_users, p.m, config.privacy_domain_size, mode)
     except ValueError as exc:
-        raise VerificationError(f"the published parameters cannot be accounted: {exc}") from None
+        raise VerificationError(f"the published parameters cannot be accounted: {exc}",
+                                check="lambdas") from None
     if failing:
+        checks = tuple(dict.fromkeys(check for check, _ in failing))
         raise VerificationError(
-            f"the published parameters would not protect {', '.join(failing)} at "
-            f"delta={p.delta:g} with m={p.m:g} ({mode.value} blanket), "
-            f"h={p.honest_users} honest of n_min={p.accounting_users} (f={p.fake_tolerance:g}), "
-            f"d={p.privacy_domain_size}"
-        )
+            f"the published parameters would not protect "
+            f"{', '.join(text for _, text in failing)} at delta={p.delta:g} "
+            f"with m={p.m:g} ({mode.value} blanket), h={p.honest_users} honest of "
+            f"n_min={p.accounting_users} (f={p.fake_tolerance:g}), "
+            f"d={p.privacy_domain_size}", check=checks[0], checks=checks)
     return p
+
+
+# -- the shuffler's counts ------------------------------------------------------------------
+def verify_round1_count(parameters: PublishedParameters, status: RoundStatus) -> None:
+    """The claimed round-1 n is at most the participants the shuffler released in round 1.
+
+    The server cannot have decoded more level messages than the shuffler forwarded
+    (it may have decoded fewer: malformed messages of fake users are dropped).
+    """
+    if status.round != 1 or status.campaign_id != parameters.campaign_id:
+        raise VerificationError("the round status is not round 1 of this campaign",
+                                check="round1_participants")
+    if not status.released or parameters.users > status.participants:
+        raise VerificationError(
+            f"the parameters claim n = {parameters.users} round-1 participants, the "
+            f"shuffler released round 1 with {status.participants}"
+            f"{'' if status.released else ' (not released)'}", check="round1_participants")
+
+
+def verify_release_threshold(parameters: PublishedParameters, status: RoundStatus) -> None:
+    """The shuffler must hold round 2 until n_min users took part (docs/protocol.md 2)."""
+    if status.required < parameters.accounting_users:
+        raise VerificationError(
+            f"the shuffler would release round 2 with {status.required} participants, "
+            f"the guarantee needs {parameters.accounting_users}", check="release_threshold")

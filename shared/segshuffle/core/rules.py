@@ -14,7 +14,10 @@ exactly one definition:
   ceil((1 - f) n_min), exact in the same way on f's shortest decimal.  It is the
   count every accountant call receives; n_min stays the release threshold;
 - the **default delta** of a campaign that leaves it unset: 0.01 / n for the round-1
-  participant count n, and the largest delta a client accepts by default: 1 / n;
+  participant count n, and the largest delta a client accepts by default:
+  1 / min_users;
+- the **default dropout tolerance**, 0.1, of campaigns and of every command that
+  accounts for one;
 - the **caps** on everything a campaign can make a client or a service compute or send.
   Inputs beyond them are refused with a ValueError naming the cap; below them every
   accounting call finishes in seconds.
@@ -58,8 +61,13 @@ MIN_DELTA = 1e-12
 #: A campaign's default delta is DEFAULT_DELTA_FACTOR / n.
 DEFAULT_DELTA_FACTOR = 0.01
 
+#: The dropout tolerance tau of a campaign, and of ``optimize``, ``demo`` and the load
+#: test, unless one is given: one default everywhere, so figures carry over.
+DEFAULT_DROPOUT_TOLERANCE = 0.1
+
 __all__ = [
     "DEFAULT_DELTA_FACTOR",
+    "DEFAULT_DROPOUT_TOLERANCE",
     "MAX_BLANKET_RATE",
     "MAX_DOMAIN_SIZE",
     "MAX_LEVEL",
@@ -117,8 +125,13 @@ def default_delta(users: float) -> float:
     return DEFAULT_DELTA_FACTOR / users
 
 
-def client_delta_ceiling(users: float) -> float:
-    """The largest delta a client accepts unless its app sets another ceiling: 1 / n."""
-    if not (math.isfinite(users) and users >= 1):
-        raise ValueError(f"users must be at least 1, got {users!r}")
-    return 1.0 / users
+def client_delta_ceiling(min_users: float) -> float:
+    """The largest delta a client accepts unless its app sets another ceiling: 1 / n_floor.
+
+    ``min_users`` is the campaign's ``min_users`` (or the app's larger floor): fixed
+    in the configuration before round 1, unlike the round-1 count n the server later
+    claims, so a server cannot raise the ceiling by claiming fewer users.
+    """
+    if not (math.isfinite(min_users) and min_users >= 1):
+        raise ValueError(f"min_users must be at least 1, got {min_users!r}")
+    return 1.0 / min_users

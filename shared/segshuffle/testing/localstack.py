@@ -142,6 +142,7 @@ class LocalStack:
                 "SEGSHUFFLE_SERVER_KEY_DIR": str(self.directory / "server-keys"),
                 "SEGSHUFFLE_SERVER_ADMIN_TOKEN": self.admin_token,
                 "SEGSHUFFLE_SERVER_SHUFFLER_TOKEN": self.shuffler_token,
+                "SEGSHUFFLE_SERVER_SHUFFLER_MIN_USERS": str(self.min_users),
                 "SEGSHUFFLE_SERVER_ALLOW_INSECURE_PARAMETERS":
                     "true" if self.allow_insecure else "false",
             })

@@ -37,6 +37,7 @@ import numpy as np
 from segshuffle.client.aio import AsyncClient
 from segshuffle.client.errors import ClientError
 from segshuffle.client.messages import SentRound1, SentRound2
+from segshuffle.client.policy import ClientPolicy
 from segshuffle.client.session import PublicCache, RetryPolicy
 
 Progress = Callable[[str, int, int], None]
@@ -102,6 +103,8 @@ class Population:
     """Lifetime of the users' shared cache of public documents (:class:`PublicCache`)."""
     allow_insecure: bool = False
     """Accept parameters a test server published with its insecure flag."""
+    policy: ClientPolicy | None = None
+    """What the simulated app accepts (:class:`ClientPolicy`; default: its defaults)."""
     server_key: str | None = None
     """The server's document-signing public key (``LocalStack.server_key``): every user
     then refuses views the server did not sign."""
@@ -156,7 +159,7 @@ class Population:
             AsyncClient(self.shuffler_url, self.campaign_id,
                         rng=np.random.default_rng(seed), retry=self.retry, http=self._http,
                         cache=cache, allow_insecure=self.allow_insecure,
-                        server_key=self.server_key)
+                        policy=self.policy, server_key=self.server_key)
             for seed in self._seeds
         ]
         return self

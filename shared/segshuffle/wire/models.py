@@ -372,7 +372,8 @@ class CampaignCreate(RequestModel):
     levels: Levels
     delta: float | None = Field(default=None, ge=rules.MIN_DELTA, lt=1.0, allow_inf_nan=False)
     min_users: int = Field(ge=2, le=MAX_USERS)
-    dropout_tolerance: float = Field(default=0.1, ge=0.0, lt=1.0, allow_inf_nan=False)
+    dropout_tolerance: float = Field(default=rules.DEFAULT_DROPOUT_TOLERANCE, ge=0.0, lt=1.0,
+                                     allow_inf_nan=False)
     fake_tolerance: float = Field(default=0.0, ge=0.0, lt=1.0, allow_inf_nan=False)
     level_privacy: float | None = Field(default=None, gt=0.0, le=MAX_LEVEL_EPSILON,
                                         allow_inf_nan=False)
