@@ -139,7 +139,7 @@ def test_verifier_checks_the_independent_geometry() -> None:
                           level_index=0, key_id=view.key_id, config_hash=view.config_hash)
 
     # the slots geometry for the same m, slots-mode parameters, m > D: all refused
-    with pytest.raises(VerificationError, match="blanket rate.*messages per user") as refused:
+    with pytest.raises(VerificationError, match=r"blanket rate.*messages per user") as refused:
         verify(blanket_slots=4, messages_per_user=7)
     assert refused.value.checks == ("blanket_slots", "messages_per_user")
     with pytest.raises(VerificationError, match=r"blanket mode \(slots, the campaign uses "

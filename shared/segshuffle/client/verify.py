@@ -37,8 +37,9 @@ Round 2 (:func:`verify_parameters`): the published parameters
 - use the campaign's delta, or the default rule's 0.01 / n when it left delta unset,
   and no more than the app's ceiling (:meth:`ClientPolicy.delta_limit`: fixed before
   round 1, so the claimed n cannot move it);
-- publish per level an epsilon e_k with 0 <= e_k <= E_k, and a lower bound between 0
-  and e_k; an MSE bound that is a finite non-negative number or absent;
+- publish per level an epsilon e_k with 0 <= e_k <= E_k, and a lower bound that is
+  absent or between 0 and e_k (compared once e_k is verified); an MSE bound that is a
+  finite non-negative number or absent;
 - protect *every* level, not only this user's, at its published epsilon:
   delta_user(e_k) <= delta on the server's full view for the published lambda_k, m, h,
   privacy domain and blanket mode (:func:`segshuffle.core.accounting.user_delta`).
@@ -316,11 +317,10 @@ def _report_problems(p: PublishedParameters, config: CampaignConfig) -> list[Pro
                                      "[0, the level])"))
     lowers = p.epsilons_lower
     if len(lowers) != len(config.levels) or not all(
-            lower is None or (_finite(lower) and lower >= 0.0
-                              and (not _finite(upper) or lower <= upper))
-            for lower, upper in zip(lowers, uppers, strict=False)):
+            lower is None or (_finite(lower) and 0.0 <= lower <= level)
+            for lower, level in zip(lowers, config.levels, strict=False)):
         problems.append(("epsilons_lower", f"epsilon lower bounds ({lowers!r}: one per "
-                                           "level, each absent or in [0, epsilon])"))
+                                           "level, each absent or in [0, the level])"))
     if p.mse_bound is not None and not (_finite(p.mse_bound) and p.mse_bound >= 0.0):
         problems.append(("mse_bound", f"MSE bound ({p.mse_bound!r} is not a finite number "
                                       ">= 0)"))
@@ -431,6 +431,13 @@ def verify_parameters(
             f"with m={p.m:g} ({mode.value} blanket), h={p.honest_users} honest of "
             f"n_min={p.accounting_users} (f={p.fake_tolerance:g}), "
             f"d={p.privacy_domain_size}", check=checks[0], checks=checks)
+    # Only now, with the upper bounds verified: a lower bound above one is false.
+    above = [f"level {level:g} ({lower:g} > {upper:g})" for level, lower, upper
+             in zip(config.levels, p.epsilons_lower, p.epsilons, strict=True)
+             if lower is not None and lower > upper]
+    if above:
+        raise VerificationError(f"the published epsilon lower bounds exceed the verified "
+                                f"upper bounds: {', '.join(above)}", check="epsilons_lower")
     return p
 
 
