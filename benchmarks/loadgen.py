@@ -243,11 +243,15 @@ def _json_bytes(value: Any) -> bytes:
 def _session(campaign: dict[str, Any], hpke: dict[str, Any], server_key: str | None,
              rng: np.random.Generator) -> Any:
     """A verified SDK session for the campaign (what each real client does first)."""
+    from segshuffle.client.policy import ClientPolicy
     from segshuffle.client.session import UserSession
     from segshuffle.wire.models import CampaignView, HpkeConfig
 
     view = CampaignView.model_validate(campaign)
-    session = UserSession(view.id, rng, server_key=server_key)
+    # The simulated users hold exactly s items each, so a campaign without padding ids
+    # covers them (and data_slots refuses a smaller set all the same).
+    session = UserSession(view.id, rng, server_key=server_key,
+                          policy=ClientPolicy(allow_unpadded=True))
     session.accept_campaign(view, HpkeConfig.model_validate(hpke))
     return session
 
@@ -295,7 +299,8 @@ def prepare_round2(campaign: dict[str, Any], hpke: dict[str, Any], server_key: s
     session.check_signatures(session.view, parameters=True)
     parameters = {level: verify_parameters(session.view, level_index=level,
                                            key_id=session.key.key_id,
-                                           config_hash=session.config_hash)
+                                           config_hash=session.config_hash,
+                                           policy=session.policy)
                   for level in sorted({u[0] for u in users})}
     out = []
     for level, reported, items in users:

@@ -426,3 +426,12 @@ def test_every_single_field_tampering_is_refused_or_harmless(published: Publishe
     refused += more_refused
     accepted += more_accepted
     assert refused + accepted >= 75 and refused >= 75, (refused, accepted)
+
+
+def test_a_refusal_keeps_its_checks_across_processes() -> None:
+    """Workers that seal for many users (the benchmarks) re-raise refusals in the parent."""
+    import pickle
+
+    error = VerificationError("refused", check="padding", checks=("padding", "delta"))
+    copy = pickle.loads(pickle.dumps(error))
+    assert (str(copy), copy.check, copy.checks) == ("refused", "padding", ("padding", "delta"))

@@ -44,10 +44,9 @@ def test_every_count_is_exactly_one(tmp_path: Path) -> None:
         async def refused() -> None:
             async with careful:
                 client = careful._clients[0]
-                await client.campaign()
-                client.session.level_index = 0
-                with pytest.raises(VerificationError, match="insecure"):
-                    await client.fetch_parameters()
+                with pytest.raises(VerificationError, match="insecure") as refused:
+                    await client.campaign()  # already in round 1, before its level is sent
+                assert refused.value.check == "insecure_parameters"
 
         asyncio.run(refused())
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ClientError(Exception):
     """Base class of every error the SDK raises."""
@@ -51,6 +53,15 @@ class VerificationError(ClientError):
         super().__init__(message)
         self.check = check
         self.checks = checks if checks else (check,)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Picklable with its checks (raised in a worker process, re-raised in its parent)."""
+        return (_rebuild_verification_error, (str(self), self.check, self.checks))
+
+
+def _rebuild_verification_error(message: str, check: str,
+                                checks: tuple[str, ...]) -> VerificationError:
+    return VerificationError(message, check=check, checks=checks)
 
 
 class CampaignEndedError(ClientError):
