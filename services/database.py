@@ -17,6 +17,19 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+
+class UnusableDatabaseError(RuntimeError):
+    """The database cannot be used as it is; the message says why and what to do."""
+
+
+class SchemaVersionError(UnusableDatabaseError):
+    """The database was written by a newer version of the service than this one."""
+
+
+class CorruptDatabaseError(UnusableDatabaseError):
+    """The database file is damaged or not a SQLite database (``PRAGMA quick_check``)."""
+
+
 SQLITE_SCHEME = "sqlite://"
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")

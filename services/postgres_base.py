@@ -10,6 +10,8 @@ process-local lock:
   advisory lock with :func:`lock` (exclusive) or :func:`lock_shared`, keyed by a text
   such as ``"shuffler:round:c1:2"``; the lock is released at commit or rollback, so a
   crashed replica never leaves one behind.
+- :func:`identify` refuses a database that is not this service's (another service's, or
+  one with foreign tables) before anything is written, and tags a new one;
 - :func:`migrate` applies pending migrations under an exclusive advisory lock, so
   replicas starting together apply each step exactly once; ``schema_version`` records
   them as in SQLite, and a database newer than the code is refused.
@@ -36,8 +38,8 @@ from typing import Any, LiteralString
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from .database import redact_url
-from .sqlite_base import SchemaVersionError, UnusableDatabaseError
+from . import identity
+from .database import SchemaVersionError, UnusableDatabaseError, redact_url
 
 _CURSOR = "_segshuffle_cursor"
 """The attribute of a pooled connection that holds its cursor (:meth:`PostgresStore._fetch_one`)."""
@@ -115,6 +117,31 @@ def migrate(db: psycopg.Connection, migrations: Sequence[PostgresMigration], *,
     return version
 
 
+def identify(db: psycopg.Connection, *, service: str, where: str) -> identity.Verdict:
+    """Decide whose database this is before anything else is written (:mod:`.identity`),
+    and tag a new or adopted one, under an advisory lock that every service takes for
+    this step (so a server and a shuffler started on one empty database do not both
+    claim it).  Raises :class:`~.identity.DatabaseIdentityError`, having written nothing."""
+    with db.transaction():
+        lock(db, "segshuffle:identity")
+        tables = {str(row[0]) for row in db.execute(
+            "SELECT table_name FROM information_schema.tables "
+            "WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'")}
+        tag = None
+        if identity.IDENTITY_TABLE in tables:
+            row = db.execute(
+                f"SELECT service FROM {identity.IDENTITY_TABLE} LIMIT 1").fetchone()
+            tag = None if row is None else str(row[0])
+        verdict = identity.classify(service, where, tables=tables, tag=tag,
+                                    empty_is_new=True)
+        if verdict != "ours":
+            db.execute(f"CREATE TABLE IF NOT EXISTS {identity.IDENTITY_TABLE} "
+                       "(service TEXT PRIMARY KEY)")
+            db.execute(f"INSERT INTO {identity.IDENTITY_TABLE} (service) VALUES (%s) "
+                       "ON CONFLICT DO NOTHING", (service,))
+    return verdict
+
+
 class PostgresStore:
     """A connection pool with one transaction style for both services' PostgreSQL storage."""
 
@@ -135,6 +162,7 @@ class PostgresStore:
         try:  # one direct connection first: its error says what is wrong, and it migrates
             with psycopg.connect(url, autocommit=True,
                                  connect_timeout=max(1, round(connect_timeout))) as db:
+                identify(db, service=service, where=redact_url(url))
                 migrate(db, migrations, service=service)
         except psycopg.Error as exc:
             raise UnusableDatabaseError(

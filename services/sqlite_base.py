@@ -18,6 +18,9 @@ the code knows is refused (:class:`SchemaVersionError`) rather than written to.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import secrets
 import sqlite3
 import threading
 import time
@@ -26,6 +29,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+
+from . import identity
+from .database import CorruptDatabaseError, SchemaVersionError, UnusableDatabaseError
+
+__all__ = ["CorruptDatabaseError", "Migration", "SQLiteStore", "SchemaVersionError",
+           "UnusableDatabaseError", "migrate", "open_database"]
 
 T = TypeVar("T")
 
@@ -38,18 +47,6 @@ CREATE TABLE IF NOT EXISTS schema_version (
     applied_at REAL NOT NULL
 )
 """
-
-
-class UnusableDatabaseError(RuntimeError):
-    """The database cannot be used as it is; the message says why and what to do."""
-
-
-class SchemaVersionError(UnusableDatabaseError):
-    """The database was written by a newer version of the service than this one."""
-
-
-class CorruptDatabaseError(UnusableDatabaseError):
-    """The database file is damaged or not a SQLite database (``PRAGMA quick_check``)."""
 
 
 @dataclass(frozen=True)
@@ -134,36 +131,133 @@ def connect(path: str | Path, *, synchronous: str = "NORMAL") -> sqlite3.Connect
     """Open ``path`` (creating its directory) with the pragmas both services use.
 
     The connection is in autocommit mode (``isolation_level=None``): transactions are
-    explicit, and it may be used from several threads under the caller's lock.
+    explicit, and it may be used from several threads under the caller's lock.  It does
+    not check whose database it is: services open theirs with :func:`open_database`.
     """
-    mode = synchronous.upper()
-    if mode not in SYNCHRONOUS_MODES:
-        raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, got {synchronous!r}")
+    mode = _synchronous(synchronous)
     name = str(path)
     if name != ":memory:":
         Path(name).parent.mkdir(parents=True, exist_ok=True)
     db = sqlite3.connect(name, isolation_level=None, check_same_thread=False)
+    _configure(db, mode)
+    return db
+
+
+def _synchronous(synchronous: str) -> str:
+    mode = synchronous.upper()
+    if mode not in SYNCHRONOUS_MODES:
+        raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, got {synchronous!r}")
+    return mode
+
+
+def _configure(db: sqlite3.Connection, mode: str) -> None:
+    """The pragmas both services use (``journal_mode=WAL`` writes the file's header)."""
+    db.execute("PRAGMA busy_timeout=10000")
     db.execute("PRAGMA journal_mode=WAL")
     db.execute(f"PRAGMA synchronous={mode}")
-    db.execute("PRAGMA busy_timeout=10000")
     db.execute("PRAGMA secure_delete=ON")
-    return db
+
+
+def _tag(db: sqlite3.Connection, service: str) -> None:
+    """Write the identity (header ``application_id`` and the identity table) in one
+    transaction."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute(f"PRAGMA application_id={identity.application_id(service)}")
+        db.execute(f"CREATE TABLE IF NOT EXISTS {identity.IDENTITY_TABLE} "
+                   "(service TEXT PRIMARY KEY)")
+        db.execute(f"INSERT OR IGNORE INTO {identity.IDENTITY_TABLE} (service) VALUES (?)",
+                   (service,))
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+
+
+def _create(path: Path, service: str) -> None:
+    """A new database at ``path``, which does not exist: made under a temporary name with
+    its identity, then linked into place, so that no start ever sees a half-made file
+    there (a crash leaves at most the temporary file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.new")
+    try:
+        db = sqlite3.connect(str(temporary), isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            _tag(db, service)
+        finally:
+            db.close()  # the last connection checkpoints and removes the WAL
+        # another process may have created it meanwhile: identified then like any file
+        with contextlib.suppress(FileExistsError):
+            os.link(temporary, path)
+    finally:
+        for leftover in (temporary, Path(f"{temporary}-wal"), Path(f"{temporary}-shm")):
+            leftover.unlink(missing_ok=True)
+
+
+def _identify(db: sqlite3.Connection, path: str, service: str) -> identity.Verdict:
+    """What the open file at ``path`` is, for ``service`` (:func:`identity.classify`);
+    reads only."""
+    header_id = int(db.execute("PRAGMA application_id").fetchone()[0])
+    tables = {str(row[0]) for row in db.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
+    tag = None
+    if identity.IDENTITY_TABLE in tables:
+        row = db.execute(f"SELECT service FROM {identity.IDENTITY_TABLE} LIMIT 1").fetchone()
+        tag = None if row is None else str(row[0])
+    return identity.classify(service, path, tables=tables, tag=tag, header_id=header_id,
+                             empty_is_new=path == ":memory:")
+
+
+def _check_file(path: Path, service: str) -> None:
+    """Refuse, without opening it, a file that is empty or not a SQLite database."""
+    try:
+        with path.open("rb") as handle:
+            header = handle.read(16)
+    except OSError as exc:
+        raise UnusableDatabaseError(f"the {service} database {path} cannot be opened "
+                                    f"({exc.strerror}); refusing to start") from None
+    if not header:
+        raise identity.DatabaseIdentityError(
+            f"the {service} database {path} is an empty file (0 bytes: a truncated file or "
+            "a failed restore?); refusing to start without touching it (restore it, or "
+            "remove it to start afresh)")
+    if header != b"SQLite format 3\x00":
+        raise CorruptDatabaseError(
+            f"the {service} database {path} cannot be read (not a SQLite database); "
+            "refusing to start: restore it from a backup or move it away")
 
 
 def open_database(path: str | Path, migrations: Sequence[Migration], *, service: str,
                   synchronous: str = "NORMAL") -> sqlite3.Connection:
-    """:func:`connect`, :func:`check_integrity` and :func:`migrate`; the connection is
-    closed if any of them fails.  A file SQLite cannot read, or one that fails the
-    integrity check, is :class:`CorruptDatabaseError`."""
+    """Open ``service``'s database at ``path``: created (with its identity) only when the
+    path does not exist; otherwise identified (:mod:`.identity`) before anything is
+    written, then configured, checked (``PRAGMA quick_check``) and migrated.  The
+    connection is closed if any step fails.  An empty, foreign or other service's file is
+    :class:`~.identity.DatabaseIdentityError`; one SQLite cannot read, or that fails the
+    integrity check, :class:`CorruptDatabaseError`."""
+    mode = _synchronous(synchronous)
+    name = str(path)
+    if name != ":memory:":
+        file = Path(name)
+        if not file.exists():
+            _create(file, service)
+        _check_file(file, service)
     try:
-        db = connect(path, synchronous=synchronous)
+        db = sqlite3.connect(name, isolation_level=None, check_same_thread=False)
     except sqlite3.DatabaseError as exc:
         raise _corrupt(path, service, exc) from None
     try:
         try:
+            db.execute("PRAGMA busy_timeout=10000")
+            verdict = _identify(db, name, service)
+            _configure(db, mode)
             check_integrity(db, path, service=service)
         except sqlite3.DatabaseError as exc:
             raise _corrupt(path, service, exc) from None
+        if verdict != "ours":
+            _tag(db, service)
         migrate(db, migrations, service=service)
     except BaseException:
         db.close()
@@ -197,10 +291,7 @@ class SQLiteStore:
 
     def __init__(self, path: str | Path, migrations: Sequence[Migration], *, service: str,
                  synchronous: str = "NORMAL") -> None:
-        mode = synchronous.upper()
-        if mode not in SYNCHRONOUS_MODES:
-            raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, "
-                             f"got {synchronous!r}")
+        mode = _synchronous(synchronous)
         self.path = str(path)
         self._lock = threading.RLock()
         self._db = open_database(self.path, migrations, service=service, synchronous=mode)

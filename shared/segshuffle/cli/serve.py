@@ -57,15 +57,20 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Start the service; a store or signing key it cannot use is one line on stderr and
-    exit status 1 (unusable settings are a ``ValueError``: one line and exit status 2)."""
+    exit status 1; a database that is not the service's (empty, foreign, the other
+    service's) and unusable settings (a ``ValueError``) are one line and exit status 2."""
     import fastapi  # noqa: F401  (both services need the server extra)
     import uvicorn  # noqa: F401
 
+    from segshuffle.services.identity import DatabaseIdentityError
     from segshuffle.services.server.signing import SigningKeyError
     from segshuffle.services.sqlite_base import UnusableDatabaseError
 
     try:
         return _run(args)
+    except DatabaseIdentityError as exc:
+        sys.stderr.write(f"segshuffle: error: {exc}\n")
+        return 2
     except (UnusableDatabaseError, SigningKeyError) as exc:
         sys.stderr.write(f"segshuffle: error: {exc}\n")
         return 1
