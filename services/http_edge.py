@@ -19,7 +19,9 @@ message.
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
@@ -43,6 +45,57 @@ _log = logging.getLogger("segshuffle.problems")
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
+MAX_EXACT_INTEGER = 2**53 - 1
+"""The largest integer I-JSON (RFC 7493 2.2) allows: every JSON number is an IEEE 754 double."""
+
+
+class _NotStrictError(ValueError):
+    """Raised by the parse hooks of :func:`require_strict_json`."""
+
+
+def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _NotStrictError(f"the member {key!r} appears twice in one object")
+        seen[key] = value
+    return seen
+
+
+def _exact_integer(text: str) -> int:
+    value = int(text)
+    if abs(value) > MAX_EXACT_INTEGER:
+        raise _NotStrictError(f"the integer {text[:30]} is beyond 2^53 - 1 (not exact in I-JSON)")
+    return value
+
+
+def _finite_number(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotStrictError(f"the number {text[:30]} is beyond the range of a double")
+    return value
+
+
+def _no_constant(name: str) -> float:
+    raise _NotStrictError(f"{name} is not JSON")
+
+
+def require_strict_json(raw: bytes) -> None:
+    """Refuse a body that is valid JSON but not I-JSON (RFC 7493): a member name twice in
+    one object, an integer beyond 2^53 - 1, a number that overflows a double, or the
+    non-JSON NaN / Infinity.  Parsers disagree on such documents (which duplicate wins,
+    how a huge number rounds), and a document hashed or signed by one party and read by
+    another must mean one thing.  ``malformed-body`` (400) names the problem; a body that
+    is not JSON at all is left to the model's parser."""
+    try:
+        json.loads(raw, object_pairs_hook=_unique_members, parse_int=_exact_integer,
+                   parse_float=_finite_number, parse_constant=_no_constant)
+    except _NotStrictError as exc:
+        raise errors.MalformedBodyError(f"the request body is not strict JSON: {exc}") from None
+    except (ValueError, RecursionError):
+        return  # not JSON: the model's parser says so
+
+
 async def read_json(request: Request, model: type[ModelT]) -> ModelT:
     """Parse the body strictly into ``model``, after the route has authenticated the caller.
 
@@ -56,6 +109,7 @@ async def read_json(request: Request, model: type[ModelT]) -> ModelT:
     if media != "application/json" and not media.endswith("+json"):
         raise errors.UnsupportedMediaTypeError("the request body must be application/json")
     raw = await request.body()
+    require_strict_json(raw)
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:
