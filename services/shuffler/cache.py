@@ -61,6 +61,10 @@ class SingleFlightCache(Generic[T]):
     def __len__(self) -> int:
         return len(self._entries)
 
+    def knows(self, key: Hashable) -> bool:
+        """Whether ``key`` has a stored value (fresh or not) or a fetch in flight."""
+        return key in self._entries or key in self._inflight
+
     @property
     def inflight(self) -> int:
         return len(self._inflight)

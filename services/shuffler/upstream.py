@@ -7,7 +7,10 @@ the shuffler's bearer credential, so the server can tell them from anything else
   documents the shuffler serves to clients and consults for submissions, through one
   bounded single-flight cache (:mod:`.cache`).  The key config is immutable; the view
   is immutable once the campaign has ended (``done``, ``failed``, ``aborted``) and
-  otherwise kept ``cache_seconds``; an unknown campaign (404) is remembered as long.
+  otherwise kept ``cache_seconds``.  An unknown campaign (404) is remembered for
+  ``UNKNOWN_SECONDS`` in a table of its own, and lookups of ids the shuffler holds
+  nothing for share one budget (``UNKNOWN_LOOKUP_RATE``), so a flood of made-up ids
+  costs the server at most that many requests per second and evicts no real campaign.
   A burst of requests costs at most one upstream request per document and TTL; while
   the server cannot be reached an expired document is served (configuration, key and
   published parameters never change, only the phase moves forward, and the storage,
@@ -36,6 +39,8 @@ signed it (deploy/tls/); a refused certificate is reported as such in the round'
 
 from __future__ import annotations
 
+import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -53,6 +58,7 @@ from segshuffle.wire.models import (
 )
 
 from ..http_cache import strong_etag
+from ..rate_limit import TokenBucketLimiter
 from .cache import Fetched, SingleFlightCache
 
 
@@ -136,6 +142,15 @@ class Document:
 KEY_CONFIG = "hpke-config"
 VIEW = "view"
 FINAL_PHASES = frozenset({"done", "failed", "aborted"})
+
+UNKNOWN_SECONDS = 2.0
+"""How long the server's "no such campaign" is believed (a campaign created meanwhile is
+seen at most this late)."""
+UNKNOWN_ENTRIES = 4096
+"""Unknown campaign ids remembered at most (least recently seen forgotten first)."""
+UNKNOWN_LOOKUP_RATE = 20.0
+"""Lookups per second, all together, of campaign ids the shuffler holds nothing for."""
+UNKNOWN_LOOKUP_BURST = 100
 """Phases a campaign never leaves: its view is immutable from then on."""
 
 
@@ -190,6 +205,9 @@ class ServerLink:
         self.documents: SingleFlightCache[Document | None] = SingleFlightCache(
             max_entries=cache_entries, ttl=cache_seconds,
             min_refresh=min(0.25, cache_seconds))
+        self._unknown: OrderedDict[str, float] = OrderedDict()
+        """Campaign ids the server did not know, and until when that answer holds."""
+        self._lookups = TokenBucketLimiter(UNKNOWN_LOOKUP_RATE, UNKNOWN_LOOKUP_BURST, 1)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -237,13 +255,46 @@ class ServerLink:
     async def document(self, kind: str, campaign_id: str, *,
                        fresh: bool = False) -> Document | None:
         """The ``kind`` (``view`` or ``hpke-config``) document of a campaign, ``None`` if the
-        server does not know the campaign (cached, single flight)."""
+        server does not know the campaign (cached, single flight).
+
+        Unknown ids cost the server little: the answer "unknown" is remembered for
+        :data:`UNKNOWN_SECONDS` (at most :data:`UNKNOWN_ENTRIES` ids, apart from the
+        documents so that a flood of unknown ids evicts no real campaign), and lookups of
+        ids the shuffler holds nothing for share one budget of
+        :data:`UNKNOWN_LOOKUP_RATE` per second (bursts of :data:`UNKNOWN_LOOKUP_BURST`);
+        beyond it the answer is a transient 503 without a request to the server.
+        """
         if kind not in (VIEW, KEY_CONFIG):
             raise ValueError(f"unknown document kind {kind!r}")
+        key = (kind, campaign_id)
+        if not self.documents.knows(key):
+            if self._still_unknown(campaign_id):
+                return None
+            if self._lookups.acquire("lookups") > 0.0:
+                raise UpstreamError("too many lookups of campaigns this shuffler does not "
+                                    "know yet", status=503)
         fetched = await self.documents.get(
-            (kind, campaign_id), lambda: self._fetch_document(kind, campaign_id),
+            key, lambda: self._fetch_document(kind, campaign_id),
             fresh=fresh, stale_on_error=_serve_stale)
+        if fetched.value is None:
+            self.documents.discard(key)
+            self._remember_unknown(campaign_id)
         return fetched.value
+
+    def _still_unknown(self, campaign_id: str) -> bool:
+        until = self._unknown.get(campaign_id)
+        if until is None:
+            return False
+        if time.monotonic() < until:
+            return True
+        del self._unknown[campaign_id]
+        return False
+
+    def _remember_unknown(self, campaign_id: str) -> None:
+        self._unknown[campaign_id] = time.monotonic() + UNKNOWN_SECONDS
+        self._unknown.move_to_end(campaign_id)
+        while len(self._unknown) > UNKNOWN_ENTRIES:
+            self._unknown.popitem(last=False)
 
     async def campaign(self, campaign_id: str, *, fresh: bool = False) -> CampaignView | None:
         """The public view of a campaign, ``None`` if the server does not know it."""
