@@ -60,6 +60,10 @@ class AlreadyExistsError(DomainError):
     """A resource with this id already exists."""
 
 
+class ReplayedCiphertextError(DomainError):
+    """A submitted ciphertext is already stored in this round (another user's, replayed)."""
+
+
 class AlreadySubmittedError(DomainError):
     """This user already submitted in this round."""
 

@@ -185,6 +185,7 @@ DOMAIN_PROBLEMS: dict[type[errors.DomainError], ProblemType] = {
     errors.WrongPhaseError: ProblemType.WRONG_PHASE,
     errors.AlreadyExistsError: ProblemType.ALREADY_EXISTS,
     errors.AlreadySubmittedError: ProblemType.ALREADY_SUBMITTED,
+    errors.ReplayedCiphertextError: ProblemType.REPLAY,
     errors.ConflictError: ProblemType.CONFLICT,
     errors.IncompleteBatchError: ProblemType.INCOMPLETE_BATCH,
     errors.UnauthorizedError: ProblemType.UNAUTHORIZED,

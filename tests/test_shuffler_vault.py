@@ -41,11 +41,12 @@ def test_sealed_rows_open_only_in_their_place(tmp_path: Path) -> None:
         other.open("c", 1, "levels", row, sealed)
 
 
-def test_a_submission_draws_its_randomness_in_two_calls(
+def test_a_submission_draws_its_randomness_in_one_call(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Row keys and nonces of a whole submission come from two calls to the OS generator
-    (not two per message), and still differ from message to message: every stored row
-    opens under its own row key and nowhere else."""
+    """The nonces of a whole submission come from one call to the OS generator (not one
+    per message); row keys are keyed hashes of the ciphertexts (no draw), and both still
+    differ from message to message: every stored row opens under its own row key and
+    nowhere else."""
     from segshuffle.services.shuffler import vault
 
     key = RoundKeys(tmp_path).get("c", 2, create=True)
@@ -59,7 +60,9 @@ def test_a_submission_draws_its_randomness_in_two_calls(
     monkeypatch.setattr(vault.secrets, "token_bytes", counted)
     streams = {"levels": [b"L" * 40], "data": [bytes([i]) * 50 for i in range(6)]}
     stored = seal_submission(key, "c", 2, streams)
-    assert draws == [16 * 7, 12 * 7]
+    assert draws == [12 * 7]
+    assert [m.row_key for m in stored] == key.row_keys([c for texts in streams.values()
+                                                       for c in texts])
     assert [m.stream for m in stored] == ["levels"] + ["data"] * 6
     assert len({m.row_key for m in stored}) == 7
     assert len({m.sealed[:12] for m in stored}) == 7  # the nonces

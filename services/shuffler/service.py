@@ -38,6 +38,7 @@ from .storage_api import (
     RELEASING,
     AlreadySubmittedError,
     NotEnoughParticipantsError,
+    ReplayedCiphertextError,
     RoundClosedError,
     ShufflerStorage,
 )
@@ -260,6 +261,8 @@ class ShufflerService:
                                              participant, streams)
         except AlreadySubmittedError as exc:
             raise errors.AlreadySubmittedError(str(exc)) from None
+        except ReplayedCiphertextError as exc:
+            raise errors.ReplayedCiphertextError(str(exc)) from None
         except RoundClosedError as exc:
             raise errors.WrongPhaseError(str(exc)) from None
         self.status_changed(campaign_id, round_number)

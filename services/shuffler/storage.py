@@ -42,6 +42,7 @@ from .storage_api import (
     AlreadySubmittedError,
     InvitationUsedError,
     NotEnoughParticipantsError,
+    ReplayedCiphertextError,
     RoundClosedError,
     RoundRecord,
     StorageError,
@@ -205,8 +206,10 @@ class Storage(SQLiteStore):
                 db.executemany(
                     "INSERT INTO pending (campaign_id, round, stream, row_key, ciphertext) "
                     "VALUES (?, ?, ?, ?, ?)", rows)
-            except sqlite3.IntegrityError:  # a 128-bit row key drawn twice: never in practice
-                raise StorageError("a row key is already in use") from None
+            except sqlite3.IntegrityError:  # one row key twice: one ciphertext twice
+                raise ReplayedCiphertextError(
+                    f"a ciphertext of this submission was already submitted in round "
+                    f"{round_number}") from None
             return int(count)
 
     def _participants(self, campaign_id: str, round_number: int) -> int:

@@ -48,6 +48,10 @@ class AlreadySubmittedError(StorageError):
     """This token has already submitted this round."""
 
 
+class ReplayedCiphertextError(StorageError):
+    """A ciphertext of the submission is already stored in the same stream of the round."""
+
+
 class InvitationUsedError(StorageError):
     """This invitation has already bought a token."""
 

@@ -83,6 +83,7 @@ from .storage_api import (
     AlreadySubmittedError,
     InvitationUsedError,
     NotEnoughParticipantsError,
+    ReplayedCiphertextError,
     RoundClosedError,
     RoundRecord,
     StorageError,
@@ -306,8 +307,10 @@ class PostgresStorage(PostgresStore):
                           _round_lock(campaign_id, round_number), self._lock_timeout_setting,
                           [m.stream for m in messages], [m.row_key for m in messages],
                           [m.sealed for m in messages]))
-        except pg_errors.UniqueViolation:  # a 128-bit row key drawn twice
-            raise StorageError("a row key is already in use") from None
+        except pg_errors.UniqueViolation:  # one row key twice: one ciphertext twice
+            raise ReplayedCiphertextError(
+                f"a ciphertext of this submission was already submitted in round "
+                f"{round_number}") from None
         assert row is not None
         count = int(row[0])
         if count == _SUBMIT_CLOSED:

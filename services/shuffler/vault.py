@@ -22,6 +22,7 @@ on such a mount the key file survives a process crash but never reaches a disk.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 import secrets
 import threading
@@ -60,6 +61,7 @@ class RoundKey:
             raise ValueError(f"a round key has {ROOT_KEY_BYTES} bytes, got {len(root)}")
         self._seal = AESGCM(_derive(root, b"segshuffle/v1/shuffler/seal", 32))
         self._order = _derive(root, b"segshuffle/v1/shuffler/order", 16)
+        self._rows = _derive(root, b"segshuffle/v1/shuffler/row", 32)
 
     @staticmethod
     def _aad(campaign_id: str, round_number: int, stream: str, row_key: bytes) -> bytes:
@@ -91,6 +93,20 @@ class RoundKey:
         aad = self._aad(campaign_id, round_number, stream, row_key)
         return self._seal.decrypt(stored[:NONCE_BYTES], stored[NONCE_BYTES:], aad)
 
+    def row_keys(self, ciphertexts: Sequence[bytes]) -> list[bytes]:
+        """The row key of each submitted ciphertext: HMAC-SHA256(K_row, ciphertext) cut to
+        128 bits.
+
+        Keyed by the round's secret, so a row key tells nobody without the round key
+        anything about its ciphertext (to them it is as random as a drawn one), and it
+        is gone, with the key, once the round is released.  Deterministic, so a
+        ciphertext stored twice in one stream of a round has one row key twice: the
+        table's primary key refuses the replay (another token resending a ciphertext
+        it saw would otherwise raise the round's participant count and threshold).
+        """
+        return [hmac.new(self._rows, ciphertext, hashlib.sha256).digest()[:ROW_KEY_BYTES]
+                for ciphertext in ciphertexts]
+
     def order_tags(self, row_keys: bytes) -> bytes:
         """AES-128(K_order, k) of each 16-byte row key in ``row_keys`` (concatenated).
 
@@ -106,15 +122,12 @@ class RoundKey:
 
 def seal_submission(key: RoundKey, campaign_id: str, round_number: int,
                     streams: Mapping[str, Sequence[bytes]]) -> list[StoredMessage]:
-    """One user's messages as stored: each under a fresh random row key, sealed
-    (:meth:`RoundKey.seal_many`); the row keys of all of them are drawn in one call to
-    the OS generator, as are the nonces: two system calls per submission, not two per
-    message."""
+    """One user's messages as stored: each under its keyed row key
+    (:meth:`RoundKey.row_keys`), sealed (:meth:`RoundKey.seal_many`); the nonces of all
+    of them are drawn in one call to the OS generator."""
     flat = [(stream, ciphertext) for stream, ciphertexts in streams.items()
             for ciphertext in ciphertexts]
-    randomness = secrets.token_bytes(ROW_KEY_BYTES * len(flat))
-    row_keys = [randomness[number * ROW_KEY_BYTES:(number + 1) * ROW_KEY_BYTES]
-                for number in range(len(flat))]
+    row_keys = key.row_keys([ciphertext for _, ciphertext in flat])
     sealed = key.seal_many(campaign_id, round_number,
                            [(stream, row_key, ciphertext)
                             for (stream, ciphertext), row_key in zip(flat, row_keys,
