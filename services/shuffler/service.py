@@ -67,6 +67,9 @@ class ShufflerRoundStatus(RoundStatus):
     ``required`` is the largest of it, the campaign's ``min_users`` and, in round 2, n_min."""
     waiting_for: str | None = None
     """While the round is open and short of ``required``: which rule sets the threshold."""
+    key_missing: bool = False
+    """The round holds messages but its key file is gone: they cannot be released (the
+    shuffler is not ready until the key is restored or the campaign aborted)."""
 
 
 #: The domain error of each reason an enrollment is refused for.
@@ -138,6 +141,17 @@ class ShufflerService:
             raise errors.UnavailableError("the database is not available")
         if not self.keys.writable():
             raise errors.UnavailableError("the round-key directory is not writable")
+        holding = await run_in_threadpool(self.storage.rounds_holding_messages)
+        missing = self.keys.missing(holding)
+        if missing:
+            for campaign_id, round_number in missing:
+                self.status_changed(campaign_id, round_number)  # the status says so at once
+            listed = ", ".join(f"campaign {c!r} round {r}" for c, r in missing[:10])
+            raise errors.UnavailableError(
+                f"the round key of {listed} is missing: its stored messages cannot be "
+                "released (restore the key file, or abort the campaign)",
+                extra={"missing_round_keys": [{"campaign_id": c, "round": r}
+                                              for c, r in missing[:100]]})
         if not await self.server.alive():
             raise errors.UnavailableError("the server cannot be reached")
 
@@ -318,12 +332,18 @@ class ShufflerService:
         participants, record, required = await self._storage_call(
             self._status_rows, view, round_number)
         state = OPEN if record is None else record.state
+        key_missing = (participants > 0 and state in (OPEN, RELEASING)
+                       and bool(self.keys.missing([(campaign_id, round_number)])))
+        last_error = self.releaser.last_error.get((campaign_id, round_number)) \
+            if state == RELEASING else None
+        if key_missing:
+            last_error = ("the round key is missing: the stored messages cannot be released "
+                          "(restore the key file, or abort the campaign)")
         return ShufflerRoundStatus(
             campaign_id=campaign_id, round=round_number, participants=participants,
             required=required, released=state == "released", state=state,  # type: ignore[arg-type]
             batch_id=None if record is None or not record.batch_id else record.batch_id,
-            last_error=self.releaser.last_error.get((campaign_id, round_number))
-            if state == RELEASING else None,
+            last_error=last_error, key_missing=key_missing,
             reason=None if record is None else record.reason,
             enrollment="open" if self.settings.enrollment == "open" else "invitations",
             floor=self.settings.min_users,

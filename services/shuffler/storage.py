@@ -140,6 +140,14 @@ MIGRATIONS: tuple[Migration, ...] = (
 )
 """The shuffler's schema, in order (:mod:`segshuffle.services.sqlite_base`); append only."""
 
+_HOLDING_MESSAGES = """
+SELECT c.campaign_id, c.round FROM participant_counts c
+LEFT JOIN rounds r ON r.campaign_id = c.campaign_id AND r.round = c.round
+WHERE c.participants > 0 AND (r.state IS NULL OR r.state = 'releasing')
+ORDER BY c.campaign_id, c.round
+"""
+
+
 class Storage(SQLiteStore):
     """The SQLite implementation of :class:`.storage_api.ShufflerStorage`."""
 
@@ -399,6 +407,12 @@ class Storage(SQLiteStore):
             rows = self._db.execute(
                 "SELECT campaign_id, round FROM rounds WHERE state IN (?, ?) "
                 "ORDER BY campaign_id, round", (RELEASED, FAILED)).fetchall()
+        return [(str(c), int(r)) for c, r in rows]
+
+    def rounds_holding_messages(self) -> list[tuple[str, int]]:
+        """See the Protocol (one row per round: participant_counts, not pending)."""
+        with self._lock:
+            rows = self._db.execute(_HOLDING_MESSAGES).fetchall()
         return [(str(c), int(r)) for c, r in rows]
 
     # -- the release lease -------------------------------------------------------------

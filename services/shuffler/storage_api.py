@@ -219,6 +219,11 @@ class ShufflerStorage(Protocol):
         """The (campaign, round) pairs that are over (released or failed), sorted."""
         ...
 
+    def rounds_holding_messages(self) -> list[tuple[str, int]]:
+        """The (campaign, round) pairs with stored messages not yet forwarded (open with
+        participants, or releasing), sorted: each needs its round key (readiness)."""
+        ...
+
     # -- the release lease (docs/architecture.md, "Replicas") --------------------------
     def take_release_lease(self, campaign_id: str, round_number: int, owner: str,
                            seconds: float, *, force: bool = False) -> bool:

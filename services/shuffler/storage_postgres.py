@@ -229,6 +229,14 @@ def _round_lock(campaign_id: str, round_number: int) -> str:
     return f"shuffler:round:{campaign_id}:{round_number}"
 
 
+_HOLDING_MESSAGES = """
+SELECT c.campaign_id, c.round FROM participant_counts c
+LEFT JOIN rounds r ON r.campaign_id = c.campaign_id AND r.round = c.round
+WHERE c.participants > 0 AND (r.state IS NULL OR r.state = 'releasing')
+ORDER BY c.campaign_id, c.round
+"""
+
+
 class PostgresStorage(PostgresStore):
     """The PostgreSQL implementation of :class:`.storage_api.ShufflerStorage`.
 
@@ -554,6 +562,12 @@ class PostgresStorage(PostgresStore):
         with self._connection() as db:
             rows = db.execute("SELECT campaign_id, round FROM rounds WHERE state IN (%s, %s) "
                               "ORDER BY campaign_id, round", (RELEASED, FAILED)).fetchall()
+        return [(str(campaign), int(number)) for campaign, number in rows]
+
+    def rounds_holding_messages(self) -> list[tuple[str, int]]:
+        """See the Protocol (one row per round: participant_counts, not pending)."""
+        with self._connection() as db:
+            rows = db.execute(_HOLDING_MESSAGES).fetchall()
         return [(str(campaign), int(number)) for campaign, number in rows]
 
     # -- the release lease -------------------------------------------------------------

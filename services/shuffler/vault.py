@@ -177,6 +177,10 @@ class RoundKeys:
         name = hashlib.sha256(f"{campaign_id}\x00{round_number}".encode()).hexdigest()[:32]
         return self.directory / f"round-{name}.key"
 
+    def missing(self, rounds: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+        """The ``rounds`` whose key file is gone (their stored rows cannot be read)."""
+        return [(c, r) for c, r in rounds if not self._path(c, r).exists()]
+
     def writable(self) -> bool:
         """Whether new key files can be created (readiness)."""
         return self.directory.is_dir() and os.access(self.directory, os.W_OK | os.X_OK)
