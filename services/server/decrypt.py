@@ -4,13 +4,13 @@ HPKE decryption is CPU-bound (one X25519 operation per message, about 60 us), so
 a large chunk is split into slices that worker processes open in parallel.  The
 worker function is pure: raw private key, ``info`` and ciphertexts in, one
 :data:`Outcome` per ciphertext out.  Workers are started with ``forkserver`` (the
-server process has threads; forking it is unsafe).
+server process has threads; forking it is unsafe), and every one of them, the fork
+server included, dies with the server however it dies (:mod:`.child_guard`).
 """
 
 from __future__ import annotations
 
 import functools
-import multiprocessing
 import os
 import threading
 from collections.abc import Sequence
@@ -21,6 +21,8 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from segshuffle.crypto import DecryptError, open_, private_key_from_bytes
 from segshuffle.wire.plaintext import PlaintextError, decode_plaintext
+
+from . import child_guard
 
 Outcome = tuple[int, int, bytes] | str
 """(kind, value, nonce) of a well-formed plaintext, or the problem name of the failure
@@ -60,12 +62,16 @@ class Decryptor:
         self.threshold = max(1, threshold)
         self._pool: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
+        # The fork server is started here, by the thread that makes the decryptor (the
+        # main one), so that it dies with this process (:mod:`.child_guard`).
+        self._context = child_guard.start_fork_server() if self.workers > 1 else None
 
     def _executor(self) -> ProcessPoolExecutor:
         with self._lock:
             if self._pool is None:
-                context = multiprocessing.get_context("forkserver")
-                self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=context)
+                self._pool = ProcessPoolExecutor(
+                    max_workers=self.workers, mp_context=self._context,
+                    initializer=child_guard.watch_server, initargs=(os.getpid(),))
             return self._pool
 
     def open(self, private_key: bytes, info: bytes, ciphertexts: Sequence[bytes]
