@@ -147,3 +147,17 @@ def test_docker_compose_accepts_both_party_files(tmp_path: Path) -> None:
                              str(PARTIES["shuffler"]["file"]), "config"],
                             capture_output=True, text=True, env=bare, timeout=60)
     assert result.returncode != 0 and "SEGSHUFFLE_SERVER_PARTY_URL" in result.stderr
+
+
+def test_the_issuer_key_stays_with_the_shuffler_party() -> None:
+    """Issue 23, finding 9: whoever holds the issuer key can mint tokens, and with the
+    server that is the n-1 attack; the docs say who holds it and the server party's file
+    never sees it."""
+    assert "ISSUER" not in PARTIES["server"]["file"].read_text()
+    assert "SEGSHUFFLE_ISSUER_PUBLIC_KEY" in PARTIES["shuffler"]["file"].read_text()
+    guide = (DEPLOY / "README.md").read_text()
+    assert "the invitation issuer's private key (it signs the invitations" in guide
+    assert "must never reach the server party" in guide
+    threat = (DEPLOY.parent / "README.md").read_text()
+    assert "The issuer key must be held by a party that does not collude with the server" \
+        in threat
