@@ -230,7 +230,7 @@ async def _enroll(campaign_id: str, request: Request, service: ShufflerService) 
     raw = await request.body()
     body = (await read_json(request, EnrollmentRequest)) if raw.strip() else \
         EnrollmentRequest()
-    token = await service.enroll(campaign_id, body.invitation)
+    token = await service.enroll(campaign_id, body.invitation, body.token)
     counters_of(request).enrollments.inc()
     answer = EnrollmentResponse(campaign_id=campaign_id, token=token)
     return Response(answer.model_dump_json(), status_code=201, media_type="application/json")

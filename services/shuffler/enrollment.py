@@ -39,7 +39,7 @@ from segshuffle.crypto.invitations import (
     verify_invitation,
 )
 
-from .storage_api import InvitationUsedError, ShufflerStorage
+from .storage_api import InvitationUsedError, ShufflerStorage, TokenTakenError
 
 TOKEN_BYTES = 32
 _HASH_DOMAIN = b"segshuffle/v1/user-token\x00"
@@ -68,8 +68,12 @@ class AuthenticationError(Exception):
 class EnrollmentPolicy(Protocol):
     """Pluggable enrollment: issue tokens, and map tokens to participant keys."""
 
-    def enroll(self, campaign_id: str, credential: str | None) -> str:
-        """A fresh bearer token for ``campaign_id``; raises :class:`EnrollmentRefusedError`."""
+    def enroll(self, campaign_id: str, credential: str | None,
+               proposed: str | None = None) -> str:
+        """A bearer token for ``campaign_id``: the client's ``proposed`` one (validated
+        as 32 bytes of base64url by the request model) or a fresh one; raises
+        :class:`EnrollmentRefusedError`.  With a proposal, a repeated enrollment that
+        the first attempt already recorded answers the same token (idempotent)."""
         ...
 
     def authenticate(self, campaign_id: str, token: str) -> bytes:
@@ -92,6 +96,14 @@ class _TokenAuthentication:
     def __init__(self, storage: ShufflerStorage) -> None:
         self._storage = storage
 
+    def _already_enrolled(self, campaign_id: str, proposed: str | None) -> bool:
+        """Whether the client's proposed token is already recorded for this campaign."""
+        if proposed is None:
+            return False
+        issued_for = self._storage.token_campaign(token_hash(proposed))
+        return issued_for is not None and hmac.compare_digest(
+            issued_for.encode("utf-8"), campaign_id.encode("utf-8"))
+
     def authenticate(self, campaign_id: str, token: str) -> bytes:
         if not token or len(token) > 256:
             raise AuthenticationError("a user token is required")
@@ -107,9 +119,15 @@ class _TokenAuthentication:
 class OpenEnrollment(_TokenAuthentication):
     """Anyone may enroll, any number of times: unsafe against Sybils (explicit opt-in)."""
 
-    def enroll(self, campaign_id: str, credential: str | None) -> str:
-        token = new_token()
-        self._storage.add_token(campaign_id, token_hash(token))
+    def enroll(self, campaign_id: str, credential: str | None,
+               proposed: str | None = None) -> str:
+        token = proposed or new_token()
+        try:
+            self._storage.add_token(campaign_id, token_hash(token))
+        except TokenTakenError:
+            if not self._already_enrolled(campaign_id, proposed):
+                raise EnrollmentRefusedError("token", "this token is already enrolled"
+                                             ) from None
         return token
 
 
@@ -138,7 +156,8 @@ class InvitationEnrollment(_TokenAuthentication):
         self._clock = clock
         self._purged_at = -math.inf
 
-    def enroll(self, campaign_id: str, credential: str | None) -> str:
+    def enroll(self, campaign_id: str, credential: str | None,
+               proposed: str | None = None) -> str:
         now = self._clock()
         if now - self._purged_at >= PURGE_INTERVAL:
             self._purged_at = now
@@ -151,11 +170,18 @@ class InvitationEnrollment(_TokenAuthentication):
                                            self._skew)
         except InvitationError as exc:
             raise EnrollmentRefusedError(exc.reason, str(exc)) from None
-        token = new_token()
+        token = proposed or new_token()
         try:
             self._storage.add_token_for_invitation(campaign_id, token_hash(token),
                                                    invitation_digest(invitation),
                                                    invitation.expires)
         except InvitationUsedError as exc:
+            # The same request again (its first answer lost): the proposed token is
+            # already this campaign's, so the invitation bought it.  Anyone else holding
+            # the invitation cannot know that token.
+            if self._already_enrolled(campaign_id, proposed):
+                return token
             raise EnrollmentRefusedError("used", str(exc)) from None
+        except TokenTakenError:
+            raise EnrollmentRefusedError("token", "this token is already enrolled") from None
         return token

@@ -80,6 +80,7 @@ REFUSALS: dict[str, type[errors.DomainError]] = {
     "campaign": errors.InvitationWrongCampaignError,
     "expired": errors.InvitationExpiredError,
     "used": errors.InvitationUsedError,
+    "token": errors.ConflictError,
 }
 
 
@@ -230,14 +231,17 @@ class ShufflerService:
                                       None if round1 is None else round1.participants)
 
     # -- operations --------------------------------------------------------------------
-    async def enroll(self, campaign_id: str, invitation: str | None) -> str:
-        """A one-time user token for the campaign, if the enrollment policy agrees."""
+    async def enroll(self, campaign_id: str, invitation: str | None,
+                     proposed: str | None = None) -> str:
+        """A one-time user token for the campaign, if the enrollment policy agrees (the
+        client's ``proposed`` token, which makes a repeated request idempotent)."""
         view = await self.campaign_view(campaign_id)
         if view.phase in TERMINAL_PHASES:
             raise errors.WrongPhaseError(f"campaign {campaign_id!r} has ended ({view.phase})",
                                          extra={"phase": view.phase})
         try:
-            return str(await self._storage_call(self.policy.enroll, campaign_id, invitation))
+            return str(await self._storage_call(self.policy.enroll, campaign_id, invitation,
+                                                proposed))
         except EnrollmentRefusedError as exc:
             error = REFUSALS.get(exc.reason, errors.ForbiddenError)
             headers = {"WWW-Authenticate": 'Invitation realm="shuffler"'} \

@@ -47,6 +47,7 @@ from .storage_api import (
     RoundRecord,
     StorageError,
     StoredMessage,
+    TokenTakenError,
 )
 
 __all__ = [
@@ -157,8 +158,11 @@ class Storage(SQLiteStore):
     # -- enrollment --------------------------------------------------------------------
     def add_token(self, campaign_id: str, token_hash: bytes) -> None:
         with self._transaction() as db:
-            db.execute("INSERT INTO tokens (token_hash, campaign_id) VALUES (?, ?)",
-                       (token_hash, campaign_id))
+            try:
+                db.execute("INSERT INTO tokens (token_hash, campaign_id) VALUES (?, ?)",
+                           (token_hash, campaign_id))
+            except sqlite3.IntegrityError:
+                raise TokenTakenError("this token is already enrolled") from None
 
     def add_token_for_invitation(self, campaign_id: str, token_hash: bytes,
                                  invitation_hash: bytes, expires: int) -> None:
@@ -173,8 +177,11 @@ class Storage(SQLiteStore):
                            "VALUES (?, ?)", (invitation_hash, expires))
             except sqlite3.IntegrityError:
                 raise InvitationUsedError("the invitation has already been used") from None
-            db.execute("INSERT INTO tokens (token_hash, campaign_id) VALUES (?, ?)",
-                       (token_hash, campaign_id))
+            try:
+                db.execute("INSERT INTO tokens (token_hash, campaign_id) VALUES (?, ?)",
+                           (token_hash, campaign_id))
+            except sqlite3.IntegrityError:
+                raise TokenTakenError("this token is already enrolled") from None
 
     def forget_expired_invitations(self, before: float) -> int:
         """Drop the hashes of used invitations that expired before ``before``; how many."""

@@ -52,6 +52,10 @@ class ReplayedCiphertextError(StorageError):
     """A ciphertext of the submission is already stored in the same stream of the round."""
 
 
+class TokenTakenError(StorageError):
+    """The proposed token's hash is already recorded (for another enrollment)."""
+
+
 class InvitationUsedError(StorageError):
     """This invitation has already bought a token."""
 

@@ -88,6 +88,7 @@ from .storage_api import (
     RoundRecord,
     StorageError,
     StoredMessage,
+    TokenTakenError,
 )
 
 __all__ = ["MIGRATIONS", "PostgresStorage"]
@@ -266,8 +267,8 @@ class PostgresStorage(PostgresStore):
         try:
             self._fetch_one("INSERT INTO tokens (token_hash, campaign_id) VALUES (%s, %s) "
                             "RETURNING 1", (token_hash, campaign_id))
-        except pg_errors.UniqueViolation:  # 256 random bits drawn twice: never in practice
-            raise StorageError("this token hash is already recorded") from None
+        except pg_errors.UniqueViolation:
+            raise TokenTakenError("this token is already enrolled") from None
 
     def add_token_for_invitation(self, campaign_id: str, token_hash: bytes,
                                  invitation_hash: bytes, expires: int) -> None:
@@ -281,8 +282,8 @@ class PostgresStorage(PostgresStore):
         try:
             inserted = self._fetch_one(_ENROLL, (invitation_hash, expires, token_hash,
                                                  campaign_id))
-        except pg_errors.UniqueViolation:  # the token's hash: 256 random bits drawn twice
-            raise StorageError("this token hash is already recorded") from None
+        except pg_errors.UniqueViolation:  # the token's hash
+            raise TokenTakenError("this token is already enrolled") from None
         if inserted is None:
             raise InvitationUsedError("the invitation has already been used")
 

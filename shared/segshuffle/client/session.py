@@ -18,6 +18,7 @@ import json
 import math
 import numbers
 import re
+import secrets
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -235,6 +236,7 @@ class UserSession:
         self.reported_level: int | None = None
         self.parameters: PublishedParameters | None = None
         self._names: dict[str, int] | None = None
+        self._proposed_token: str | None = None
 
     @property
     def min_fake_tolerance(self) -> float:
@@ -463,9 +465,22 @@ class UserSession:
         self.view = view
         return view
 
+    def enrollment_body(self, invitation: str | None) -> dict[str, str]:
+        """The enrollment request: the invitation and a token this client drew (32 random
+        bytes), kept for :meth:`accept_enrollment`.  Retrying the same body is idempotent:
+        the shuffler answers the proposed token again once it has recorded it."""
+        self._proposed_token = secrets.token_urlsafe(32)
+        body = {"token": self._proposed_token}
+        if invitation is not None:
+            body["invitation"] = invitation
+        return body
+
     def accept_enrollment(self, enrollment: EnrollmentResponse) -> str:
         if enrollment.campaign_id != self.campaign_id or not enrollment.token:
             raise ServiceError("the shuffler issued a token for another campaign")
+        proposed = self._proposed_token
+        if proposed is not None and enrollment.token != proposed:
+            raise ServiceError("the shuffler answered another token than the one proposed")
         self.token = enrollment.token
         return self.token
 

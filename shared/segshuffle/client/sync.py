@@ -207,8 +207,9 @@ class Client:
 
     def enroll(self, invitation: str | None = None) -> str:
         """Obtain a one-time user token from the shuffler with the user's invitation (None
-        only for a shuffler with open enrollment)."""
-        body = {} if invitation is None else {"invitation": invitation}
+        only for a shuffler with open enrollment).  The client proposes the token, so a
+        retry after an ambiguous failure gets it back rather than ``invitation-used``."""
+        body = self.session.enrollment_body(invitation)  # the same body on every retry
         url = self.shuffler_url + self.session.campaign_path + "/enrollments"
         response = self._request("POST", url, "enrollment", json=body)
         return self.session.accept_enrollment(

@@ -765,10 +765,21 @@ class CampaignList(ResponseModel):
 # --- shuffler bodies ------------------------------------------------------------------------
 
 
+USER_TOKEN_PATTERN = r"^[A-Za-z0-9_-]{43}$"
+"""A user token: 32 random bytes as unpadded base64url."""
+
+
 class EnrollmentRequest(RequestModel):
-    """``POST /v1/campaigns/{cid}/enrollments``: optional invitation code of the policy."""
+    """``POST /v1/campaigns/{cid}/enrollments``: optional invitation code of the policy, and
+    optionally the token the client wants (32 random bytes it drew, base64url).
+
+    With a proposed token, enrolling is idempotent: a retry of the same request after an
+    ambiguous failure (the first attempt was recorded, its answer lost) gets the same
+    token back instead of ``invitation-used``.
+    """
 
     invitation: Annotated[str, StringConstraints(min_length=1, max_length=512)] | None = None
+    token: Annotated[str, StringConstraints(pattern=USER_TOKEN_PATTERN)] | None = None
 
 
 class EnrollmentResponse(ResponseModel):
