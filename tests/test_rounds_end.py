@@ -59,12 +59,12 @@ def test_garbage_below_the_threshold_fails_the_campaign_instead_of_wedging(
     stack.create_campaign({"id": cid, "domain_size": 8, "set_size": 1, "levels": [1.0, 2.0],
                            "min_users": 11})
     users = _users(stack, cid, 10)
-    for invitation in stack.invitations(cid, 4):
+    for number, invitation in enumerate(stack.invitations(cid, 4)):
         token = httpx.post(f"{stack.shuffler_url}/v1/campaigns/{cid}/enrollments",
                            json={"invitation": invitation}, timeout=30).json()["token"]
         answer = httpx.post(
             f"{stack.shuffler_url}/v1/campaigns/{cid}/rounds/1/submissions",
-            json={"level": b64url_encode(bytes(80))},
+            json={"level": b64url_encode(bytes([number]) * 80)},  # distinct: no replay
             headers={"Authorization": f"Bearer {token}"}, timeout=30)
         assert answer.status_code == 201
     with pytest.raises(ServiceError, match="ended without results") as refused:

@@ -5,9 +5,9 @@ neither is a child the kernel would reap with the server.  Two guards, Linux onl
 
 - the fork server imports :mod:`.forkserver_guard` first (``set_forkserver_preload``),
   which asks the kernel to kill it when its parent, the server, exits
-  (``PR_SET_PDEATHSIG``, :func:`die_with_parent`); the
-  server starts the fork server from its main thread (:func:`start_fork_server`),
-  because the kernel means the creating *thread* by "parent";
+  (``PR_SET_PDEATHSIG``, :func:`die_with_parent`); the fork server is started by a
+  thread that never ends (:func:`fork_server_context`), because the kernel means the
+  creating *thread* by "parent";
 - every worker runs :func:`watch_server` as the pool's initializer: a thread waits on a
   pidfd of the server and ends the worker when the server is gone, even if the fork
   server were still there.
@@ -58,11 +58,33 @@ def watch_server(server_pid: int) -> None:
     threading.Thread(target=wait, name="server-watch", daemon=True).start()
 
 
-def start_fork_server() -> multiprocessing.context.BaseContext:
-    """The ``forkserver`` context, its server started now (from the calling thread, which
-    should be the main one) with this module preloaded."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([f"{__package__}.forkserver_guard"])
+_keeper_lock = threading.Lock()
+_keeper_started = False
+
+
+def _keep_fork_server() -> None:
+    """The body of the keeper thread: start the fork server, then never return."""
     multiprocessing.forkserver.ensure_running()
+    _fork_server_up.set()
+    threading.Event().wait()
+
+
+_fork_server_up = threading.Event()
+
+
+def fork_server_context() -> multiprocessing.context.BaseContext:
+    """The ``forkserver`` context, its server running, started with the guard preloaded
+    by a thread that lives as long as this process (the kernel's "parent" of the fork
+    server is the creating thread: any shorter-lived one would take it down early)."""
+    global _keeper_started
+    context = multiprocessing.get_context("forkserver")
+    with _keeper_lock:
+        if not _keeper_started:
+            context.set_forkserver_preload([f"{__package__}.forkserver_guard"])
+            threading.Thread(target=_keep_fork_server, name="fork-server-keeper",
+                             daemon=True).start()
+            _keeper_started = True
+    if not _fork_server_up.wait(timeout=60):
+        raise RuntimeError("the fork server did not start within 60 s")
     return context
 

@@ -62,15 +62,12 @@ class Decryptor:
         self.threshold = max(1, threshold)
         self._pool: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
-        # The fork server is started here, by the thread that makes the decryptor (the
-        # main one), so that it dies with this process (:mod:`.child_guard`).
-        self._context = child_guard.start_fork_server() if self.workers > 1 else None
 
     def _executor(self) -> ProcessPoolExecutor:
         with self._lock:
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(
-                    max_workers=self.workers, mp_context=self._context,
+                    max_workers=self.workers, mp_context=child_guard.fork_server_context(),
                     initializer=child_guard.watch_server, initargs=(os.getpid(),))
             return self._pool
 
