@@ -41,7 +41,7 @@ from segshuffle.wire.models import (
 )
 
 CID = "accept"
-OBSERVED = (40, 30, 30)  # n = 100 round-1 users
+OBSERVED = (400, 300, 300)  # n = 1000 round-1 users
 USERS = sum(OBSERVED)
 
 
@@ -199,8 +199,8 @@ def test_the_delta_ceiling_is_the_apps_not_the_claimed_counts(published: Publish
     config = published.view.config
     assert ClientPolicy().delta_limit(config.min_users) == 1 / config.min_users
     # the app's ceiling holds whatever the server claims
-    refused = _refused(published.view, published, policy=ClientPolicy(delta_ceiling=1e-5))
-    assert refused.check == "delta" and "ceiling 1e-05" in str(refused)
+    refused = _refused(published.view, published, policy=ClientPolicy(delta_ceiling=1e-6))
+    assert refused.check == "delta" and "ceiling 1e-06" in str(refused)
     # an app shipped for a campaign of 50 users refuses one of 20 before round 1
     with pytest.raises(VerificationError) as early:
         verify_campaign(published.view, published.hpke, CID,

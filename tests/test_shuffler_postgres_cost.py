@@ -24,8 +24,8 @@ import pytest
 from segshuffle.services.postgres_base import lock_timeout_setting
 from segshuffle.services.shuffler.storage_api import (
     InvitationUsedError,
-    StorageError,
     StoredMessage,
+    TokenTakenError,
 )
 from segshuffle.services.shuffler.storage_postgres import PostgresStorage
 
@@ -126,9 +126,9 @@ def test_an_enrollment_waits_for_a_use_that_rolls_back_and_then_succeeds(
 def test_a_token_hash_recorded_twice_leaves_the_invitation_unused(postgres_url: str) -> None:
     with storage_on(postgres_url) as storage:
         storage.add_token("c", b"t" * 32)
-        with pytest.raises(StorageError, match="already recorded"):
+        with pytest.raises(TokenTakenError, match="already enrolled"):
             storage.add_token_for_invitation("c", b"t" * 32, b"i" * 32, 10**10)
         storage.add_token_for_invitation("c", b"u" * 32, b"i" * 32, 10**10)  # not used up
         assert storage.token_campaign(b"u" * 32) == "c"
-        with pytest.raises(StorageError, match="already recorded"):
+        with pytest.raises(TokenTakenError, match="already enrolled"):
             storage.add_token("d", b"u" * 32)
