@@ -258,11 +258,10 @@ def test_a_bad_dropout_tolerance_is_a_named_refusal(published: Published, value:
 
 # -- finding 6: one dropout default ---------------------------------------------------------
 def test_one_default_dropout_tolerance() -> None:
-    parser = build_parser()
-    optimize = parser.parse_args(["optimize", "--users", "10", "--domain-size", "4",
-                                  "--set-size", "1", "--levels", "1", "--shares", "1",
-                                  "--delta", "1e-3"])
-    demo = parser.parse_args(["demo"])
+    optimize = build_parser("optimize").parse_args([
+        "optimize", "--users", "10", "--domain-size", "4", "--set-size", "1", "--levels", "1",
+        "--shares", "1", "--delta", "1e-3"])
+    demo = build_parser("demo").parse_args(["demo"])
     campaign = CampaignCreate(id="x", domain_size=4, set_size=1, levels=[1.0], min_users=10)
     assert (optimize.dropout_tolerance == demo.dropout_tolerance == campaign.dropout_tolerance
             == rules.DEFAULT_DROPOUT_TOLERANCE == 0.1)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -28,6 +29,17 @@ SUBCOMMANDS = {
     "reproduce": "segshuffle.cli.reproduce",
     "serve": "segshuffle.cli.serve",
     "admin": "segshuffle.cli.admin",
+}
+
+#: Each subcommand's one-line help, shown by ``segshuffle --help`` without importing it
+#: (a test checks that it is the help the module registers).
+SUMMARIES = {
+    "optimize": "choose the blanket rate m and the Poisson rates lambda_k",
+    "audit": "upper and lower user-level epsilon of one (m, lambda) setting",
+    "demo": "run the shuffler and the server locally with simulated users",
+    "reproduce": "run the paper's experiments (baselines, m sweep) and write CSVs and figures",
+    "serve": "run the shuffler or the server",
+    "admin": "operator commands: campaigns, status, release, results, invitations",
 }
 
 EXIT_USAGE = 2
@@ -60,7 +72,8 @@ def missing_module_message(exc: ModuleNotFoundError) -> str:
 
 
 def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
-    """The full parser; with ``selected``, only that subcommand's module is imported."""
+    """The parser; only the ``selected`` subcommand's module is imported (none without
+    one: ``segshuffle --version`` and ``--help`` import no protocol or web code)."""
     parser = _OneLineParser(
         prog="segshuffle",
         description="Segmented private data aggregation in the multi-message shuffle model.",
@@ -72,8 +85,8 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
                                        parser_class=_OneLineParser)
     subparsers.required = True
     for name, module_name in SUBCOMMANDS.items():
-        if selected is not None and name != selected:
-            subparsers.add_parser(name, help=f"see 'segshuffle {name} --help'")
+        if name != selected:  # not imported: --version and --help stay light
+            subparsers.add_parser(name, help=SUMMARIES[name])
             continue
         module = importlib.import_module(module_name)
         module.register(subparsers)
@@ -90,9 +103,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ModuleNotFoundError as exc:  # a subcommand whose optional parts are missing
         sys.stderr.write(f"segshuffle: error: {missing_module_message(exc)}\n")
         return EXIT_USAGE
-    args = parser.parse_args(arguments)
     try:
+        args = parser.parse_args(arguments)
         return int(args.handler(args) or 0)
+    except BrokenPipeError:
+        # The reader went away (``segshuffle optimize ... | head``): say so once on stderr,
+        # and keep the interpreter from tripping over the closed stdout at exit.
+        _silence_stdout()
+        sys.stderr.write("segshuffle: error: the output was closed before it was written\n")
+        return EXIT_USAGE
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in OPTIONAL_MODULES:
             raise
@@ -104,6 +123,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("segshuffle: interrupted\n")
         return 130
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that its flush at exit meets no closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

@@ -1,0 +1,65 @@
+"""The command line's first impression (issue 25): ``--version`` and ``--help`` import no
+protocol or web code, and a closed output pipe is one line, not a traceback."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+
+import pytest
+
+from segshuffle.cli import main as cli
+
+PROBE = """
+import json, sys, time
+started = time.process_time()
+from segshuffle.cli.main import main
+try:
+    main([{flag!r}])
+except SystemExit:
+    pass
+print(json.dumps({{"cpu": time.process_time() - started,
+                  "heavy": sorted(m for m in ("numpy", "scipy", "fastapi", "uvicorn",
+                                              "matplotlib") if m in sys.modules)}}),
+      file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("flag", ["--version", "--help"])
+def test_version_and_help_import_nothing_heavy(flag: str) -> None:
+    done = subprocess.run([sys.executable, "-c", PROBE.format(flag=flag)],
+                          capture_output=True, text=True, timeout=60)
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    assert report["heavy"] == [], report
+    assert report["cpu"] < 0.15, report  # it was 1.2-1.7 CPU-s
+    if flag == "--help":
+        for name in cli.SUBCOMMANDS:
+            assert name in done.stdout
+
+
+def test_the_lazy_summaries_are_the_commands_own_help() -> None:
+    for name, module_name in cli.SUBCOMMANDS.items():
+        parser = cli.build_parser(name)
+        subparsers = next(a for a in parser._actions if a.dest == "command")
+        helps = {action.dest: action.help for action in subparsers._choices_actions}
+        assert helps[name] == cli.SUMMARIES[name], name
+        importlib.import_module(module_name)
+
+
+@pytest.mark.slow  # a subprocess computing an optimisation
+def test_a_closed_pipe_is_one_line_and_no_traceback() -> None:
+    command = [sys.executable, "-m", "segshuffle.cli.main", "optimize", "--users", "1000",
+               "--domain-size", "10", "--set-size", "1", "--levels", "1,2",
+               "--shares", "0.5,0.5", "--delta", "1e-5"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as process:
+        assert process.stdout is not None and process.stderr is not None
+        process.stdout.close()  # the reader went away, like `| head -0`
+        error = process.stderr.read()
+        process.wait(timeout=120)
+    assert "Traceback" not in error, error
+    assert error.strip().splitlines() == [
+        "segshuffle: error: the output was closed before it was written"]
+    assert process.returncode == 2
