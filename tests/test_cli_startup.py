@@ -63,3 +63,38 @@ def test_a_closed_pipe_is_one_line_and_no_traceback() -> None:
     assert error.strip().splitlines() == [
         "segshuffle: error: the output was closed before it was written"]
     assert process.returncode == 2
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    status = cli.main(argv)
+    return status, capsys.readouterr().err
+
+
+def test_a_negative_level_is_read_as_a_value(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--levels -1,2`` used to be "expected one argument" (read as an unknown flag)."""
+    status, error = _run(["optimize", "--users", "1000", "--domain-size", "10", "--set-size",
+                          "1", "--levels", "-1,2", "--shares", "0.5,0.5", "--delta", "1e-5"],
+                         capsys)
+    assert status == 2
+    assert error.strip().splitlines() == [
+        "segshuffle: error: every privacy level must be in [0.01, 30], got -1.0"]
+
+
+def test_an_invalid_campaign_is_said_in_the_command_lines_words(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """It used to read "--campaign: Value error, set_size must not exceed ..."."""
+    status, error = _run(["admin", "campaign", "create", "--id", "x", "--domain-size", "4",
+                          "--set-size", "9", "--levels", "1,2"], capsys)
+    assert status == 2
+    assert error.strip() == ("segshuffle: error: invalid campaign: set_size must not exceed "
+                             "the domain size")
+    status, error = _run(["admin", "campaign", "create", "--id", "x", "--domain-size", "4",
+                          "--set-size", "1", "--levels", "1,2", "--fake-tolerance", "1.5"],
+                         capsys)
+    assert status == 2 and error.startswith("segshuffle: error: invalid campaign: "
+                                            "--fake-tolerance: Input should be less than 1")
+
+
+def test_signing_key_defaults_its_server_like_every_admin_command() -> None:
+    args = cli.build_parser("admin").parse_args(["admin", "signing-key"])
+    assert args.server == "http://127.0.0.1:8080"

@@ -11,7 +11,7 @@ Running a campaign over HTTP (``campaign``, ``status``, ``release``, ``results``
   sign N single-use invitations to campaign ID locally (no HTTP) and write them one per
   line to FILE (mode 0600).  Hand one to each real user; the shuffler enrolls a user once
   per invitation (docs/wire.md, "Invitations").
-- ``admin signing-key --server URL [--token-file FILE]``: fetch the server's
+- ``admin signing-key [--server URL] [--token-file FILE]``: fetch the server's
   document-signing public key (``GET /v1/signing-key`` with the admin token, from
   ``SEGSHUFFLE_ADMIN_TOKEN`` or the file).  Ship it in the app (``server_key``); fetch it
   from the server itself, never through the shuffler.  ``--ca-file FILE`` (or
@@ -82,8 +82,9 @@ def register(subparsers: Any) -> None:
         description="Fetch the server's Ed25519 document-signing public key with the admin "
                     "token (SEGSHUFFLE_ADMIN_TOKEN, or --token-file). Apps ship it as "
                     "server_key and refuse campaign views it did not sign.")
-    signing.add_argument("--server", required=True, metavar="URL",
-                         help="the server's base URL (directly, not through the shuffler)")
+    signing.add_argument("--server", default=admin_campaign.DEFAULT_SERVER, metavar="URL",
+                         help="the server's base URL, directly, not through the shuffler "
+                              f"(default {admin_campaign.DEFAULT_SERVER})")
     signing.add_argument("--token-file", metavar="FILE",
                          help="file holding the admin token (default: SEGSHUFFLE_ADMIN_TOKEN)")
     signing.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",

@@ -15,8 +15,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from segshuffle.cli.errors import CommandError
 
@@ -54,7 +56,15 @@ OPTIONAL_MODULES = {
 
 
 class _OneLineParser(argparse.ArgumentParser):
-    """argparse prints the whole usage on errors; we print one clear line."""
+    """argparse prints the whole usage on errors; we print one clear line.
+
+    A value that starts with a minus and a digit (``--levels -1,2``) is a value, not an
+    unknown flag: no flag of ours looks like a number.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"^-\.?\d")
 
     def error(self, message: str) -> None:  # type: ignore[override]
         sys.stderr.write(f"{self.prog}: error: {message}\n")
