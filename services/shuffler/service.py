@@ -249,11 +249,21 @@ class ShufflerService:
             raise error(str(exc), headers=headers) from None
 
     async def authenticate(self, campaign_id: str, token: str) -> bytes:
-        """The participant key of a user token for the campaign (before any body is read)."""
-        await self.campaign_view(campaign_id)
+        """The participant key of a user token for the campaign (before any body is read).
+
+        Tokens are forgotten once round 2 is released, so a late user's token is unknown:
+        for an ended campaign the answer says it ended (``wrong-phase``), not that the
+        token is bad."""
+        view = await self.campaign_view(campaign_id)
         try:
             return bytes(await self._storage_call(self.policy.authenticate, campaign_id, token))
         except AuthenticationError as exc:
+            if view.phase not in TERMINAL_PHASES:  # the cached view may predate the end
+                view = await self.campaign_view(campaign_id, fresh=True)
+            if view.phase in TERMINAL_PHASES:
+                raise errors.WrongPhaseError(
+                    f"campaign {campaign_id!r} has ended ({view.phase}): it takes no more "
+                    "submissions", extra={"phase": view.phase}) from None
             raise unauthorized(str(exc)) from None
 
     async def submit(self, campaign_id: str, round_number: int, participant: bytes,
