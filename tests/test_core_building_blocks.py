@@ -92,6 +92,24 @@ def test_projection_onto_the_simplex() -> None:
     assert project_to_simplex([0.5, 0.5], 1.0).tolist() == [0.5, 0.5]
 
 
+def test_the_projection_keeps_every_share_at_most_one() -> None:
+    """A share is at most 1 (issue 25: the demo's projected column showed 3.8)."""
+    assert project_to_simplex([3.8, 0.1, -0.2], 1.0).tolist() == pytest.approx([1, 0, 0])
+    capped = project_to_simplex([1.5, 1.2, 0.1, 0.0], 2.0)  # unconstrained: 1.15, 0.85
+    assert capped.tolist() == pytest.approx([1.0, 1.0, 0.0, 0.0])
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        values = rng.normal(0.3, 1.5, size=12)
+        total = float(rng.integers(0, 13))
+        projected = project_to_simplex(values, total)
+        assert projected.sum() == pytest.approx(total, abs=1e-9)
+        assert np.all((projected >= 0) & (projected <= 1))
+        # it is the nearest point of the set: no feasible step towards v gets closer
+        for _ in range(5):
+            other = project_to_simplex(rng.uniform(0, 1, 12) * 2, total)
+            assert np.sum((values - projected) ** 2) <= np.sum((values - other) ** 2) + 1e-9
+
+
 def test_mse_bound_formula() -> None:
     assert mse_bound(100, 2.0, 3, [50, 50], [0.5, 1.0]) == pytest.approx(
         (200 + 3 * 75) / 75**2)

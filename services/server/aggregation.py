@@ -21,7 +21,7 @@ n2_k the round-2 level counts (debiased likewise),
 
 with standard errors from :func:`segshuffle.core.estimator.estimate_frequencies`
 (the blanket term of the variance follows the blanket mode), plus the projection
-onto {w >= 0, sum w = s} as an optional post-processed estimate.  The privacy
+onto {0 <= w <= 1, sum w = s} as an optional post-processed estimate.  The privacy
 report gives, per level, the achieved user-level epsilon (upper bound, and the
 paper's lower bound as a tightness audit) for the published (m, lambda_k), h and
 blanket mode, and states f and h.

@@ -82,26 +82,36 @@ def estimate_frequencies(
 
 
 def project_to_simplex(values: Sequence[float] | np.ndarray, total: float) -> np.ndarray:
-    """Euclidean projection onto {w >= 0, sum w = total}: an optional post-processed estimate.
+    """Euclidean projection onto {0 <= w <= 1, sum w = total}: an optional post-processed
+    estimate (the capped simplex).
 
-    Every user holds exactly s items, so the true frequencies are non-negative
-    and sum to s.  Projecting the unbiased estimate onto that set never increases
-    the squared error to the truth (projection onto a convex set containing it),
-    at the price of bias.  Uses the sort-based algorithm: find the threshold tau
-    with sum max(v - tau, 0) = total.
+    w_j is the share of users holding item j, so it lies in [0, 1], and every user holds
+    exactly s items, so the shares sum to s.  Projecting the unbiased estimate onto that
+    convex set, which contains the truth, never increases the squared error to it, at the
+    price of bias.  The projection is w_j = clip(v_j - tau, 0, 1) with tau the root of
+    g(tau) = sum_j clip(v_j - tau, 0, 1) - total, which is continuous and non-increasing
+    in tau, positive at tau = min v - 1 and non-positive at tau = max v; tau is found by
+    bisection to the last bit (at most 200 halvings).  Requires 0 <= total <= len(values).
     """
     v = np.asarray(values, dtype=float)
-    if total < 0:
-        raise ValueError(f"total must be >= 0, got {total}")
+    if not 0 <= total <= v.size:
+        raise ValueError(f"total must be in [0, {v.size}], got {total}")
     if v.size == 0:
         return v.copy()
-    ordered = np.sort(v)[::-1]
-    cumulative = np.cumsum(ordered) - total
-    ranks = np.arange(1, v.size + 1)
-    feasible = ordered - cumulative / ranks > 0
-    rho = int(np.nonzero(feasible)[0][-1]) if feasible.any() else v.size - 1
-    tau = cumulative[rho] / (rho + 1)
-    return np.maximum(v - tau, 0.0)
+
+    def excess(tau: float) -> float:
+        return float(np.clip(v - tau, 0.0, 1.0).sum()) - total
+
+    low, high = float(v.min()) - 1.0, float(v.max())
+    for _ in range(200):
+        middle = 0.5 * (low + high)
+        if middle in (low, high):
+            break
+        if excess(middle) > 0.0:
+            low = middle
+        else:
+            high = middle
+    return np.clip(v - high, 0.0, 1.0)
 
 
 def mse_bound(n: float, m: float, set_size: int, level_counts: Sequence[float],
