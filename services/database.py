@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 
@@ -28,6 +29,19 @@ class SchemaVersionError(UnusableDatabaseError):
 
 class CorruptDatabaseError(UnusableDatabaseError):
     """The database file is damaged or not a SQLite database (``PRAGMA quick_check``)."""
+
+
+def require_sqlite_directory(database: str) -> None:
+    """For a SQLite ``database`` setting, its directory must exist (a ValueError naming it
+    otherwise): a service does not make a directory tree where a typo pointed it.  The one
+    function here that looks at the file system (one ``stat``)."""
+    target = parse_database(database)
+    if target.kind != "sqlite" or target.location == ":memory:":
+        return
+    directory = Path(target.location).expanduser().absolute().parent
+    if not directory.is_dir():
+        raise ValueError(f"the directory of the database {target.location} ({directory}) "
+                         "does not exist: create it first, or give another path")
 
 
 SQLITE_SCHEME = "sqlite://"

@@ -98,3 +98,36 @@ def test_an_invalid_campaign_is_said_in_the_command_lines_words(
 def test_signing_key_defaults_its_server_like_every_admin_command() -> None:
     args = cli.build_parser("admin").parse_args(["admin", "signing-key"])
     assert args.server == "http://127.0.0.1:8080"
+
+
+def _serve_server(tmp_path, *flags: str) -> subprocess.CompletedProcess[str]:
+    import os
+
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("SEGSHUFFLE_")}
+    environment.update(SEGSHUFFLE_SERVER_ADMIN_TOKEN="a" * 32,
+                       SEGSHUFFLE_SERVER_SHUFFLER_TOKEN="s" * 32)
+    return subprocess.run([sys.executable, "-m", "segshuffle.cli.main", "serve", "server",
+                           *flags], capture_output=True, text=True, timeout=60,
+                          env=environment, cwd=tmp_path)
+
+
+@pytest.mark.slow  # subprocesses importing the service stack
+def test_serve_makes_no_directory_tree_and_nothing_before_it_can_listen(tmp_path) -> None:
+    import socket
+
+    missing = tmp_path / "no" / "such" / "dir" / "x.sqlite3"
+    done = _serve_server(tmp_path, "--database", str(missing), "--port", "0")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"segshuffle: error: the directory of the database {missing} ({missing.parent}) "
+        "does not exist: create it first, or give another path"]
+    assert not (tmp_path / "no").exists()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        done = _serve_server(tmp_path, "--database", str(tmp_path / "s.sqlite3"),
+                             "--port", str(port), "--host", "127.0.0.1")
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and "cannot listen" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no key, no database

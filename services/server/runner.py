@@ -6,6 +6,7 @@ import logging
 
 import uvicorn
 
+from ..database import require_sqlite_directory
 from ..listening import listening_socket
 from ..observability import configure_logging
 from ..timeouts import bounded_protocol, event_loop
@@ -20,8 +21,15 @@ def run(settings: Settings) -> int:
     ``settings.port`` is 0) once the socket is bound.
     """
     configure_logging(settings.log_level, settings.log_format)
-    app = create_app(settings)
+    require_sqlite_directory(settings.database)
+    # Bind first: a port in use is refused before anything (a signing key, a database) is
+    # created.
     sock = listening_socket(settings.host, settings.port)
+    try:
+        app = create_app(settings)
+    except BaseException:
+        sock.close()
+        raise
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, access_log=False, log_config=None,
                             log_level=settings.log_level.lower(), timeout_graceful_shutdown=10,

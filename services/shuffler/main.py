@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 
+from ..database import require_sqlite_directory
 from ..listening import listening_socket
 from ..observability import configure_logging
 from ..timeouts import bounded_protocol, event_loop
@@ -32,8 +33,15 @@ def run(settings: Settings) -> int:
     settings.issuer_keys()  # a missing or malformed issuer key: one line, before anything
     log_level = settings.log_level.upper()
     configure_logging(log_level, settings.log_format)
-    app = create_app(settings)
+    require_sqlite_directory(settings.database)
+    # Bind first: a port in use is refused before anything (a signing key, a database) is
+    # created.
     sock = listening_socket(settings.host, settings.port)
+    try:
+        app = create_app(settings)
+    except BaseException:
+        sock.close()
+        raise
     config = uvicorn.Config(
         app,
         access_log=False,
