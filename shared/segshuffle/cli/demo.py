@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from segshuffle.core import rules, validation
+from segshuffle.core.advice import parameter_notes
 from segshuffle.core.blanket import BlanketMode
 
 from ._args import float_list, integer, number
@@ -266,6 +267,10 @@ def _report(args: argparse.Namespace, data: DemoData, outcome: dict[str, Any],
         "truth": truth.tolist(),
         "mse": mse,
         "mse_bound": parameters.mse_bound,
+        "notes": parameter_notes(list(parameters.levels), list(parameters.lambdas),
+                                 list(parameters.epsilons), parameters.m,
+                                 parameters.mse_bound, parameters.set_size,
+                                 parameters.users),
         "dropped_messages": results.dropped_messages,
         "seconds": timings.get("total", 0.0),
         "timings": timings,
@@ -302,6 +307,7 @@ def _human(report: dict[str, Any], top: int) -> str:
         lines.extend(_item_line(report, j) for j in range(real, report["privacy_domain_size"]))
     lines.append(f"MSE (sum over the domain): {report['mse']:.6f}   bound: "
                  f"{report['mse_bound']:.6f}")
+    lines.extend(f"note: {note}" for note in report["notes"])
     lines.append("timings (s): " + ", ".join(f"{k}={v:.2f}"
                                              for k, v in report["timings"].items()))
     return "\n".join(lines) + "\n"

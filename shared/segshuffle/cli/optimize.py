@@ -9,6 +9,7 @@ import json
 import time
 
 from segshuffle.core import rules, validation
+from segshuffle.core.advice import parameter_notes
 from segshuffle.core.blanket import BlanketMode
 from segshuffle.core.optimizer import Objective, optimize, optimize_best_mode
 
@@ -85,6 +86,9 @@ def run(args: argparse.Namespace) -> int:
     payload = result.to_dict()
     payload["shares"] = shares
     payload["seconds"] = seconds
+    notes = parameter_notes(levels, result.lambdas, result.epsilons, result.m,
+                            result.mse_bound, args.set_size, users)
+    payload["notes"] = notes
     if args.json:
         print(json.dumps(payload))
         return 0
@@ -116,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"other mode          {other['blanket_mode']}: m {other['m']:.6g}, "
                   f"variance {other['variance']:.6g}, MSE bound {other['mse_bound']:.6g}, "
                   f"{other['messages_per_user']} messages per user")
+    for note in notes:
+        print(f"note: {note}")
     print(f"(delta {result.delta:.3g}, {seconds:.2f} s)")
     return 0
 
