@@ -37,7 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from segshuffle import __version__
 from segshuffle.services import errors
 from segshuffle.wire.models import ID_PATTERN
-from segshuffle.wire.problems import PROBLEM_MEDIA_TYPE, Problem, ProblemType
+from segshuffle.wire.problems import PROBLEM_MEDIA_TYPE, SERVICE_HEADER, Problem, ProblemType
 
 _log = logging.getLogger("segshuffle.problems")
 
@@ -224,8 +224,29 @@ FRAMEWORK_PROBLEMS: dict[int, tuple[str, str]] = {
 }
 
 
-def install_problem_handlers(app: FastAPI) -> None:
-    """Make every error of ``app`` an RFC 9457 problem body (never a bare 500)."""
+class ServiceName:
+    """Pure ASGI middleware: every HTTP response carries :data:`SERVICE_HEADER`."""
+
+    def __init__(self, app: ASGIApp, service: str) -> None:
+        self.app = app
+        self.header = (SERVICE_HEADER.encode(), service.encode())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def named(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), self.header]
+            await send(message)
+
+        await self.app(scope, receive, named)
+
+
+def install_problem_handlers(app: FastAPI, service: str | None = None) -> None:
+    """Make every error of ``app`` an RFC 9457 problem body (never a bare 500); a 404 of
+    the framework (no such path) names the ``service`` that answered."""
 
     async def on_problem(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, Problem)
@@ -242,7 +263,10 @@ def install_problem_handlers(app: FastAPI) -> None:
     async def on_http(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
         status = exc.status_code
-        if status in FRAMEWORK_PROBLEMS:
+        if status == 404 and service is not None:
+            problem = Problem("not-found", f"no such resource on the {service}",
+                              extra={"service": service})
+        elif status in FRAMEWORK_PROBLEMS:
             problem = Problem(*FRAMEWORK_PROBLEMS[status])
         elif 400 <= status < 500:
             problem = Problem("invalid-field", "invalid request", status=status)
@@ -349,10 +373,13 @@ class _BodyTooLarge(StarletteHTTPException):
         super().__init__(status_code=413)
 
 
-def install_edge(app: FastAPI, max_body_bytes: int) -> None:
-    """Problem handlers and the body size limit on ``app``."""
-    install_problem_handlers(app)
+def install_edge(app: FastAPI, max_body_bytes: int, service: str | None = None) -> None:
+    """Problem handlers, the body size limit and (with ``service``) the service's name on
+    every response of ``app``."""
+    install_problem_handlers(app, service)
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
+    if service is not None:
+        app.add_middleware(ServiceName, service=service)
 
 
 def bearer_token(authorization: str | None) -> str | None:

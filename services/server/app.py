@@ -242,7 +242,7 @@ def create_app(settings: Settings) -> FastAPI:
     log.info("document-signing key %s%s", service.signing_public_key,
              " (created)" if created else "")
     app.state.settings = settings
-    install_edge(app, settings.max_body_bytes)
+    install_edge(app, settings.max_body_bytes, "server")
     install_observability(app, metrics)
     install_docs(app)
 

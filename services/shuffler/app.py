@@ -447,7 +447,7 @@ def create_app(
         redoc_url=None,
     )
     app.add_middleware(UserRoutes, application=app)  # innermost: added first
-    install_edge(app, settings.max_body_bytes)
+    install_edge(app, settings.max_body_bytes, "shuffler")
     install_observability(app, metrics, quiet_routes=USER_ROUTES)
     install_docs(app)
     app.state.counters = counters

@@ -31,6 +31,7 @@ from segshuffle.wire.models import (
     Results,
     SigningKey,
 )
+from segshuffle.wire.problems import SERVICE_HEADER
 
 ADMIN_TOKEN_ENV = "SEGSHUFFLE_ADMIN_TOKEN"
 OPERATOR_TOKEN_ENV = "SEGSHUFFLE_OPERATOR_TOKEN"
@@ -108,19 +109,33 @@ class OperatorClient:
     def _call(self, method: str, url: str, what: str, token: str | None = None,
               **kwargs: Any) -> httpx.Response:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        target = url.split("/v1/")[0]
+        expected = "server" if self.server and url.startswith(self.server + "/") else \
+            "shuffler"
         try:
             response = self._http.request(method, url, headers=headers, **kwargs)
         except httpx.HTTPError as exc:
-            target = url.split("/v1/")[0]
             refused = certificate_error(exc)
             if refused is not None:
                 raise ServiceError(f"{what}: the TLS certificate of {target} is not trusted: "
                                    f"{refused} (--ca-file FILE or {CA_FILE_ENV} trusts a "
                                    f"private CA)", certificate=True) from None
+            if target.startswith("https://") and "version number" in str(exc).lower():
+                raise ServiceError(f"{what}: {target} does not speak TLS (is it an http:// "
+                                   f"URL?)") from None
             raise ServiceError(f"{what}: cannot reach {target} ({type(exc).__name__})"
                                ) from None
+        answered_by = response.headers.get(SERVICE_HEADER)
+        if answered_by is not None and answered_by != expected:
+            raise ServiceError(f"{what}: {target} is the {answered_by}, not the {expected} "
+                               f"(give --{expected} the {expected}'s URL)",
+                               status=response.status_code)
         if response.status_code >= 400:
-            raise service_error(response, what)
+            error = service_error(response, what)
+            if answered_by is None and response.status_code == 404:
+                error = ServiceError(f"{error} (is {target} a segshuffle {expected}?)",
+                                     status=404, problem=error.problem, detail=error.detail)
+            raise error
         return response
 
     @staticmethod

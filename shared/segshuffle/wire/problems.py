@@ -20,6 +20,9 @@ from enum import Enum
 from typing import Any
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
+SERVICE_HEADER = "segshuffle-service"
+"""The response header naming the service that answered (``server`` or ``shuffler``), so
+that a client pointed at the wrong one can say so."""
 URN_PREFIX = "urn:segshuffle:error:"
 
 
