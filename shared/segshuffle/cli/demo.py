@@ -26,13 +26,14 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from segshuffle.core import rules, validation
 from segshuffle.core.advice import parameter_notes
 from segshuffle.core.blanket import BlanketMode
+
+if TYPE_CHECKING:
+    import numpy as np
 
 from ._args import float_list, integer, number
 
@@ -92,6 +93,8 @@ class DemoData:
 
 
 def load_data(args: argparse.Namespace, rng: np.random.Generator) -> DemoData:
+    import numpy as np
+
     if args.users < 2:
         raise ValueError("--users must be at least 2")
     if args.dataset == "msnbc":
@@ -120,6 +123,7 @@ def _say(args: argparse.Namespace, message: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import fastapi  # noqa: F401  (the services the demo starts need the server extra)
+    import numpy as np
     import uvicorn  # noqa: F401
 
     from segshuffle.client.errors import ClientError
@@ -227,6 +231,8 @@ def _check(population: Any, phase: Any) -> None:
 
 def _report(args: argparse.Namespace, data: DemoData, outcome: dict[str, Any],
             timings: dict[str, float]) -> dict[str, Any]:
+    import numpy as np
+
     results = outcome["results"]
     parameters = outcome["parameters"]
     domain = parameters.privacy_domain_size
@@ -284,6 +290,8 @@ def _item_line(report: dict[str, Any], j: int) -> str:
 
 
 def _human(report: dict[str, Any], top: int) -> str:
+    import numpy as np
+
     lines = [
         f"segshuffle demo: {report['users']} users, dataset {report['dataset']}, "
         f"d={report['domain_size']} (+{report['privacy_domain_size'] - report['domain_size']} "
