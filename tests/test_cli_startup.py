@@ -132,3 +132,19 @@ def test_serve_makes_no_directory_tree_and_nothing_before_it_can_listen(tmp_path
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and "cannot listen" in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no key, no database
+
+
+@pytest.mark.parametrize("name", ["optimize", "audit", "demo", "reproduce"])
+def test_the_readme_command_table_lists_every_flag(name: str) -> None:
+    """The table was missing `reproduce --quick` and most demo flags: it is checked against
+    the parser, so a new flag cannot be left out."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    row = " ".join(line for line in readme.splitlines()
+                   if line.startswith(f"| `segshuffle {name} "))
+    parser = cli.build_parser(name)
+    command = next(a for a in parser._actions if a.dest == "command").choices[name]
+    flags = [option for action in command._actions for option in action.option_strings
+             if option.startswith("--") and option != "--help"]
+    assert row and [flag for flag in flags if flag not in row] == []
