@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     from segshuffle.client.errors import ClientError
     from segshuffle.testing.localstack import LocalStack
 
-    levels = list(args.levels)
+    levels = validation.require_levels(args.levels)
     shares = list(args.shares) if args.shares is not None else [1.0 / len(levels)] * len(levels)
     if len(shares) != len(levels) or any(f < 0 for f in shares) or \
             abs(math.fsum(shares) - 1.0) > 1e-6:
@@ -140,6 +140,18 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     rng = np.random.default_rng(args.seed)
     data = load_data(args, rng)
+    body: dict[str, Any] = {
+        "id": CAMPAIGN_ID, "items": data.names, "set_size": data.set_size,
+        "levels": levels, "min_users": min(args.users, 100),
+        "dropout_tolerance": args.dropout_tolerance,
+        "fake_tolerance": fake_tolerance,
+        "blanket_mode": args.blanket_mode,
+    }
+    if args.delta is not None:
+        body["delta"] = args.delta
+    if args.level_privacy is not None:
+        body["level_privacy"] = args.level_privacy
+    _check_campaign(body)  # before any service starts: bad input is one line
     _INTERRUPTED.clear()
     previous = {sig: signal.signal(sig, _raise_interrupt)
                 for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -149,17 +161,6 @@ def run(args: argparse.Namespace) -> int:
         mark = time.perf_counter()
         with LocalStack(min_users=2) as stack:
             timings["start_services"] = time.perf_counter() - mark
-            body: dict[str, Any] = {
-                "id": CAMPAIGN_ID, "items": data.names, "set_size": data.set_size,
-                "levels": levels, "min_users": min(args.users, 100),
-                "dropout_tolerance": args.dropout_tolerance,
-                "fake_tolerance": fake_tolerance,
-                "blanket_mode": args.blanket_mode,
-            }
-            if args.delta is not None:
-                body["delta"] = args.delta
-            if args.level_privacy is not None:
-                body["level_privacy"] = args.level_privacy
             stack.create_campaign(body)
             outcome = asyncio.run(_rounds(args, stack, data, shares, timings))
         timings["total"] = time.perf_counter() - started
@@ -184,6 +185,24 @@ def run(args: argparse.Namespace) -> int:
 
 _INTERRUPTED = threading.Event()
 """Set by SIGINT or SIGTERM during a demo run."""
+
+
+def _check_campaign(body: dict[str, Any]) -> None:
+    """The campaign the demo will create, validated by the model the server uses: a
+    ValueError naming the flag and the rule."""
+    from pydantic import ValidationError
+
+    from segshuffle.wire.models import CampaignCreate
+
+    try:
+        CampaignCreate.model_validate(body)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        message = str(error["msg"]).removeprefix("Value error, ")
+        field = str(error["loc"][0]) if error["loc"] else ""
+        flag = {"items": "--items", "min_users": "--users"}.get(
+            field, "--" + field.replace("_", "-")) if field else ""
+        raise ValueError(f"{flag}: {message}" if flag else message) from None
 
 
 def _raise_interrupt(*_: object) -> None:
