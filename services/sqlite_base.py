@@ -127,22 +127,6 @@ def migrate(db: sqlite3.Connection, migrations: Sequence[Migration], *, service:
     return version
 
 
-def connect(path: str | Path, *, synchronous: str = "NORMAL") -> sqlite3.Connection:
-    """Open ``path`` (creating its directory) with the pragmas both services use.
-
-    The connection is in autocommit mode (``isolation_level=None``): transactions are
-    explicit, and it may be used from several threads under the caller's lock.  It does
-    not check whose database it is: services open theirs with :func:`open_database`.
-    """
-    mode = _synchronous(synchronous)
-    name = str(path)
-    if name != ":memory:":
-        Path(name).parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(name, isolation_level=None, check_same_thread=False)
-    _configure(db, mode)
-    return db
-
-
 def _synchronous(synchronous: str) -> str:
     mode = synchronous.upper()
     if mode not in SYNCHRONOUS_MODES:
@@ -151,8 +135,9 @@ def _synchronous(synchronous: str) -> str:
 
 
 def _configure(db: sqlite3.Connection, mode: str) -> None:
-    """The pragmas both services use (``journal_mode=WAL`` writes the file's header)."""
-    db.execute("PRAGMA busy_timeout=10000")
+    """The pragmas both services use besides the busy timeout, which
+    :func:`open_database` sets before it reads anything (``journal_mode=WAL`` writes the
+    file's header)."""
     db.execute("PRAGMA journal_mode=WAL")
     db.execute(f"PRAGMA synchronous={mode}")
     db.execute("PRAGMA secure_delete=ON")
