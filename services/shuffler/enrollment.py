@@ -96,22 +96,21 @@ class _TokenAuthentication:
     def __init__(self, storage: ShufflerStorage) -> None:
         self._storage = storage
 
-    def _already_enrolled(self, campaign_id: str, proposed: str | None) -> bool:
-        """Whether the client's proposed token is already recorded for this campaign."""
-        if proposed is None:
-            return False
-        issued_for = self._storage.token_campaign(token_hash(proposed))
+    def _issued_for(self, campaign_id: str, digest: bytes) -> bool:
+        """Whether the token hash ``digest`` is recorded for this campaign."""
+        issued_for = self._storage.token_campaign(digest)
         return issued_for is not None and hmac.compare_digest(
             issued_for.encode("utf-8"), campaign_id.encode("utf-8"))
+
+    def _already_enrolled(self, campaign_id: str, proposed: str | None) -> bool:
+        """Whether the client's proposed token is already recorded for this campaign."""
+        return proposed is not None and self._issued_for(campaign_id, token_hash(proposed))
 
     def authenticate(self, campaign_id: str, token: str) -> bytes:
         if not token or len(token) > 256:
             raise AuthenticationError("a user token is required")
         digest = token_hash(token)
-        issued_for = self._storage.token_campaign(digest)
-        if issued_for is None or not hmac.compare_digest(
-            issued_for.encode("utf-8"), campaign_id.encode("utf-8")
-        ):
+        if not self._issued_for(campaign_id, digest):
             raise AuthenticationError("the user token is not valid for this campaign")
         return digest
 

@@ -156,13 +156,17 @@ class Storage(SQLiteStore):
         super().__init__(path, MIGRATIONS, service="shuffler", synchronous=synchronous)
 
     # -- enrollment --------------------------------------------------------------------
+    @staticmethod
+    def _insert_token(db: sqlite3.Connection, campaign_id: str, token_hash: bytes) -> None:
+        try:
+            db.execute("INSERT INTO tokens (token_hash, campaign_id) VALUES (?, ?)",
+                       (token_hash, campaign_id))
+        except sqlite3.IntegrityError:
+            raise TokenTakenError("this token is already enrolled") from None
+
     def add_token(self, campaign_id: str, token_hash: bytes) -> None:
         with self._transaction() as db:
-            try:
-                db.execute("INSERT INTO tokens (token_hash, campaign_id) VALUES (?, ?)",
-                           (token_hash, campaign_id))
-            except sqlite3.IntegrityError:
-                raise TokenTakenError("this token is already enrolled") from None
+            self._insert_token(db, campaign_id, token_hash)
 
     def add_token_for_invitation(self, campaign_id: str, token_hash: bytes,
                                  invitation_hash: bytes, expires: int) -> None:
@@ -177,11 +181,7 @@ class Storage(SQLiteStore):
                            "VALUES (?, ?)", (invitation_hash, expires))
             except sqlite3.IntegrityError:
                 raise InvitationUsedError("the invitation has already been used") from None
-            try:
-                db.execute("INSERT INTO tokens (token_hash, campaign_id) VALUES (?, ?)",
-                           (token_hash, campaign_id))
-            except sqlite3.IntegrityError:
-                raise TokenTakenError("this token is already enrolled") from None
+            self._insert_token(db, campaign_id, token_hash)
 
     def forget_expired_invitations(self, before: float) -> int:
         """Drop the hashes of used invitations that expired before ``before``; how many."""
