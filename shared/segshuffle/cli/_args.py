@@ -3,6 +3,20 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
+from typing import Any
+
+
+def field_message(error: Mapping[str, Any], flags: Mapping[str, str] | None = None) -> str:
+    """One validation error of a request model in the words of the command line: the flag
+    of the field it concerns (``--field-name`` unless ``flags`` names another; none for a
+    rule across fields) and the rule, without the validation library's prefixes."""
+    message = str(error["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    field = str(error["loc"][0]) if error["loc"] else ""
+    if not field:
+        return message
+    flag = (flags or {}).get(field, "--" + field.replace("_", "-"))
+    return f"{flag}: {message}"
 
 
 def float_list(text: str) -> list[float]:

@@ -27,7 +27,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,7 +36,7 @@ from segshuffle.client.errors import ServiceError
 from segshuffle.client.tls import CA_FILE_ENV
 from segshuffle.core import rules
 
-from ._args import float_list, integer, number
+from ._args import field_message, float_list, integer, number
 from .errors import CommandError
 
 if TYPE_CHECKING:
@@ -49,20 +49,6 @@ command, and its ``--help``, starts without loading what it does not use."""
 OPERATOR_TOKEN_ENV = "SEGSHUFFLE_OPERATOR_TOKEN"
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
-
-#: The flag of each campaign field whose name differs from ``--field-name``.
-_FIELD_FLAGS = {"items": "--items", "domain_size": "--domain-size"}
-
-
-def _flag_message(error: Mapping[str, Any]) -> str:
-    """One validation error in the words of the command line: the flag it concerns (none
-    for a rule across flags) and the rule, without the validation library's prefixes."""
-    message = str(error["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
-    field = str(error["loc"][0]) if error["loc"] else ""
-    if not field:
-        return message
-    flag = _FIELD_FLAGS.get(field, "--" + field.replace("_", "-"))
-    return f"{flag}: {message}"
 DEFAULT_SHUFFLER = "http://127.0.0.1:8081"
 DEFAULT_MIN_USERS = 100
 MAX_ITEMS_FILE_BYTES = 32 * 1024 * 1024
@@ -287,7 +273,7 @@ def campaign_create(args: argparse.Namespace) -> int:
     try:
         CampaignCreate.model_validate(body)
     except ValidationError as exc:
-        raise ValueError(f"invalid campaign: {_flag_message(exc.errors()[0])}") from None
+        raise ValueError(f"invalid campaign: {field_message(exc.errors()[0])}") from None
     with _client(args, ADMIN_TOKEN_ENV) as client:
         view = client.create_campaign(body)
     _emit(args, view.model_dump(mode="json"), "created " + _describe(view))

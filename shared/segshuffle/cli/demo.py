@@ -35,7 +35,7 @@ from segshuffle.core.blanket import BlanketMode
 if TYPE_CHECKING:
     import numpy as np
 
-from ._args import float_list, integer, number
+from ._args import field_message, float_list, integer, number
 
 DATASETS = ("synthetic", "msnbc")
 BLANKET_MODES = tuple(mode.value for mode in BlanketMode)
@@ -197,12 +197,7 @@ def _check_campaign(body: dict[str, Any]) -> None:
     try:
         CampaignCreate.model_validate(body)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        message = str(error["msg"]).removeprefix("Value error, ")
-        field = str(error["loc"][0]) if error["loc"] else ""
-        flag = {"items": "--items", "min_users": "--users"}.get(
-            field, "--" + field.replace("_", "-")) if field else ""
-        raise ValueError(f"{flag}: {message}" if flag else message) from None
+        raise ValueError(field_message(exc.errors()[0], {"min_users": "--users"})) from None
 
 
 def _raise_interrupt(*_: object) -> None:
