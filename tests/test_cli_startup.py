@@ -12,6 +12,8 @@ import pytest
 
 from segshuffle.cli import main as cli
 
+from .test_server_support import run_serve_server
+
 PROBE = """
 import json, sys, time
 started = time.process_time()
@@ -101,23 +103,13 @@ def test_signing_key_defaults_its_server_like_every_admin_command() -> None:
     assert args.server == "http://127.0.0.1:8080"
 
 
-def _serve_server(tmp_path, *flags: str) -> subprocess.CompletedProcess[str]:
-    import os
-
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("SEGSHUFFLE_")}
-    environment.update(SEGSHUFFLE_SERVER_ADMIN_TOKEN="a" * 32,
-                       SEGSHUFFLE_SERVER_SHUFFLER_TOKEN="s" * 32)
-    return subprocess.run([sys.executable, "-m", "segshuffle.cli.main", "serve", "server",
-                           *flags], capture_output=True, text=True, timeout=60,
-                          env=environment, cwd=tmp_path)
-
-
 @pytest.mark.slow  # subprocesses importing the service stack
 def test_serve_makes_no_directory_tree_and_nothing_before_it_can_listen(tmp_path) -> None:
     import socket
 
     missing = tmp_path / "no" / "such" / "dir" / "x.sqlite3"
-    done = _serve_server(tmp_path, "--database", str(missing), "--port", "0")
+    done = run_serve_server(tmp_path, "--database", str(missing), "--port", "0",
+                            cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         f"segshuffle: error: the directory of the database {missing} ({missing.parent}) "
@@ -127,8 +119,8 @@ def test_serve_makes_no_directory_tree_and_nothing_before_it_can_listen(tmp_path
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        done = _serve_server(tmp_path, "--database", str(tmp_path / "s.sqlite3"),
-                             "--port", str(port), "--host", "127.0.0.1")
+        done = run_serve_server(tmp_path, "--database", str(tmp_path / "s.sqlite3"),
+                                "--port", str(port), "--host", "127.0.0.1", cwd=tmp_path)
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and "cannot listen" in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no key, no database

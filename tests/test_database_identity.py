@@ -7,10 +7,7 @@ PostgreSQL; a new one is created only where nothing exists yet."""
 from __future__ import annotations
 
 import hashlib
-import os
 import sqlite3
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +21,7 @@ from segshuffle.services.server.backends import open_repository
 from segshuffle.services.shuffler.backends import open_storage
 
 from .postgres_support import postgres_url  # noqa: F401  (the fixture)
+from .test_server_support import run_serve_server
 
 OPENERS: dict[str, Callable[[str], Any]] = {"server": open_repository,
                                             "shuffler": open_storage}
@@ -151,13 +149,7 @@ def test_postgres_tags_an_empty_database(postgres_url: str, service: str) -> Non
 def test_serve_refuses_an_empty_database_in_one_line_with_status_2(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     path.write_bytes(b"")
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("SEGSHUFFLE_")}
-    environment.update(SEGSHUFFLE_SERVER_ADMIN_TOKEN="a" * 32,
-                       SEGSHUFFLE_SERVER_SHUFFLER_TOKEN="s" * 32,
-                       SEGSHUFFLE_SERVER_KEY_DIR=str(tmp_path / "keys"))
-    done = subprocess.run([sys.executable, "-m", "segshuffle.cli.main", "serve", "server",
-                           "--database", str(path), "--port", "0"],
-                          capture_output=True, text=True, timeout=60, env=environment)
+    done = run_serve_server(tmp_path, "--database", str(path), "--port", "0")
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and str(path) in lines[0] and "empty file" in lines[0]

@@ -6,9 +6,13 @@ Holds no tests; the shuffler's part (permuting, chunking, forwarding) is played 
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from segshuffle.crypto import build_info, public_key_from_config, seal
@@ -20,6 +24,19 @@ ADMIN_TOKEN = "admin-token-0123456789abcdef"
 SHUFFLER_TOKEN = "shuffler-token-0123456789abcdef"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 SHUFFLER = {"Authorization": f"Bearer {SHUFFLER_TOKEN}"}
+
+
+def run_serve_server(directory: Path, *flags: str, cwd: Path | None = None
+                     ) -> subprocess.CompletedProcess[str]:
+    """``segshuffle serve server FLAGS`` in a subprocess with valid tokens and its key
+    directory in ``directory``/keys (and no other SEGSHUFFLE_ setting), to its end."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("SEGSHUFFLE_")}
+    environment.update(SEGSHUFFLE_SERVER_ADMIN_TOKEN="a" * 32,
+                       SEGSHUFFLE_SERVER_SHUFFLER_TOKEN="s" * 32,
+                       SEGSHUFFLE_SERVER_KEY_DIR=str(directory / "keys"))
+    return subprocess.run([sys.executable, "-m", "segshuffle.cli.main", "serve", "server",
+                           *flags], capture_output=True, text=True, timeout=60,
+                          env=environment, cwd=cwd)
 
 
 def make_settings(directory: Any, **changes: Any) -> Settings:

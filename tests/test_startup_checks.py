@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +13,7 @@ from segshuffle.services.server import storage as server_storage
 from segshuffle.services.shuffler import storage as shuffler_storage
 from segshuffle.services.sqlite_base import CorruptDatabaseError
 
-from .test_server_support import ADMIN, make_settings
+from .test_server_support import ADMIN, make_settings, run_serve_server
 
 FACTORIES: dict[str, Any] = {"server": server_storage.Repository,
                              "shuffler": shuffler_storage.Storage}
@@ -84,13 +81,7 @@ def test_server_is_not_ready_when_a_campaign_key_is_lost(tmp_path: Path) -> None
 def test_serve_refuses_a_damaged_database_in_one_line(tmp_path: Path) -> None:
     path = tmp_path / "server.sqlite3"
     path.write_bytes(b"\x00garbage" * 1000)
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("SEGSHUFFLE_")}
-    environment.update(SEGSHUFFLE_SERVER_ADMIN_TOKEN="a" * 32,
-                       SEGSHUFFLE_SERVER_SHUFFLER_TOKEN="s" * 32,
-                       SEGSHUFFLE_SERVER_KEY_DIR=str(tmp_path / "keys"))
-    done = subprocess.run([sys.executable, "-m", "segshuffle.cli.main", "serve", "server",
-                           "--database", str(path), "--port", "0"],
-                          capture_output=True, text=True, timeout=60, env=environment)
+    done = run_serve_server(tmp_path, "--database", str(path), "--port", "0")
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot be read" in lines[0], done.stderr

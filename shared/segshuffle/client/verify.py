@@ -84,8 +84,13 @@ Problem = tuple[str, str]
 _DEFAULT_POLICY = ClientPolicy()
 
 
+def _checks(problems: Sequence[Problem]) -> tuple[str, ...]:
+    """The names of the failed checks, each once, in order."""
+    return tuple(dict.fromkeys(check for check, _ in problems))
+
+
 def _refusal(prefix: str, problems: Sequence[Problem]) -> VerificationError:
-    checks = tuple(dict.fromkeys(check for check, _ in problems))
+    checks = _checks(problems)
     return VerificationError(f"{prefix}: {'; '.join(text for _, text in problems)}",
                              check=checks[0], checks=checks)
 
@@ -424,7 +429,7 @@ def verify_parameters(
         raise VerificationError(f"the published parameters cannot be accounted: {exc}",
                                 check="lambdas") from None
     if failing:
-        checks = tuple(dict.fromkeys(check for check, _ in failing))
+        checks = _checks(failing)
         raise VerificationError(
             f"the published parameters would not protect "
             f"{', '.join(text for _, text in failing)} at delta={p.delta:g} "
