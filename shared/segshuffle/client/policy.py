@@ -16,7 +16,8 @@ limits the *app* sets, shipped with it, that no server answer can move:
   must enroll only users who hold at least s items, docs/protocol.md section 6);
 - ``allow_variable_size``: accept a campaign whose submissions carry only the sent slots.
   The number of ciphertexts then reveals the user's level (and part of its send pattern)
-  to the shuffler and to anyone watching the network (docs/threat-model.md).
+  to the shuffler and to anyone watching the network (docs/protocol.md section 6, and the
+  README's threat model).
 
 Both ``allow_`` settings default to ``False``: a client refuses such campaigns unless its
 app opted in.
@@ -69,6 +70,14 @@ class ClientPolicy:
         floor = ClientPolicy(min_fake_tolerance=minimum).min_fake_tolerance  # validated
         return dataclasses.replace(self, min_fake_tolerance=max(floor,
                                                                 self.min_fake_tolerance))
+
+    def with_delta_ceiling(self, ceiling: float) -> ClientPolicy:
+        """This policy, accepting at most ``ceiling`` as delta (the stricter wins)."""
+        limit = ClientPolicy(delta_ceiling=ceiling).delta_ceiling  # validated
+        assert limit is not None
+        current = self.delta_ceiling
+        return dataclasses.replace(
+            self, delta_ceiling=limit if current is None else min(current, limit))
 
     def users_floor(self, campaign_min_users: int) -> int:
         """The fewest round-1 users a published count may claim."""

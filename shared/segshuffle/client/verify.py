@@ -55,7 +55,6 @@ unless the caller explicitly allows them.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from collections.abc import Sequence
@@ -99,12 +98,7 @@ def _policy(policy: ClientPolicy | None, *, min_fake_tolerance: float = 0.0,
             delta_ceiling: float | None = None) -> ClientPolicy:
     """``policy`` (default: the defaults) tightened by the shortcut arguments."""
     result = (policy or _DEFAULT_POLICY).with_fake_tolerance(min_fake_tolerance)
-    if delta_ceiling is not None:
-        ceiling = ClientPolicy(delta_ceiling=delta_ceiling).delta_ceiling  # validated
-        current = result.delta_ceiling
-        result = dataclasses.replace(
-            result, delta_ceiling=ceiling if current is None else min(current, ceiling))
-    return result
+    return result if delta_ceiling is None else result.with_delta_ceiling(delta_ceiling)
 
 
 def _is_number(value: Any) -> bool:
