@@ -19,8 +19,12 @@ import csv
 import io
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from segshuffle.wire.models import Results
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 CSV_HEADER = ("id", "name", "estimate", "standard_error", "projected")
 MAX_PLOTTED_ITEMS = 60
@@ -83,8 +87,10 @@ def privacy_document(results: Results) -> str:
     return json.dumps(results.model_dump(mode="json", exclude={"items"}), indent=2) + "\n"
 
 
-def write_png(results: Results, out: Path) -> None:
-    """Estimates with error bars by item name, and the users per privacy level."""
+def results_figure(results: Results) -> Figure:
+    """Estimates with error bars by item name, and the users per privacy level with each
+    level's certified epsilon and lambda; the level axis leaves a quarter of its height
+    above the tallest bar for the legend, so the legend never covers a bar."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -95,31 +101,42 @@ def write_png(results: Results, out: Path) -> None:
     shown = items[:MAX_PLOTTED_ITEMS][::-1]
     labels = [item.name or f"item {item.id}" for item in shown]
     height = 2.0 + 0.25 * max(len(shown), 8)
+    levels = results.privacy.levels
+    level_width = max(4.8, 1.25 * len(levels))  # inches: each level's label fits
     figure, (left, right) = plt.subplots(
-        1, 2, figsize=(12, height), gridspec_kw={"width_ratios": [3, 2]})
+        1, 2, figsize=(7.2 + level_width, height),
+        gridspec_kw={"width_ratios": [7.2, level_width]}, layout="constrained")
+    left.barh(range(len(shown)), [item.estimate or 0.0 for item in shown],
+              xerr=[item.standard_error or 0.0 for item in shown], capsize=2,
+              color="tab:blue")
+    left.set_yticks(range(len(shown)), labels)
+    left.axvline(0.0, color="black", linewidth=0.5)
+    left.set_xlabel("estimated share of users (+-1 standard error)")
+    total = len(results.items)
+    left.set_title(f"{results.campaign_id}: estimates"
+                   + (f" (largest {len(shown)} of {total})" if len(shown) < total else ""))
+    positions = range(len(levels))
+    right.bar([p - 0.2 for p in positions], [lv.users_round1 for lv in levels], 0.4,
+              label="round 1 (levels)")
+    right.bar([p + 0.2 for p in positions], [lv.users_round2 for lv in levels], 0.4,
+              label="round 2 (items)")
+    right.set_xticks(list(positions),
+                     [f"level {lv.level:g}\neps <= {_text(lv.epsilon_upper, 2)}"
+                      f"\nlambda {_text(lv.lam, 2)}" for lv in levels])
+    right.set_ylabel("users")
+    right.set_title("users per privacy level")
+    tallest = max((max(lv.users_round1, lv.users_round2) for lv in levels), default=0.0)
+    right.set_ylim(0.0, 1.25 * tallest if tallest > 0 else 1.0)  # room for the legend
+    right.legend(loc="upper center", ncols=2, fontsize=9)
+    return figure
+
+
+def write_png(results: Results, out: Path) -> None:
+    """Write :func:`results_figure` as a PNG file."""
+    from matplotlib import pyplot as plt
+
+    figure = results_figure(results)
     try:
-        left.barh(range(len(shown)), [item.estimate or 0.0 for item in shown],
-                  xerr=[item.standard_error or 0.0 for item in shown], capsize=2,
-                  color="tab:blue")
-        left.set_yticks(range(len(shown)), labels)
-        left.axvline(0.0, color="black", linewidth=0.5)
-        left.set_xlabel("estimated share of users (+-1 standard error)")
-        total = len(results.items)
-        left.set_title(f"{results.campaign_id}: estimates"
-                       + (f" (largest {len(shown)} of {total})" if len(shown) < total else ""))
-        levels = results.privacy.levels
-        positions = range(len(levels))
-        right.bar([p - 0.2 for p in positions], [lv.users_round1 for lv in levels], 0.4,
-                  label="round 1")
-        right.bar([p + 0.2 for p in positions], [lv.users_round2 for lv in levels], 0.4,
-                  label="round 2")
-        right.set_xticks(list(positions),
-                         [f"eps {lv.level:g}\n(<= {_text(lv.epsilon_upper, 2)})"
-                          for lv in levels])
-        right.set_ylabel("users")
-        right.set_title("users per privacy level")
-        right.legend()
-        figure.tight_layout()
         figure.savefig(out, format="png", dpi=100)
     finally:
         plt.close(figure)

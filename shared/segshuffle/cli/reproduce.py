@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from ..core.validation import require_int, require_positive
-from ..experiments.plotting import plot_figure
+from ..experiments.plotting import figure_title, plot_figure
 from ..experiments.report import panel_rows, summarize_rows, summary_markdown, write_csv
 from ..experiments.runner import DataChoice, run_figures
 from ..experiments.settings import (
@@ -103,9 +103,8 @@ def run(args: argparse.Namespace) -> int:
                 for row in panel_rows(result)]
         all_rows.extend(rows)
         write_csv(out / f"{figure.name}.csv", rows)
-        title = (f"{figure.name}: {data.label if figure.dataset == 'msnbc' else 'synthetic T=128'}"
-                 f", levels (0.5, 1, 2), shares {figure.shares_name}, delta = 0.01/n, "
-                 f"{repeats} repeats")
+        title = figure_title(figure.name, figure.dataset, data.label, figure.shares_name,
+                             repeats)
         plot_figure(rows, out / f"{figure.name}.png", title)
         (out / f"{figure.name}-summary.md").write_text(summary_markdown(summarize_rows(rows)))
     summary = summary_markdown(summarize_rows(all_rows))
