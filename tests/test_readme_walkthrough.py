@@ -203,6 +203,7 @@ def test_walkthrough_section_has_every_step() -> None:
         ("sh", "segshuffle admin results fruit"),
         ("sh", "--format table"),
         ("sh", "--format csv --out results.csv"),
+        ("sh", "--format png --out results.png"),
         ("sh", "kill "),
     ]
     position = 0  # (block index, offset in it): each step comes after the previous one
@@ -337,6 +338,11 @@ def test_walkthrough_runs_as_written(tmp_path: Path) -> None:
         assert float(row["standard_error"]) > 0, row
     assert (workdir / "results.privacy.json").is_file()
     assert "round 2: 200 item sets sent" in (workdir / "users.log").read_text()
+    picture = (workdir / "results.png").read_bytes()
+    assert picture[:8] == b"\x89PNG\r\n\x1a\n" and len(picture) > 10_000
+    keep = os.environ.get("SEGSHUFFLE_KEEP_WALKTHROUGH_PNG")
+    if keep:  # how docs/images/walkthrough-results.png is made
+        Path(keep).write_bytes(picture)
     print(f"walkthrough ran in {run.seconds:.1f}s")
 
 
