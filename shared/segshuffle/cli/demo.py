@@ -325,7 +325,9 @@ def _human(report: dict[str, Any], top: int) -> str:
     lines.append(f"top {len(order)} items: true share vs estimate +- standard error")
     lines.extend(_item_line(report, int(j)) for j in order)
     if report["privacy_domain_size"] > real:
-        lines.append("padding items (reported separately):")
+        lines.append("padding items, reported apart (ids a client adds to a set smaller than s, "
+                     "so every set has s items; an estimate is the share of padded sets plus "
+                     "the same noise as any item's):")
         lines.extend(_item_line(report, j) for j in range(real, report["privacy_domain_size"]))
     lines.append(f"MSE (sum over the domain): {report['mse']:.6f}   bound: "
                  f"{report['mse_bound']:.6f}")
