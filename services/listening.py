@@ -1,8 +1,14 @@
-"""The listening socket both services serve on."""
+"""How both services listen: the bound socket, and uvicorn's configuration around it."""
 
 from __future__ import annotations
 
 import socket
+from typing import TYPE_CHECKING, Any
+
+from .timeouts import bounded_protocol, event_loop
+
+if TYPE_CHECKING:
+    import uvicorn
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -23,3 +29,20 @@ def listening_socket(host: str, port: int) -> socket.socket:
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
+
+
+def uvicorn_config(app: Any, *, header_timeout: float, body_timeout: float) -> uvicorn.Config:
+    """uvicorn's configuration for either service.
+
+    No access log (it names clients), no ``Server`` or ``Date`` header, 10 s of graceful
+    shutdown, slow-client deadlines (:func:`.timeouts.bounded_protocol`) and the fastest
+    event loop installed.  Logging is left exactly as
+    :func:`.observability.configure_logging` set it: uvicorn's ``log_level`` stays unset,
+    since any value of it would raise uvicorn's own loggers back to that level.
+    """
+    import uvicorn
+
+    return uvicorn.Config(app, access_log=False, log_config=None, log_level=None,
+                          proxy_headers=False, server_header=False, date_header=False,
+                          timeout_graceful_shutdown=10, loop=event_loop(),
+                          http=bounded_protocol(header_timeout, body_timeout))

@@ -177,3 +177,60 @@ def test_json_formatter_writes_one_object_per_line() -> None:
     outside, inside = stream.getvalue().splitlines()
     assert outside.endswith("segshuffle.test-text: outside")
     assert inside.endswith("segshuffle.test-text: inside request_id=rid-9")
+
+
+def _serve_log(tmp_path: Path, service: str, environment: dict[str, str],
+               *flags: str) -> list[dict[str, object]]:
+    """Start ``segshuffle serve SERVICE`` on a free port, stop it with SIGTERM once it
+    listens, and return its stderr's JSON records (start-up and shutdown included)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEGSHUFFLE_")}
+    env.update(environment)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "segshuffle.cli.main", "serve", service, "--port", "0",
+         "--log-level", "debug", *flags],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env, cwd=tmp_path)
+    assert process.stderr is not None
+    lines = []
+    deadline = time.monotonic() + 60
+    try:
+        for line in process.stderr:
+            lines.append(line)
+            if "listening on port" in line or time.monotonic() > deadline:
+                break
+        time.sleep(0.3)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, rest = process.communicate(timeout=30)
+    lines.extend(rest.splitlines())
+    assert any("listening on port" in line for line in lines), lines
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def test_third_party_loggers_log_only_warnings_even_at_debug(tmp_path: Path) -> None:
+    """The README's promise: uvicorn and httpx log only warnings, whatever the service's own
+    level.  uvicorn's ``log_level`` used to raise its loggers back to the service's level
+    (``Started server process``, ``Application startup complete``, ``Shutting down``...)."""
+    from segshuffle.crypto.invitations import generate_issuer_key, public_key_text
+
+    server = _serve_log(tmp_path, "server", {
+        "SEGSHUFFLE_SERVER_ADMIN_TOKEN": ADMIN_TOKEN,
+        "SEGSHUFFLE_SERVER_SHUFFLER_TOKEN": SHUFFLER_TOKEN,
+        "SEGSHUFFLE_SERVER_KEY_DIR": str(tmp_path / "keys")},
+        "--database", str(tmp_path / "server.sqlite3"))
+    shuffler = _serve_log(tmp_path, "shuffler", {
+        "SEGSHUFFLE_SHUFFLER_SERVER_TOKEN": SHUFFLER_TOKEN,
+        "SEGSHUFFLE_SHUFFLER_OPERATOR_TOKEN": "operator-token-0123456789abcdef",
+        "SEGSHUFFLE_SHUFFLER_INVITATION_KEYS": public_key_text(generate_issuer_key())},
+        "--database", str(tmp_path / "shuffler.sqlite3"),
+        "--server-url", "http://127.0.0.1:9")
+    for records in (server, shuffler):
+        assert any(r["logger"].startswith("segshuffle") for r in records)  # type: ignore[union-attr]
+        foreign = [r for r in records if not str(r["logger"]).startswith("segshuffle")
+                   and r["level"] not in ("warning", "error", "critical")]
+        assert foreign == []

@@ -7,9 +7,8 @@ import logging
 import uvicorn
 
 from ..database import require_sqlite_directory
-from ..listening import listening_socket
+from ..listening import listening_socket, uvicorn_config
 from ..observability import configure_logging
-from ..timeouts import bounded_protocol, event_loop
 from .app import create_app
 from .settings import Settings
 
@@ -31,12 +30,8 @@ def run(settings: Settings) -> int:
         sock.close()
         raise
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, access_log=False, log_config=None,
-                            log_level=settings.log_level.lower(), timeout_graceful_shutdown=10,
-                            loop=event_loop(),
-                            http=bounded_protocol(settings.header_timeout,
-                                                  settings.body_timeout))
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(uvicorn_config(app, header_timeout=settings.header_timeout,
+                                           body_timeout=settings.body_timeout))
     logging.getLogger("segshuffle.server").info("server listening on port %d", port)
     server.run(sockets=[sock])
     return 0

@@ -14,9 +14,8 @@ from __future__ import annotations
 import logging
 
 from ..database import require_sqlite_directory
-from ..listening import listening_socket
+from ..listening import listening_socket, uvicorn_config
 from ..observability import configure_logging
-from ..timeouts import bounded_protocol, event_loop
 from .settings import Settings
 
 
@@ -31,8 +30,7 @@ def run(settings: Settings) -> int:
     from .app import create_app
 
     settings.issuer_keys()  # a missing or malformed issuer key: one line, before anything
-    log_level = settings.log_level.upper()
-    configure_logging(log_level, settings.log_format)
+    configure_logging(settings.log_level, settings.log_format)
     require_sqlite_directory(settings.database)
     # Bind first: a port in use is refused before anything (a signing key, a database) is
     # created.
@@ -42,18 +40,8 @@ def run(settings: Settings) -> int:
     except BaseException:
         sock.close()
         raise
-    config = uvicorn.Config(
-        app,
-        access_log=False,
-        log_config=None,
-        log_level=log_level.lower(),
-        proxy_headers=False,
-        server_header=False,
-        date_header=False,
-        timeout_graceful_shutdown=10,
-        http=bounded_protocol(settings.header_timeout, settings.body_timeout),
-        loop=event_loop(),
-    )
+    config = uvicorn_config(app, header_timeout=settings.header_timeout,
+                            body_timeout=settings.body_timeout)
     logging.getLogger("segshuffle.shuffler").info(
         "shuffler listening on port %d", sock.getsockname()[1]
     )
