@@ -126,8 +126,8 @@ def _run_argv(entry: Entry) -> dict[str, float]:
                             cwd=ROOT, timeout=3600, check=False,
                             env={**os.environ, **entry.env})
     if result.returncode != 0:
-        raise RuntimeError(f"{entry.name} exited {result.returncode}: "
-                           f"{result.stderr.strip()[-500:]}")
+        raise RuntimeError(f"{entry.name} exited {result.returncode}:\n"
+                           f"{(result.stdout + result.stderr).strip()[-1500:]}")
     if entry.name == "demo":
         return {f"{name}": float(seconds)
                 for name, seconds in json.loads(result.stdout)["timings"].items()
@@ -225,20 +225,33 @@ def main(argv: list[str] | None = None) -> int:
     record = (json.loads(RECORD.read_text(encoding="utf-8")) if RECORD.exists()
               else {"entries": {}})
     record["machine"] = machine()
+    failed = []
     for index, name in enumerate(names, 1):
         print(f"[{index}/{len(names)}] {name} ...", file=sys.stderr, flush=True)
-        figures = measure(BY_NAME[name], args.repeats)
+        try:
+            figures = measure(BY_NAME[name], args.repeats)
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            print(f"{name}: failed, its figures are not updated: {exc}", file=sys.stderr)
+            failed.append(name)
+            continue
         record["entries"][name] = figures
         print(f"{name:20} wall {_seconds(figures['wall_s']):>8}  CPU "
               f"{_seconds(figures['cpu_s']):>8}  ({figures['runs']} runs)", flush=True)
-    if args.write:
-        record["entries"] = {e.name: record["entries"][e.name] for e in ENTRIES
-                             if e.name in record["entries"]}
-        RECORD.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        README.write_text(replace_block(README.read_text(encoding="utf-8"), render(record)),
-                          encoding="utf-8")
-        print(f"wrote {RECORD.relative_to(ROOT)} and the README table", file=sys.stderr)
-    return 0
+        if args.write:  # after every entry: a later failure loses nothing measured
+            write(record)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def write(record: dict[str, Any]) -> None:
+    """docs/timings.json (entries in table order) and the README's table from it."""
+    record["entries"] = {e.name: record["entries"][e.name] for e in ENTRIES
+                         if e.name in record["entries"]}
+    RECORD.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    README.write_text(replace_block(README.read_text(encoding="utf-8"), render(record)),
+                      encoding="utf-8")
+    print(f"wrote {RECORD.relative_to(ROOT)} and the README table", file=sys.stderr)
 
 
 if __name__ == "__main__":

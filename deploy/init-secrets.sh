@@ -2,7 +2,17 @@
 # Generate deploy/.env: the random bearer tokens the deployment authenticates with, and the
 # app operator's invitation issuer key (Ed25519, made with openssl).
 #
-#   COMPOSE_PROJECT_NAME           segshuffle (names of the containers and volumes)
+#   COMPOSE_PROJECT_NAME           segshuffle-<checkout>-<hash of its path> (names of the
+#                                  containers, networks and volumes: two checkouts on one
+#                                  host never share them; --project NAME chooses one)
+#   SEGSHUFFLE_*_PORT              the host ports compose publishes (server, shuffler, their
+#                                  TLS ports, the scale profile's balancer): the defaults
+#                                  8080/8081, 8443/8444, 8180/8181 plus the first offset in
+#                                  0, 10, .., 90 at which all six are free (--port-offset K)
+#   SEGSHUFFLE_SERVER_URL, SEGSHUFFLE_SHUFFLER_URL   the published plain-HTTP ports' URLs,
+#                                  which `segshuffle admin` takes as its --server/--shuffler
+#                                  defaults: `set -a; . deploy/.env; set +a` loads the tokens
+#                                  and the URLs into the shell
 #   SEGSHUFFLE_ADMIN_TOKEN         creates campaigns and reads results on the server
 #   SEGSHUFFLE_SHUFFLER_TOKEN      the shuffler's credential when it forwards batches to the server
 #   SEGSHUFFLE_OPERATOR_TOKEN      triggers the release of a round on the shuffler
@@ -21,13 +31,109 @@
 # It also writes the PostgreSQL role passwords and libpq password files of the `scale`
 # profile to deploy/secrets/ (database_secrets below), and makes the TLS profile's local CA and certificates in deploy/tls/certs
 # (deploy/tls/make-certs.sh; SEGSHUFFLE_TLS_DIR in the env file names the directory).
-# An existing file is kept (tokens stay stable across rebuilds; an issuer key is added if it
-# lacks one); pass --force to rotate everything.
+# An existing file is kept (tokens stay stable across rebuilds; an issuer key, the ports and
+# the URLs are added if it lacks them); --force rotates every secret but keeps the project
+# name and the ports, so the deployment's volumes stay its own.
+#
+# Usage: deploy/init-secrets.sh [--force] [--project NAME] [--port-offset K]
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 target="${SEGSHUFFLE_ENV_FILE:-${here}/.env}"
 keyfile="${SEGSHUFFLE_ISSUER_KEY_FILE:-$(dirname "$target")/issuer-key.pem}"
+
+force=()
+project=""
+port_offset=""
+while (( $# )); do
+    case "$1" in
+        --force) force=(--force) ;;
+        --project)
+            [[ $# -ge 2 && "$2" =~ ^[a-z0-9][a-z0-9_-]{0,62}$ ]] \
+                || { echo "[init-secrets] --project needs a name of lowercase letters, digits, - and _" >&2; exit 2; }
+            project="$2"; shift ;;
+        --port-offset)
+            [[ $# -ge 2 && "$2" =~ ^[0-9]{1,4}$ && "$2" -le 1000 ]] \
+                || { echo "[init-secrets] --port-offset needs a number from 0 to 1000" >&2; exit 2; }
+            port_offset="$2"; shift ;;
+        -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) echo "[init-secrets] unknown argument: $1 (--force, --project NAME, --port-offset K)" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+# The published ports and their defaults, in the order of deploy/compose.yaml.
+port_names=(SEGSHUFFLE_SERVER_PUBLISH_PORT SEGSHUFFLE_SHUFFLER_PUBLISH_PORT
+            SEGSHUFFLE_SERVER_TLS_PORT SEGSHUFFLE_SHUFFLER_TLS_PORT
+            SEGSHUFFLE_SCALE_SERVER_PORT SEGSHUFFLE_SCALE_SHUFFLER_PORT)
+port_defaults=(8080 8081 8443 8444 8180 8181)
+
+# A value of the existing env file ("" if it has none).
+existing() {
+    [[ -e "$target" ]] || return 0
+    grep "^$1=" "$target" | head -n 1 | cut -d= -f2- || true
+}
+
+# segshuffle-<directory name>-<6 hex digits of its absolute path>: the env file's directory
+# (deploy/ of the checkout) names the deployment, so two checkouts never share a project.
+default_project() {
+    local dir base hash
+    dir="$(cd "$(dirname "$target")" && pwd -P)"
+    base="$(basename "$(dirname "$dir")")"
+    [[ "$(basename "$dir")" == deploy ]] || base="$(basename "$dir")"
+    base="$(printf '%s' "$base" | tr 'A-Z' 'a-z' | tr -c 'a-z0-9_-' '-' | cut -c1-24)"
+    base="${base#-}"; base="${base%-}"
+    hash="$(printf '%s' "$dir" | sha256sum | cut -c1-6)"
+    printf 'segshuffle-%s%s\n' "${base:+$base-}" "$hash"
+}
+
+# Whether something accepts connections on the loopback port.
+port_in_use() {
+    (exec 3<> "/dev/tcp/127.0.0.1/$1") 2> /dev/null
+}
+
+# The first offset in 0, 10, .., 90 at which all six default ports are free (0 if none is).
+free_offset() {
+    local offset port busy
+    for offset in 0 10 20 30 40 50 60 70 80 90; do
+        busy=0
+        for port in "${port_defaults[@]}"; do
+            if port_in_use $((port + offset)); then busy=1; break; fi
+        done
+        (( busy )) || { echo "$offset"; return; }
+    done
+    echo 0
+}
+
+# The project and port lines: kept from the existing file, else chosen; prints them.
+deployment_lines() {
+    local name value index offset
+    name="${project:-$(existing COMPOSE_PROJECT_NAME)}"
+    name="${name:-$(default_project)}"
+    printf '# Compose project: containers, networks and volumes are named %s_* (or %s-*).\n' "$name" "$name"
+    printf 'COMPOSE_PROJECT_NAME=%s\n' "$name"
+    printf '# Host ports compose publishes (loopback; TLS: SEGSHUFFLE_TLS_BIND).\n'
+    offset="$port_offset"
+    for index in "${!port_names[@]}"; do
+        value="$(existing "${port_names[$index]}")"
+        if [[ -z "$value" || -n "$port_offset" ]]; then
+            [[ -n "$offset" ]] || offset="$(free_offset)"
+            value=$((port_defaults[index] + offset))
+        fi
+        printf '%s=%s\n' "${port_names[$index]}" "$value"
+    done
+}
+
+# The admin CLI's URLs from the port lines on stdin.
+url_lines() {
+    local lines server shuffler
+    lines="$(cat)"
+    server="$(printf '%s\n' "$lines" | grep '^SEGSHUFFLE_SERVER_PUBLISH_PORT=' | cut -d= -f2)"
+    shuffler="$(printf '%s\n' "$lines" | grep '^SEGSHUFFLE_SHUFFLER_PUBLISH_PORT=' | cut -d= -f2)"
+    printf '# segshuffle admin --server/--shuffler defaults (set -a; . deploy/.env; set +a).\n'
+    printf 'SEGSHUFFLE_SERVER_URL=http://127.0.0.1:%s\n' "$server"
+    printf 'SEGSHUFFLE_SHUFFLER_URL=http://127.0.0.1:%s\n' "$shuffler"
+}
 
 b64url() { base64 | tr '+/' '-_' | tr -d '=\n'; }
 
@@ -109,7 +215,7 @@ tls_certs() {
 }
 
 umask 077
-if [[ -e "$target" && "${1:-}" != "--force" ]]; then
+if [[ -e "$target" && ${#force[@]} -eq 0 ]]; then
     if ! grep -q '^SEGSHUFFLE_ISSUER_PUBLIC_KEY=' "$target"; then
         issuer_key >> "$target"
         printf '[init-secrets] added an invitation issuer key to %s (%s)\n' "$target" \
@@ -122,18 +228,28 @@ if [[ -e "$target" && "${1:-}" != "--force" ]]; then
         printf 'SEGSHUFFLE_SECRETS_DIR=%s\n' "$(cd "$(dirname "$target")" && pwd)/secrets" \
             >> "$target"
     fi
+    # Ports and URLs for a file from before they were written (its project name is kept;
+    # --project or --port-offset on an existing file rewrites those lines).
+    if [[ -n "$project$port_offset" ]] || ! grep -q '^SEGSHUFFLE_SERVER_URL=' "$target"; then
+        lines="$(deployment_lines)"
+        kept="$(grep -v -E '^(COMPOSE_PROJECT_NAME|SEGSHUFFLE_[A-Z_]*_PORT|SEGSHUFFLE_(SERVER|SHUFFLER)_URL)=|^# (Compose project|Host ports|segshuffle admin)' "$target" || true)"
+        { printf '%s\n' "$kept"; printf '%s\n' "$lines"; printf '%s\n' "$lines" | url_lines; } > "$target.tmp"
+        chmod 0600 "$target.tmp" && mv "$target.tmp" "$target"
+        printf '[init-secrets] %s: %s\n' "$target" "$(printf '%s' "$lines" | grep -v '^#' | tr '\n' ' ')" >&2
+    fi
     secret_files
     database_secrets
     tls_certs
     exit 0
 fi
 
+lines="$(deployment_lines)"
 tmp="$(mktemp "${target}.XXXXXX")"
 trap 'rm -f "$tmp"' EXIT
 {
     printf '# Generated by deploy/init-secrets.sh on %s. Do not commit.\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    printf '# Compose project name: containers and volumes are named segshuffle_*.\n'
-    printf 'COMPOSE_PROJECT_NAME=segshuffle\n'
+    printf '%s\n' "$lines"
+    printf '%s\n' "$lines" | url_lines
     printf 'SEGSHUFFLE_ADMIN_TOKEN=%s\n' "$(token)"
     printf 'SEGSHUFFLE_SHUFFLER_TOKEN=%s\n' "$(token)"
     printf 'SEGSHUFFLE_OPERATOR_TOKEN=%s\n' "$(token)"
@@ -145,6 +261,6 @@ trap 'rm -f "$tmp"' EXIT
 mv "$tmp" "$target"
 trap - EXIT
 secret_files
-database_secrets "$@"
-tls_certs "$@"
-printf '[init-secrets] wrote %s\n' "$target" >&2
+database_secrets "${force[@]}"
+tls_certs "${force[@]}"
+printf '[init-secrets] wrote %s: %s\n' "$target" "$(printf '%s' "$lines" | grep -v '^#' | tr '\n' ' ')" >&2

@@ -16,6 +16,7 @@ import importlib
 import importlib.util
 import os
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -306,7 +307,7 @@ def test_init_secrets_writes_private_random_tokens_and_keeps_them(tmp_path: Path
     tokens = [first[name] for name in sorted(SECRET_NAMES)]
     assert len(set(tokens)) == 3
     assert all(re.fullmatch(r"[A-Za-z0-9_-]{43}", token) for token in tokens)
-    assert first["COMPOSE_PROJECT_NAME"] == "segshuffle"
+    assert re.fullmatch(r"segshuffle-[a-z0-9_-]+-[0-9a-f]{6}", first["COMPOSE_PROJECT_NAME"])
     # A second run keeps the file; --force rotates every token.
     subprocess.run([str(DEPLOY / "init-secrets.sh")], check=True, capture_output=True, env=env)
     assert _read(target) == first
@@ -370,3 +371,123 @@ def test_no_token_is_passed_in_the_environment(compose: dict[str, Any], service:
     assert files and all(value.startswith("/run/secrets/") for value in files.values())
     names = {value.removeprefix("/run/secrets/") for value in files.values()}
     assert names == set(spec["secrets"]) and names <= set(compose["secrets"])
+
+
+# --- two deployments on one host -------------------------------------------------------------
+
+PORT_NAMES = ("SEGSHUFFLE_SERVER_PUBLISH_PORT", "SEGSHUFFLE_SHUFFLER_PUBLISH_PORT",
+              "SEGSHUFFLE_SERVER_TLS_PORT", "SEGSHUFFLE_SHUFFLER_TLS_PORT",
+              "SEGSHUFFLE_SCALE_SERVER_PORT", "SEGSHUFFLE_SCALE_SHUFFLER_PORT")
+
+
+def _init(env_file: Path, *flags: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(DEPLOY / "init-secrets.sh"), *flags], check=check,
+                          capture_output=True, text=True,
+                          env={**os.environ, "SEGSHUFFLE_ENV_FILE": str(env_file)})
+
+
+def _deployment(values: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in values.items()
+            if k == "COMPOSE_PROJECT_NAME" or k in PORT_NAMES or k.endswith("_URL")}
+
+
+def test_two_checkouts_get_their_own_project_name(tmp_path: Path) -> None:
+    """The project name was fixed (``segshuffle``), so a second checkout's ``up`` took over
+    the first one's containers and volumes."""
+    first, second = tmp_path / "a" / "deploy" / ".env", tmp_path / "b" / "deploy" / ".env"
+    for env_file in (first, second):
+        env_file.parent.mkdir(parents=True)
+        _init(env_file)
+    names = [_read(env_file)["COMPOSE_PROJECT_NAME"] for env_file in (first, second)]
+    assert names[0] != names[1]
+    assert names[0].startswith("segshuffle-a-") and names[1].startswith("segshuffle-b-")
+    _init(first)  # the same checkout keeps its name
+    assert _read(first)["COMPOSE_PROJECT_NAME"] == names[0]
+
+
+def test_ports_move_past_a_busy_one_and_the_admin_urls_follow(tmp_path: Path) -> None:
+    """With 8080..8081 (or any of the six) taken, the next free offset of 10 is chosen for
+    all six; the admin URLs name the chosen ports."""
+    import socket
+
+    taken = []
+    try:
+        for port in (8080, 8443):
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                sock.close()
+                continue  # already in use here: busy either way
+            sock.listen()
+            taken.append(sock)
+        env_file = tmp_path / ".env"
+        _init(env_file)
+    finally:
+        for sock in taken:
+            sock.close()
+    values = _read(env_file)
+    ports = [int(values[name]) for name in PORT_NAMES]
+    offset = ports[0] - 8080
+    assert offset > 0 and offset % 10 == 0
+    assert ports == [p + offset for p in (8080, 8081, 8443, 8444, 8180, 8181)]
+    assert values["SEGSHUFFLE_SERVER_URL"] == f"http://127.0.0.1:{ports[0]}"
+    assert values["SEGSHUFFLE_SHUFFLER_URL"] == f"http://127.0.0.1:{ports[1]}"
+
+
+def test_force_rotates_secrets_but_keeps_the_deployment(tmp_path: Path) -> None:
+    env_file = tmp_path / ".env"
+    _init(env_file, "--project", "mine", "--port-offset", "30")
+    before = _read(env_file)
+    assert before["COMPOSE_PROJECT_NAME"] == "mine"
+    assert before["SEGSHUFFLE_SERVER_PUBLISH_PORT"] == "8110"
+    _init(env_file, "--force")
+    after = _read(env_file)
+    assert _deployment(after) == _deployment(before)
+    assert after["SEGSHUFFLE_ADMIN_TOKEN"] != before["SEGSHUFFLE_ADMIN_TOKEN"]
+
+
+def test_an_env_file_from_before_gets_ports_and_urls_and_keeps_its_name(tmp_path: Path) -> None:
+    """Volumes belong to the project name: an existing file's name is never changed."""
+    env_file = tmp_path / ".env"
+    _init(env_file)
+    old = [line for line in env_file.read_text().splitlines()
+           if not re.match(r"(COMPOSE_PROJECT_NAME|SEGSHUFFLE_\w+_(PORT|URL))=", line)]
+    env_file.write_text("\n".join(["COMPOSE_PROJECT_NAME=segshuffle", *old]) + "\n")
+    tokens = {k: v for k, v in _read(env_file).items() if k.endswith("_TOKEN")}
+    _init(env_file)
+    values = _read(env_file)
+    assert values["COMPOSE_PROJECT_NAME"] == "segshuffle"
+    assert all(values[name] for name in PORT_NAMES)
+    assert values["SEGSHUFFLE_SERVER_URL"].startswith("http://127.0.0.1:")
+    assert {k: values[k] for k in tokens} == tokens
+    assert env_file.read_text().count("COMPOSE_PROJECT_NAME=") == 1
+
+
+@pytest.mark.parametrize("flags", [["--project", "Bad Name"], ["--project"],
+                                   ["--port-offset", "-1"], ["--port-offset", "x"],
+                                   ["--nope"]])
+def test_bad_arguments_are_one_line_and_exit_2(tmp_path: Path, flags: list[str]) -> None:
+    result = _init(tmp_path / ".env", *flags, check=False)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "[init-secrets]" in result.stderr
+    assert not (tmp_path / ".env").exists()
+
+
+def test_the_env_file_loads_into_a_shell_for_segshuffle_admin(tmp_path: Path) -> None:
+    """README/deploy README: ``set -a; . deploy/.env; set +a`` gives ``segshuffle admin``
+    its tokens and its URLs (the ports chosen for this deployment)."""
+    env_file = tmp_path / ".env"
+    _init(env_file, "--port-offset", "40")
+    script = (f"set -euo pipefail; set -a; . {shlex.quote(str(env_file))}; set +a; "
+              f"{shlex.quote(sys.executable)} -c 'import os; "
+              f"from segshuffle.cli.main import build_parser as b; "
+              f"a = b(\"admin\").parse_args([\"admin\", \"status\", \"x\"]); "
+              f"c = b(\"admin\").parse_args([\"admin\", \"campaign\", \"list\"]); "
+              f"print(a.shuffler, c.server, bool(os.environ[\"SEGSHUFFLE_ADMIN_TOKEN\"]))'")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEGSHUFFLE_")}
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["http://127.0.0.1:8121", "http://127.0.0.1:8120", "True"]

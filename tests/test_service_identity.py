@@ -40,3 +40,34 @@ def test_the_admin_client_says_it_was_given_the_other_service(tmp_path: Path) ->
         right = OperatorClient(server="http://testserver", admin_token=ADMIN_TOKEN,
                                http=services.server)
         assert right.campaign(CID).id == CID
+
+
+def test_an_https_url_at_a_plain_http_port_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--shuffler https://...`` at a plain HTTP listener: one line naming the likely cause
+    ("does not speak TLS (is it an http:// URL?)"), exit 2, not a bare ConnectError."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from segshuffle.cli.main import main
+
+    class Plain(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Plain)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        status = main(["admin", "status", "c", "--shuffler", f"https://127.0.0.1:{port}"])
+    finally:
+        server.shutdown()
+        server.server_close()
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"https://127.0.0.1:{port} does not speak TLS (is it an http:// URL?)" in err

@@ -82,9 +82,7 @@ def register(subparsers: Any) -> None:
         description="Fetch the server's Ed25519 document-signing public key with the admin "
                     "token (SEGSHUFFLE_ADMIN_TOKEN, or --token-file). Apps ship it as "
                     "server_key and refuse campaign views it did not sign.")
-    signing.add_argument("--server", default=admin_campaign.DEFAULT_SERVER, metavar="URL",
-                         help="the server's base URL, directly, not through the shuffler "
-                              f"(default {admin_campaign.DEFAULT_SERVER})")
+    admin_campaign.add_server_url(signing, ", directly, not through the shuffler")
     signing.add_argument("--token-file", metavar="FILE",
                          help="file holding the admin token (default: SEGSHUFFLE_ADMIN_TOKEN)")
     signing.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",

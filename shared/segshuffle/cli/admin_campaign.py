@@ -50,6 +50,11 @@ OPERATOR_TOKEN_ENV = "SEGSHUFFLE_OPERATOR_TOKEN"
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 DEFAULT_SHUFFLER = "http://127.0.0.1:8081"
+SERVER_URL_ENV = "SEGSHUFFLE_SERVER_URL"
+SHUFFLER_URL_ENV = "SEGSHUFFLE_SHUFFLER_URL"
+"""Where ``--server`` / ``--shuffler`` default from (deploy/init-secrets.sh writes both into
+deploy/.env with the deployment's published ports, so ``set -a; . deploy/.env; set +a``
+gives every admin command its URLs and tokens)."""
 DEFAULT_MIN_USERS = 100
 MAX_ITEMS_FILE_BYTES = 32 * 1024 * 1024
 DEFAULT_WATCH_TIMEOUT = 24 * 3600.0
@@ -63,17 +68,27 @@ BAR_WIDTH = 30
 def _common(server: bool, shuffler: bool, token: str | None) -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
     if server:
-        parent.add_argument("--server", default=DEFAULT_SERVER, metavar="URL",
-                            help=f"the server's base URL (default {DEFAULT_SERVER})")
+        add_server_url(parent)
     if shuffler:
-        parent.add_argument("--shuffler", default=DEFAULT_SHUFFLER, metavar="URL",
-                            help=f"the shuffler's base URL (default {DEFAULT_SHUFFLER})")
+        parent.add_argument("--shuffler", metavar="URL",
+                            default=os.environ.get(SHUFFLER_URL_ENV, "").strip()
+                            or DEFAULT_SHUFFLER,
+                            help=f"the shuffler's base URL (default ${SHUFFLER_URL_ENV}, "
+                                 f"else {DEFAULT_SHUFFLER})")
     if token:
         parent.add_argument("--token-file", metavar="FILE",
                             help=f"file holding the token (default: ${token})")
     add_ca_file(parent)
     parent.add_argument("--json", action="store_true", help="print JSON")
     return parent
+
+
+def add_server_url(parser: argparse.ArgumentParser, note: str = "") -> None:
+    """``--server URL``, default ``$SEGSHUFFLE_SERVER_URL``, else :data:`DEFAULT_SERVER`."""
+    parser.add_argument("--server", metavar="URL",
+                        default=os.environ.get(SERVER_URL_ENV, "").strip() or DEFAULT_SERVER,
+                        help=f"the server's base URL{note} (default ${SERVER_URL_ENV}, "
+                             f"else {DEFAULT_SERVER})")
 
 
 def add_ca_file(parser: argparse.ArgumentParser) -> None:
