@@ -51,7 +51,7 @@ def test_an_https_url_at_a_plain_http_port_says_so(capsys: pytest.CaptureFixture
     from segshuffle.cli.main import main
 
     class Plain(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             self.send_response(200)
             self.end_headers()
 
