@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import subprocess
 import sys
 
@@ -98,9 +99,14 @@ def test_an_invalid_campaign_is_said_in_the_command_lines_words(
                                             "--fake-tolerance: Input should be less than 1")
 
 
-def test_signing_key_defaults_its_server_like_every_admin_command() -> None:
+def test_signing_key_defaults_its_server_like_every_admin_command(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SEGSHUFFLE_SERVER_URL", raising=False)
     args = cli.build_parser("admin").parse_args(["admin", "signing-key"])
     assert args.server == "http://127.0.0.1:8080"
+    monkeypatch.setenv("SEGSHUFFLE_SERVER_URL", "http://127.0.0.1:8120")
+    for argv in (["admin", "signing-key"], ["admin", "campaign", "list"]):
+        assert cli.build_parser("admin").parse_args(argv).server == "http://127.0.0.1:8120"
 
 
 @pytest.mark.slow  # subprocesses importing the service stack
@@ -140,3 +146,6 @@ def test_the_readme_command_table_lists_every_flag(name: str) -> None:
     flags = [option for action in command._actions for option in action.option_strings
              if option.startswith("--") and option != "--help"]
     assert row and [flag for flag in flags if flag not in row] == []
+    # and the other way: no flag the command no longer has
+    written = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", row))
+    assert sorted(written - set(flags)) == []
