@@ -100,14 +100,19 @@ def test_n_min_is_the_ceiling_of_the_exact_product(users: int, tau: float) -> No
     n_min = rules.accounting_users(users, tau)
     exact = (1 - Fraction(repr(tau))) * users  # tau as its JSON text
     assert n_min >= exact and (n_min - 1 < exact or n_min == 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(users=st.integers(2, 10**6 - 1), tau=st.floats(0.0, 0.99))
+def test_the_optimizer_accounts_n_min_users(users: int, tau: float) -> None:
     assert optimize([users / 2, users / 2], [1.0, 2.0], 17, 1, 1e-6, dropout_tolerance=tau,
-                    blanket=1.0, lower_bounds=False).accounting_users == n_min if (
-        users >= 2 and users < 10**6) else True
+                    blanket=1.0, lower_bounds=False).accounting_users == \
+        rules.accounting_users(users, tau)
 
 
 @pytest.mark.parametrize("objective", ["paper-bound", "variance"])
-@pytest.mark.parametrize("users", [2, 3, 5, 8, pytest.param(13, marks=pytest.mark.slow),
-                                   pytest.param(20, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("users", [2, 3, *(pytest.param(n, marks=pytest.mark.slow)
+                                           for n in (5, 8, 13, 20))])
 def test_optimizer_finds_the_global_minimum_for_small_populations(users: int,
                                                                   objective: str) -> None:
     levels, counts = [1.0, 5.0], [users / 2, users / 2]
