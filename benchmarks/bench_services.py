@@ -578,7 +578,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="measured slices per phase (at least 2000 requests each)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true",
-                        help="print one JSON object on stdout")
+                        help="print one JSON object on one line of stdout")
     args = parser.parse_args(argv)
     if not args.users or not all(MIN_USERS <= n <= MAX_USERS for n in args.users):
         parser.error(f"--users must lie in [{MIN_USERS}, {MAX_USERS}]")
@@ -613,7 +613,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             report = {"configurations": {f"{d}/{n}": r for (d, n), r in results.items()},
                       "flatness": flat}
-        print(json.dumps(report, indent=2, allow_nan=False, default=float))
+        print(json.dumps(report, allow_nan=False, default=float, separators=(",", ":")))
         return 0
     for database, figures in flat.items():
         print(f"flatness ({database}): CPU-ms per submission at {figures['largest_users']} "

@@ -29,6 +29,7 @@ def test_tiny_run_prints_one_json_object_with_positive_figures(database: str) ->
          "--seal-workers", "2", "--databases", database, "--json", *extra],
         capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
+    assert len(result.stdout.splitlines()) == 1  # one line, for scripts
     report = json.loads(result.stdout)
     for key in (*HEADLINE, "bare_stored_cpu_ms_per_request"):
         assert _positive(report[key]), (key, report[key])

@@ -56,6 +56,10 @@ __all__ = [
     "Storage", "StorageError", "StoredMessage",
 ]
 
+LOOKUP_BATCH = 500
+"""Row keys per statement when a release reads a chunk's sealed messages (SQLite allows
+999 bound values in its most restrictive builds)."""
+
 _SCHEMA_1 = """
 CREATE TABLE IF NOT EXISTS tokens (
     token_hash BLOB PRIMARY KEY,
@@ -319,18 +323,29 @@ class Storage(SQLiteStore):
 
     def sealed_messages(self, campaign_id: str, round_number: int, stream: str,
                         row_keys: Sequence[bytes]) -> list[bytes]:
-        """The sealed messages under ``row_keys``, in that order."""
-        found: list[bytes] = []
+        """The sealed messages under ``row_keys``, in that order; StorageError if one of
+        them is not stored.
+
+        One statement per :data:`LOOKUP_BATCH` keys, ``row_key IN (...)`` over the keys in
+        ascending order: SQLite seeks the primary key once per key in its own loop, in key
+        order (neighbouring keys share B-tree pages), instead of one Python-level
+        statement per message.  The answer comes in key order and is put back in the
+        release order here; which keys a chunk holds is the same either way.
+        """
+        wanted = sorted(row_keys)
+        found: dict[bytes, bytes] = {}
+        prefix = ("SELECT row_key, ciphertext FROM pending WHERE campaign_id = ? AND "
+                  "round = ? AND stream = ? AND row_key IN (")
         with self._lock:
-            for key in row_keys:
-                row = self._db.execute(
-                    "SELECT ciphertext FROM pending WHERE campaign_id = ? AND round = ? "
-                    "AND stream = ? AND row_key = ?",
-                    (campaign_id, round_number, stream, key)).fetchone()
-                if row is None:
-                    raise StorageError(f"a stored message of stream {stream!r} is missing")
-                found.append(bytes(row[0]))
-        return found
+            for start in range(0, len(wanted), LOOKUP_BATCH):
+                part = wanted[start:start + LOOKUP_BATCH]
+                cursor = self._db.execute(prefix + ",".join("?" * len(part)) + ")",
+                                          (campaign_id, round_number, stream, *part))
+                found.update((bytes(key), bytes(sealed)) for key, sealed in cursor)
+        try:
+            return [found[key] for key in row_keys]
+        except KeyError:
+            raise StorageError(f"a stored message of stream {stream!r} is missing") from None
 
     def acknowledge(self, record: RoundRecord, stream: str, index: int) -> None:
         with self._transaction() as db:
