@@ -64,6 +64,7 @@ from harness import (
 from segshuffle.client.policy import ClientPolicy
 from segshuffle.client.retry import RetryPolicy
 from segshuffle.core import rules
+from segshuffle.testing.population import MAX_SOURCE_ADDRESSES, loopback_addresses
 
 MAX_USERS = 50_000
 MAX_REPEATS = 20
@@ -228,7 +229,7 @@ async def run_once(args: argparse.Namespace, workload: Workload, repeat: int,
                                     args.max_seconds + 3600),
             seed=None if args.seed is None else args.seed + repeat,
             concurrency=args.concurrency, timeout=args.request_timeout,
-            server_key=server_key,
+            server_key=server_key, source_addresses=args.sources,
             # Synthetic users hold exactly s items, so a campaign without padding ids
             # covers them (the client refuses a smaller set all the same).
             policy=ClientPolicy(allow_unpadded=not padding),
@@ -355,6 +356,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="timeout of one user request (the SDK retries transient failures)")
     load.add_argument("--release-timeout", type=float, default=600.0,
                       help="timeout of one release (shuffle, forward, server finishes round)")
+    load.add_argument("--source-addresses", type=int, default=1, metavar="K",
+                      help="spread the users over K loopback source addresses from "
+                           "127.0.0.2 (user i connects from the (i mod K)-th), so a "
+                           "balancer's per-address hashing and the shuffler's per-source "
+                           "rate limits see K clients; 1: the system's choice. Needs "
+                           "loopback targets; Docker's userland proxy hides the source")
     load.add_argument("--seed", type=int, default=None)
     load.add_argument("--progress", action="store_true",
                       help="a progress line per tenth of the users")
@@ -390,6 +397,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Workl
         parser.error("timeouts must be positive")
     if len(args.levels) != len(args.shares):
         parser.error("give one share per level")
+    if not 1 <= args.source_addresses <= MAX_SOURCE_ADDRESSES:
+        parser.error(f"--source-addresses must lie in [1, {MAX_SOURCE_ADDRESSES}]")
+    args.sources = (loopback_addresses(args.source_addresses)
+                    if args.source_addresses > 1 else [])
     try:
         args.server_url = check_target(args.server_url, allow_private=args.allow_private)
         args.shuffler_url = check_target(args.shuffler_url, allow_private=args.allow_private)

@@ -154,6 +154,8 @@ def test_summary_takes_medians_over_repeats_and_skips_missing() -> None:
     (["--levels", "1,x"], "comma-separated numbers"),
     (["--server-url", "http://8.8.8.8:8080"], "not a loopback address"),
     (["--release-timeout", "0"], "timeouts must be positive"),
+    (["--source-addresses", "0"], "--source-addresses must lie in"),
+    (["--source-addresses", "70000"], "--source-addresses must lie in"),
 ])
 def test_driver_refuses_bad_arguments(flags: list[str], message: str, tmp_path: Path) -> None:
     result = subprocess.run(
@@ -178,7 +180,8 @@ def test_local_services_run_both_rounds_end_to_end() -> None:
     """Real `segshuffle serve` processes on loopback, 60 users through both rounds."""
     result = subprocess.run(
         [str(LOADTEST / "local-services.sh"), "--users", "60", "--repeats", "2", "--json",
-         "--seed", "3", "--concurrency", "16", "--max-seconds", "240"],
+         "--seed", "3", "--concurrency", "16", "--max-seconds", "240",
+         "--source-addresses", "8"],
         capture_output=True, text=True, timeout=300,
         env={**os.environ, "PYTHON": sys.executable})
     assert result.returncode == 0, result.stderr[-3000:]

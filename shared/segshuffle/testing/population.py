@@ -42,6 +42,23 @@ from segshuffle.client.session import PublicCache, RetryPolicy
 
 Progress = Callable[[str, int, int], None]
 
+MAX_SOURCE_ADDRESSES = 65_536
+
+
+def loopback_addresses(count: int, first: str = "127.0.0.2") -> list[str]:
+    """``count`` consecutive IPv4 loopback addresses from ``first`` (Linux routes all of
+    127.0.0.0/8 to the loopback interface, so each can be a connection's source)."""
+    import ipaddress
+
+    start = ipaddress.IPv4Address(first)
+    if not 1 <= count <= MAX_SOURCE_ADDRESSES:
+        raise ValueError(f"give 1 to {MAX_SOURCE_ADDRESSES} source addresses, got {count}")
+    last = start + (count - 1)
+    network = ipaddress.IPv4Network("127.0.0.0/8")
+    if start not in network or last not in network or last == network.broadcast_address:
+        raise ValueError(f"{count} addresses from {first} leave 127.0.0.0/8")
+    return [str(start + offset) for offset in range(count)]
+
 
 def stderr_progress(phase: str, done: int, total: int) -> None:
     """Default progress report: one line to stderr per tenth of the users."""
@@ -97,6 +114,11 @@ class Population:
     shuffler with open enrollment."""
     local_address: str | None = None
     """Source address of the users' connections (e.g. 127.0.0.2 to tell them apart)."""
+    source_addresses: Sequence[str] = ()
+    """Spread the users over these source addresses instead (user i connects from address
+    i mod k, each address with its own connection pool), e.g. :func:`loopback_addresses`:
+    a balancer's per-address hashing and the shuffler's per-source rate limits then see
+    many users rather than one."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     timeout: float = 60.0
     cache_seconds: float = 1.0
@@ -111,7 +133,7 @@ class Population:
     progress: Progress | None = None
     users: list[UserRecord] = field(init=False)
     _clients: list[AsyncClient] = field(init=False)
-    _http: httpx.AsyncClient | None = field(init=False, default=None)
+    _pools: list[httpx.AsyncClient] = field(init=False, default_factory=list)
     _seeds: list[np.random.SeedSequence] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -145,34 +167,39 @@ class Population:
 
     # -- lifecycle -----------------------------------------------------------------------
     async def __aenter__(self) -> Population:
-        transport = httpx.AsyncHTTPTransport(local_address=self.local_address)
-        limits = httpx.Limits(max_connections=self.concurrency,
-                              max_keepalive_connections=self.concurrency)
-        self._http = httpx.AsyncClient(transport=transport, limits=limits,
-                                       timeout=self.timeout)
+        addresses: list[str | None] = list(self.source_addresses) or [self.local_address]
+        per_pool = max(1, -(-self.concurrency // len(addresses)))
+        limits = httpx.Limits(max_connections=per_pool, max_keepalive_connections=per_pool)
+        self._pools = [
+            httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(local_address=address),
+                              limits=limits, timeout=self.timeout)
+            for address in addresses]
         if self._clients:  # entered again (e.g. one event loop per round): keep the users
-            for client in self._clients:
-                client._http = self._http
+            for index, client in enumerate(self._clients):
+                client._http = self._pool_of(index)
             return self
         cache = PublicCache(self.cache_seconds)
         self._clients = [
             AsyncClient(self.shuffler_url, self.campaign_id,
-                        rng=np.random.default_rng(seed), retry=self.retry, http=self._http,
-                        cache=cache, allow_insecure=self.allow_insecure,
-                        policy=self.policy, server_key=self.server_key)
-            for seed in self._seeds
+                        rng=np.random.default_rng(seed), retry=self.retry,
+                        http=self._pool_of(index), cache=cache,
+                        allow_insecure=self.allow_insecure, policy=self.policy,
+                        server_key=self.server_key)
+            for index, seed in enumerate(self._seeds)
         ]
         return self
 
+    def _pool_of(self, user: int) -> httpx.AsyncClient:
+        return self._pools[user % len(self._pools)]
+
     async def __aexit__(self, *exc: object) -> None:
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
+        pools, self._pools = self._pools, []
+        await asyncio.gather(*(pool.aclose() for pool in pools))
 
     # -- phases --------------------------------------------------------------------------
     async def _run(self, phase: str, indices: Sequence[int],
                    job: Callable[[int], object]) -> PhaseTiming:
-        if self._http is None:
+        if not self._pools:
             raise ClientError("use the population as 'async with Population(...)'")
         gate = asyncio.Semaphore(self.concurrency)
         latencies: list[float] = []
