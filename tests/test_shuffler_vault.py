@@ -41,6 +41,25 @@ def test_sealed_rows_open_only_in_their_place(tmp_path: Path) -> None:
         other.open("c", 1, "levels", row, sealed)
 
 
+def test_a_chunk_opens_at_once_and_only_in_its_places(tmp_path: Path) -> None:
+    """``open_many`` (a release chunk, one associated-data prefix) opens exactly what
+    ``open`` opens, and refuses a row moved to another key, stream or round."""
+    key = RoundKeys(tmp_path).get("c", 2, create=True)
+    rows = [secrets.token_bytes(16) for _ in range(5)]
+    ciphertexts = [secrets.token_bytes(80) for _ in rows]
+    sealed = key.seal_many("c", 2, [("data", r, c) for r, c in zip(rows, ciphertexts,
+                                                                    strict=True)])
+    assert key.open_many("c", 2, "data", rows, sealed) == ciphertexts
+    assert key.open_many("c", 2, "data", [], []) == []
+    with pytest.raises(InvalidTag):
+        key.open_many("c", 2, "data", rows[::-1], sealed)  # rows swapped between keys
+    for place in (("c", 2, "levels"), ("c", 1, "data"), ("d", 2, "data")):
+        with pytest.raises(InvalidTag):
+            key.open_many(*place, rows, sealed)
+    with pytest.raises(ValueError):
+        key.open_many("c", 2, "data", rows[:4], sealed)
+
+
 def test_a_submission_draws_its_randomness_in_one_call(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The nonces of a whole submission come from one call to the OS generator (not one

@@ -240,8 +240,7 @@ class Releaser:
         row_keys = order.row_keys(start, start + record.chunk_size)
         sealed = self.storage.sealed_messages(record.campaign_id, record.round, stream,
                                               row_keys)
-        return [key.open(record.campaign_id, record.round, stream, row_key, stored)
-                for row_key, stored in zip(row_keys, sealed, strict=True)]
+        return key.open_many(record.campaign_id, record.round, stream, row_keys, sealed)
 
     def finish(self, record: RoundRecord, state: str = RELEASED,
                reason: str | None = None) -> RoundRecord:

@@ -341,7 +341,7 @@ class Storage(SQLiteStore):
                 part = wanted[start:start + LOOKUP_BATCH]
                 cursor = self._db.execute(prefix + ",".join("?" * len(part)) + ")",
                                           (campaign_id, round_number, stream, *part))
-                found.update((bytes(key), bytes(sealed)) for key, sealed in cursor)
+                found.update(cursor)  # (row key, sealed) pairs, both bytes
         try:
             return [found[key] for key in row_keys]
         except KeyError:

@@ -64,9 +64,15 @@ class RoundKey:
         self._rows = _derive(root, b"segshuffle/v1/shuffler/row", 32)
 
     @staticmethod
-    def _aad(campaign_id: str, round_number: int, stream: str, row_key: bytes) -> bytes:
+    def _aad_prefix(campaign_id: str, round_number: int, stream: str) -> bytes:
+        """The associated data of a stored row up to its row key, which ends it:
+        ``domain || campaign || 0 || round || 0 || stream || 0``."""
         return (_AAD_DOMAIN + campaign_id.encode() + b"\x00" + str(round_number).encode()
-                + b"\x00" + stream.encode() + b"\x00" + row_key)
+                + b"\x00" + stream.encode() + b"\x00")
+
+    @classmethod
+    def _aad(cls, campaign_id: str, round_number: int, stream: str, row_key: bytes) -> bytes:
+        return cls._aad_prefix(campaign_id, round_number, stream) + row_key
 
     def seal(self, campaign_id: str, round_number: int, stream: str, row_key: bytes,
              ciphertext: bytes) -> bytes:
@@ -90,8 +96,17 @@ class RoundKey:
     def open(self, campaign_id: str, round_number: int, stream: str, row_key: bytes,
              stored: bytes) -> bytes:
         """The submitted ciphertext back from its stored form (raises on tampering)."""
-        aad = self._aad(campaign_id, round_number, stream, row_key)
-        return self._seal.decrypt(stored[:NONCE_BYTES], stored[NONCE_BYTES:], aad)
+        (opened,) = self.open_many(campaign_id, round_number, stream, [row_key], [stored])
+        return opened
+
+    def open_many(self, campaign_id: str, round_number: int, stream: str,
+                  row_keys: Sequence[bytes], stored: Sequence[bytes]) -> list[bytes]:
+        """:meth:`open` of many rows of one stream (a release chunk): the associated
+        data's prefix is built once (raises on the first tampered row)."""
+        prefix = self._aad_prefix(campaign_id, round_number, stream)
+        decrypt = self._seal.decrypt
+        return [decrypt(row[:NONCE_BYTES], row[NONCE_BYTES:], prefix + key)
+                for key, row in zip(row_keys, stored, strict=True)]
 
     def row_keys(self, ciphertexts: Sequence[bytes]) -> list[bytes]:
         """The row key of each submitted ciphertext: HMAC-SHA256(K_row, ciphertext) cut to
