@@ -21,6 +21,7 @@ import json
 import os
 import platform
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -48,10 +49,10 @@ class Entry:
 
     name: str
     what: str
-    shown: str
-    """The command as the table shows it."""
     argv: list[str] = field(default_factory=list)
     """What runs (``segshuffle`` is the virtualenv's); empty for a custom runner."""
+    shown_as: str | None = None
+    """The command as the table shows it, where that is not ``argv`` itself."""
     repeats: int | None = None
     """Fixed number of runs (long entries run once); None: ``--repeats``."""
     default: bool = True
@@ -59,45 +60,44 @@ class Entry:
     env: dict[str, str] = field(default_factory=dict)
     """Environment added for the run."""
 
+    @property
+    def shown(self) -> str:
+        return self.shown_as if self.shown_as is not None else shlex.join(self.argv)
+
+
+def _optimize_1e6(*extra: str) -> list[str]:
+    return ["segshuffle", "optimize", "--users", "1000000", "--domain-size", "128",
+            "--set-size", "8", *extra, "--delta", "1e-8"]
+
 
 ENTRIES: list[Entry] = [
-    Entry("version", "start-up of the command line", "segshuffle --version",
-          ["segshuffle", "--version"], repeats=5),
+    Entry("version", "start-up of the command line", ["segshuffle", "--version"], repeats=5),
     Entry("optimize-example", "the README's optimize example (n = 5000, d = 17, s = 4)",
-          "segshuffle optimize --users 5000 --domain-size 17 --set-size 4 --levels 0.5,1,2 "
-          "--shares 0.25,0.5,0.25 --delta 2e-6",
           ["segshuffle", "optimize", "--users", "5000", "--domain-size", "17", "--set-size",
            "4", "--levels", "0.5,1,2", "--shares", "0.25,0.5,0.25", "--delta", "2e-6"]),
     Entry("optimize-1e6", "optimize at n = 1e6, d = 128, s = 8, K = 3 (both modes)",
-          "segshuffle optimize --users 1000000 --domain-size 128 --set-size 8 "
-          "--levels 0.5,1,2 --shares 0.25,0.5,0.25 --delta 1e-8",
-          ["segshuffle", "optimize", "--users", "1000000", "--domain-size", "128",
-           "--set-size", "8", "--levels", "0.5,1,2", "--shares", "0.25,0.5,0.25",
-           "--delta", "1e-8"]),
+          _optimize_1e6("--levels", "0.5,1,2", "--shares", "0.25,0.5,0.25")),
     Entry("optimize-1e6-k1000", "the same with K = 1000 levels in [0.5, 2], slot mode",
-          "segshuffle optimize --users 1000000 --domain-size 128 --set-size 8 "
-          "--levels <1000 levels> --shares <0.001 each> --delta 1e-8 --no-compare",
-          ["segshuffle", "optimize", "--users", "1000000", "--domain-size", "128",
-           "--set-size", "8", "--levels", K1000_LEVELS, "--shares", K1000_SHARES,
-           "--delta", "1e-8", "--no-compare"], repeats=1),
+          [*_optimize_1e6("--levels", K1000_LEVELS, "--shares", K1000_SHARES), "--no-compare"],
+          shown_as=" ".join([*_optimize_1e6("--levels", "<1000 levels>", "--shares",
+                                            "<0.001 each>"), "--no-compare"]),
+          repeats=1),
     Entry("audit-1e6", "one certified epsilon at n = 1e6, d = 128, s = 8",
-          "segshuffle audit --users 1000000 --domain-size 128 --set-size 8 --blanket 0.5 "
-          "--lam 0.5 --delta 1e-8",
           ["segshuffle", "audit", "--users", "1000000", "--domain-size", "128", "--set-size",
            "8", "--blanket", "0.5", "--lam", "0.5", "--delta", "1e-8"]),
     Entry("demo", "the main job: both services, 2000 users, both rounds",
-          "segshuffle demo", ["segshuffle", "demo", "--json"], repeats=1),
+          ["segshuffle", "demo", "--json"], shown_as="segshuffle demo", repeats=1),
     Entry("walkthrough", "the README's walkthrough, all eight steps (200 users)",
-          "README \"Walkthrough\", blocks in order", repeats=1),
+          shown_as="README \"Walkthrough\", blocks in order", repeats=1),
     Entry("fast-tests", "the README's test command (fast tier, 2 workers)",
-          "python -m pytest -n 2 -q -m 'not slow'",
           [sys.executable, "-m", "pytest", "-n", "2", "-q", "-m", "not slow", "-p",
-           "no:randomly"], repeats=1, default=False),
+           "no:randomly"], shown_as="python -m pytest -n 2 -q -m 'not slow'", repeats=1,
+          default=False),
     Entry("image-build", "every container image from scratch, base images included "
           "(CPU: the script's processes, not the Docker engine's build)",
-          "SEGSHUFFLE_REBUILD_BASE=1 deploy/build-images.sh --postgres",
-          ["bash", "deploy/build-images.sh", "--postgres"], repeats=1, default=False,
-          env={"SEGSHUFFLE_REBUILD_BASE": "1"}),
+          ["bash", "deploy/build-images.sh", "--postgres"],
+          shown_as="SEGSHUFFLE_REBUILD_BASE=1 deploy/build-images.sh --postgres", repeats=1,
+          default=False, env={"SEGSHUFFLE_REBUILD_BASE": "1"}),
 ]
 BY_NAME = {entry.name: entry for entry in ENTRIES}
 
