@@ -43,6 +43,8 @@ from segshuffle.client.session import PublicCache, RetryPolicy
 Progress = Callable[[str, int, int], None]
 
 MAX_SOURCE_ADDRESSES = 65_536
+POOL_CONNECTIONS = 8
+"""Connections per pool of the simulated users (see :meth:`Population.__aenter__`)."""
 
 
 def loopback_addresses(count: int, first: str = "127.0.0.2") -> list[str]:
@@ -168,12 +170,19 @@ class Population:
     # -- lifecycle -----------------------------------------------------------------------
     async def __aenter__(self) -> Population:
         addresses: list[str | None] = list(self.source_addresses) or [self.local_address]
-        per_pool = max(1, -(-self.concurrency // len(addresses)))
+        # Pools of at most POOL_CONNECTIONS connections, a multiple of the addresses in
+        # number (pool j connects from address j mod k, so user i from address i mod k):
+        # httpcore scans its whole pool on every request, so one pool of C connections
+        # costs O(C) per request and small pools keep that flat.
+        rounds = max(1, -(-self.concurrency // (POOL_CONNECTIONS * len(addresses))))
+        pools = len(addresses) * rounds
+        per_pool = max(1, -(-self.concurrency // pools))
         limits = httpx.Limits(max_connections=per_pool, max_keepalive_connections=per_pool)
         self._pools = [
-            httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(local_address=address),
-                              limits=limits, timeout=self.timeout)
-            for address in addresses]
+            httpx.AsyncClient(
+                transport=httpx.AsyncHTTPTransport(local_address=addresses[j % len(addresses)]),
+                limits=limits, timeout=self.timeout)
+            for j in range(pools)]
         if self._clients:  # entered again (e.g. one event loop per round): keep the users
             for index, client in enumerate(self._clients):
                 client._http = self._pool_of(index)
