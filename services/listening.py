@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import socket
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from .database import require_sqlite_directory
+from .observability import configure_logging
 from .timeouts import bounded_protocol, event_loop
 
 if TYPE_CHECKING:
     import uvicorn
+
+    from .configuration import ServiceSettings
+
+SettingsT = TypeVar("SettingsT", bound="ServiceSettings")
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -46,3 +54,29 @@ def uvicorn_config(app: Any, *, header_timeout: float, body_timeout: float) -> u
                           proxy_headers=False, server_header=False, date_header=False,
                           timeout_graceful_shutdown=10, loop=event_loop(),
                           http=bounded_protocol(header_timeout, body_timeout))
+
+
+def serve(name: str, settings: SettingsT, create_app: Callable[[SettingsT], Any]) -> int:
+    """Run one service until interrupted; returns the exit status.
+
+    The start-up order both services share: logging, a SQLite directory that must exist,
+    the port bound *before* ``create_app`` makes anything (a signing key, a database), so
+    a port in use leaves nothing behind; then ``NAME listening on port N`` (N the real
+    port, also for port 0, so a supervisor can find it) and uvicorn on that socket.
+    """
+    import uvicorn
+
+    configure_logging(settings.log_level, settings.log_format)
+    require_sqlite_directory(settings.database)
+    sock = listening_socket(settings.host, settings.port)
+    try:
+        app = create_app(settings)
+    except BaseException:
+        sock.close()
+        raise
+    server = uvicorn.Server(uvicorn_config(app, header_timeout=settings.header_timeout,
+                                           body_timeout=settings.body_timeout))
+    logging.getLogger(f"segshuffle.{name}").info("%s listening on port %d", name,
+                                                 sock.getsockname()[1])
+    server.run(sockets=[sock])
+    return 0
