@@ -7,6 +7,7 @@ made to fail it, so a test here cannot pass by checking nothing.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -22,6 +23,13 @@ from .figure_support import capture_saved_figures, collisions
 
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "docs" / "results"
 FIGURES = sorted(path.stem for path in RESULTS_DIR.glob("*.csv") if path.stem != "all")
+
+
+@pytest.fixture(autouse=True)
+def _close_figures() -> Iterator[None]:
+    """Every figure a test opens with pyplot is closed after it, whatever happened."""
+    yield
+    plt.close("all")
 
 
 def _results(items: int, levels: list[float]) -> Results:
@@ -91,37 +99,28 @@ def test_committed_figures_are_the_current_drawing() -> None:
 
 def test_checker_finds_a_legend_on_a_line_and_on_bars() -> None:
     figure, (left, right) = plt.subplots(1, 2)
-    try:
-        left.plot([0, 1], [0, 1], label="diagonal")
-        left.legend(loc="center")
-        right.bar([0, 1], [5, 5], label="bars")
-        right.legend(loc="center")
-        found = collisions(figure)
-    finally:
-        plt.close(figure)
+    left.plot([0, 1], [0, 1], label="diagonal")
+    left.legend(loc="center")
+    right.bar([0, 1], [5, 5], label="bars")
+    right.legend(loc="center")
+    found = collisions(figure)
     assert any("covers line 'diagonal'" in problem for problem in found)
     assert any("covers a bar" in problem for problem in found)
 
 
 def test_checker_finds_overprinted_tick_labels_and_a_clipped_legend() -> None:
     figure, ax = plt.subplots(figsize=(2, 2))
-    try:
-        ax.bar(range(4), [1, 2, 3, 4])
-        ax.set_xticks(range(4), ["a long label"] * 4)
-        ax.plot([0, 3], [0, 4], label="line")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.5, 1.0))
-        found = collisions(figure)
-    finally:
-        plt.close(figure)
+    ax.bar(range(4), [1, 2, 3, 4])
+    ax.set_xticks(range(4), ["a long label"] * 4)
+    ax.plot([0, 3], [0, 4], label="line")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.5, 1.0))
+    found = collisions(figure)
     assert any("tick labels" in problem for problem in found)
     assert any("outside the figure" in problem for problem in found)
 
 
 def test_checker_accepts_a_legend_beside_the_data() -> None:
     figure, ax = plt.subplots(layout="constrained")
-    try:
-        ax.plot([0, 1], [0, 1], label="diagonal")
-        figure.legend(loc="outside lower center")
-        assert collisions(figure) == []
-    finally:
-        plt.close(figure)
+    ax.plot([0, 1], [0, 1], label="diagonal")
+    figure.legend(loc="outside lower center")
+    assert collisions(figure) == []
