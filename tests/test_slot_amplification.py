@@ -18,6 +18,7 @@ from segshuffle.core import accounting
 from segshuffle.core.accounting import SlotBlanketBound, audit, user_delta, user_epsilon
 from segshuffle.core.optimizer import optimize
 from segshuffle.core.slot_groups import GroupsBound
+from segshuffle.core.slot_joint import JointView
 from segshuffle.core.slot_single import single_item_mixture
 
 from .full_view import slot_views
@@ -95,9 +96,27 @@ def test_single_item_bound_is_within_two_percent_of_exact(users: int, m: float,
     assert lower <= upper <= 1.02 * lower
 
 
+@pytest.mark.parametrize(("users", "m", "d", "lam", "s"), [
+    (5, 0.5, 4, 0.5, 2), (6, 1.5, 6, 0.3, 2), (8, 0.7, 7, 1.0, 2), (4, 0.6, 6, 0.4, 3),
+    (7, 1.0, 4, 0.6, 2)])
+def test_joint_view_is_the_exact_full_view_of_disjoint_sets(users: int, m: float, d: int,
+                                                             lam: float, s: int) -> None:
+    slots, gamma = users * math.ceil(m), m / math.ceil(m)
+    arrays = [_aligned(*slot_views(lam, users, m, d, tuple(range(s)),
+                                   tuple(range(s, 2 * s))))]
+    upper, lower = JointView(slots, gamma, d, s), JointView(slots, gamma, d, s, lower=True)
+    for level in (0.0, 0.5, 1.5, 3.0):
+        exact = _exact_delta(arrays, level)
+        assert lower.delta(level, lam) <= exact <= upper.delta(level, lam)
+        assert upper.delta(level, lam) == pytest.approx(exact, rel=1e-9)
+
+
 @pytest.mark.parametrize(("users", "m", "d", "lam", "delta"), [
-    (30, 0.6, 8, 0.5, 1e-3),
-    (25, 0.5, 12, 0.3, 1e-2),
+    # Before: no bound at all (the labelled groups showed the server every group's size).
+    (15, 0.6, 8, 0.5, 1e-3),
+    (20, 0.6, 8, 0.5, 1e-3),
+    pytest.param(30, 0.6, 8, 0.5, 1e-3, marks=pytest.mark.slow),
+    pytest.param(25, 0.5, 12, 0.3, 1e-2, marks=pytest.mark.slow),
     pytest.param(30, 1.5, 12, 0.3, 1e-3, marks=pytest.mark.slow),  # 60 slots to enumerate
 ])
 def test_two_items_small_population_is_within_one_and_a_half_of_exact(
@@ -107,6 +126,25 @@ def test_two_items_small_population_is_within_one_and_a_half_of_exact(
     upper = user_epsilon(lam, 2, delta, users, m, d)
     assert upper is not None, exact
     assert exact <= upper <= 1.5 * exact + 1e-9
+    lower = user_epsilon(lam, 2, delta, users, m, d, lower=True, hint=upper)
+    assert lower is not None and lower <= exact * (1 + 1e-4)  # the search: 1e-5 relative
+    if users * math.ceil(m) <= 40:  # the joint view of two disjoint sets is exhibited
+        assert lower >= 0.9 * exact
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("users", [15, 22, 30])
+@pytest.mark.parametrize(("m", "d"), [(0.4, 6), (0.8, 10)])
+@pytest.mark.parametrize("lam", [0.3, 1.0])
+def test_two_items_small_populations_always_have_a_bound(users: int, m: float, d: int,
+                                                         lam: float) -> None:
+    delta = 1e-3
+    arrays = [_aligned(*slot_views(lam, users, m, d, x, y)) for x, y in SET_RELATIONS[2]]
+    exact = _exact_epsilon(arrays, delta)
+    upper = user_epsilon(lam, 2, delta, users, m, d)
+    if exact < 30.0:
+        assert upper is not None, exact
+        assert exact <= upper <= 1.5 * exact + 1e-9
 
 
 def test_two_items_large_population_keeps_amplification() -> None:

@@ -52,7 +52,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import stats
 
-from . import slot_groups, validation
+from . import slot_groups, slot_joint, validation
 from .blanket import BlanketMode, parse_mode, require_blanket_rate
 from .full_view import single_item_full_view_delta, slot_view_lower_delta
 from .hockey_stick import (
@@ -70,6 +70,7 @@ from .privacy_loss import DEFAULT_STEP, BinLaw, ComposedLoss, composed_pair
 from .randomizers import blanket_probability, blanket_slots
 from .rules import MAX_BLANKET_RATE, MAX_LEVEL
 from .slot_groups import GroupsBound, group_geometry
+from .slot_joint import JointView, joint_view
 from .slot_single import SingleItemMixture, single_item_mixture
 
 #: Relative precision of the epsilon searches (the CLI contract asks for 1e-4).
@@ -228,7 +229,10 @@ class SlotAccountant:
 
     - one differing pair at most (S = min(s, d // 2) = 1): the exact mixture of
       :mod:`segshuffle.core.slot_single`;
-    - S >= 2: the labelled-groups bound of :mod:`segshuffle.core.slot_groups`
+    - S >= 2 and a blanket small enough to enumerate: the exact joint view of
+      :mod:`segshuffle.core.slot_joint`, the largest over k = 1..S differing items
+      (k = 1 by the single-item mixture);
+    - otherwise, S >= 2: the labelled-groups bound of :mod:`segshuffle.core.slot_groups`
       (where its pair is not degenerate and small enough to enumerate);
     - beside the groups (or alone), the revealed-send bound
       :class:`SlotBlanketBound`, sound at every gamma and the smaller one near
@@ -251,6 +255,7 @@ class SlotAccountant:
         self.pairs = min(set_size, domain_size // 2)
         self.single: SingleItemMixture | None = None
         self.groups: GroupsBound | None = None
+        self.joint: list[JointView] = []
         self.estimate: BinLaw | None = None
         self.step = step
         if step > DEFAULT_STEP and n_slots > 0 and gamma > 0.0 and self.pairs >= 1:
@@ -260,9 +265,15 @@ class SlotAccountant:
         if self.estimate is None and self.pairs == 1 and n_slots > 0:
             self.single = single_item_mixture(n_slots, gamma, domain_size)
         elif self.estimate is None and self.pairs >= 2 and n_slots > 0 and gamma > 0.0:
-            groups = GroupsBound(n_slots, gamma, domain_size, self.pairs, slack, step)
-            if groups.usable:
-                self.groups = groups
+            joint = [joint_view(n_slots, gamma, domain_size, k)
+                     for k in range(2, self.pairs + 1)]
+            if all(view.usable for view in joint):
+                self.joint = joint
+                self.single = single_item_mixture(n_slots, gamma, domain_size)
+            else:
+                groups = GroupsBound(n_slots, gamma, domain_size, self.pairs, slack, step)
+                if groups.usable:
+                    self.groups = groups
 
     @property
     def revealed(self) -> SlotBlanketBound:
@@ -279,6 +290,9 @@ class SlotAccountant:
         if self.estimate is not None:
             composed = composed_pair(self.estimate, lam, self.pairs, upper=True, step=self.step)
             return float(min(value, composed.delta(eps)))
+        if self.joint:
+            exact = max(view.delta(eps, lam) for view in self.joint)
+            return float(min(value, max(exact, self.single.delta(eps, lam))))
         if self.single is not None:
             value = min(value, self.single.delta(eps, lam))
         # At lambda = 1 nothing is subsampled: revealing who sent costs nothing, and the
@@ -301,6 +315,7 @@ def clear_caches() -> None:
     _slot_bound.cache_clear()
     single_item_mixture.cache_clear()
     slot_groups.clear_caches()
+    slot_joint.clear_caches()
     composed_pair.cache_clear()
     dominated_poisson_mean.cache_clear()
     _window.cache_clear()
@@ -360,7 +375,10 @@ def user_delta_lower(level: float, lam: float, set_size: int, users: int, m: flo
     :func:`segshuffle.core.full_view.slot_view_lower_delta` (exact for s = 1);
     for s = 1 and gamma < 1 the exact full view of
     :func:`segshuffle.core.full_view.single_item_full_view_delta` where its grid
-    is affordable (``full_view=False`` skips it: a cheaper, smaller lower bound).
+    is affordable, and for s >= 2, 2s <= d and gamma < 1 the joint view of two
+    disjoint sets (:mod:`segshuffle.core.slot_joint`, charged at the larger slot
+    counts) where it is small enough to enumerate (``full_view=False`` skips
+    both: a cheaper, smaller lower bound).
     Independent blanket: the exact composition, discretised optimistically.
     """
     mode = parse_mode(mode)
@@ -385,6 +403,11 @@ def user_delta_lower(level: float, lam: float, set_size: int, users: int, m: flo
         exact = single_item_full_view_delta(level, lam, n_slots, r, gamma)
         if exact is not None:
             value = max(value, exact)
+    elif n_slots > 0 and set_size >= 2 and 2 * set_size <= domain_size and full_view:
+        # Disjoint sets of s items: the joint view is exactly their full view.
+        view = joint_view(n_slots, gamma, domain_size, set_size, lower=True)
+        if view.usable:
+            value = max(value, view.delta(level, lam))
     return value
 
 
@@ -544,8 +567,11 @@ def _lower_epsilon(lam: float, set_size: int, delta: float, users: int, m: float
                                 full_view=full_view) - delta
 
     cheap = _smallest_feasible_level(lambda e: excess(e, False), hint, EPSILON_RTOL)
-    applies = (mode is BlanketMode.SLOTS and set_size == 1
-               and 0.0 < blanket_probability(m) < 1.0)
+    gamma = blanket_probability(m)
+    applies = mode is BlanketMode.SLOTS and 0.0 < gamma < 1.0 and (
+        set_size == 1 or (set_size >= 2 and 2 * set_size <= domain_size and joint_view(
+            blanket_geometry(users, m, domain_size, lower=True)[0], gamma, domain_size,
+            set_size, lower=True).usable))
     if not applies or cheap is None:
         return cheap
     return _smallest_feasible_level(lambda e: excess(e, True), hint, _FULL_VIEW_RTOL,

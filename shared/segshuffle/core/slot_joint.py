@@ -1,0 +1,341 @@
+"""Slot blanket, small populations: the exact joint view of k differing items.
+
+**Why.**  The labelled-groups bound (:mod:`segshuffle.core.slot_groups`) shows the
+server every group's size.  A group of a few slots that all landed on x_j then
+betrays the victim's message; in a population of 15 to 30 users that event has
+a probability of the order of the target delta, and the bound can fail to reach
+any epsilon where the true one is about 2.  Where the blanket is small, the
+divergence of the real view is cheap to compute exactly instead.
+
+**Claim.**  Let the victim's sets differ in k items, x_1..x_k against
+x'_1..x'_k (2k <= d distinct items), and let each x_j be sent with probability
+lambda (items common to both sets are sent alike in both worlds, independently
+of the rest: a post-processing, they drop out).  N blanket slots each carry,
+with probability gamma, an item uniform over the d items, else a null.  Let b be
+the number of slots on the d - 2k items outside the pairs.  Then
+
+    delta_k(E) = sum_b Binom(N, gamma (d - 2k) / d)(b) Delta_k(N - b)(E),
+
+where Delta_k(M) is the divergence of the counts c = (c_1..c_k, c'_1..c'_k) on
+the 2k active items when each of M slots lands on every active item with
+probability q = (gamma / d) / (1 - gamma + 2k gamma / d) and is a null
+otherwise:
+
+    P(c) = sum_{T subset of 1..k} lambda^|T| (1 - lambda)^(k - |T|) Mult_M(c - e_T),
+    Q(c) = the same with the shifts e'_T on the x'_j,
+    Delta_k(M)(E) = sum_c max(0, P(c) - e^E Q(c)).
+
+**Proof.**  As for one item (:mod:`segshuffle.core.slot_single`): b has the same
+law in both worlds and the server reads it off the histogram; its split over
+the outside items is uniform in both worlds and cancels from every likelihood
+ratio.  Given b, the other N - b slots are independently on each active item
+with probability q or a null, and the null count is the fixed total minus the
+rest, a function of (b, c).  An observed label with the same law in both worlds
+averages the divergence, with equality.  Exchanging x_j with x'_j maps P to Q,
+so D(P || Q) = D(Q || P).  Sets that differ in fewer than k items are the
+k' < k case, so the user's bound is the largest delta_k' over the k' that the
+set size and domain allow.
+
+**Bucketing and truncation.**  Delta_k(M) is non-increasing in M (one more
+independent slot with the same law in both worlds is a randomised map applied
+to both views).  An upper bound charges every b of a bucket [b_lo, b_hi] the
+view at M = N - b_hi and the mass of b above the window 1; a lower bound (an
+exhibited view) charges the bucket at M = N - b_lo and drops that mass.  Within
+one M the views with more than K active messages are left out: an upper bound
+charges their P-mass, at most Pr[Binomial(M, 2kq) > K - k], as 1.
+
+**Numerics.**  Every Mult_M value is a float64 product of exact integer
+log-factorials (a table) and two logarithms, relatively accurate to far better
+than ROUNDING; a value that underflows to 0 costs at most the tiny
+UNDERFLOW per atom, added to upper bounds.  A term P - e^E Q is only counted
+where it is positive, so its rounding error is at most ROUNDING (P + e^E Q) <=
+2 ROUNDING P; terms that rounding could have dropped are charged the same way.
+Upper bounds add ROUNDING * 2 * (P-mass counted or near the threshold);
+lower bounds subtract it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from scipy import special
+
+#: The most 4-byte words (views times shifts, over every bucket) one joint view may
+#: store: at most about 50 MB, of which a couple are cached at a time.
+MAX_VALUES = 12_000_000
+
+#: P-mass a bucket's truncation at K may leave out (charged 1 in upper bounds).
+VIEW_TAIL = 1e-13
+
+#: Mass of b above the summed window (charged 1 in upper bounds).
+BUCKET_TAIL = 1e-13
+
+#: Where the window of b is at most this wide, every b is a bucket of its own.
+EXACT_WIDTH = 48
+
+#: Bucket edges, in standard deviations of b from its mean, for wider windows.
+BUCKET_EDGES = (-7.0, -4.0, -3.0, -2.4, -2.0, -1.6, -1.3, -1.0, -0.8, -0.6, -0.4, -0.2,
+                0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.3, 1.6, 2.0, 2.4, 3.0, 3.6, 4.3, 5.0,
+                6.0, 7.0, 8.5)
+
+#: Relative rounding error charged per counted term (module docstring, "Numerics").
+ROUNDING = 1e-11
+
+#: Mass an underflowed multinomial value may have lost, per atom and shift.
+UNDERFLOW = 1e-300
+
+
+def compositions_up_to(parts: int, total: int) -> np.ndarray:
+    """Every vector of ``parts`` non-negative integers with sum at most ``total`` (rows)."""
+    rows = np.zeros((1, 0), dtype=np.int64)
+    for _ in range(parts):
+        used = rows.sum(axis=1)
+        room = total - used + 1  # each row may take 0..room-1 in the next coordinate
+        starts = np.repeat(np.cumsum(room) - room, room)
+        nxt = np.arange(int(room.sum()), dtype=np.int64) - starts
+        rows = np.concatenate((np.repeat(rows, room, axis=0), nxt[:, None]), axis=1)
+    return rows
+
+
+def composition_rank(rows: np.ndarray, total: int) -> np.ndarray:
+    """The index of every row in :func:`compositions_up_to` (lexicographic order).
+
+    Vectors of length p with sum at most t number C(t + p, p), so the vectors that
+    agree with v before coordinate i and are smaller there number
+    sum_{a < v_i} C(R_i - a + p_i, p_i) = C(R_i + p_i + 1, p_i + 1) - C(R_i - v_i + p_i + 1,
+    p_i + 1), with p_i = n - i - 1 coordinates after it and R_i = total minus the prefix sum.
+    """
+    parts = rows.shape[1]
+    top = total + parts + 1
+    table = np.zeros((top + 1, parts + 1), dtype=np.int64)
+    for a in range(top + 1):
+        for b in range(min(a, parts) + 1):
+            table[a, b] = math.comb(a, b)
+    rank = np.zeros(rows.shape[0], dtype=np.int64)
+    room = np.full(rows.shape[0], total, dtype=np.int64)
+    for i in range(parts):
+        after = parts - i - 1
+        rank += table[room + after + 1, after + 1] - table[room - rows[:, i] + after + 1,
+                                                          after + 1]
+        room -= rows[:, i]
+    return rank
+
+
+def atom_count(parts: int, total: int) -> int:
+    """len(compositions_up_to(parts, total)) = C(total + parts, parts)."""
+    return math.comb(total + parts, parts)
+
+
+@dataclass(frozen=True)
+class _Bucket:
+    """One charged slot count M: the views' blanket probabilities and where shifts lead.
+
+    ``blanket[i]`` is Mult_M of view i (index -1 holds a 0 for shifts that leave the
+    enumeration or the non-negative counts); ``shifted_p[T][i]`` is the index of
+    view i minus e_T (T a bitmask over the x_j), ``shifted_q[T][i]`` the same on the
+    x'_j, so P(view i) = sum_T lambda^|T| (1 - lambda)^(k - |T|) blanket[shifted_p[T][i]].
+    """
+
+    weight: float
+    slots: int
+    blanket: np.ndarray
+    shifted_p: np.ndarray
+    shifted_q: np.ndarray
+    sizes: np.ndarray  # |T| for every bitmask T
+    truncated: float  # P-mass of the views left out (upper bound on it)
+
+
+def upper_quantile(trials: int, p: float, tail: float) -> int:
+    """The smallest j in [0, trials] with Pr[Binomial(trials, p) > j] <= ``tail``."""
+    lo, hi = 0, trials  # Pr[> trials] = 0 <= tail
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if special.bdtrc(mid, trials, p) <= tail:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _window(n_slots: int, q_out: float, lower: bool) -> tuple[list[tuple[int, int]], float]:
+    """Buckets [(b_lo, b_hi)] covering b ~ Binomial(N, q_out) up to the window's top.
+
+    Also returns the mass above the window that an upper bound charges 1.
+    """
+    if q_out <= 0.0 or n_slots == 0:
+        return [(0, 0)], 0.0
+    mean = n_slots * q_out
+    sd = math.sqrt(n_slots * q_out * (1.0 - q_out))
+    hi = upper_quantile(n_slots, q_out, BUCKET_TAIL)
+    above = float(special.bdtrc(hi, n_slots, q_out)) if hi < n_slots else 0.0
+    lo = max(0, math.floor(mean + BUCKET_EDGES[0] * sd))
+    if hi - lo + 1 <= EXACT_WIDTH:
+        tops = list(range(lo, hi + 1))
+    else:
+        tops = sorted({min(hi, max(lo, math.floor(mean + z * sd))) for z in BUCKET_EDGES}
+                      | {hi})
+    buckets, start = [], 0
+    for top in tops:
+        if top >= start:
+            buckets.append((start, top))
+            start = top + 1
+    return buckets, (0.0 if lower else above)
+
+
+def _view_total(slots: int, rate: float, pairs: int) -> tuple[int, float]:
+    """K: the most active messages enumerated, and the P-mass left out above it."""
+    if slots == 0 or rate <= 0.0:
+        return pairs, 0.0
+    spread = min(1.0, 2 * pairs * rate)
+    blanket = upper_quantile(slots, spread, VIEW_TAIL)
+    left = float(special.bdtrc(blanket, slots, spread)) if blanket < slots else 0.0
+    return blanket + pairs, left
+
+
+@lru_cache(maxsize=64)
+def _log_factorials(top: int) -> np.ndarray:
+    return special.gammaln(np.arange(top + 2, dtype=np.float64) + 1.0)
+
+
+def _multinomial(counts: np.ndarray, slots: int, rate: float, null_rate: float) -> np.ndarray:
+    """Mult_M(counts) with M = ``slots`` over the active items (rate each) and the nulls."""
+    total = counts.sum(axis=1)
+    valid = (counts >= 0).all(axis=1) & (total <= slots)
+    safe = np.where(valid[:, None], counts, 0)
+    nulls = np.where(valid, slots - total, 0)
+    table = _log_factorials(max(slots, int(safe.max(initial=0))))
+    log_value = (table[slots] - table[safe].sum(axis=1) - table[nulls]
+                 + special.xlogy(total, rate) + special.xlogy(nulls, null_rate))
+    with np.errstate(under="ignore"):
+        return np.where(valid, np.exp(log_value), 0.0)
+
+
+def _bucket(weight: float, slots: int, gamma: float, domain_size: int, pairs: int,
+            total: int, truncated: float) -> _Bucket:
+    inside = (1.0 - gamma) + 2.0 * pairs * gamma / domain_size
+    rate = (gamma / domain_size) / inside
+    null_rate = (1.0 - gamma) / inside
+    views = compositions_up_to(2 * pairs, total)
+    blanket = np.append(_multinomial(views, slots, rate, null_rate), 0.0)
+    masks = np.arange(1 << pairs)
+    bits = (masks[:, None] >> np.arange(pairs)[None, :]) & 1  # (2^k, k)
+
+    def indices(shift: np.ndarray) -> np.ndarray:
+        moved = views - shift
+        valid = (moved >= 0).all(axis=1)
+        return np.where(valid, composition_rank(np.where(valid[:, None], moved, 0), total),
+                        -1).astype(np.int32)
+
+    zeros = np.zeros_like(bits)
+    shifted_p = np.stack([indices(np.concatenate((b, z))) for b, z in zip(bits, zeros,
+                                                                          strict=True)])
+    shifted_q = np.stack([indices(np.concatenate((z, b))) for b, z in zip(bits, zeros,
+                                                                          strict=True)])
+    return _Bucket(weight, slots, blanket, shifted_p, shifted_q, bits.sum(axis=1), truncated)
+
+
+@lru_cache(maxsize=2)
+def _buckets(n_slots: int, gamma: float, domain_size: int, pairs: int, lower: bool
+             ) -> tuple[_Bucket, ...]:
+    """The enumerated buckets of one joint view (large: few are kept)."""
+    plan = joint_view(n_slots, gamma, domain_size, pairs, lower)
+    if not plan.usable:
+        raise ValueError(f"{plan.values} stored values exceed the budget of {MAX_VALUES}")
+    return tuple(_bucket(weight, slots, gamma, domain_size, pairs, total, truncated)
+                 for weight, slots, total, truncated in plan.plan if weight > 0.0)
+
+
+@lru_cache(maxsize=4)
+def _masses(n_slots: int, gamma: float, domain_size: int, pairs: int, lower: bool,
+            lam: float) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    """(P, Q) of every bucket's views at rate ``lam``."""
+    out = []
+    for bucket in _buckets(n_slots, gamma, domain_size, pairs, lower):
+        mix = lam ** bucket.sizes * (1.0 - lam) ** (pairs - bucket.sizes)
+        p = sum(w * bucket.blanket[i] for w, i in zip(mix, bucket.shifted_p, strict=True))
+        q = sum(w * bucket.blanket[i] for w, i in zip(mix, bucket.shifted_q, strict=True))
+        out.append((p, q))
+    return tuple(out)
+
+
+@dataclass
+class JointView:
+    """delta_k of the module docstring for one (N, gamma, d, k): upper or lower bound.
+
+    The object holds only the plan (buckets, their weights, slot counts and view
+    totals); the enumerated views live in small module caches, so accountants that
+    keep many joint views keep little memory.
+    """
+
+    n_slots: int
+    gamma: float
+    domain_size: int
+    pairs: int
+    lower: bool = False
+
+    def __post_init__(self) -> None:
+        n, d, k = self.n_slots, self.domain_size, self.pairs
+        if not (k >= 1 and 2 * k <= d and 0.0 < self.gamma <= 1.0 and n >= 0):
+            raise ValueError(f"no joint view for N={n}, gamma={self.gamma}, d={d}, k={k}")
+        q_out = self.gamma * (d - 2 * k) / d
+        inside = (1.0 - self.gamma) + 2.0 * k * self.gamma / d
+        rate = (self.gamma / d) / inside
+        buckets, self.above = _window(n, q_out, self.lower)
+        plan, atoms = [], 0
+        for b_lo, b_hi in buckets:
+            if q_out > 0.0:
+                weight = float(special.bdtr(b_hi, n, q_out)
+                               - (special.bdtr(b_lo - 1, n, q_out) if b_lo > 0 else 0.0))
+            else:
+                weight = 1.0
+            slots = n - (b_lo if self.lower else b_hi)
+            total, truncated = _view_total(slots, rate, k)
+            plan.append((max(weight, 0.0), slots, total, truncated))
+            atoms += atom_count(2 * k, total)
+        self.atoms = atoms
+        self.values = atoms * ((2 << k) + 1)  # 4-byte indices, two per 8-byte value
+        self.plan = tuple(plan)
+
+    @property
+    def usable(self) -> bool:
+        """Whether the enumeration fits the MAX_VALUES budget."""
+        return self.values <= MAX_VALUES
+
+    def delta(self, eps: float, lam: float) -> float:
+        """delta_k(E) at rate ``lam``: an upper bound, or with ``lower`` a lower bound."""
+        if lam == 0.0:
+            return 0.0
+        key = (self.n_slots, self.gamma, self.domain_size, self.pairs, self.lower)
+        scale = math.exp(eps)
+        counted = near = 0.0
+        parts = []
+        for bucket, (p, q) in zip(_buckets(*key), _masses(*key, lam), strict=True):
+            gap = p - scale * q
+            parts.append(bucket.weight * float(np.sum(gap[gap > 0.0])))
+            # Terms rounding could have moved across zero count towards the error too.
+            near += bucket.weight * float(np.sum(p[gap > -2.0 * ROUNDING * (p + scale * q)]))
+            if not self.lower:
+                counted += bucket.weight * (bucket.truncated
+                                            + UNDERFLOW * p.size * (1 << self.pairs))
+        value = math.fsum(parts)
+        error = 2.0 * ROUNDING * near
+        if self.lower:
+            return max(0.0, value - error)
+        return min(1.0, value + error + counted + self.above)
+
+
+@lru_cache(maxsize=256)
+def joint_view(n_slots: int, gamma: float, domain_size: int, pairs: int,
+               lower: bool = False) -> JointView:
+    """The (cached) plan of the joint view of ``pairs`` differing items, N slots, rate gamma."""
+    return JointView(n_slots, gamma, domain_size, pairs, lower)
+
+
+def clear_caches() -> None:
+    """Forget the cached plans, enumerations and masses (cold benchmarks)."""
+    joint_view.cache_clear()
+    _buckets.cache_clear()
+    _masses.cache_clear()
