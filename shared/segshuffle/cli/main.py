@@ -115,7 +115,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         args = parser.parse_args(arguments)
-        return int(args.handler(args) or 0)
+        status = int(args.handler(args) or 0)
+        # Write buffered output now, inside this handler: a closed pipe met at the
+        # interpreter's exit flush would print a traceback-like warning instead.
+        sys.stdout.flush()
+        return status
     except BrokenPipeError:
         # The reader went away (``segshuffle optimize ... | head``): say so once on stderr,
         # and keep the interpreter from tripping over the closed stdout at exit.
