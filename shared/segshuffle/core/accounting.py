@@ -231,7 +231,7 @@ class SlotAccountant:
       :mod:`segshuffle.core.slot_single`;
     - S >= 2 and a blanket small enough to enumerate: the exact joint view of
       :mod:`segshuffle.core.slot_joint`, the largest over k = 1..S differing items
-      (k = 1 by the single-item mixture);
+      (the full view up to its buckets, so nothing else is computed);
     - otherwise, S >= 2: the labelled-groups bound of :mod:`segshuffle.core.slot_groups`
       (where its pair is not degenerate and small enough to enumerate);
     - beside the groups (or alone), the revealed-send bound
@@ -266,10 +266,9 @@ class SlotAccountant:
             self.single = single_item_mixture(n_slots, gamma, domain_size)
         elif self.estimate is None and self.pairs >= 2 and n_slots > 0 and gamma > 0.0:
             joint = [joint_view(n_slots, gamma, domain_size, k)
-                     for k in range(2, self.pairs + 1)]
+                     for k in range(1, self.pairs + 1)]
             if all(view.usable for view in joint):
                 self.joint = joint
-                self.single = single_item_mixture(n_slots, gamma, domain_size)
             else:
                 groups = GroupsBound(n_slots, gamma, domain_size, self.pairs, slack, step)
                 if groups.usable:
@@ -286,13 +285,12 @@ class SlotAccountant:
         """An upper bound on delta_user(E) at rate ``lam`` (before the certified margins)."""
         if lam == 0.0 or self.pairs == 0:
             return 0.0
+        if self.joint:  # the full view itself, up to the buckets: nothing to add
+            return float(max(view.delta(eps, lam) for view in self.joint))
         value = self.revealed.user_delta(eps, lam)
         if self.estimate is not None:
             composed = composed_pair(self.estimate, lam, self.pairs, upper=True, step=self.step)
             return float(min(value, composed.delta(eps)))
-        if self.joint:
-            exact = max(view.delta(eps, lam) for view in self.joint)
-            return float(min(value, max(exact, self.single.delta(eps, lam))))
         if self.single is not None:
             value = min(value, self.single.delta(eps, lam))
         # At lambda = 1 nothing is subsampled: revealing who sent costs nothing, and the

@@ -63,9 +63,9 @@ from functools import lru_cache
 import numpy as np
 from scipy import special
 
-#: The most 4-byte words (views times shifts, over every bucket) one joint view may
-#: store: at most about 50 MB, of which a couple are cached at a time.
-MAX_VALUES = 12_000_000
+#: The most float64 values (views times 2 (k + 1) polynomial terms, over every bucket) one
+#: joint view may store: at most about 64 MB, of which a couple are cached at a time.
+MAX_VALUES = 8_000_000
 
 #: P-mass a bucket's truncation at K may leave out (charged 1 in upper bounds).
 VIEW_TAIL = 1e-13
@@ -131,20 +131,17 @@ def atom_count(parts: int, total: int) -> int:
 
 @dataclass(frozen=True)
 class _Bucket:
-    """One charged slot count M: the views' blanket probabilities and where shifts lead.
+    """One charged slot count M: the views' masses as polynomials in lambda.
 
-    ``blanket[i]`` is Mult_M of view i (index -1 holds a 0 for shifts that leave the
-    enumeration or the non-negative counts); ``shifted_p[T][i]`` is the index of
-    view i minus e_T (T a bitmask over the x_j), ``shifted_q[T][i]`` the same on the
-    x'_j, so P(view i) = sum_T lambda^|T| (1 - lambda)^(k - |T|) blanket[shifted_p[T][i]].
+    ``p_terms[j][i]`` = sum over the j-subsets T of the x_j of Mult_M(view i - e_T),
+    ``q_terms`` the same on the x'_j, so that
+    P(view i) = sum_j lambda^j (1 - lambda)^(k - j) p_terms[j][i], and Q alike.
     """
 
     weight: float
     slots: int
-    blanket: np.ndarray
-    shifted_p: np.ndarray
-    shifted_q: np.ndarray
-    sizes: np.ndarray  # |T| for every bitmask T
+    p_terms: np.ndarray
+    q_terms: np.ndarray
     truncated: float  # P-mass of the views left out (upper bound on it)
 
 
@@ -229,12 +226,13 @@ def _bucket(weight: float, slots: int, gamma: float, domain_size: int, pairs: in
         return np.where(valid, composition_rank(np.where(valid[:, None], moved, 0), total),
                         -1).astype(np.int32)
 
-    zeros = np.zeros_like(bits)
-    shifted_p = np.stack([indices(np.concatenate((b, z))) for b, z in zip(bits, zeros,
-                                                                          strict=True)])
-    shifted_q = np.stack([indices(np.concatenate((z, b))) for b, z in zip(bits, zeros,
-                                                                          strict=True)])
-    return _Bucket(weight, slots, blanket, shifted_p, shifted_q, bits.sum(axis=1), truncated)
+    p_terms = np.zeros((pairs + 1, len(views)))
+    q_terms = np.zeros((pairs + 1, len(views)))
+    for bit, zero in zip(bits, np.zeros_like(bits), strict=True):
+        size = int(bit.sum())
+        p_terms[size] += blanket[indices(np.concatenate((bit, zero)))]
+        q_terms[size] += blanket[indices(np.concatenate((zero, bit)))]
+    return _Bucket(weight, slots, p_terms, q_terms, truncated)
 
 
 @lru_cache(maxsize=2)
@@ -250,15 +248,13 @@ def _buckets(n_slots: int, gamma: float, domain_size: int, pairs: int, lower: bo
 
 @lru_cache(maxsize=4)
 def _masses(n_slots: int, gamma: float, domain_size: int, pairs: int, lower: bool,
-            lam: float) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
-    """(P, Q) of every bucket's views at rate ``lam``."""
-    out = []
-    for bucket in _buckets(n_slots, gamma, domain_size, pairs, lower):
-        mix = lam ** bucket.sizes * (1.0 - lam) ** (pairs - bucket.sizes)
-        p = sum(w * bucket.blanket[i] for w, i in zip(mix, bucket.shifted_p, strict=True))
-        q = sum(w * bucket.blanket[i] for w, i in zip(mix, bucket.shifted_q, strict=True))
-        out.append((p, q))
-    return tuple(out)
+            lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """(P, Q) of every view at rate ``lam``, each bucket's weighted by its probability."""
+    sizes = np.arange(pairs + 1)
+    mix = lam ** sizes * (1.0 - lam) ** (pairs - sizes)
+    buckets = _buckets(n_slots, gamma, domain_size, pairs, lower)
+    return (np.concatenate([bucket.weight * (mix @ bucket.p_terms) for bucket in buckets]),
+            np.concatenate([bucket.weight * (mix @ bucket.q_terms) for bucket in buckets]))
 
 
 @dataclass
@@ -296,7 +292,12 @@ class JointView:
             plan.append((max(weight, 0.0), slots, total, truncated))
             atoms += atom_count(2 * k, total)
         self.atoms = atoms
-        self.values = atoms * ((2 << k) + 1)  # 4-byte indices, two per 8-byte value
+        self.values = atoms * 2 * (k + 1)
+        #: What an upper bound charges beyond the enumerated views: b above the window,
+        #: each bucket's views above K, and any underflowed multinomial value.
+        self.left_out = 0.0 if self.lower else (self.above + sum(
+            weight * (truncated + UNDERFLOW * atom_count(2 * k, total) * (1 << k))
+            for weight, _, total, truncated in plan))
         self.plan = tuple(plan)
 
     @property
@@ -308,23 +309,16 @@ class JointView:
         """delta_k(E) at rate ``lam``: an upper bound, or with ``lower`` a lower bound."""
         if lam == 0.0:
             return 0.0
-        key = (self.n_slots, self.gamma, self.domain_size, self.pairs, self.lower)
-        scale = math.exp(eps)
-        counted = near = 0.0
-        parts = []
-        for bucket, (p, q) in zip(_buckets(*key), _masses(*key, lam), strict=True):
-            gap = p - scale * q
-            parts.append(bucket.weight * float(np.sum(gap[gap > 0.0])))
-            # Terms rounding could have moved across zero count towards the error too.
-            near += bucket.weight * float(np.sum(p[gap > -2.0 * ROUNDING * (p + scale * q)]))
-            if not self.lower:
-                counted += bucket.weight * (bucket.truncated
-                                            + UNDERFLOW * p.size * (1 << self.pairs))
-        value = math.fsum(parts)
-        error = 2.0 * ROUNDING * near
+        p, q = _masses(self.n_slots, self.gamma, self.domain_size, self.pairs, self.lower,
+                       lam)
+        scaled = math.exp(eps) * q
+        gap = p - scaled
+        value = float(np.sum(np.maximum(gap, 0.0)))
+        # Terms rounding could have moved across zero count towards the error too.
+        error = 2.0 * ROUNDING * float(np.sum(p[gap > -2.0 * ROUNDING * (p + scaled)]))
         if self.lower:
             return max(0.0, value - error)
-        return min(1.0, value + error + counted + self.above)
+        return min(1.0, value + error + self.left_out)
 
 
 @lru_cache(maxsize=256)
