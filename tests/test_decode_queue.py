@@ -114,6 +114,7 @@ def test_chunks_wait_in_the_queue_until_decoded(idle: tuple[TestClient, Any, Sea
     assert 'segshuffle_server_chunks_stored_total{round="1",stream="levels"} 2.0' in metrics
 
 
+@pytest.mark.slow  # over 8 s: the fast tier stays within 3 minutes
 def test_a_chunk_claimed_by_a_dead_worker_is_decoded_once_its_lease_expires(
         idle: tuple[TestClient, Any, Sealer]) -> None:
     """A worker that claimed a chunk and died (here: a claim never finished) delays the

@@ -77,6 +77,7 @@ def test_single_level() -> None:
     assert result.epsilons[0] is not None and result.epsilons[0] <= 1.0
 
 
+@pytest.mark.slow  # over 8 s: the fast tier stays within 3 minutes
 def test_many_levels_are_exact_for_every_level() -> None:
     levels = list(np.linspace(0.5, 2.0, 60))
     result = optimize([100] * 60, levels, 32, 2, 1e-7)

@@ -76,6 +76,7 @@ def test_insecure_campaign_counts_every_message_exactly(tmp_path):
     assert results["dropped_messages"] == 0
 
 
+@pytest.mark.slow  # over 8 s: the fast tier stays within 3 minutes
 def test_optimized_campaign_publishes_hashed_parameters_and_decodes(tmp_path):
     app = create_app(make_settings(tmp_path))
     n, d, s = 120, 8, 2
@@ -190,6 +191,7 @@ def test_independent_campaign_publishes_its_geometry_and_decodes(tmp_path):
     assert results["privacy"]["messages_per_user"] == 6
 
 
+@pytest.mark.slow  # over 8 s: the fast tier stays within 3 minutes
 def test_level_privacy_debiases_the_histogram(tmp_path):
     app = create_app(make_settings(tmp_path))
     with TestClient(app) as client:

@@ -182,6 +182,7 @@ def test_monotone_in_lambda_and_in_users(set_size: int) -> None:
         previous = value
 
 
+@pytest.mark.slow  # over 8 s: the fast tier stays within 3 minutes
 def test_optimizer_levels_differ_at_the_readme_example() -> None:
     # Before: all three levels published lambda = 1 and epsilon 0.4999.
     result = optimize([1250, 2500, 1250], [0.5, 1.0, 2.0], 17, 4, 2e-6, lower_bounds=False)
