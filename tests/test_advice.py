@@ -37,3 +37,33 @@ def test_optimize_prints_the_notes(capsys) -> None:
     assert notes and "the estimates are mostly noise" in notes[0]
     assert main(argv) == 0
     assert "note: with 40 users the estimates are mostly noise" in capsys.readouterr().out
+
+
+def test_the_demo_prints_the_notes() -> None:
+    """The demo's report carries the notes on the parameters the server published, and its
+    summary prints them (checked on the report of a made-up 5-user run: the rounds
+    themselves are test_demo.py's, which takes seconds)."""
+    import argparse
+    from types import SimpleNamespace
+
+    from segshuffle.cli.demo import DemoData, _human, _report
+
+    def entry(id_: int, name: str | None) -> SimpleNamespace:
+        return SimpleNamespace(id=id_, name=name, estimate=0.3, standard_error=0.9)
+
+    parameters = SimpleNamespace(
+        privacy_domain_size=3, levels=[0.3], lambdas=[0.05], epsilons=[0.3],
+        epsilons_lower=[0.29], m=41.05, blanket_mode="slots", messages_per_user=2,
+        delta=1e-3, accounting_users=5, fake_tolerance=0.0, honest_users=5,
+        mse_bound=1723.9, set_size=1, users=5)
+    results = SimpleNamespace(items=[entry(0, "a"), entry(1, "b")], padding=[entry(2, None)],
+                              privacy=SimpleNamespace(levels=[SimpleNamespace(users_round2=5)]),
+                              dropped_messages=0)
+    report = _report(argparse.Namespace(users=5), DemoData("made-up", [], ["a", "b"], 1),
+                     {"results": results, "parameters": parameters,
+                      "fitted": [[0], [0], [1], [0], [2]]}, {"total": 1.0})
+    assert report["notes"] and "with 5 users the estimates are mostly noise" in \
+        report["notes"][0]
+    json.dumps(report)  # what --json prints
+    summary = _human(report, top=2).splitlines()
+    assert f"note: {report['notes'][0]}" in summary

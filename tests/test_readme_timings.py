@@ -1,10 +1,17 @@
 """The README's timings are measured, not written: the table is the rendering of
 docs/timings.json by benchmarks/readme_timings.py, every entry has figures, every command
 in it parses, and no duration is written into the README's prose by hand (the walkthrough
-once said "about half a minute" where it took 7.7 s, the demo "about 14 s")."""
+once said "about half a minute" where it took 7.7 s, the demo "about 14 s").
+
+deploy/README.md follows the same rule, except inside a *recorded measurement*: the
+one-off figures of a heavy run (Docker images, replicas killed mid-campaign, thousands of
+users) that no script here regenerates, between a ``<!-- recorded measurement (DATE):
+`COMMAND` ... -->`` marker naming the date and the command that measured them and a
+``<!-- recorded measurement: end -->`` marker."""
 
 from __future__ import annotations
 
+import datetime
 import importlib.util
 import json
 import re
@@ -17,6 +24,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DEPLOY_README = ROOT / "deploy" / "README.md"
+RECORDED_BEGIN = re.compile(r"<!-- recorded measurement \((\d{4}-\d{2}-\d{2})\): (`[^`]+`)"
+                            r"[^\n]*-->")
+RECORDED_END = "<!-- recorded measurement: end -->"
 
 HAND_WRITTEN_DURATION = re.compile(
     r"half a minute|a few (?:seconds|minutes)|\b(?:takes?|took|taking|runs? in|lasts?)\s+"
@@ -70,10 +81,18 @@ def test_every_segshuffle_command_in_the_table_parses(timings: ModuleType) -> No
             assert shown[:2] == entry.argv[:2], entry.name
 
 
-def _prose(markdown: str, timings: ModuleType) -> list[tuple[int, str]]:
-    """README lines outside the generated table and outside code blocks."""
-    start, end = markdown.index(timings.BEGIN), markdown.index(timings.END)
-    markdown = markdown[:start] + "\n" * markdown[start:end].count("\n") + markdown[end:]
+def _blank(markdown: str, start: int, end: int) -> str:
+    """``markdown`` with ``[start, end)`` emptied, its line breaks (so line numbers) kept."""
+    return markdown[:start] + "\n" * markdown[start:end].count("\n") + markdown[end:]
+
+
+def _prose(markdown: str, timings: ModuleType | None = None) -> list[tuple[int, str]]:
+    """Lines outside code blocks, outside the generated table (with ``timings``) and
+    outside recorded measurements."""
+    if timings is not None:
+        markdown = _blank(markdown, markdown.index(timings.BEGIN), markdown.index(timings.END))
+    for start, end, _, _ in reversed(_recorded(markdown)):
+        markdown = _blank(markdown, start, end)
     lines, fenced = [], False
     for number, line in enumerate(markdown.splitlines(), 1):
         if line.lstrip().startswith("```"):
@@ -83,12 +102,57 @@ def _prose(markdown: str, timings: ModuleType) -> list[tuple[int, str]]:
     return lines
 
 
+def _recorded(markdown: str) -> list[tuple[int, int, str, str]]:
+    """The recorded measurements: (start, end, date, first command) each, in order."""
+    found, position = [], 0
+    while (begin := RECORDED_BEGIN.search(markdown, position)) is not None:
+        end = markdown.find(RECORDED_END, begin.end())
+        assert end >= 0, f"a recorded measurement at offset {begin.start()} has no end marker"
+        assert RECORDED_BEGIN.search(markdown, begin.end(), end) is None, "nested"
+        found.append((begin.start(), end + len(RECORDED_END), begin[1], begin[2].strip("`")))
+        position = end + len(RECORDED_END)
+    assert markdown.count("<!-- recorded measurement") == 2 * len(found), \
+        "a recorded-measurement marker is malformed (begin: (YYYY-MM-DD): `command`)"
+    return found
+
+
+def _hand_written(name: str, lines: list[tuple[int, str]]) -> list[str]:
+    """The prose lines with a hand-written duration, also one wrapped onto the next line
+    ("instead of about" / "0.7 s without the kill")."""
+    found = []
+    for index, (number, line) in enumerate(lines):
+        following = lines[index + 1] if index + 1 < len(lines) else (0, "")
+        text = line.strip()
+        wrapped = f"{text} {following[1].strip()}" if following[0] == number + 1 else text
+        if any(match.start() < len(text) for match in HAND_WRITTEN_DURATION.finditer(wrapped)):
+            found.append(f"{name}:{number}: {text}")
+    return found
+
+
 def test_no_hand_written_duration_in_the_readme(timings: ModuleType) -> None:
-    markdown = README.read_text(encoding="utf-8")
-    found = [f"README.md:{number}: {line.strip()}" for number, line in _prose(markdown, timings)
-             if HAND_WRITTEN_DURATION.search(line)]
+    found = _hand_written("README.md", _prose(README.read_text(encoding="utf-8"), timings))
     assert found == [], ("durations belong in the timings table "
                          "(benchmarks/readme_timings.py):\n" + "\n".join(found))
+
+
+def test_no_hand_written_duration_in_the_deploy_readme() -> None:
+    """deploy/README.md once said "About 40 s" of an image and "the test as a whole 3 min
+    25 s" with nothing to say where either came from."""
+    found = _hand_written("deploy/README.md",
+                          _prose(DEPLOY_README.read_text(encoding="utf-8")))
+    assert found == [], ("a duration in deploy/README.md is either a recorded measurement "
+                         "(between the markers, with its date and command) or left out:\n"
+                         + "\n".join(found))
+
+
+def test_every_recorded_measurement_names_a_command_that_exists() -> None:
+    recorded = _recorded(DEPLOY_README.read_text(encoding="utf-8"))
+    assert recorded, "deploy/README.md's measured figures are marked as recorded"
+    for _, _, date, command in recorded:
+        datetime.date.fromisoformat(date)
+        words = [word for word in shlex.split(command) if "=" not in word]
+        script = next(word for word in words if word.endswith((".py", ".sh")))
+        assert (ROOT / script).is_file(), command
 
 
 @pytest.mark.parametrize("text", [
