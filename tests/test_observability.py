@@ -39,6 +39,7 @@ def services(tmp_path: Path) -> Iterator[Services]:
         yield running
 
 
+@pytest.mark.slow  # about 7 s: the fast tier stays within 3 minutes
 def test_metrics_move_with_submissions_and_chunks(services: Services) -> None:
     before = samples(services.shuffler)
     assert value(before, "segshuffle_shuffler_submissions_total", round="1") == 0
