@@ -64,8 +64,12 @@ import numpy as np
 from scipy import special
 
 #: The most float64 values (views times 2 (k + 1) polynomial terms, over every bucket) one
-#: joint view may store: at most about 64 MB, of which a couple are cached at a time.
-MAX_VALUES = 8_000_000
+#: joint view may store: at most about 48 MB, of which at most JOINT_VIEWS_KEPT are kept.
+MAX_VALUES = 6_000_000
+
+#: Enumerated joint views kept in memory: one per k = 1..S of an accountant for S <= 3,
+#: or an accountant's views and a lower bound's.
+JOINT_VIEWS_KEPT = 4
 
 #: P-mass a bucket's truncation at K may leave out (charged 1 in upper bounds).
 VIEW_TAIL = 1e-13
@@ -235,7 +239,7 @@ def _bucket(weight: float, slots: int, gamma: float, domain_size: int, pairs: in
     return _Bucket(weight, slots, p_terms, q_terms, truncated)
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=JOINT_VIEWS_KEPT)
 def _buckets(n_slots: int, gamma: float, domain_size: int, pairs: int, lower: bool
              ) -> tuple[_Bucket, ...]:
     """The enumerated buckets of one joint view (large: few are kept)."""
@@ -246,7 +250,7 @@ def _buckets(n_slots: int, gamma: float, domain_size: int, pairs: int, lower: bo
                  for weight, slots, total, truncated in plan.plan if weight > 0.0)
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=2 * JOINT_VIEWS_KEPT)
 def _masses(n_slots: int, gamma: float, domain_size: int, pairs: int, lower: bool,
             lam: float) -> tuple[np.ndarray, np.ndarray]:
     """(P, Q) of every view at rate ``lam``, each bucket's weighted by its probability."""
