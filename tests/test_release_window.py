@@ -16,9 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from segshuffle.client.retry import retry_after_seconds
 from segshuffle.services.shuffler.release import DEFAULT_WINDOW, Releaser
 from segshuffle.services.shuffler.storage import RELEASED, Storage
-from segshuffle.services.shuffler.upstream import ServerLink, retry_after_seconds
+from segshuffle.services.shuffler.upstream import ServerLink
 from segshuffle.services.shuffler.vault import RoundKeys
 
 from .test_shuffler_release import _filled

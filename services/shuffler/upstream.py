@@ -48,6 +48,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from segshuffle.client.retry import retry_after_seconds
 from segshuffle.client.tls import certificate_error, trust
 from segshuffle.wire.models import (
     BatchChunk,
@@ -92,20 +93,6 @@ class UpstreamError(Exception):
         return self.status is None or self.status >= 500 or self.status == 429
 
 
-MAX_RETRY_AFTER_SECONDS = 3600
-"""The longest ``Retry-After`` taken from the server (a larger value is cut to this)."""
-
-
-def retry_after_seconds(value: str | None) -> float | None:
-    """The delay of a ``Retry-After`` header in delay-seconds form (RFC 9110, section
-    10.2.3: one to a few digits), at most :data:`MAX_RETRY_AFTER_SECONDS`; ``None`` for no
-    header or another form (an HTTP date is not trusted across two clocks)."""
-    if value is None:
-        return None
-    text = value.strip()
-    if not (text.isascii() and text.isdigit() and len(text) <= 10):
-        return None
-    return float(min(int(text), MAX_RETRY_AFTER_SECONDS))
 
 
 MAX_PROBLEM_MEMBERS = 16

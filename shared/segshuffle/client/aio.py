@@ -142,7 +142,7 @@ class AsyncClient:
     # -- transport -----------------------------------------------------------------------
     async def _request(self, method: str, url: str, what: str, *, submission: bool = False,
                  **kwargs: Any) -> httpx.Response:
-        ambiguous = False
+        ambiguous, waited = False, 0.0
         for attempt in range(self.retry.attempts):
             try:
                 response = await self._http.request(method, url, **kwargs)
@@ -160,8 +160,11 @@ class AsyncClient:
                 if not error.transient:
                     raise error
                 ambiguous = ambiguous or response.status_code >= 500
-            if attempt + 1 < self.retry.attempts:
-                await asyncio.sleep(self.retry.delay(attempt))
+            wait = self.retry.wait(attempt, error.retry_after, waited)
+            if wait is None:
+                break
+            await asyncio.sleep(wait)
+            waited += wait
         raise error
 
     async def _get(self, model: type[Any], url: str, what: str, *, fresh: bool = False) -> Any:

@@ -15,17 +15,19 @@ class ServiceError(ClientError):
     ``problem`` is the short problem name (``already-submitted``, ``wrong-phase``...)
     when the service sent one; ``status`` the HTTP status (``None``: no answer);
     ``certificate`` whether the connection failed because the service's TLS certificate
-    is not trusted (a private CA the client was not given, a wrong host name).
+    is not trusted (a private CA the client was not given, a wrong host name);
+    ``retry_after`` the seconds of the answer's ``Retry-After`` (None: none).
     """
 
     def __init__(self, message: str, *, status: int | None = None,
                  problem: str | None = None, detail: str | None = None,
-                 certificate: bool = False) -> None:
+                 certificate: bool = False, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.problem = problem
         self.detail = detail
         self.certificate = certificate
+        self.retry_after = retry_after
 
     @property
     def transient(self) -> bool:

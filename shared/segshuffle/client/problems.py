@@ -10,6 +10,7 @@ from __future__ import annotations
 import httpx
 
 from .errors import ServiceError
+from .retry import retry_after_seconds
 from .tls import certificate_error
 
 PROBLEM_PREFIX = "urn:segshuffle:error:"
@@ -33,7 +34,8 @@ def service_error(response: httpx.Response, what: str) -> ServiceError:
         message += f" {problem}"
     if detail:
         message += f": {detail}"
-    return ServiceError(message, status=response.status_code, problem=problem, detail=detail)
+    return ServiceError(message, status=response.status_code, problem=problem, detail=detail,
+                        retry_after=retry_after_seconds(response.headers.get("retry-after")))
 
 
 def network_error(exc: httpx.HTTPError, what: str) -> ServiceError:

@@ -20,9 +20,10 @@ first view a client accepts pins the campaign's key (trust on first use; ``key_i
 a key id known out of band).
 
 Every request that fails transiently (no answer, 5xx, 429) is retried with
-exponential backoff.  A submission retried after an ambiguous failure (the
-request may have arrived) that then meets ``already-submitted`` counts as done:
-the earlier attempt got through.
+exponential backoff, or after the service's ``Retry-After`` where that is longer (a rate
+limit on enrollment or submissions), within the :class:`RetryPolicy`'s budget.  A
+submission retried after an ambiguous failure (the request may have arrived) that then
+meets ``already-submitted`` counts as done: the earlier attempt got through.
 """
 
 from __future__ import annotations
@@ -159,7 +160,7 @@ class Client:
     # -- transport -----------------------------------------------------------------------
     def _request(self, method: str, url: str, what: str, *, submission: bool = False,
                  **kwargs: Any) -> httpx.Response:
-        ambiguous = False
+        ambiguous, waited = False, 0.0
         for attempt in range(self.retry.attempts):
             try:
                 response = self._http.request(method, url, **kwargs)
@@ -177,8 +178,11 @@ class Client:
                 if not error.transient:
                     raise error
                 ambiguous = ambiguous or response.status_code >= 500
-            if attempt + 1 < self.retry.attempts:
-                time.sleep(self.retry.delay(attempt))
+            wait = self.retry.wait(attempt, error.retry_after, waited)
+            if wait is None:
+                break
+            time.sleep(wait)
+            waited += wait
         raise error
 
     def _get(self, model: type[Any], url: str, what: str, *, fresh: bool = False) -> Any:
