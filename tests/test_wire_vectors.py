@@ -216,10 +216,12 @@ def test_only_the_recomputed_bound_may_differ_and_only_in_its_last_digits():
     assert not vectors.matches("not json", generated)
 
 
-def test_the_generator_checks_a_file(tmp_path):
+def test_the_generator_checks_a_file(tmp_path, capsys):
     copy = tmp_path / "vectors.json"
     copy.write_text(VECTORS_PATH.read_text("utf-8"), "utf-8")
     assert vectors.main(["--check", str(copy)]) == 0
+    said = capsys.readouterr().out  # what it checked, in one line
+    assert said.count("\n") == 1 and "72 level verdicts" in said and "16 HPKE seals" in said
     copy.write_text(VECTORS_PATH.read_text("utf-8").replace('"round": 2', '"round": 1', 1))
     assert vectors.main(["--check", str(copy)]) == 1
 

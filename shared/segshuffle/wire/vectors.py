@@ -446,6 +446,17 @@ def matches(text: str, vectors: Mapping[str, Any]) -> bool:
     return _same(stored, json.loads(dumps(vectors)))
 
 
+def summary(vectors: Mapping[str, Any]) -> str:
+    """What a vectors file holds, in one line (what ``--check`` checked)."""
+    verdicts = sum(len(row["verdicts"]) for row in vectors["accountant"])
+    level_verdicts_ = sum(len(case["level_verdicts"]) for case in vectors["parameters"])
+    refused = sum(not case["client_accepts"] for case in vectors["parameters"])
+    return (f"{len(vectors['hpke'])} HPKE seals, {len(vectors['canonical_json'])} canonical "
+            f"JSON forms, {len(vectors['accountant'])} accountant settings "
+            f"({verdicts} level verdicts), {len(vectors['parameters'])} parameter documents "
+            f"({level_verdicts_} level verdicts, {refused} to refuse)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m segshuffle.wire.vectors [--out PATH | --check PATH] [--reoptimize]``."""
     parser = argparse.ArgumentParser(prog="python -m segshuffle.wire.vectors",
@@ -468,6 +479,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not matches(args.check.read_text("utf-8"), generated):
             print(f"{args.check} differs from the generated vectors", file=sys.stderr)
             return 1
+        print(f"{args.check}: {summary(generated)}: each equals a fresh generation")
         return 0
     if args.out is not None:
         args.out.write_text(text, "utf-8")
