@@ -50,9 +50,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy import stats
 
-from . import slot_groups, slot_joint, validation
+from . import distributions, slot_groups, slot_joint, validation
 from .blanket import BlanketMode, parse_mode, require_blanket_rate
 from .full_view import single_item_full_view_delta, slot_view_lower_delta
 from .hockey_stick import (
@@ -160,7 +159,7 @@ def item_pair(lam: float, users: int, m: float, domain_size: int, *, lower: bool
 
 def _binomial_weights(set_size: int, lam: float) -> np.ndarray:
     """Binom(s, lambda)(j) for j = 0..s."""
-    return stats.binom.pmf(np.arange(set_size + 1), set_size, lam)
+    return distributions.binom_pmf(np.arange(set_size + 1), set_size, lam)
 
 
 class SlotBlanketBound:

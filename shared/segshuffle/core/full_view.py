@@ -34,7 +34,9 @@ import math
 from functools import lru_cache
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
+
+from . import distributions
 
 #: Standard deviations each side of the mean of the blanket total that are summed.
 _WINDOW_SIGMAS = 12.0
@@ -45,14 +47,15 @@ def _total_window(n_slots: int, q2: float) -> tuple[np.ndarray, np.ndarray, floa
     """Totals u in a window, Binomial(n_slots, q2) pmf on them, and the mass outside."""
     if n_slots == 0 or q2 == 0.0:
         return np.array([0]), np.array([1.0]), 0.0
-    law = stats.binom(n_slots, q2)
     mean = n_slots * q2
     sigma = math.sqrt(mean * (1.0 - q2))
     margin = _WINDOW_SIGMAS * sigma + _WINDOW_SIGMAS**2 + 2.0
     lo = max(0, math.floor(mean - margin))
     hi = min(n_slots, math.ceil(mean + margin))
     u = np.arange(lo, hi + 1)
-    return u, law.pmf(u), float(law.cdf(lo - 1) + law.sf(hi))
+    below = special.bdtr(lo - 1, n_slots, q2) if lo > 0 else 0.0
+    above = special.bdtrc(hi, n_slots, q2) if hi < n_slots else 0.0
+    return u, distributions.binom_pmf(u, n_slots, q2), float(below + above)
 
 
 def _log_ratio(a: np.ndarray, u: np.ndarray, shift: int) -> np.ndarray:
@@ -106,7 +109,7 @@ def aggregated_shift_delta(n_slots: int, q: float, shift: int, eps: float) -> fl
 def slot_view_lower_delta(eps: float, lam: float, set_size: int, n_slots: int,
                           r: float) -> float:
     """sum_j Binom(s, lambda)(j) D_j(E): the gamma = 1 exhibited dataset's coarsened view."""
-    weights = stats.binom.pmf(np.arange(set_size + 1), set_size, lam)
+    weights = distributions.binom_pmf(np.arange(set_size + 1), set_size, lam)
     return math.fsum(float(weights[j]) * aggregated_shift_delta(n_slots, set_size * r, j, eps)
                      for j in range(1, set_size + 1) if weights[j] > 0.0)
 
@@ -118,7 +121,7 @@ MAX_FULL_VIEW_CELLS = 200_000
 def _rest_pmf(rest: np.ndarray, trials: np.ndarray, p: float) -> np.ndarray:
     """Binomial(trials, p) pmf at ``rest`` (rows: trials), 0 where trials < 0."""
     valid = trials >= 0
-    pmf = stats.binom.pmf(rest[None, :], np.maximum(trials, 0)[:, None], p)
+    pmf = distributions.binom_pmf(rest[None, :], np.maximum(trials, 0)[:, None], p)
     return np.where(valid[:, None], np.nan_to_num(pmf), 0.0)
 
 

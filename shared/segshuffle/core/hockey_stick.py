@@ -64,7 +64,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy import optimize, special, stats
+from scipy import optimize, special
+
+from . import distributions
 
 #: Largest item-level epsilon any search considers.  e^eps has lost the
 #: precision the divergence needs well before eps ~ 36 (docs/protocol.md section 4).
@@ -169,18 +171,31 @@ def _window(n_slots: int, r: float) -> _Window:
         lo = max(0, math.floor(mean - margin))
         hi = min(trials + 1, math.ceil(mean + margin) + 1)
         t = np.arange(lo, hi + 1, dtype=np.int64)
-        distribution = stats.binom(trials, prob)
-        pmf = distribution.pmf(np.arange(lo - 1, hi + 1))
+        pmf = distributions.binom_pmf(np.arange(lo - 1, hi + 1), trials, prob)
         w0 = pmf[1:]
         w1 = pmf[:-1]
         # Mass outside the window: w0 at t < lo or t > hi, w1 at t - 1 < lo - 1 or t - 1 > hi - 1.
-        omitted0 = float(distribution.cdf(lo - 1) + distribution.sf(hi))
-        omitted1 = float(distribution.cdf(lo - 2) + distribution.sf(hi - 1))
+        omitted0 = _binomial_cdf(lo - 1, trials, prob) + _binomial_sf(hi, trials, prob)
+        omitted1 = _binomial_cdf(lo - 2, trials, prob) + _binomial_sf(hi - 1, trials, prob)
     rho = r / (1.0 - prob) if prob < 1.0 else math.inf
     remaining = (trials - t + 1).astype(float)
     with np.errstate(invalid="ignore"):
         slack = np.where(remaining == 0.0, 0.0, rho * remaining)
     return _Window(t, w0, w1, omitted0, omitted1, slack)
+
+
+def _binomial_cdf(k: int, trials: int, prob: float) -> float:
+    """Pr[Binomial(trials, prob) <= k]: 0 below the support."""
+    if k < 0:
+        return 0.0
+    return 1.0 if k >= trials else float(special.bdtr(k, trials, prob))
+
+
+def _binomial_sf(k: int, trials: int, prob: float) -> float:
+    """Pr[Binomial(trials, prob) > k]: 0 from the top of the support on."""
+    if k < 0:
+        return 1.0
+    return 0.0 if k >= trials else float(special.bdtrc(k, trials, prob))
 
 
 def _binomial_half_tail(trials: np.ndarray, k: np.ndarray) -> np.ndarray:
@@ -231,7 +246,7 @@ def delta_for(pair: CountPair, eps: float) -> float:
     # of three.  At t = 0 the t - 1 terms carry w1(0) = 0 and S_0(a*) = 0 as a* >= 1.
     previous = np.maximum(t - 1, 0)
     s_prev_hi = _binomial_half_tail(previous, a_star)
-    s_prev_lo = np.minimum(s_prev_hi + stats.binom.pmf(a_star - 1, previous, 0.5), 1.0)
+    s_prev_lo = np.minimum(s_prev_hi + distributions.binom_pmf(a_star - 1, previous, 0.5), 1.0)
     s_t = np.where(t == 0, np.where(a_star <= 0, 1.0, 0.0), 0.5 * (s_prev_lo + s_prev_hi))
     p_t = k0 * window.w0 * s_t + window.w1 * (own * s_prev_lo + other * s_prev_hi)
     q_t = k0 * window.w0 * s_t + window.w1 * (other * s_prev_lo + own * s_prev_hi)

@@ -42,8 +42,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
+from . import distributions
 from .privacy_loss import LossDistribution, _grid_index
 
 #: Standard deviations each side of the means enumerated (the rest is tail mass).
@@ -118,7 +119,7 @@ def pair_atoms(slots: int, r: float) -> PairAtoms | None:
     blanket_t = np.repeat(totals, widths)
     starts = np.repeat(a_lo - np.cumsum(np.concatenate(([0], widths[:-1]))), widths)
     blanket_a = np.arange(blanket_t.size, dtype=np.int64) + starts
-    log_weight = stats.binom.logpmf(totals, slots, q)
+    log_weight = distributions.binom_logpmf(totals, slots, q)
     log_split = (special.gammaln(blanket_t + 1.0) - special.gammaln(blanket_a + 1.0)
                  - special.gammaln(blanket_t - blanket_a + 1.0) - blanket_t * math.log(2.0))
     mass = np.exp(np.repeat(log_weight, widths) + log_split)

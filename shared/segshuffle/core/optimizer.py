@@ -99,8 +99,25 @@ BETWEEN_ANCHORS = 64
 #: Lambda precision during the m search (the final lambdas use LAMBDA_XTOL).
 SEARCH_XTOL = 3e-3
 
+#: The rates at which the m search first locates each level's root: 0 and a geometric
+#: grid from 1e-4 to 1 (steps of 25%), shared by every level at one m (the accountant
+#: caches its loss distributions per rate), so that the root search proper starts
+#: from a cell a quarter wide.
+STEERING_RATES = np.concatenate(([0.0], np.geomspace(1e-4, 1.0, 42)))
+
+
 #: Relative precision of the full-signal rates m_k, which only bracket the m search.
 SEARCH_RTOL = 1e-2
+
+#: The m search's finalists (its best rate and the grid rates whose steering objective is
+#: within FINALIST_MARGIN of it), ranked by the objective at certified lambdas.
+FINALISTS = 3
+FINALIST_MARGIN = 0.01
+
+#: Below SMALL_POPULATION users the objective is jagged (every level's root moves in
+#: steps) and certified lambdas are cheap: more finalists, from a wider margin.
+SMALL_FINALISTS = 6
+SMALL_FINALIST_MARGIN = 0.05
 
 #: Below this many users the m search samples the range below the full-signal rates
 #: densely (the objective is jagged there).
@@ -235,9 +252,12 @@ class _LambdaSolver:
     def approximate(self, m: float) -> list[float]:
         """Lambdas for the m search: exact at the anchors, interpolated in between.
 
-        Levels are solved in increasing order, and lambda grows with the level, so
-        each solution brackets the next one from below.  Kept per m: the final
-        certified search starts from the m search's own solutions.
+        Each anchor's rate is located on the fixed grid :data:`STEERING_RATES` by
+        bisection (:meth:`_steering_rate`); the accountant caches its loss
+        distributions per rate, so a grid point is paid for once per m and then
+        read at every level.  Levels are solved in increasing order, and lambda grows
+        with the level, so each solution bounds the next one from below.  Kept per
+        m: the final certified search starts from the m search's own solutions.
         """
         if m in self._steering:
             return self._steering[m]
@@ -245,13 +265,39 @@ class _LambdaSolver:
         indices = (list(range(count)) if count <= ANCHOR_LEVELS
                    else _anchor_indices(count, STEERING_ANCHORS))
         solved: list[float] = []
+        floor = 0
         for i in indices:
-            floor = solved[-1] if solved else 0.0
-            solved.append(self.solve(self.levels[i], m, SEARCH_XTOL, (floor, 1.0), coarse=True))
+            floor, rate = self._steering_rate(self.levels[i], m, floor)
+            solved.append(rate)
         if count > ANCHOR_LEVELS:
             solved = list(np.interp(self.levels, [self.levels[i] for i in indices], solved))
         self._steering[m] = solved
         return solved
+
+    def _steering_rate(self, level: float, m: float, floor: int) -> tuple[int, float]:
+        """(j, lambda): STEERING_RATES[j] is the largest feasible grid rate on the coarse
+        loss grid (j >= ``floor``, which must be feasible), lambda the root inside the
+        grid cell above it to SEARCH_XTOL (a bracketed root search that the grid cell
+        has made short)."""
+        grid = STEERING_RATES
+
+        def holds(j: int) -> bool:
+            return user_delta(level, float(grid[j]), self.set_size, self.users, m,
+                              self.domain_size, mode=self.mode, delta=self.delta,
+                              step=COARSE_STEP) <= self.delta
+
+        last = grid.size - 1
+        if holds(last):
+            return last, 1.0
+        lo, hi = floor, last
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if holds(mid):
+                lo = mid
+            else:
+                hi = mid
+        return lo, self.solve(level, m, SEARCH_XTOL, (float(grid[lo]), float(grid[hi])),
+                              coarse=True)
 
 
 def _hint_bracket(guess: float) -> tuple[float, float]:
@@ -361,8 +407,11 @@ def optimize(
                 return mse_bound(users, rate, s, counts, lambdas)
             return variance_given_data(users, rate, s, counts, lambdas, d, mode)
 
-        m = _search_blanket(solver, score, low, high, level_blankets or (), mode,
-                            small=users < SMALL_POPULATION)
+        finalists = _search_blanket(solver, score, low, high, level_blankets or (), mode,
+                                    small=users < SMALL_POPULATION)
+        ranked = [(score(rate, solver.all_exact(rate, LAMBDA_XTOL)), i, rate)
+                  for i, rate in enumerate(finalists)] if len(finalists) > 1 else []
+        m = min(ranked)[2] if ranked else finalists[0]
 
     lambdas = solver.all_exact(m, LAMBDA_XTOL)
     if floor > 0.0 and min(lambdas) < floor:
@@ -515,15 +564,21 @@ def optimize_best_mode(
 def _search_blanket(solver: _LambdaSolver,
                     score: Callable[[float, Sequence[float]], float],
                     low: float, high: float, breakpoints: Sequence[float],
-                    mode: BlanketMode, *, small: bool = False) -> float:
+                    mode: BlanketMode, *, small: bool = False) -> list[float]:
     """Grid over the buckets, then a bounded scalar refinement inside the best cell.
 
     ``score(m, lambdas)`` is the objective (infinite where a constraint fails).  In
     the independent mode the objective has no buckets; the grid is then geometric
     over (0, high] and the refinement spans the neighbouring points.
+
+    Returns the best rate first, then up to FINALISTS - 1 other grid rates whose
+    steering objective is within FINALIST_MARGIN of it (the SMALL_ values when
+    ``small``): the steering lambdas run a few percent off, which can hide that a
+    level's full-signal rate (where its lambda (1 - lambda) term vanishes) is the
+    better choice; the caller ranks these finalists with certified lambdas.
     """
     if high == 0.0:
-        return 0.0
+        return [0.0]
 
     cache: dict[float, float] = {}
 
@@ -556,7 +611,12 @@ def _search_blanket(solver: _LambdaSolver,
         )
         if found.success and objective(float(found.x)) < objective(m_best):
             m_best = float(found.x)
-    return m_best
+    best_value = objective(m_best)
+    margin, finalists = ((SMALL_FINALIST_MARGIN, SMALL_FINALISTS) if small
+                         else (FINALIST_MARGIN, FINALISTS))
+    close = sorted((value, m) for m, value in zip(grid, values, strict=True)
+                   if m != m_best and value <= best_value * (1.0 + margin))
+    return [m_best, *(m for _, m in close[:finalists - 1])]
 
 
 def _achieved_epsilons(levels: Sequence[float], lambdas: Sequence[float], s: int, delta: float,

@@ -45,7 +45,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy import fft, special, stats
+from scipy import fft, special
+
+from . import distributions
 
 #: Default grid step of the loss (the eps error is at most 2 h per composed pair).
 DEFAULT_STEP = 1e-4
@@ -84,12 +86,12 @@ class BinLaw:
         return lo, hi
 
     def pmf(self, counts: np.ndarray) -> np.ndarray:
-        """f(counts), zero outside the support (scipy's pmf, accurate to ~1e-15 relative)."""
+        """f(counts), zero outside the support (:mod:`segshuffle.core.distributions`)."""
         if self.mean == 0.0 or self.trials == 0:
             return np.where(counts == 0, 1.0, 0.0)
         if self.trials is None:
-            return stats.poisson.pmf(counts, self.mean)
-        return stats.binom.pmf(counts, self.trials, self.p)
+            return distributions.poisson_pmf(counts, self.mean)
+        return distributions.binom_pmf(counts, self.trials, self.p)
 
     def outside(self, lo: int, hi: int) -> float:
         """Pr[count < lo] + Pr[count > hi]."""
@@ -158,8 +160,8 @@ def pair_loss(law: BinLaw, lam: float, *, upper: bool, step: float = DEFAULT_STE
         raise ValueError(f"lambda must be in (0, 1], got {lam}")
     lo, hi = law.window()
     counts = np.arange(lo, hi + 1, dtype=np.int64)
-    f = law.pmf(counts)
-    f_prev = law.pmf(counts - 1)
+    masses = law.pmf(np.arange(lo - 1, hi + 1, dtype=np.int64))  # f(lo - 1) .. f(hi)
+    f, f_prev = masses[1:], masses[:-1]
     f_lam = (1.0 - lam) * f + lam * f_prev
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = law.previous_ratio(counts)

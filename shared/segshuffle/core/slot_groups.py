@@ -64,8 +64,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
+from . import distributions
 from .multinomial_pair import PairAtoms, pair_atoms, pair_loss, pair_losses
 from .privacy_loss import DEFAULT_STEP, ComposedLoss, _composed
 
@@ -172,7 +173,7 @@ class GroupsBound:
         n, p = self.n_slots, self.p_group
         mean, sd = n * p, math.sqrt(n * p * (1.0 - p))
         # k_0: the largest k with S Pr[N_1 <= k] within the slack.
-        k0 = int(stats.binom.ppf(self.slack / self.pairs, n, p))
+        k0 = distributions.binom_ppf(self.slack / self.pairs, n, p)
         while k0 >= 0 and self.pairs * special.bdtr(k0, n, p) > self.slack:
             k0 -= 1
         ladder = [k0]
@@ -214,9 +215,8 @@ class GroupsBound:
         n, p = self.n_slots, self.p_group
         if self.pairs != 2 or n * p > EXACT_PAIR_GROUPS or self.step > DEFAULT_STEP:
             return None
-        law = stats.binom(n, p)
-        lo = max(0, int(law.ppf(self.slack / 4.0)) - 1)
-        hi = min(n, int(law.isf(self.slack / 4.0)) + 1)
+        lo = max(0, distributions.binom_ppf(self.slack / 4.0, n, p) - 1)
+        hi = min(n, distributions.binom_isf(self.slack / 4.0, n, p) + 1)
         sizes = np.arange(lo, hi + 1)
         pairs = {}
         for size in sizes.tolist():
@@ -224,11 +224,11 @@ class GroupsBound:
             if losses is None:
                 return None
             pairs[size] = losses
-        first = law.pmf(sizes)
+        first = distributions.binom_pmf(sizes, n, p)
         total = covered = 0.0
         for n1, w1 in zip(sizes.tolist(), first.tolist(), strict=True):
             rest = n - n1
-            second = stats.binom.pmf(sizes, rest, p / (1.0 - p)) * w1
+            second = distributions.binom_pmf(sizes, rest, p / (1.0 - p)) * w1
             for n2, weight in zip(sizes.tolist(), second.tolist(), strict=True):
                 if weight < 1e-300 or n2 > rest:
                     continue
