@@ -112,3 +112,20 @@ def test_rejects_bad_input(kwargs: dict, message: str) -> None:
         optimize(arguments.pop("level_counts"), arguments.pop("levels"),
                  arguments.pop("domain_size"), arguments.pop("set_size"),
                  arguments.pop("delta"), **arguments)
+
+
+@pytest.mark.slow
+def test_a_full_signal_rate_hidden_by_the_steering_lambdas_is_found() -> None:
+    # Synthetic s = 4, n = 5000, levels 0.5/1/2 at 25/50/25%: the middle level's
+    # full-signal rate m_2 is the best m (its lambda (1 - lambda) term vanishes there),
+    # but the steering lambdas, a few percent off, rank a rate 2% below it first.  The
+    # finalists are ranked with certified lambdas, so m_2 wins (up to the steering's
+    # coarse m_2, 0.1% above the certified one; the rate 2% below costs 3.7%).
+    from segshuffle.core.accounting import full_signal_blanket, max_lambda
+    from segshuffle.core.estimator import variance_given_data
+
+    counts, levels, d, s, delta = [1250, 2500, 1250], [0.5, 1.0, 2.0], 128, 4, 0.01 / 5000
+    result = optimize(counts, levels, d, s, delta, lower_bounds=False)
+    m_2 = full_signal_blanket(1.0, s, delta, 5000, d)
+    lambdas = [max_lambda(e, s, delta, 5000, m_2, d) for e in levels]
+    assert result.variance <= variance_given_data(5000, m_2, s, counts, lambdas, d) * 1.002

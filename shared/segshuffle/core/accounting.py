@@ -51,7 +51,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from . import distributions, slot_groups, slot_joint, validation
+from . import slot_groups, slot_joint, validation
 from .blanket import BlanketMode, parse_mode, require_blanket_rate
 from .full_view import single_item_full_view_delta, slot_view_lower_delta
 from .hockey_stick import (
@@ -158,8 +158,15 @@ def item_pair(lam: float, users: int, m: float, domain_size: int, *, lower: bool
 
 
 def _binomial_weights(set_size: int, lam: float) -> np.ndarray:
-    """Binom(s, lambda)(j) for j = 0..s."""
-    return distributions.binom_pmf(np.arange(set_size + 1), set_size, lam)
+    """Binom(s, lambda)(j) for j = 0..s (s is small: products of exact binomial
+    coefficients and powers, each within a few ulps)."""
+    return np.array([math.comb(set_size, j) * lam**j * (1.0 - lam) ** (set_size - j)
+                     for j in range(set_size + 1)])
+
+
+#: Privacy levels whose tau_j one :class:`SlotBlanketBound` keeps (the levels of a
+#: campaign, at one m, are asked for over and over by the lambda searches).
+TAUS_KEPT = 8
 
 
 class SlotBlanketBound:
@@ -174,6 +181,7 @@ class SlotBlanketBound:
         self._pair = poisson_pair(1.0, n_slots, r)
         self._composed: dict[int, ComposedLoss] = {}
         self._eta: dict[int, float] = {}
+        self._taus: dict[float, np.ndarray] = {}
         for i in range(2, self.active + 1):
             # The coarse grid only steers searches: its comparison need not be certified.
             nu, eta = dominated_poisson_mean(n_slots, min(2.0 * i * r, 1.0), slack,
@@ -183,7 +191,18 @@ class SlotBlanketBound:
             self._eta[i] = eta
 
     def taus(self, eps: float) -> np.ndarray:
-        """(tau_1, ..., tau_s) at E = ``eps``: non-decreasing in j, each at most 1."""
+        """(tau_1, ..., tau_s) at E = ``eps``: non-decreasing in j, each at most 1.
+
+        They do not depend on lambda, and a root search over lambda asks for them at
+        one E many times: the last few are kept."""
+        cached = self._taus.get(eps)
+        if cached is None:
+            if len(self._taus) >= TAUS_KEPT:
+                self._taus.pop(next(iter(self._taus)))
+            cached = self._taus[eps] = self._compute_taus(eps)
+        return cached
+
+    def _compute_taus(self, eps: float) -> np.ndarray:
         out = np.zeros(self.set_size)
         if self.active == 0:
             return out

@@ -99,8 +99,10 @@ def binom_logpmf(k: np.ndarray | int, n: np.ndarray | int, p: float) -> np.ndarr
     log_p = math.log(p) if p > 0.0 else -math.inf
     log_q = math.log1p(-p) if p < 1.0 else -math.inf
     zero, full = (k == 0) & (n >= 0), (k == n) & (n > 0)
-    if zero.any():  # q^n: n log1p(-p) is accurate for every p
-        out[zero] = np.where(n[zero] == 0, 0.0, n[zero] * log_q)
+    if zero.any():  # q^n: n log1p(-p) is accurate for every p (and 1 at n = 0, even p = 1)
+        trials = n[zero]
+        out[zero] = np.where(trials > 0, trials * log_q if log_q > -math.inf else -math.inf,
+                             0.0)
     if full.any():
         out[full] = n[full] * log_p
     inside = (k > 0) & (k < n)

@@ -64,9 +64,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy import optimize, special
+from scipy import special
 
 from . import distributions
+from .scalar_search import bracketed_root
 
 #: Largest item-level epsilon any search considers.  e^eps has lost the
 #: precision the divergence needs well before eps ~ 36 (docs/protocol.md section 4).
@@ -278,7 +279,7 @@ def _smallest_feasible(excess, lo: float, hi: float, rtol: float) -> float:
     Brent's method locates the crossing; the answer is then nudged upwards until
     it is verified feasible, so the result is always on the safe side.
     """
-    root = optimize.brentq(excess, lo, hi, xtol=1e-14, rtol=rtol / 4.0, maxiter=200)
+    root = bracketed_root(excess, lo, hi, xtol=1e-14, rtol=rtol / 4.0)
     step = max(abs(root) * rtol / 4.0, 1e-14)
     x = min(root, hi)
     while excess(x) > 0.0:
@@ -289,7 +290,7 @@ def _smallest_feasible(excess, lo: float, hi: float, rtol: float) -> float:
 
 def _largest_feasible(excess, lo: float, hi: float, rtol: float) -> float:
     """Largest x in [lo, hi) with excess(x) <= 0, given excess(lo) <= 0 < excess(hi)."""
-    root = optimize.brentq(excess, lo, hi, xtol=1e-14, rtol=rtol / 4.0, maxiter=200)
+    root = bracketed_root(excess, lo, hi, xtol=1e-14, rtol=rtol / 4.0)
     step = max(abs(root) * rtol / 4.0, 1e-14)
     x = max(root, lo)
     while excess(x) > 0.0:

@@ -47,7 +47,6 @@ from enum import StrEnum
 from itertools import pairwise
 
 import numpy as np
-from scipy import optimize as scipy_optimize
 
 from . import validation
 from .accounting import (
@@ -69,6 +68,7 @@ from .blanket import (
 from .estimator import mse_bound, variance_given_data
 from .privacy_loss import DEFAULT_STEP
 from .rules import MAX_MESSAGES_PER_USER, accounting_users, honest_users
+from .scalar_search import bounded_minimum
 
 
 class Objective(StrEnum):
@@ -605,12 +605,10 @@ def _search_blanket(solver: _LambdaSolver,
         left = max(left, bucket - 1.0)
         right = min(right, float(bucket))
     if right - left > 1e-9:
-        found = scipy_optimize.minimize_scalar(
-            objective, bounds=(math.nextafter(left, math.inf), right), method="bounded",
-            options={"xatol": max(3e-3 * m_best, 1e-9), "maxiter": 16},
-        )
-        if found.success and objective(float(found.x)) < objective(m_best):
-            m_best = float(found.x)
+        found, value = bounded_minimum(objective, math.nextafter(left, math.inf), right,
+                                       xatol=max(3e-3 * m_best, 1e-9), maxiter=16)
+        if value < objective(m_best):
+            m_best = found
     best_value = objective(m_best)
     margin, finalists = ((SMALL_FINALIST_MARGIN, SMALL_FINALISTS) if small
                          else (FINALIST_MARGIN, FINALISTS))
