@@ -194,6 +194,7 @@ class _LambdaSolver:
         self.domain_size = domain_size
         self.mode = mode
         self._steering: dict[float, list[float]] = {}
+        self._cells: dict[float, int] = {}  # per level: its root's grid cell at the last m
 
     def solve(self, level: float, m: float, xtol: float,
               bracket: tuple[float, float] = (0.0, 1.0), *, coarse: bool = False) -> float:
@@ -289,13 +290,29 @@ class _LambdaSolver:
         last = grid.size - 1
         if holds(last):
             return last, 1.0
-        lo, hi = floor, last
+        lo, hi = floor, last  # holds(lo), not holds(hi)
+        previous = self._cells.get(level)
+        if previous is not None and floor < previous < last:
+            # The m search moves in small steps: start from the cell found at the last m
+            # and gallop outwards (two evaluations when the root stayed in its cell).
+            step = 1
+            if holds(previous):
+                lo = previous
+                while lo + step < hi and holds(lo + step):
+                    lo, step = lo + step, 2 * step
+                hi = min(hi, lo + step)
+            else:
+                hi = previous
+                while hi - step > lo and not holds(hi - step):
+                    hi, step = hi - step, 2 * step
+                lo = max(lo, hi - step)
         while hi - lo > 1:
             mid = (lo + hi) // 2
             if holds(mid):
                 lo = mid
             else:
                 hi = mid
+        self._cells[level] = lo
         return lo, self.solve(level, m, SEARCH_XTOL, (float(grid[lo]), float(grid[hi])),
                               coarse=True)
 
