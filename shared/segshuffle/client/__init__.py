@@ -9,6 +9,9 @@ it relays the server's public documents, which the client verifies).
   ceiling, smallest ``min_users`` and fake tolerance, opt-ins for campaigns without
   padding or with variable-size submissions), fixed by the app, never by a server.
 - :mod:`.messages`: the randomizers and the sealing of each message.
+- :mod:`.vectors`: the test vectors a client in another language must reproduce
+  (docs/wire.md; ``python -m segshuffle.client.vectors``), the client's own verdicts
+  on the parameter documents included.
 
 Operator and test tooling (local services, simulated populations) lives in
 :mod:`segshuffle.testing`, outside the SDK.

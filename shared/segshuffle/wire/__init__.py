@@ -3,8 +3,6 @@
 - :mod:`~segshuffle.wire.plaintext`: the 32-byte plaintext of every message.
 - :mod:`~segshuffle.wire.models`: pydantic models of every HTTP body, canonical JSON
   (RFC 8785) and context hashes.
-- :mod:`~segshuffle.wire.vectors`: the test vectors of docs/wire.md
-  (``python -m segshuffle.wire.vectors``).
 - :mod:`~segshuffle.wire.problems`: the ``urn:segshuffle:error:*`` problem types of the
   RFC 9457 ``application/problem+json`` error bodies (no web framework; the services'
   handlers are in :mod:`segshuffle.services.http_edge`).

@@ -1,6 +1,6 @@
 """Test vectors of the wire protocol (docs/wire.md), written to docs/test-vectors.json.
 
-Run ``python -m segshuffle.wire.vectors`` to print them, ``--out PATH`` to write
+Run ``python -m segshuffle.client.vectors`` to print them, ``--out PATH`` to write
 them, ``--check PATH`` to compare a file with a fresh generation (exit status 1
 on any difference).  Everything is deterministic:
 
@@ -35,13 +35,16 @@ Sections of the file:
 ``parameters``
     campaigns with their configuration and published parameters, both hashes,
     the honest count the rule gives (``honest_users_rule``, h = ceil((1 - f) n_min)),
-    and the verdict of the client's check (docs/protocol.md section 6) for every
-    level: ``holds`` is delta_user(E_k) <= delta at the published lambda_k and
-    ``honest_users``; ``client_accepts`` needs every level to hold and the published
-    ``honest_users`` to equal the rule's.
+    the accountant's verdict for every level (``holds`` is delta_user(E_k) <= delta at
+    the published lambda_k and ``honest_users``), and the whole client check's
+    (docs/protocol.md section 6): ``client_checks``, the names of the checks it fails
+    in its order (``lambdas``, ``honest_users``, ``epsilons``, ``delta``, ...), and
+    ``client_accepts``, true when there are none.  Two optimized campaigns, the
+    campaigns of :data:`PARAMETER_SETTINGS` at a given m, and each of them tampered in
+    the ways of :data:`TAMPERINGS`.
 
-This module uses only the protocol core, :mod:`segshuffle.crypto` and the wire
-models: no server stack.
+This module uses only the protocol core, :mod:`segshuffle.crypto`, the wire models
+and the client's verification: no server stack.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ from segshuffle.core.optimizer import optimize
 from segshuffle.core.rules import accounting_users, default_delta, honest_users
 from segshuffle.crypto import (
     build_info,
+    key_config,
     key_id_for,
     private_key_bytes,
     private_key_from_bytes,
@@ -78,11 +82,15 @@ from segshuffle.wire.models import (
     KEM_ID_X25519,
     CampaignConfig,
     CampaignCreate,
+    CampaignView,
     PublishedParameters,
     b64url_encode,
     canonical_json,
 )
 from segshuffle.wire.plaintext import NONCE_LENGTH, Kind, encode_plaintext
+
+from .errors import VerificationError
+from .verify import verify_parameters
 
 FORMAT = "segshuffle test vectors v1"
 DEFAULT_PATH = Path("docs/test-vectors.json")
@@ -165,12 +173,14 @@ def campaign_config(mode: BlanketMode) -> CampaignConfig:
     }).to_config()
 
 
-def optimized_parameters(config: CampaignConfig, key_id: str) -> PublishedParameters:
+def optimized_parameters(config: CampaignConfig, key_id: str,
+                         blanket_rate: float | None = None) -> PublishedParameters:
     """What a server publishes after a round 1 with :data:`LEVEL_COUNTS` (exact level counts).
 
     The same steps as the server's round-1 completion: delta by the campaign's
-    rule, the optimizer in the campaign's blanket mode, n_min from the dropout
-    tolerance and h from n_min and the fake tolerance.
+    rule, the optimizer in the campaign's blanket mode (at ``blanket_rate`` when given:
+    the lambdas for that m), n_min from the dropout tolerance and h from n_min and the
+    fake tolerance.
     """
     users = sum(LEVEL_COUNTS)
     delta = config.delta if config.delta is not None else default_delta(users)
@@ -179,7 +189,8 @@ def optimized_parameters(config: CampaignConfig, key_id: str) -> PublishedParame
     s = config.set_size
     result = optimize([float(c) for c in LEVEL_COUNTS], config.levels, domain, s, delta,
                       dropout_tolerance=config.dropout_tolerance,
-                      fake_tolerance=config.fake_tolerance, blanket_mode=mode)
+                      fake_tolerance=config.fake_tolerance, blanket_mode=mode,
+                      blanket=blanket_rate, lower_bounds=blanket_rate is None)
     m = float(result.m)
     return PublishedParameters(
         campaign_id=config.id, key_id=key_id, config_hash=config.hash_hex(),
@@ -210,6 +221,80 @@ def tampered_parameters(honest: PublishedParameters) -> PublishedParameters:
 def fake_tolerance_ignored(honest: PublishedParameters) -> PublishedParameters:
     """``honest`` claiming to be accounted with all n_min users, as if f were 0: refused."""
     return honest.model_copy(update={"honest_users": honest.accounting_users})
+
+
+PARAMETER_SETTINGS: tuple[tuple[str, int, int, float], ...] = (
+    # (mode, s, d, m): the published m is the server's choice; the client checks what
+    # follows from it.  Integer and non-integer m, both modes, s = 1, 2 and 4.
+    ("slots", 1, 17, 0.5),
+    ("slots", 1, 17, 1.0),
+    ("slots", 2, 16, 0.6),
+    ("slots", 2, 16, 2.0),
+    ("slots", 4, 32, 1.5),
+    ("slots", 4, 32, 3.0),
+    ("independent", 1, 17, 0.5),
+    ("independent", 2, 16, 2.0),
+    ("independent", 4, 32, 1.5),
+)
+"""Campaigns of the ``parameters`` section beside the two optimized ones (n = 1000, the
+round 1 of :data:`LEVEL_COUNTS`), each published honestly and tampered twice."""
+
+
+def setting_config(mode: str, set_size: int, domain_size: int, m: float) -> CampaignConfig:
+    """The configuration of one :data:`PARAMETER_SETTINGS` campaign."""
+    return CampaignCreate.model_validate({
+        "id": f"vectors-{mode}-s{set_size}-d{domain_size}-m{round(m * 100):03d}",
+        "domain_size": domain_size, "set_size": set_size, "levels": LEVELS,
+        "min_users": 100, "dropout_tolerance": 0.1, "fake_tolerance": FAKE_TOLERANCE,
+        "blanket_mode": mode,
+    }).to_config()
+
+
+def _geometry(parameters: PublishedParameters, m: float) -> dict[str, Any]:
+    """The fields that follow from m (the client recomputes them)."""
+    mode = blanket.parse_mode(parameters.blanket_mode)
+    d, s = parameters.privacy_domain_size, parameters.set_size
+    return {"m": m, "blanket_slots": blanket.blanket_slots(m, d, mode),
+            "messages_per_user": blanket.messages_per_user(s, m, d, mode)}
+
+
+TAMPERINGS: tuple[tuple[str, Any], ...] = (
+    ("the strictest level's lambda raised to 1", tampered_parameters),
+    ("honest_users set to n_min, ignoring the fake tolerance", fake_tolerance_ignored),
+    ("the strictest level's epsilon halved (understated)",
+     lambda p: p.model_copy(update={"epsilons": [p.epsilons[0] / 2, *p.epsilons[1:]]})),
+    ("delta ten times the campaign's rule",
+     lambda p: p.model_copy(update={"delta": p.delta * 10})),
+    ("m halved with its geometry, the lambdas kept",
+     lambda p: p.model_copy(update=_geometry(p, p.m / 2))),
+    ("one data message more per user than the geometry gives",
+     lambda p: p.model_copy(update={"messages_per_user": p.messages_per_user + 1})),
+    ("the levels reordered",
+     lambda p: p.model_copy(update={"levels": list(reversed(p.levels))})),
+    ("users below the campaign's min_users",
+     lambda p: p.model_copy(update={"users": 99})),
+)
+"""Ways a server could misreport parameters; the client's verdict on each is recorded."""
+
+
+def setting_cases(published: Mapping[str, Mapping[str, Any]] | None, key_id: str
+                  ) -> list[dict[str, Any]]:
+    """The honest and tampered documents of :data:`PARAMETER_SETTINGS`: the tamperings
+    taken in turn, two per campaign, so each appears at least twice."""
+    cases = []
+    for number, (mode, s, d, m) in enumerate(PARAMETER_SETTINGS):
+        config = setting_config(mode, s, d, m)
+        if published is not None and config.id in published:
+            honest = PublishedParameters.model_validate(published[config.id])
+        else:
+            honest = optimized_parameters(config, key_id, blanket_rate=m)
+        title = f"{mode} blanket, s = {s}, d = {d}, m = {m:g} (published by the server)"
+        cases.append(_parameters_case(title, config, honest, key_id))
+        for turn in (2 * number, 2 * number + 1):
+            name, tamper = TAMPERINGS[turn % len(TAMPERINGS)]
+            cases.append(_parameters_case(f"tampered ({title}): {name} (hash recomputed)",
+                                          config, tamper(honest), key_id))
+    return cases
 
 
 def level_verdicts(parameters: PublishedParameters) -> list[dict[str, Any]]:
@@ -343,11 +428,29 @@ def canonical_section(extra: Sequence[tuple[str, Any]] = ()) -> list[dict[str, A
     return rows
 
 
+def client_checks(config: CampaignConfig, parameters: PublishedParameters,
+                  key_id: str) -> list[str]:
+    """The checks the client's round-2 verification (docs/protocol.md section 6) fails on
+    these documents, in its order; empty when it accepts them (for every level)."""
+    view = CampaignView(id=config.id, phase="round2", config=config,
+                        config_hash=config.hash_hex(), key_id=key_id,
+                        hpke_config=key_config(private_key_from_bytes(SERVER_PRIVATE_KEY)),
+                        parameters=parameters, parameters_hash=parameters.hash_hex())
+    for level_index in range(len(config.levels)):
+        try:
+            verify_parameters(view, level_index=level_index, key_id=key_id,
+                              config_hash=config.hash_hex())
+        except VerificationError as exc:
+            return list(exc.checks)
+    return []
+
+
 def _parameters_case(description: str, config: CampaignConfig,
-                     parameters: PublishedParameters) -> dict[str, Any]:
+                     parameters: PublishedParameters, key_id: str) -> dict[str, Any]:
     verdicts = level_verdicts(parameters)
     rule = honest_users(parameters.users, parameters.dropout_tolerance,
                         parameters.fake_tolerance)
+    checks = client_checks(config, parameters, key_id)
     return {
         "description": description,
         "config": config.model_dump(mode="json"), "config_hash": config.hash_hex(),
@@ -355,8 +458,8 @@ def _parameters_case(description: str, config: CampaignConfig,
         "parameters_hash": parameters.hash_hex(),
         "honest_users_rule": rule,
         "level_verdicts": verdicts,
-        "client_accepts": (parameters.honest_users == rule
-                           and all(row["holds"] for row in verdicts)),
+        "client_checks": checks,
+        "client_accepts": not checks,
     }
 
 
@@ -377,15 +480,16 @@ def build_vectors(published: Mapping[str, Mapping[str, Any]] | None = None) -> d
     (slots_config, slots_parameters), (independent_config, independent_parameters) = campaigns
     cases = [
         _parameters_case("slots blanket, optimized for n = 1000 (250, 500, 250 per level)",
-                         slots_config, slots_parameters),
+                         slots_config, slots_parameters, key_id),
         _parameters_case("independent blanket, optimized for the same round 1",
-                         independent_config, independent_parameters),
+                         independent_config, independent_parameters, key_id),
         _parameters_case("tampered: the strictest level's lambda raised to 1 (hash "
                          "recomputed); a client must refuse", slots_config,
-                         tampered_parameters(slots_parameters)),
+                         tampered_parameters(slots_parameters), key_id),
         _parameters_case("tampered: honest_users set to n_min, ignoring the fake tolerance "
                          "(hash recomputed); a client must refuse", slots_config,
-                         fake_tolerance_ignored(slots_parameters)),
+                         fake_tolerance_ignored(slots_parameters), key_id),
+        *setting_cases(published, key_id),
     ]
     documents = [("a campaign configuration", slots_config.model_dump(mode="json")),
                  ("published parameters", slots_parameters.model_dump(mode="json"))]
@@ -458,8 +562,8 @@ def summary(vectors: Mapping[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m segshuffle.wire.vectors [--out PATH | --check PATH] [--reoptimize]``."""
-    parser = argparse.ArgumentParser(prog="python -m segshuffle.wire.vectors",
+    """``python -m segshuffle.client.vectors [--out PATH | --check PATH] [--reoptimize]``."""
+    parser = argparse.ArgumentParser(prog="python -m segshuffle.client.vectors",
                                      description=__doc__.splitlines()[0])
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--out", type=Path, help="write the vectors to this file")
