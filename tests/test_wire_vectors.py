@@ -9,6 +9,7 @@ its own implementation).
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import math
@@ -57,6 +58,17 @@ def campaign_hashes() -> dict[str, tuple[str, str]]:
     """(config hash, parameters hash) of each honest campaign, re-derived with rfc8785."""
     return {case["config"]["id"]: (jcs_sha256(case["config"]), jcs_sha256(case["parameters"]))
             for case in VECTORS["parameters"] if case["client_accepts"]}
+
+
+@functools.cache
+def _fresh_generation() -> str:
+    return vectors.dumps(vectors.build_vectors(vectors.published_parameters_of(VECTORS)))
+
+
+def _generated() -> dict:
+    """A fresh generation of the vectors from the file's published parameters, made once
+    per test process (a copy each time)."""
+    return json.loads(_fresh_generation())
 
 
 @pytest.mark.parametrize("vector", VECTORS["hpke"],
@@ -201,14 +213,13 @@ def test_the_parameter_documents_cover_what_a_port_must_decide():
 
 
 def test_the_file_is_what_the_generator_writes():
-    published = vectors.published_parameters_of(VECTORS)
-    assert vectors.matches(VECTORS_PATH.read_text("utf-8"), vectors.build_vectors(published))
+    assert vectors.matches(VECTORS_PATH.read_text("utf-8"), _generated())
 
 
 def test_only_the_recomputed_bound_may_differ_and_only_in_its_last_digits():
     """The check holds on any machine (delta_user's trailing digits moved by up to 4e-9
     relative between two machines with the same libraries) but nothing else moves."""
-    generated = vectors.build_vectors(vectors.published_parameters_of(VECTORS))
+    generated = _generated()
     text = vectors.dumps(generated)
 
     def with_first(key: str, change) -> str:
@@ -232,7 +243,9 @@ def test_only_the_recomputed_bound_may_differ_and_only_in_its_last_digits():
     assert not vectors.matches("not json", generated)
 
 
-def test_the_generator_checks_a_file(tmp_path, capsys):
+def test_the_generator_checks_a_file(tmp_path, capsys, monkeypatch):
+    # The generation itself is the one of _generated (about 10 s, once per worker).
+    monkeypatch.setattr(vectors, "build_vectors", lambda published: _generated())
     copy = tmp_path / "vectors.json"
     copy.write_text(VECTORS_PATH.read_text("utf-8"), "utf-8")
     assert vectors.main(["--check", str(copy)]) == 0
