@@ -1,0 +1,7 @@
+// segshuffle's wire layer for web apps (docs/wire.md): the byte strings, canonical JSON
+// and document hashes, the 32-byte plaintexts and their HPKE sealing, on WebCrypto.
+
+export * from "./bytes.js";
+export * from "./canonical.js";
+export * from "./hpke.js";
+export * from "./plaintext.js";
