@@ -47,6 +47,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from segshuffle import __version__
 from segshuffle.services.api_docs import install_docs
+from segshuffle.services.cors import ClientRouteCors, parse_origins, route_matcher
 from segshuffle.services.http_cache import document_response
 from segshuffle.services.http_edge import (
     Health,
@@ -184,6 +185,12 @@ SECURITY: dict[tuple[str, str], str] = {
 USER_ROUTES = frozenset({"/v1/campaigns/{campaign_id}/enrollments",
                          "/v1/campaigns/{campaign_id}/rounds/{round_number}/submissions"})
 """Successful requests on these are logged at DEBUG: no per-user timeline on the disk."""
+
+CLIENT_ROUTES = USER_ROUTES | {"/v1/campaigns/{campaign_id}",
+                               "/v1/campaigns/{campaign_id}/hpke-config",
+                               "/v1/campaigns/{campaign_id}/rounds/{round_number}"}
+"""What a client calls (the web pages of SEGSHUFFLE_SHUFFLER_CORS_ORIGINS may too); not the
+operator's release, the metrics or the API documents."""
 
 _CHECKED = [Depends(valid_campaign_id)]
 documents = APIRouter(prefix="/v1/campaigns/{campaign_id}", tags=["documents"],
@@ -447,6 +454,8 @@ def create_app(
         redoc_url=None,
     )
     app.add_middleware(UserRoutes, application=app)  # innermost: added first
+    app.add_middleware(ClientRouteCors, origins=parse_origins(settings.cors_origins),
+                       is_client_route=route_matcher(CLIENT_ROUTES))
     install_edge(app, settings.max_body_bytes, "shuffler")
     install_observability(app, metrics, quiet_routes=USER_ROUTES)
     install_docs(app)

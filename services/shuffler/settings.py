@@ -38,6 +38,7 @@ from ..configuration import (
     port_field,
     synchronous_field,
 )
+from ..cors import parse_origins
 from ..rate_limit import parse_networks
 
 PREFIX = "SEGSHUFFLE_SHUFFLER_"
@@ -122,6 +123,17 @@ class Settings(ServiceSettings):
         description="how long a replica's lease on forwarding a round lasts unless renewed; "
                     "another replica takes over a dead one's forwarding within about 1.5 "
                     "times this")
+
+    cors_origins: str = Field(
+        "", description="web origins (scheme://host[:port], comma-separated) whose pages may "
+                        "call the client routes (campaign view, key config, round status, "
+                        "enrollments, submissions); none by default (services/cors.py)")
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, text: str) -> str:
+        parse_origins(text)
+        return text
 
     @field_validator("server_token", "operator_token")
     @classmethod
