@@ -3,9 +3,8 @@
 Both services keep their state in one SQLite file each (docs/architecture.md).  This
 module opens that file the same way for both (WAL journal, the configured
 ``synchronous`` mode, a 10 s busy timeout, ``secure_delete`` so that deleted rows are
-overwritten rather than left in free pages, reads through a memory map
-(:data:`MMAP_BYTES`), autocommit so that every transaction is an explicit
-``BEGIN IMMEDIATE``) and brings its schema to the latest version;
+overwritten rather than left in free pages, autocommit so that every transaction is an
+explicit ``BEGIN IMMEDIATE``) and brings its schema to the latest version;
 :class:`SQLiteStore` is the base of both storages (one lock, one transaction style).
 
 The schema is an ordered tuple of :class:`Migration` per service.  The table
@@ -38,13 +37,6 @@ __all__ = ["CorruptDatabaseError", "Migration", "SQLiteStore", "SchemaVersionErr
            "UnusableDatabaseError", "migrate", "open_database"]
 
 T = TypeVar("T")
-
-MMAP_BYTES = 1 << 30
-"""How much of a database file SQLite reads through a memory map instead of ``pread``
-(``PRAGMA mmap_size``; address space, not memory).  A release looks up a round's
-sealed rows in its secret order, one B-tree leaf each, far more leaves than SQLite's
-page cache holds: each read is then a page the kernel already has, without a system
-call and a copy."""
 
 SYNCHRONOUS_MODES = ("NORMAL", "FULL", "EXTRA")
 """The ``PRAGMA synchronous`` modes the services accept."""
@@ -149,7 +141,6 @@ def _configure(db: sqlite3.Connection, mode: str) -> None:
     db.execute("PRAGMA journal_mode=WAL")
     db.execute(f"PRAGMA synchronous={mode}")
     db.execute("PRAGMA secure_delete=ON")
-    db.execute(f"PRAGMA mmap_size={MMAP_BYTES}")
 
 
 def _tag(db: sqlite3.Connection, service: str) -> None:

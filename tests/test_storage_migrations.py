@@ -126,15 +126,3 @@ def test_server_queue_upgrade_keeps_rows_sequence_and_blob_last(tmp_path: Path) 
         columns = [row[1] for row in db.execute("PRAGMA table_info(decode_queue)")]
     assert columns[-2:] == ["failures", "ciphertexts"]
     assert _versions(path)[-1] == 4
-
-
-def test_connections_read_through_a_memory_map_and_overwrite_deletions(tmp_path: Path) -> None:
-    # A release reads one B-tree leaf per message in its secret order: through the map,
-    # a leaf the kernel holds costs no system call (bench_release.py).
-    db = sqlite_base.open_database(tmp_path / "db.sqlite3", (), service="test")
-    try:
-        assert db.execute("PRAGMA mmap_size").fetchone()[0] == sqlite_base.MMAP_BYTES
-        assert db.execute("PRAGMA secure_delete").fetchone()[0] == 1
-        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    finally:
-        db.close()
