@@ -31,6 +31,8 @@ from urllib.parse import urlsplit
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .http_edge import route_path
+
 PREFLIGHT_SECONDS = 600
 ALLOWED_METHODS = "GET, POST"
 ALLOWED_HEADERS = "authorization, content-type, if-none-match"
@@ -60,12 +62,6 @@ def route_matcher(templates: Iterable[str]) -> Callable[[str], bool]:
     return lambda path: compiled.match(path) is not None
 
 
-def _route_path(scope: Scope) -> str:
-    """The path below the application's mount point (``root_path``)."""
-    path, root = str(scope["path"]), str(scope.get("root_path", ""))
-    return path[len(root):] if root and path.startswith(root) else path
-
-
 class ClientRouteCors:
     """Pure ASGI middleware: the CORS consent of the module docstring."""
 
@@ -77,7 +73,7 @@ class ClientRouteCors:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (scope["type"] != "http" or not self.origins
-                or not self.is_client_route(_route_path(scope))):
+                or not self.is_client_route(route_path(scope))):
             await self.app(scope, receive, send)
             return
         headers = {key: value for key, value in scope["headers"]

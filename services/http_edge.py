@@ -130,6 +130,14 @@ async def read_json(request: Request, model: type[ModelT]) -> ModelT:
 _ID = re.compile(ID_PATTERN)
 
 
+def route_path(scope: Scope) -> str:
+    """The request path below the application's mount point (``root_path``), which is
+    what the router matches against."""
+    path = str(scope["path"])
+    root = str(scope.get("root_path", ""))
+    return path[len(root):] if root and path.startswith(root) else path
+
+
 def campaign_id(value: str) -> str:
     """A campaign id from a path segment: the whole of it matches ``ID_PATTERN``, else
     ``unknown-campaign`` (``fullmatch``: ``$`` alone would let a trailing newline in)."""

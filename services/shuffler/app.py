@@ -56,6 +56,7 @@ from segshuffle.services.http_edge import (
     health_router,
     install_edge,
     read_json,
+    route_path,
 )
 from segshuffle.services.http_edge import campaign_id as parse_campaign_id
 from segshuffle.services.http_edge import round_number as parse_round
@@ -299,14 +300,6 @@ SUBMIT_ROUTE = _route(users, SUBMIT_PATH)
 _USER_PREFIX = "/v1/campaigns/"
 
 
-def _route_path(scope: Scope) -> str:
-    """The request path below the application's mount point (``root_path``), which is
-    what the router matches against."""
-    path = str(scope["path"])
-    root = str(scope.get("root_path", ""))
-    return path[len(root):] if root and path.startswith(root) else path
-
-
 def _header(scope: Scope, name: bytes) -> str | None:
     """The first value of a request header (``name`` in lower case), as Starlette reads it."""
     for key, value in scope["headers"]:
@@ -345,7 +338,7 @@ class UserRoutes:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
-            path = _route_path(scope)
+            path = route_path(scope)
             if path.startswith(_USER_PREFIX):
                 for route, handled in self._routes:
                     match = route.path_regex.match(path)
