@@ -123,6 +123,12 @@ SMALL_FINALIST_MARGIN = 0.05
 #: densely (the objective is jagged there).
 SMALL_POPULATION = 1000
 
+#: From SMALL_POPULATION users on, the m search samples below the full-signal rates at
+#: this many points, down to this share of the smallest: there every level sends a
+#: fraction of its items, which many users make costlier than the blanket it saves.
+LARGE_BELOW_POINTS = 6
+LARGE_BELOW_DEPTH = 1e-2
+
 #: Levels for which the lower-bound epsilons are reported by default.
 LOWER_BOUND_LEVELS = 64
 
@@ -326,15 +332,18 @@ def _anchor_indices(count: int, anchors: int) -> list[int]:
     return sorted({round(i * (count - 1) / (anchors - 1)) for i in range(anchors)})
 
 
-def _candidate_blankets(low: float, high: float, below: int = 16) -> list[float]:
-    """Grid over (0, high]: every bucket between low and high, plus ``below`` points below low.
+def _candidate_blankets(low: float, high: float, below: int = 16,
+                        depth: float = 1e-4) -> list[float]:
+    """Grid over (0, high]: every bucket between low and high, plus ``below`` points below
+    low, geometric down to ``depth`` times low.
 
-    Small populations want many points below low: their objective is jagged there.
+    Small populations want many points below low, far down: their objective is jagged
+    there.
     """
     candidates = {high, low}
     # Below the smallest full-signal rate every level sends less than its full signal,
     # but the bound can still be lowest there (small populations): a geometric sweep.
-    candidates.update(np.geomspace(max(low * 1e-4, 1e-5), low, below).tolist()
+    candidates.update(np.geomspace(max(low * depth, 1e-5), low, below).tolist()
                       if low > 0 else [])
     first, last = max(1, math.ceil(low)), max(1, math.ceil(high))
     if last - first <= 16:
@@ -608,8 +617,8 @@ def _search_blanket(solver: _LambdaSolver,
         grid = sorted({high, low, *np.geomspace(max(min(low, high) * 0.25, 1e-4), high, 24)}
                       | {b for b in breakpoints if 0.0 < b <= high})
     else:
-        below = 64 if small else 16
-        grid = sorted(set(_candidate_blankets(low, high, below))
+        below, depth = (64, 1e-4) if small else (LARGE_BELOW_POINTS, LARGE_BELOW_DEPTH)
+        grid = sorted(set(_candidate_blankets(low, high, below, depth))
                       | {b for b in breakpoints if b > 0.0})
     values = [objective(m) for m in grid]
     best = int(np.argmin(values))
