@@ -2,7 +2,7 @@
 // AES-128-GCM, one single-shot Seal per message (docs/wire.md section 4), on WebCrypto
 // alone: X25519 for the Diffie-Hellman, HMAC-SHA256 for HKDF, AES-GCM for the AEAD.
 
-import { concat, i2osp, sha256, toHex, utf8 } from "./bytes.js";
+import { concat, fromBase64url, i2osp, sha256, toHex, utf8 } from "./bytes.js";
 
 const KEM_ID = 0x0020;
 const KDF_ID = 0x0001;
@@ -56,8 +56,7 @@ export function importPublicKey(raw) {
 
 async function publicBytesOf(privateKey) {
   const jwk = await crypto.subtle.exportKey("jwk", privateKey);
-  const b64 = jwk.x.replace(/-/g, "+").replace(/_/g, "/");
-  return Uint8Array.from(atob(b64 + "=".repeat((4 - (b64.length % 4)) % 4)), (c) => c.charCodeAt(0));
+  return fromBase64url(jwk.x); // JWK members are unpadded base64url
 }
 
 async function keySchedule(sharedSecret, info) {

@@ -133,6 +133,21 @@ def poisson_pmf(k: np.ndarray | int, mean: float) -> np.ndarray:
     return out
 
 
+def binom_cdf(k: int, n: int, p: float) -> float:
+    """Pr[Binomial(n, p) <= k]: 0 below the support, 1 from its top on (``bdtr`` is NaN
+    outside 0..n)."""
+    if k < 0:
+        return 0.0
+    return 1.0 if k >= n else float(special.bdtr(k, n, p))
+
+
+def binom_sf(k: int, n: int, p: float) -> float:
+    """Pr[Binomial(n, p) > k]: 1 below the support, 0 from its top on."""
+    if k < 0:
+        return 1.0
+    return 0.0 if k >= n else float(special.bdtrc(k, n, p))
+
+
 def binom_ppf(q: float, n: int, p: float) -> int:
     """The smallest k in -1..n with Pr[Binomial(n, p) <= k] >= q (-1 when q <= 0).
 

@@ -53,9 +53,9 @@ def _total_window(n_slots: int, q2: float) -> tuple[np.ndarray, np.ndarray, floa
     lo = max(0, math.floor(mean - margin))
     hi = min(n_slots, math.ceil(mean + margin))
     u = np.arange(lo, hi + 1)
-    below = special.bdtr(lo - 1, n_slots, q2) if lo > 0 else 0.0
-    above = special.bdtrc(hi, n_slots, q2) if hi < n_slots else 0.0
-    return u, distributions.binom_pmf(u, n_slots, q2), float(below + above)
+    outside = distributions.binom_cdf(lo - 1, n_slots, q2) + distributions.binom_sf(
+        hi, n_slots, q2)
+    return u, distributions.binom_pmf(u, n_slots, q2), outside
 
 
 def _log_ratio(a: np.ndarray, u: np.ndarray, shift: int) -> np.ndarray:

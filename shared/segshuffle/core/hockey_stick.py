@@ -176,27 +176,15 @@ def _window(n_slots: int, r: float) -> _Window:
         w0 = pmf[1:]
         w1 = pmf[:-1]
         # Mass outside the window: w0 at t < lo or t > hi, w1 at t - 1 < lo - 1 or t - 1 > hi - 1.
-        omitted0 = _binomial_cdf(lo - 1, trials, prob) + _binomial_sf(hi, trials, prob)
-        omitted1 = _binomial_cdf(lo - 2, trials, prob) + _binomial_sf(hi - 1, trials, prob)
+        omitted0 = (distributions.binom_cdf(lo - 1, trials, prob)
+                    + distributions.binom_sf(hi, trials, prob))
+        omitted1 = (distributions.binom_cdf(lo - 2, trials, prob)
+                    + distributions.binom_sf(hi - 1, trials, prob))
     rho = r / (1.0 - prob) if prob < 1.0 else math.inf
     remaining = (trials - t + 1).astype(float)
     with np.errstate(invalid="ignore"):
         slack = np.where(remaining == 0.0, 0.0, rho * remaining)
     return _Window(t, w0, w1, omitted0, omitted1, slack)
-
-
-def _binomial_cdf(k: int, trials: int, prob: float) -> float:
-    """Pr[Binomial(trials, prob) <= k]: 0 below the support."""
-    if k < 0:
-        return 0.0
-    return 1.0 if k >= trials else float(special.bdtr(k, trials, prob))
-
-
-def _binomial_sf(k: int, trials: int, prob: float) -> float:
-    """Pr[Binomial(trials, prob) > k]: 0 from the top of the support on."""
-    if k < 0:
-        return 1.0
-    return 0.0 if k >= trials else float(special.bdtrc(k, trials, prob))
 
 
 def _binomial_half_tail(trials: np.ndarray, k: np.ndarray) -> np.ndarray:

@@ -201,6 +201,7 @@ class _LambdaSolver:
         self.mode = mode
         self._steering: dict[float, list[float]] = {}
         self._cells: dict[float, int] = {}  # per level: its root's grid cell at the last m
+        self._exact: dict[tuple[float, float], list[float]] = {}
 
     def solve(self, level: float, m: float, xtol: float,
               bracket: tuple[float, float] = (0.0, 1.0), *, coarse: bool = False) -> float:
@@ -218,8 +219,15 @@ class _LambdaSolver:
 
         The steering solutions at m bracket each level's root (a hint the accountant
         verifies and widens when it does not hold), which saves most evaluations of
-        the certified bound.
+        the certified bound.  Kept per (m, xtol): the m search's finalists are ranked
+        with them, and the chosen one is published with the same lambdas.
         """
+        key = (m, xtol)
+        if key not in self._exact:
+            self._exact[key] = self._solve_all(m, xtol)
+        return self._exact[key]
+
+    def _solve_all(self, m: float, xtol: float) -> list[float]:
         count = len(self.levels)
         guesses = self.approximate(m)
         if count <= ANCHOR_LEVELS:

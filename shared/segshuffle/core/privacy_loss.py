@@ -100,9 +100,8 @@ class BinLaw:
         if self.trials is None:
             below = special.pdtr(lo - 1, self.mean) if lo > 0 else 0.0
             return float(below + special.pdtrc(hi, self.mean))
-        below = special.bdtr(lo - 1, self.trials, self.p) if lo > 0 else 0.0
-        above = special.bdtrc(hi, self.trials, self.p) if hi < self.trials else 0.0
-        return float(below + above)
+        return (distributions.binom_cdf(lo - 1, self.trials, self.p)
+                + distributions.binom_sf(hi, self.trials, self.p))
 
     def previous_ratio(self, counts: np.ndarray) -> np.ndarray:
         """f(a - 1) / f(a) for a >= 1 inside the support (inf where f(a) = 0 < f(a - 1))."""
