@@ -241,9 +241,22 @@ def test_only_the_recomputed_bound_may_differ_and_only_in_its_last_digits():
 
     assert vectors.matches(with_first("delta_user", lambda v: v * (1 + 1e-8)), generated)
     assert not vectors.matches(with_first("delta_user", lambda v: v * (1 + 1e-4)), generated)
+    # At the FFT's rounding floor (bounds of about 1e-13) libraries and processors move
+    # the bound by a few 1e-15 (seen: 1.3614e-13 against 1.3942e-13): absolute 1e-13.
+    tiny = with_first("delta_user", lambda v: 1.3614e-13)
+    assert vectors.matches(tiny, json.loads(vectors.dumps(json.loads(tiny))))
+    assert _matches_with_tiny(tiny, 1.3942e-13)
+    assert not _matches_with_tiny(tiny, 2.5e-13)
     assert not vectors.matches(with_first("lambda", lambda v: v * (1 + 1e-12)), generated)
     assert not vectors.matches(text.replace('"holds": true', '"holds": false', 1), generated)
     assert not vectors.matches("not json", generated)
+
+
+def _matches_with_tiny(text: str, recomputed: float) -> bool:
+    """Whether ``text`` (whose first delta_user is 1.3614e-13) matches a generation
+    that recomputed that bound as ``recomputed``."""
+    generated = json.loads(text.replace("1.3614e-13", repr(recomputed), 1))
+    return vectors.matches(text, generated)
 
 
 def test_the_generator_checks_a_file(tmp_path, capsys, monkeypatch):

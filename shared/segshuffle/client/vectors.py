@@ -524,9 +524,20 @@ by the processor's vector instructions, and the bound is a difference of sums (s
 up to 4e-9 relative between two machines with the same numpy and scipy).  ``holds``,
 the verdict a client acts on, is decided with a certified margin and compared exactly."""
 
+RECOMPUTED_ABSOLUTE_TOLERANCE = 1e-13
+"""Absolute tolerance of ``delta_user``, beside the relative one.
+
+Bounds far below every target delta sit at the floor of the FFT composition's
+rounding, a few 1e-15 in absolute terms, which moves with the library versions and
+the processor (seen: 1.3614e-13 on one machine and 1.3942e-13 on another, numpy 2.4
+and scipy 1.17 against older ones).  1e-13 is a tenth of the smallest delta a
+campaign may choose (:data:`segshuffle.core.rules.MIN_DELTA`), and ``holds`` is still
+compared exactly."""
+
 
 def _same(stored: Any, generated: Any, key: str | None = None) -> bool:
-    """Equal as JSON values, but ``delta_user`` floats only to :data:`RECOMPUTED_TOLERANCE`."""
+    """Equal as JSON values, but ``delta_user`` floats only to :data:`RECOMPUTED_TOLERANCE`
+    relative or :data:`RECOMPUTED_ABSOLUTE_TOLERANCE` absolute."""
     if isinstance(stored, dict) and isinstance(generated, dict):
         return stored.keys() == generated.keys() and all(
             _same(stored[k], generated[k], k) for k in stored)
@@ -534,7 +545,8 @@ def _same(stored: Any, generated: Any, key: str | None = None) -> bool:
         return len(stored) == len(generated) and all(
             _same(a, b, key) for a, b in zip(stored, generated, strict=True))
     if key == "delta_user" and isinstance(stored, float) and isinstance(generated, float):
-        return math.isclose(stored, generated, rel_tol=RECOMPUTED_TOLERANCE, abs_tol=0.0)
+        return math.isclose(stored, generated, rel_tol=RECOMPUTED_TOLERANCE,
+                            abs_tol=RECOMPUTED_ABSOLUTE_TOLERANCE)
     return type(stored) is type(generated) and stored == generated
 
 
