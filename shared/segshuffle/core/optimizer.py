@@ -66,6 +66,7 @@ from .blanket import (
     require_blanket_rate,
 )
 from .estimator import mse_bound, variance_given_data
+from .hockey_stick import _smallest_feasible
 from .privacy_loss import DEFAULT_STEP
 from .rules import MAX_MESSAGES_PER_USER, accounting_users, honest_users
 from .scalar_search import bounded_minimum
@@ -128,6 +129,13 @@ SMALL_POPULATION = 1000
 #: fraction of its items, which many users make costlier than the blanket it saves.
 LARGE_BELOW_POINTS = 6
 LARGE_BELOW_DEPTH = 1e-2
+
+#: A finalist whose least strict level short of its full signal has a certified lambda
+#: of at least this much is joined by that level's certified full-signal rate, searched
+#: up to FULL_SIGNAL_REACH above it to FULL_SIGNAL_RTOL (:func:`_full_signal_neighbours`).
+NEAR_FULL_SIGNAL = 0.9
+FULL_SIGNAL_REACH = 0.05
+FULL_SIGNAL_RTOL = 1e-6
 
 #: Levels for which the lower-bound epsilons are reported by default.
 LOWER_BOUND_LEVELS = 64
@@ -443,6 +451,8 @@ def optimize(
 
         finalists = _search_blanket(solver, score, low, high, level_blankets or (), mode,
                                     small=users < SMALL_POPULATION)
+        if len(levels) <= ANCHOR_LEVELS:
+            finalists += _full_signal_neighbours(solver, finalists, ceiling)
         ranked = [(score(rate, solver.all_exact(rate, LAMBDA_XTOL)), i, rate)
                   for i, rate in enumerate(finalists)] if len(finalists) > 1 else []
         m = min(ranked)[2] if ranked else finalists[0]
@@ -502,6 +512,46 @@ def optimize(
         variance=variance_given_data(users, m, s, counts, lambdas, d, mode),
         min_lambda=floor,
     )
+
+
+def _full_signal_neighbours(solver: _LambdaSolver, finalists: Sequence[float],
+                            ceiling: float) -> list[float]:
+    """Certified full-signal rates just above the finalists, as further finalists.
+
+    The m search locates each level's full-signal rate m_k on the coarse loss grid,
+    which puts it a little low (about 1% on the paper's settings).  A finalist at
+    such a steering m_k then has that level's certified lambda just short of 1
+    (0.98, say), and the objective's s n_k lambda (1 - lambda) term charges the
+    shortfall heavily: the certified m_k, slightly higher, is the better rate.  So
+    for each finalist whose least strict level short of its full signal has a
+    certified lambda of at least NEAR_FULL_SIGNAL, the smallest rate above it (at
+    most FULL_SIGNAL_REACH higher, inside its bucket ceil(m) in the slot mode) at
+    which that level's certified lambda is 1 joins the finalists.  Every returned
+    rate is verified feasible.
+    """
+    found: list[float] = []
+    for rate in finalists:
+        if rate <= 0.0:
+            continue
+        lambdas = solver.all_exact(rate, LAMBDA_XTOL)
+        short = [level for level, lam in zip(solver.levels, lambdas, strict=True)
+                 if NEAR_FULL_SIGNAL <= lam < 1.0]
+        if not short:
+            continue
+        level = short[-1]
+
+        def excess(m: float, level: float = level) -> float:
+            value = user_delta(level, 1.0, solver.set_size, solver.users, m,
+                               solver.domain_size, mode=solver.mode, delta=solver.delta)
+            return math.log(max(value, 1e-300)) - math.log(solver.delta)
+
+        top = min(rate * (1.0 + FULL_SIGNAL_REACH), ceiling)
+        if solver.mode is BlanketMode.SLOTS:
+            top = min(top, float(math.ceil(rate)))
+        if top <= rate or excess(rate) <= 0.0 or excess(top) > 0.0:
+            continue
+        found.append(_smallest_feasible(excess, rate, top, rtol=FULL_SIGNAL_RTOL))
+    return [m for m in dict.fromkeys(found) if m not in finalists]
 
 
 def _lowest_full_signal_blanket(solver: _LambdaSolver, strictest: float, m: float) -> float:
