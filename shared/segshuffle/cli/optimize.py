@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
           f"  (fake tolerance {result.fake_tolerance:g}; audit with --users "
           f"{result.honest_users})")
     print(f"{'level':>10} {'share':>8} {'lambda':>10} {'eps upper':>10} {'eps lower':>10}"
-          f" {'m_k':>10}")
+          f" {'~m_k':>10}")  # the m search's coarse estimate (section 5)
     blankets = result.level_blankets or (None,) * len(levels)
     for level, share, lam, upper, lower, m_k in zip(
         levels, shares, result.lambdas, result.epsilons, result.epsilons_lower, blankets,
