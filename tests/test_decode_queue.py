@@ -70,6 +70,7 @@ def idle(tmp_path: Path) -> tuple[TestClient, Any, Sealer]:
     return client, app, Sealer(view, 1)
 
 
+@pytest.mark.slow  # over 10 s on a 2-core machine: the fast tier stays within 3 minutes
 def test_chunks_wait_in_the_queue_until_decoded(idle: tuple[TestClient, Any, Sealer]
                                                 ) -> None:
     """Intake answers from the queue (202, queued receipts, the same refusals as for stored

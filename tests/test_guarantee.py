@@ -102,7 +102,7 @@ def test_n_min_is_the_ceiling_of_the_exact_product(users: int, tau: float) -> No
     assert n_min >= exact and (n_min - 1 < exact or n_min == 1)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=12, deadline=None)  # each an optimize: 40 took 18 s
 @given(users=st.integers(2, 10**6 - 1), tau=st.floats(0.0, 0.99))
 def test_the_optimizer_accounts_n_min_users(users: int, tau: float) -> None:
     assert optimize([users / 2, users / 2], [1.0, 2.0], 17, 1, 1e-6, dropout_tolerance=tau,
@@ -110,11 +110,9 @@ def test_the_optimizer_accounts_n_min_users(users: int, tau: float) -> None:
         rules.accounting_users(users, tau)
 
 
+@pytest.mark.slow  # 20 s for 2 users on a 2-core machine: the fast tier stays within 3 minutes
 @pytest.mark.parametrize(("users", "objective"), [
-    (2, "variance"),
-    *(pytest.param(n, objective, marks=pytest.mark.slow)
-      for n in (2, 3, 5, 8, 13, 20) for objective in ("paper-bound", "variance")
-      if (n, objective) != (2, "variance"))])
+    (n, objective) for n in (2, 3, 5, 8, 13, 20) for objective in ("paper-bound", "variance")])
 def test_optimizer_finds_the_global_minimum_for_small_populations(users: int,
                                                                   objective: str) -> None:
     levels, counts = [1.0, 5.0], [users / 2, users / 2]

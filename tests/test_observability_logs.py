@@ -78,6 +78,7 @@ def test_every_request_logs_one_json_line_with_its_id(
     assert mine[0]["logger"] == "segshuffle.http"
 
 
+@pytest.mark.slow  # over 10 s on a 2-core machine: the fast tier stays within 3 minutes
 def test_logs_hold_no_token_address_or_ciphertext(
         logged: tuple[Services, io.StringIO]) -> None:
     services, stream = logged

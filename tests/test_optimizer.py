@@ -49,6 +49,7 @@ def test_lambdas_increase_with_the_level() -> None:
     assert list(result.lambdas) == sorted(result.lambdas)
 
 
+@pytest.mark.slow  # over 10 s on a 2-core machine: the fast tier stays within 3 minutes
 def test_optimised_m_beats_the_grid() -> None:
     best = _msnbc_like(5000, 2e-6)
     for m in np.linspace(0.2, 7.0, 18):

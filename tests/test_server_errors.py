@@ -205,6 +205,7 @@ def test_insecure_parameters_need_the_flag(setup):
               "insecure-refused", 403)
 
 
+@pytest.mark.slow  # over 10 s on a 2-core machine: the fast tier stays within 3 minutes
 def test_wrong_phase(setup):
     client, view, _ = setup
     round2 = "/v1/campaigns/c1/rounds/2/batches/b2"
@@ -283,6 +284,7 @@ def test_admin_aborts_a_campaign(setup):
 
 # -- idempotency ---------------------------------------------------------------------------
 
+@pytest.mark.slow  # over 10 s on a 2-core machine: the fast tier stays within 3 minutes
 def test_chunks_and_completion_are_idempotent(setup):
     client, view, database = setup
     sealer = Sealer(view, 1)
@@ -309,6 +311,7 @@ def test_chunks_and_completion_are_idempotent(setup):
 
 # -- per-message failures --------------------------------------------------------------------
 
+@pytest.mark.slow  # over 10 s on a 2-core machine: the fast tier stays within 3 minutes
 def test_bad_messages_are_reported_and_not_counted(setup):
     client, view, _ = setup
     sealer = Sealer(view, 1)

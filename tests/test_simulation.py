@@ -79,6 +79,7 @@ def _draw_population(rng: np.random.Generator, users: int, weights: np.ndarray,
     return items, rng.choice(3, users, p=[0.25, 0.5, 0.25])
 
 
+@pytest.mark.slow  # over 10 s on a 2-core machine: the fast tier stays within 3 minutes
 def test_reported_standard_errors_match_the_spread() -> None:
     """The standard error covers users drawn from a distribution (the paper's model):
     with a fresh population each run, it matches the spread of the estimates."""
