@@ -514,6 +514,17 @@ def optimize(
     )
 
 
+def _full_signal_excess(solver: _LambdaSolver, level: float) -> Callable[[float], float]:
+    """m -> log delta_user(level, lambda = 1, m) - log delta, certified: <= 0 exactly where
+    the level keeps its full signal at m (close to linear in m within a bucket)."""
+    def excess(m: float) -> float:
+        value = user_delta(level, 1.0, solver.set_size, solver.users, m, solver.domain_size,
+                           mode=solver.mode, delta=solver.delta)
+        return math.log(max(value, 1e-300)) - math.log(solver.delta)
+
+    return excess
+
+
 def _full_signal_neighbours(solver: _LambdaSolver, finalists: Sequence[float],
                             ceiling: float) -> list[float]:
     """Certified full-signal rates just above the finalists, as further finalists.
@@ -538,13 +549,7 @@ def _full_signal_neighbours(solver: _LambdaSolver, finalists: Sequence[float],
                  if NEAR_FULL_SIGNAL <= lam < 1.0]
         if not short:
             continue
-        level = short[-1]
-
-        def excess(m: float, level: float = level) -> float:
-            value = user_delta(level, 1.0, solver.set_size, solver.users, m,
-                               solver.domain_size, mode=solver.mode, delta=solver.delta)
-            return math.log(max(value, 1e-300)) - math.log(solver.delta)
-
+        excess = _full_signal_excess(solver, short[-1])
         top = min(rate * (1.0 + FULL_SIGNAL_REACH), ceiling)
         if solver.mode is BlanketMode.SLOTS:
             top = min(top, float(math.ceil(rate)))
@@ -563,11 +568,7 @@ def _lowest_full_signal_blanket(solver: _LambdaSolver, strictest: float, m: floa
     jumps there).  At most four evaluations; only verified-feasible rates are
     returned.
     """
-    def excess(rate: float) -> float:
-        value = user_delta(strictest, 1.0, solver.set_size, solver.users, rate,
-                           solver.domain_size, mode=solver.mode, delta=solver.delta)
-        return math.log(max(value, 1e-300)) - math.log(solver.delta)
-
+    excess = _full_signal_excess(solver, strictest)
     floor = math.ceil(m) - 1.0 if solver.mode is BlanketMode.SLOTS else 0.0
     feasible, f_feasible = m, excess(m)
     short = max(math.nextafter(floor, math.inf), 0.97 * m)
