@@ -348,8 +348,7 @@ def _anchor_indices(count: int, anchors: int) -> list[int]:
     return sorted({round(i * (count - 1) / (anchors - 1)) for i in range(anchors)})
 
 
-def _candidate_blankets(low: float, high: float, below: int = 16,
-                        depth: float = 1e-4) -> list[float]:
+def _candidate_blankets(low: float, high: float, below: int, depth: float) -> list[float]:
     """Grid over (0, high]: every bucket between low and high, plus ``below`` points below
     low, geometric down to ``depth`` times low.
 
