@@ -32,6 +32,7 @@ from typing import Any
 from segshuffle.services.shuffler.backends import open_storage
 from segshuffle.services.shuffler.enrollment import token_hash
 from segshuffle.services.shuffler.release import Releaser
+from segshuffle.services.shuffler.shuffled_stream import PAGE_ROWS
 from segshuffle.services.shuffler.vault import RoundKeys, seal_submission
 
 CAMPAIGN = "bench-release"
@@ -106,16 +107,16 @@ def release(storage: Any, keys: RoundKeys, users: int, chunk_size: int) -> dict[
     return timings
 
 
-def read_in_key_order(storage: Any, chunk_size: int) -> float:
-    """CPU seconds to read every sealed message of the round in key order, a chunk of
-    consecutive keys at a time: the floor of any release from this table (no secret
-    order, no unsealing)."""
+def read_in_key_order(storage: Any) -> float:
+    """CPU seconds to read every sealed message of the round in key order, a keyset page
+    at a time: the floor of any release from this table (no secret order, no
+    unsealing)."""
     started = time.process_time()
     for stream in ("data", "levels"):
-        keys = storage.row_keys(CAMPAIGN, ROUND, stream)
-        ordered = [keys[i:i + 16] for i in range(0, len(keys), 16)]
-        for start in range(0, len(ordered), chunk_size):
-            storage.sealed_messages(CAMPAIGN, ROUND, stream, ordered[start:start + chunk_size])
+        after = b""
+        while page := storage.sealed_rows(CAMPAIGN, ROUND, stream, after=after,
+                                          limit=PAGE_ROWS):
+            after = page[-1][0]
     return time.process_time() - started
 
 
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             fill_s = fill(storage, keys, args.users, args.messages_per_user,
                           args.ciphertext_bytes)
-            floor_cpu_s = read_in_key_order(storage, args.chunk_size)
+            floor_cpu_s = read_in_key_order(storage)
             rss_before = _status_kib("VmRSS")
             reset = _reset_peak()
             timings = release(storage, keys, args.users, args.chunk_size)

@@ -13,7 +13,7 @@ from collections import Counter
 import numpy as np
 from scipy import stats
 
-from segshuffle.services.shuffler.permutation import ReleaseOrder, release_order
+from segshuffle.services.shuffler.permutation import release_order
 from segshuffle.services.shuffler.vault import RoundKey
 
 RELEASES = 3000
@@ -87,11 +87,3 @@ def test_release_position_is_independent_of_arrival() -> None:
     position[order] = np.arange(n)
     rho = stats.spearmanr(np.arange(n), position).statistic
     assert abs(rho) < 0.03  # |rho| < 4.2 standard errors (1 / sqrt(n - 1))
-
-
-def test_release_order_slices_the_packed_row_keys() -> None:
-    rows = _row_keys(5, 10)
-    order = ReleaseOrder(_key(5), rows)
-    expected = [rows[16 * i:16 * i + 16] for i in release_order(_key(5), rows).tolist()]
-    assert len(order) == 10
-    assert order.row_keys(0, 4) + order.row_keys(4, 10) + order.row_keys(10, 20) == expected

@@ -53,9 +53,8 @@ def _close(storage: Storage, campaign: str, round_number: int, **kwargs: object)
 
 
 def _stream(storage: Storage, campaign: str, round_number: int, stream: str) -> list[bytes]:
-    keys = storage.row_keys(campaign, round_number, stream)
-    return storage.sealed_messages(campaign, round_number, stream,
-                                   [keys[i:i + 16] for i in range(0, len(keys), 16)])
+    return [sealed for _, sealed in storage.sealed_rows(campaign, round_number, stream,
+                                                        limit=1_000_000)]
 
 
 def test_one_submission_per_token_per_round(storage: Storage) -> None:
@@ -185,36 +184,3 @@ def test_kill_nine_mid_write_keeps_a_consistent_state(tmp_path: Path) -> None:
     record = store.close_round("c", 1, minimum=participants, batch_id="b", chunk_size=1000,
                                streams=["levels"])
     assert record.stream_sizes["levels"] == participants
-
-
-def test_a_chunk_is_read_in_a_few_statements_in_the_order_asked(storage: Storage) -> None:
-    """A release read each sealed message with its own statement (one B-tree descent and
-    one Python round trip per message: 66 % of a 1M-user release).  A chunk of 1,201 keys
-    now takes ceil(1201 / LOOKUP_BATCH) statements, and the answer keeps the order asked
-    for (the secret release order), across statement boundaries, with other streams'
-    and rounds' rows left out."""
-    import random
-
-    from segshuffle.services.shuffler import storage as storage_module
-
-    stored: dict[bytes, bytes] = {}
-    for index in range(0, 1201, 7):
-        rows = _rows({"data": [_ct(i) for i in range(index, min(index + 7, 1201))],
-                      "levels": [_ct(9)]})
-        stored.update((row.row_key, row.sealed) for row in rows if row.stream == "data")
-        storage.submit("c1", 2, token_hash(f"user{index}"), rows)
-    storage.submit("c1", 1, token_hash("other-round"), _rows({"data": [_ct(7)]}))
-    _close(storage, "c1", 2, minimum=1, chunk_size=2000, streams=["data", "levels"])
-    order = list(stored)
-    random.Random(3).shuffle(order)
-    statements: list[str] = []
-    storage._db.set_trace_callback(statements.append)
-    try:
-        sealed = storage.sealed_messages("c1", 2, "data", order)
-    finally:
-        storage._db.set_trace_callback(None)
-    reads = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
-    assert len(reads) == 3, f"{len(reads)} statements for {len(order)} keys"
-    assert -(-len(order) // storage_module.LOOKUP_BATCH) == 3
-    assert sealed == [stored[key] for key in order]
-    assert storage.sealed_messages("c1", 2, "data", order[:1]) == sealed[:1]

@@ -46,7 +46,6 @@ from segshuffle.services.shuffler.storage_api import (
     NotEnoughParticipantsError,
     RoundClosedError,
     ShufflerStorage,
-    StorageError,
     StoredMessage,
 )
 
@@ -417,8 +416,15 @@ def _rows(streams: dict[str, list[bytes]]) -> list[StoredMessage]:
             for stream, values in streams.items() for value in values]
 
 
-def _keys(packed: bytes) -> list[bytes]:
-    return [packed[i:i + 16] for i in range(0, len(packed), 16)]
+def _all_rows(shuffler: ShufflerStorage, campaign: str, round_number: int,
+              stream: str) -> list[tuple[bytes, bytes]]:
+    """Every (row key, sealed) pair of a stream, read in keyset pages of two."""
+    found: list[tuple[bytes, bytes]] = []
+    while page := shuffler.sealed_rows(campaign, round_number, stream,
+                                       after=found[-1][0] if found else b"", limit=2):
+        assert len(page) <= 2
+        found.extend(page)
+    return found
 
 
 def test_shuffler_submissions(shuffler: ShufflerStorage) -> None:
@@ -454,14 +460,11 @@ def test_shuffler_release_lifecycle(shuffler: ShufflerStorage) -> None:
     assert again == record == shuffler.round_record("c", 1)
     with pytest.raises(RoundClosedError):
         shuffler.submit("c", 1, b"late", _rows({"levels": [b"z"]}))
-    keys = _keys(shuffler.row_keys("c", 1, "levels"))
-    assert sorted(keys) == sorted(m.row_key for m in _rows({"levels": [b"\x00", b"\x01",
-                                                                       b"\x02"]}))
-    assert shuffler.sealed_messages("c", 1, "levels", keys[::-1]) == [
-        key[6:7] for key in keys[::-1]]  # in the order asked for
-    with pytest.raises(StorageError):
-        shuffler.sealed_messages("c", 1, "levels", [b"?" * 16])
-    assert shuffler.row_keys("c", 1, "data") == b""
+    expected = sorted((m.row_key, m.sealed)
+                      for m in _rows({"levels": [b"\x00", b"\x01", b"\x02"]}))
+    assert _all_rows(shuffler, "c", 1, "levels") == expected  # in key order
+    assert shuffler.sealed_rows("c", 1, "levels", after=expected[0][0], limit=5) == expected[1:]
+    assert shuffler.sealed_rows("c", 1, "data", limit=5) == []
     assert shuffler.releasing() == [record]
     shuffler.acknowledge(record, "levels", 0)
     shuffler.acknowledge(record, "levels", 0)
@@ -473,7 +476,7 @@ def test_shuffler_release_lifecycle(shuffler: ShufflerStorage) -> None:
     assert finished.state == RELEASED and finished.batch_id == record.batch_id
     assert shuffler.round_record("c", 1) == finished
     assert shuffler.releasing() == [] and shuffler.rounds_with_messages() == []
-    assert shuffler.row_keys("c", 1, "levels") == b""
+    assert shuffler.sealed_rows("c", 1, "levels", limit=5) == []
     assert shuffler.acknowledged(record) == set()
     assert not shuffler.has_submitted("c", 1, b"u0")
     assert shuffler.participants("c", 1) == 3

@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
@@ -419,6 +420,8 @@ def create_app(
                         retry_seconds=settings.release_retry_seconds,
                         lease_seconds=settings.release_lease_seconds,
                         window=settings.forward_window,
+                        spill_directory=Path(settings.spill_directory)
+                        if settings.spill_directory else None,
                         backoff_initial=backoff_initial, backoff_max=backoff_max)
     service = ShufflerService(settings, storage, policy, server, releaser)
     metrics = Metrics("shuffler")

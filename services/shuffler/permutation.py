@@ -18,32 +18,19 @@ What this buys over a stored permutation: the order exists only in memory and ca
 recomputed after a crash (so forwarding resumes with byte-identical chunks), yet
 nothing on disk ties a row, or the moment a user submitted it, to its position in the
 batch; once the round key is destroyed nobody can recompute it.
+
+:func:`release_order` is the definition; a release applies it to a stream in bounded
+memory through :mod:`.shuffled_stream`, which sorts by the same tags.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .vault import ROW_KEY_BYTES, RoundKey
+from .vault import RoundKey
 
 
 def release_order(key: RoundKey, row_keys: bytes) -> np.ndarray:
     """Indices of the concatenated 16-byte ``row_keys`` in release order (ascending tag)."""
     tags = np.frombuffer(key.order_tags(row_keys), dtype=">u8").reshape(-1, 2)
     return np.lexsort((tags[:, 1], tags[:, 0]))
-
-
-class ReleaseOrder:
-    """The row keys of one stream in release order, packed (16 bytes per message)."""
-
-    def __init__(self, key: RoundKey, row_keys: bytes) -> None:
-        packed = np.frombuffer(row_keys, dtype=f"V{ROW_KEY_BYTES}")
-        self._keys = packed[release_order(key, row_keys)]
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    def row_keys(self, start: int, stop: int) -> list[bytes]:
-        """The row keys at release positions ``start`` to ``stop - 1``."""
-        block = self._keys[start:stop].tobytes()
-        return [block[i:i + ROW_KEY_BYTES] for i in range(0, len(block), ROW_KEY_BYTES)]

@@ -61,13 +61,14 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from segshuffle.core import rules
 from segshuffle.services import errors
 from segshuffle.wire.models import BatchChunk, CampaignView, b64url_encode
 
-from .permutation import ReleaseOrder
+from .shuffled_stream import ShuffledStream
 from .storage_api import (
     FAILED,
     RELEASED,
@@ -156,7 +157,7 @@ class Releaser:
     def __init__(self, storage: ShufflerStorage, link: ServerLink, keys: RoundKeys, *,
                  chunk_size: int, backoff_initial: float = 0.1, backoff_max: float = 10.0,
                  retry_seconds: float = 6 * 3600.0, lease_seconds: float = 10.0,
-                 window: int = DEFAULT_WINDOW) -> None:
+                 window: int = DEFAULT_WINDOW, spill_directory: Path | None = None) -> None:
         if window < 1:
             raise ValueError(f"window must be at least 1, got {window}")
         self.storage = storage
@@ -164,10 +165,13 @@ class Releaser:
         self.keys = keys
         self.window = window
         """Chunk deliveries of a round in flight at once (:meth:`_send_chunks`)."""
-        self._orders: dict[tuple[str, str], ReleaseOrder] = {}
+        self.spill_directory = spill_directory
+        """Where a stream being released keeps its sealed, unnamed spill file
+        (:mod:`.shuffled_stream`; the system's temporary directory if None)."""
+        self._orders: dict[tuple[str, str], ShuffledStream] = {}
         self._order_lock = threading.Lock()
-        """Held while a stream's release order is computed: concurrent chunk reads of a
-        stream compute it once."""
+        """Held while a stream is put in its release order: concurrent chunk reads of a
+        stream do it once."""
         self.chunk_size = chunk_size
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
@@ -223,24 +227,32 @@ class Releaser:
     def chunk(self, record: RoundRecord, stream: str, index: int) -> list[bytes]:
         """The ciphertexts of chunk ``index`` of ``stream``, in release order, unsealed."""
         slot = (record.batch_id, stream)
-        key = self.keys.get(record.campaign_id, record.round)
         order = self._orders.get(slot)
         if order is None:
             with self._order_lock:
                 order = self._orders.get(slot)
                 if order is None:
-                    row_keys = self.storage.row_keys(record.campaign_id, record.round, stream)
-                    order = ReleaseOrder(key, row_keys)
-                    if len(order) != record.stream_sizes[stream]:
-                        raise StorageError(
-                            f"stream {stream!r} of the closed round has {len(order)} "
-                            f"messages, {record.stream_sizes[stream]} were counted")
+                    order = self._shuffle(record, stream)
                     self._orders[slot] = order
         start = index * record.chunk_size
-        row_keys = order.row_keys(start, start + record.chunk_size)
-        sealed = self.storage.sealed_messages(record.campaign_id, record.round, stream,
-                                              row_keys)
-        return key.open_many(record.campaign_id, record.round, stream, row_keys, sealed)
+        return order.messages(start, start + record.chunk_size)
+
+    def _shuffle(self, record: RoundRecord, stream: str) -> ShuffledStream:
+        """The stream of a closed round in its release order (one pass over its rows)."""
+        key = self.keys.get(record.campaign_id, record.round)
+        expected = record.stream_sizes[stream]
+
+        def rows(after: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+            return self.storage.sealed_rows(record.campaign_id, record.round, stream,
+                                            after=after, limit=limit)
+
+        order = ShuffledStream.build(key, record.campaign_id, record.round, stream, rows,
+                                     expected, self.spill_directory)
+        if len(order) != expected:
+            order.close()
+            raise StorageError(f"stream {stream!r} of the closed round has {len(order)} "
+                               f"messages, {expected} were counted")
+        return order
 
     def finish(self, record: RoundRecord, state: str = RELEASED,
                reason: str | None = None) -> RoundRecord:
@@ -248,7 +260,9 @@ class Releaser:
         finished = self.storage.finish_release(record, state=state, reason=reason)
         self.keys.destroy(record.campaign_id, record.round)
         for stream in record.stream_sizes:
-            self._orders.pop((record.batch_id, stream), None)
+            order = self._orders.pop((record.batch_id, stream), None)
+            if order is not None:
+                order.close()
         return finished
 
     def forwarding(self, campaign_id: str, round_number: int) -> bool:

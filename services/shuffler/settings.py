@@ -96,6 +96,10 @@ class Settings(ServiceSettings):
     auto_release: int = Field(0, ge=0, description="release a round automatically at this many "
                                                    "participants (0: only on request)")
     chunk_size: int = Field(5000, ge=1, description="ciphertexts per chunk forwarded")
+    spill_directory: str = Field(
+        "", description="where a release keeps its unnamed, sealed spill file while it puts "
+                        "a round in its secret order, about the round's size (default: the "
+                        "system's temporary directory)")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="largest accepted request body")
     campaign_cache_seconds: Duration = Field(
         1.0, description="how long a campaign view that can still change is cached")

@@ -56,10 +56,6 @@ __all__ = [
     "Storage", "StorageError", "StoredMessage",
 ]
 
-LOOKUP_BATCH = 500
-"""Row keys per statement when a release reads a chunk's sealed messages (SQLite allows
-999 bound values in its most restrictive builds)."""
-
 _SCHEMA_1 = """
 CREATE TABLE IF NOT EXISTS tokens (
     token_hash BLOB PRIMARY KEY,
@@ -309,43 +305,17 @@ class Storage(SQLiteStore):
         assert record is not None
         return record
 
-    def row_keys(self, campaign_id: str, round_number: int, stream: str) -> bytes:
-        """The row keys of a stream's stored messages, concatenated (16 bytes each)."""
-        keys = bytearray()
+    def sealed_rows(self, campaign_id: str, round_number: int, stream: str, *,
+                    after: bytes = b"", limit: int) -> list[tuple[bytes, bytes]]:
+        """At most ``limit`` (row key, sealed message) pairs with row keys above ``after``,
+        in key order: a range of the primary key, read leaf by leaf in the order the
+        ``WITHOUT ROWID`` table stores it (no per-row lookup); the lock is held for one
+        page only, so submissions to other rounds go on between pages."""
         with self._lock:
-            cursor = self._db.execute(
-                "SELECT row_key FROM pending WHERE campaign_id = ? AND round = ? AND stream = ?",
-                (campaign_id, round_number, stream))
-            while rows := cursor.fetchmany(10_000):
-                for (key,) in rows:
-                    keys += key
-        return bytes(keys)
-
-    def sealed_messages(self, campaign_id: str, round_number: int, stream: str,
-                        row_keys: Sequence[bytes]) -> list[bytes]:
-        """The sealed messages under ``row_keys``, in that order; StorageError if one of
-        them is not stored.
-
-        One statement per :data:`LOOKUP_BATCH` keys, ``row_key IN (...)`` over the keys in
-        ascending order: SQLite seeks the primary key once per key in its own loop, in key
-        order (neighbouring keys share B-tree pages), instead of one Python-level
-        statement per message.  The answer comes in key order and is put back in the
-        release order here; which keys a chunk holds is the same either way.
-        """
-        wanted = sorted(row_keys)
-        found: dict[bytes, bytes] = {}
-        prefix = ("SELECT row_key, ciphertext FROM pending WHERE campaign_id = ? AND "
-                  "round = ? AND stream = ? AND row_key IN (")
-        with self._lock:
-            for start in range(0, len(wanted), LOOKUP_BATCH):
-                part = wanted[start:start + LOOKUP_BATCH]
-                cursor = self._db.execute(prefix + ",".join("?" * len(part)) + ")",
-                                          (campaign_id, round_number, stream, *part))
-                found.update(cursor)  # (row key, sealed) pairs, both bytes
-        try:
-            return [found[key] for key in row_keys]
-        except KeyError:
-            raise StorageError(f"a stored message of stream {stream!r} is missing") from None
+            return self._db.execute(
+                "SELECT row_key, ciphertext FROM pending WHERE campaign_id = ? AND round = ? "
+                "AND stream = ? AND row_key > ? ORDER BY row_key LIMIT ?",
+                (campaign_id, round_number, stream, after, limit)).fetchall()
 
     def acknowledge(self, record: RoundRecord, stream: str, index: int) -> None:
         with self._transaction() as db:

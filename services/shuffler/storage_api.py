@@ -177,13 +177,11 @@ class ShufflerStorage(Protocol):
         """
         ...
 
-    def row_keys(self, campaign_id: str, round_number: int, stream: str) -> bytes:
-        """The row keys of a stream's stored messages, concatenated (16 bytes each)."""
-        ...
-
-    def sealed_messages(self, campaign_id: str, round_number: int, stream: str,
-                        row_keys: Sequence[bytes]) -> list[bytes]:
-        """The sealed messages under ``row_keys``, in that order (StorageError if one is gone)."""
+    def sealed_rows(self, campaign_id: str, round_number: int, stream: str, *,
+                    after: bytes = b"", limit: int) -> list[tuple[bytes, bytes]]:
+        """At most ``limit`` (row key, sealed message) pairs of a stream whose row keys are
+        above ``after``, in ascending key order: a keyset page (the release reads a
+        closed stream with these, :mod:`.shuffled_stream`)."""
         ...
 
     def acknowledge(self, record: RoundRecord, stream: str, index: int) -> None:

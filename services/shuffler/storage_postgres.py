@@ -50,8 +50,8 @@ whose ``secure_delete`` overwrites deleted rows):
   file groups a transaction's pages until a checkpoint.  That is what the shuffler sees
   anyway while it accepts a submission; the participations go when the round is
   forgotten, and the sealed bytes are unreadable once the round key is destroyed.  This
-  module's reads never expose the arrival order (:meth:`PostgresStorage.row_keys`
-  returns the keys sorted).
+  module's reads never expose the arrival order (:meth:`PostgresStorage.sealed_rows`
+  reads in key order).
 - Deleted tuples stay in the data files (and in the WAL and any base backup) until
   ``VACUUM`` makes their space reusable, and even then PostgreSQL does not overwrite
   them.  What they hold is sealed under the round key, which the service destroys after
@@ -86,7 +86,6 @@ from .storage_api import (
     ReplayedCiphertextError,
     RoundClosedError,
     RoundRecord,
-    StorageError,
     StoredMessage,
     TokenTakenError,
 )
@@ -201,9 +200,6 @@ MIGRATIONS: tuple[PostgresMigration, ...] = (
 )
 """The shuffler's PostgreSQL schema, in order (:mod:`segshuffle.services.postgres_base`);
 append only.  Version 1 is the SQLite schema at its version 4."""
-
-_FETCH_ROWS = 20_000
-"""Rows per fetch of the server-side cursor that reads a stream's row keys."""
 
 _ROUND_COLUMNS = ("campaign_id, round, state, batch_id, participants, chunk_size, "
                   "stream_sizes, reason")
@@ -420,46 +416,17 @@ class PostgresStorage(PostgresStore):
         assert row is not None
         return RoundRecord.from_row(row)
 
-    def row_keys(self, campaign_id: str, round_number: int, stream: str) -> bytes:
-        """The row keys of a stream's stored messages, concatenated (16 bytes each), in
-        key order (never the arrival order of the heap), read through a server-side
-        cursor :data:`_FETCH_ROWS` rows at a time."""
-        keys = bytearray()
-        with (self._transaction() as db,
-              db.cursor("shuffler_row_keys", binary=True) as cursor):
-            cursor.execute("SELECT row_key FROM pending WHERE campaign_id = %s AND round = %s "
-                           "AND stream = %s ORDER BY row_key",
-                           (campaign_id, round_number, stream))
-            while rows := cursor.fetchmany(_FETCH_ROWS):
-                for (key,) in rows:
-                    keys += key
-        return bytes(keys)
-
-    def sealed_messages(self, campaign_id: str, round_number: int, stream: str,
-                        row_keys: Sequence[bytes]) -> list[bytes]:
-        """The sealed messages under ``row_keys``, in that order; StorageError if one of
-        them is not stored.
-
-        One query: the keys ``unnest ... WITH ORDINALITY``, each looked up in the primary
-        key by a ``LATERAL`` subquery, so that a chunk costs one index probe per key
-        rather than a hash of the whole round (which the planner picks for a plain join).
-        """
-        if not row_keys:
-            return []
+    def sealed_rows(self, campaign_id: str, round_number: int, stream: str, *,
+                    after: bytes = b"", limit: int) -> list[tuple[bytes, bytes]]:
+        """At most ``limit`` (row key, sealed message) pairs with row keys above ``after``,
+        in key order: one range scan of the primary key index per page (never the arrival
+        order of the heap), with no transaction held between pages."""
         with self._connection() as db:
             rows = db.execute(
-                "SELECT p.ciphertext FROM unnest(%b::bytea[]) WITH ORDINALITY "
-                "AS wanted(row_key, position) LEFT JOIN LATERAL ("
-                " SELECT ciphertext FROM pending WHERE campaign_id = %s AND round = %s"
-                " AND stream = %s AND row_key = wanted.row_key LIMIT 1) AS p ON TRUE "
-                "ORDER BY wanted.position",
-                (list(row_keys), campaign_id, round_number, stream), binary=True).fetchall()
-        found: list[bytes] = []
-        for (sealed,) in rows:
-            if sealed is None:
-                raise StorageError(f"a stored message of stream {stream!r} is missing")
-            found.append(bytes(sealed))
-        return found
+                "SELECT row_key, ciphertext FROM pending WHERE campaign_id = %s "
+                "AND round = %s AND stream = %s AND row_key > %s ORDER BY row_key LIMIT %s",
+                (campaign_id, round_number, stream, after, limit), binary=True).fetchall()
+        return [(bytes(key), bytes(sealed)) for key, sealed in rows]
 
     def acknowledge(self, record: RoundRecord, stream: str, index: int) -> None:
         """Record that the server acknowledged a chunk (idempotent)."""
