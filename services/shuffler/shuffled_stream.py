@@ -13,8 +13,9 @@ put in bucket ``j = floor(t / 2^(128 - b))``, the top ``b`` bits of its tag, one
 ``2^b`` buckets.  Every tag in bucket ``j`` is below every tag in bucket ``j + 1``, so
 the buckets in turn, each sorted by tag, are the stream sorted by tag: exactly the
 release order, chunk for chunk (a resumed or a second forwarder sends byte-identical
-chunks, as before).  A page's share of a bucket goes to a spill file as one *record*
-sealed with AES-256-GCM under an ephemeral key ``E`` (nonce: the record's number).
+chunks, as before).  Each bucket's messages are buffered and go to a spill file
+as *records* of at least tens of KiB, each sealed with AES-256-GCM under an ephemeral
+key ``E`` (nonce: the record's number).
 
 **Pass 2** (:meth:`ShuffledStream.messages`).  Positions ``[start, stop)`` lie in the
 buckets whose cumulative counts span them; a bucket is read back (its records opened,
@@ -24,16 +25,17 @@ read each bucket once.
 
 Cost per message: a row read in key order, one unseal, a slice of bulk AES over the
 spill each way, and its share of a sort.  Memory: the bucket index (offsets and
-counts) and at most :data:`CACHED_BUCKETS` buckets of about :data:`BUCKET_MESSAGES`
-messages; never the round.
+counts), pass 1's buffers (about :data:`BUFFER_BYTES`) and at most
+:data:`CACHED_BUCKETS` buckets of about :data:`BUCKET_MESSAGES` messages; never the
+round.
 
 What is on disk: the spill file never has a name (it is unlinked when created), its
 records are sealed under ``E``, which is drawn for this stream, kept only in this
 object and dropped with it.  After the release (or a crash) the file's former blocks
 are ciphertext under a key nobody holds, so no stored bit ties a row to its position.
 While a release runs, whoever watches this process's writes sees the sizes of the
-records: how many rows of each page (a run of consecutive row keys) fall in each
-bucket, never which.  The shuffler's host is trusted while it runs
+records: when each bucket's buffer filled as the rows went by in key order, never
+which rows it holds.  The shuffler's host is trusted while it runs
 (docs/threat-model.md); the guarantee is about what is left afterwards.
 """
 
@@ -64,6 +66,10 @@ MAX_BUCKET_BITS = 16
 CACHED_BUCKETS = 3
 """Buckets held in memory at once: the one being sent, the next, and one more for
 chunks that straddle a boundary while others are in flight."""
+BUFFER_BYTES = 32 << 20
+"""Pass 1 buffers about this much of the buckets' messages before writing them: few
+records per bucket (each is a seal, a write and a read), bounded memory."""
+MIN_RECORD_BYTES = 16 << 10
 _SPILL_KEY_BYTES = 32
 _COUNT = struct.Struct(">I")
 _AAD = b"segshuffle/v1/shuffler/spill\x00"
@@ -115,8 +121,13 @@ def _unpack(record: bytes) -> tuple[bytes, list[bytes]]:
 @dataclass
 class _Bucket:
     count: int = 0
+    """Messages written to the spill."""
     records: list[tuple[int, int, int]] = field(default_factory=list)
     """(record number, file offset, sealed length) of each of its records."""
+    buffered: list[bytes] = field(default_factory=list)
+    buffered_tags: list[bytes] = field(default_factory=list)
+    buffered_bytes: int = 0
+    """Messages of pass 1 not yet written, with their tags, and their size."""
 
 
 class ShuffledStream:
@@ -125,6 +136,9 @@ class ShuffledStream:
     def __init__(self, bits: int, directory: Path | None = None) -> None:
         self._bits = bits
         self._buckets = [_Bucket() for _ in range(1 << bits)]
+        self._flush_bytes = max(MIN_RECORD_BYTES, BUFFER_BYTES >> bits)
+        """A bucket's buffer becomes a record at this size: all buffers together stay
+        within about :data:`BUFFER_BYTES`."""
         self._spill = tempfile.TemporaryFile(dir=directory)  # noqa: SIM115 (closed in close)
         self._cipher = AESGCM(os.urandom(_SPILL_KEY_BYTES))
         self._records = 0
@@ -149,6 +163,8 @@ class ShuffledStream:
                                        [sealed for _, sealed in page])
                 shuffled._add_page(key.order_tags(b"".join(keys)), opened)
                 after = keys[-1]
+            for bucket in range(len(shuffled._buckets)):
+                shuffled._flush(bucket)
             shuffled._starts = np.concatenate(
                 ([0], np.cumsum([b.count for b in shuffled._buckets], dtype=np.int64)))
         except BaseException:
@@ -157,30 +173,41 @@ class ShuffledStream:
         return shuffled
 
     def _add_page(self, tags: bytes, opened: list[bytes]) -> None:
-        """Distribute one page over the buckets: one spill record per bucket it meets."""
+        """Put one page's messages in their buckets' buffers (the page ordered by bucket
+        once, then a slice per bucket); a buffer that has reached :attr:`_flush_bytes`
+        becomes a spill record."""
         buckets = buckets_of(tags, self._bits)
         order = np.argsort(buckets, kind="stable")
-        sorted_buckets = buckets[order]
-        bounds = np.flatnonzero(np.diff(sorted_buckets)) + 1
-        packed_tags = np.frombuffer(tags, dtype=f"V{ROW_KEY_BYTES}")
-        for group in np.split(order, bounds):
-            if not len(group):
-                continue
-            members = group.tolist()
-            record = _pack(packed_tags[group].tobytes(), [opened[i] for i in members])
-            self._write(int(buckets[members[0]]), record, len(members))
+        ordered = [opened[i] for i in order.tolist()]
+        ordered_tags = np.frombuffer(tags, dtype=f"V{ROW_KEY_BYTES}")[order].tobytes()
+        bounds = np.searchsorted(buckets[order], np.arange(len(self._buckets) + 1)).tolist()
+        for bucket in np.unique(buckets).tolist():
+            start, stop = bounds[bucket], bounds[bucket + 1]
+            entry = self._buckets[bucket]
+            entry.buffered.extend(ordered[start:stop])
+            entry.buffered_tags.append(
+                ordered_tags[start * ROW_KEY_BYTES:stop * ROW_KEY_BYTES])
+            entry.buffered_bytes += sum(map(len, ordered[start:stop])) + (
+                stop - start) * ROW_KEY_BYTES
+            if entry.buffered_bytes >= self._flush_bytes:
+                self._flush(bucket)
 
-    def _write(self, bucket: int, plaintext: bytes, count: int) -> None:
+    def _flush(self, bucket: int) -> None:
+        """Write a bucket's buffered messages as one sealed record."""
+        entry = self._buckets[bucket]
+        if not entry.buffered:
+            return
+        plaintext = _pack(b"".join(entry.buffered_tags), entry.buffered)
         number = self._records
         self._records += 1
         sealed = self._cipher.encrypt(number.to_bytes(12, "big"), plaintext,
                                       _AAD + bucket.to_bytes(4, "big"))
         offset = self._spill.seek(0, os.SEEK_END)
         self._spill.write(sealed)
-        entry = self._buckets[bucket]
         entry.records.append((number, offset, len(sealed)))
-        entry.count += count
-        self._size += count
+        entry.count += len(entry.buffered)
+        self._size += len(entry.buffered)
+        entry.buffered, entry.buffered_tags, entry.buffered_bytes = [], [], 0
 
     def __len__(self) -> int:
         return self._size
