@@ -10,7 +10,9 @@
 
 The users share one connection pool and one short-lived cache of the public
 documents (campaign view, key config, round status), as users behind a common
-HTTP cache would; each user still verifies every document itself.
+HTTP cache would; each user still verifies every document itself.  Against plain
+``http://`` services the pools use :class:`~.lean_transport.LeanTransport` (the
+generator's CPU per request a fraction of httpcore's); ``https://`` keeps httpx's own.
 
 Releasing the rounds is the shuffler operator's job, between the two calls.
 
@@ -39,6 +41,8 @@ from segshuffle.client.errors import ClientError
 from segshuffle.client.messages import SentRound1, SentRound2
 from segshuffle.client.policy import ClientPolicy
 from segshuffle.client.session import PublicCache, RetryPolicy
+
+from .lean_transport import LeanTransport
 
 Progress = Callable[[str, int, int], None]
 
@@ -178,10 +182,16 @@ class Population:
         pools = len(addresses) * rounds
         per_pool = max(1, -(-self.concurrency // pools))
         limits = httpx.Limits(max_connections=per_pool, max_keepalive_connections=per_pool)
+        lean = self.shuffler_url.startswith("http://")
+
+        def transport(address: str | None) -> httpx.AsyncBaseTransport:
+            if lean:
+                return LeanTransport(max_connections=per_pool, local_address=address)
+            return httpx.AsyncHTTPTransport(local_address=address, limits=limits)
+
         self._pools = [
-            httpx.AsyncClient(
-                transport=httpx.AsyncHTTPTransport(local_address=addresses[j % len(addresses)]),
-                limits=limits, timeout=self.timeout)
+            httpx.AsyncClient(transport=transport(addresses[j % len(addresses)]),
+                              timeout=self.timeout)
             for j in range(pools)]
         if self._clients:  # entered again (e.g. one event loop per round): keep the users
             for index, client in enumerate(self._clients):
