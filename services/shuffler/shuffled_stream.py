@@ -104,18 +104,34 @@ def _pack(tags: bytes, ciphertexts: Sequence[bytes]) -> bytes:
     return b"".join((_COUNT.pack(len(ciphertexts)), tags, lengths.tobytes(), *ciphertexts))
 
 
-def _unpack(record: bytes) -> tuple[bytes, list[bytes]]:
-    """The tags and ciphertexts of one record's plaintext (inverse of :func:`_pack`)."""
+def _unpack(record: bytes) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """The tags of one record's plaintext and where each ciphertext starts and ends in it
+    (inverse of :func:`_pack`)."""
     (count,) = _COUNT.unpack_from(record)
     tags_end = _COUNT.size + ROW_KEY_BYTES * count
     lengths_end = tags_end + 4 * count
+    if lengths_end > len(record):
+        raise SpillCorruptedError("a spill record is shorter than its count")
     lengths = np.frombuffer(record, dtype=">u4", count=count, offset=tags_end)
-    ends = (lengths_end + np.cumsum(lengths, dtype=np.int64)).tolist()
-    starts = [lengths_end, *ends[:-1]]
-    if (count and ends[-1] != len(record)) or (not count and lengths_end != len(record)):
+    ends = lengths_end + np.cumsum(lengths, dtype=np.int64)
+    if (ends[-1] if count else lengths_end) != len(record):
         raise SpillCorruptedError("a spill record's lengths do not add up")
-    return record[_COUNT.size:tags_end], [record[a:b] for a, b in zip(starts, ends,
-                                                                      strict=True)]
+    return record[_COUNT.size:tags_end], ends - lengths, ends
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """A bucket read back: its records' plaintexts joined, and where its messages lie in
+    them, in release order."""
+
+    blob: bytes
+    starts: list[int]
+    ends: list[int]
+
+    def messages(self, start: int, stop: int) -> list[bytes]:
+        blob = self.blob
+        return [blob[a:b] for a, b in zip(self.starts[start:stop], self.ends[start:stop],
+                                          strict=True)]
 
 
 @dataclass
@@ -144,7 +160,7 @@ class ShuffledStream:
         self._records = 0
         self._size = 0
         self._starts: np.ndarray = np.zeros(1, dtype=np.int64)
-        self._cache: OrderedDict[int, list[bytes]] = OrderedDict()
+        self._cache: OrderedDict[int, _Loaded] = OrderedDict()
         self._lock = threading.Lock()
 
     @classmethod
@@ -158,11 +174,15 @@ class ShuffledStream:
         try:
             after = b""
             while page := rows(after, page_rows):
-                keys = [row_key for row_key, _ in page]
-                opened = key.open_many(campaign_id, round_number, stream, keys,
-                                       [sealed for _, sealed in page])
-                shuffled._add_page(key.order_tags(b"".join(keys)), opened)
-                after = keys[-1]
+                after = page[-1][0]
+                tags = key.order_tags(b"".join([row_key for row_key, _ in page]))
+                buckets = buckets_of(tags, shuffled._bits)
+                order = np.argsort(buckets, kind="stable")
+                opened = key.open_rows(campaign_id, round_number, stream,
+                                       [page[i] for i in order.tolist()])
+                shuffled._add_page(
+                    np.frombuffer(tags, dtype=f"V{ROW_KEY_BYTES}")[order].tobytes(),
+                    buckets[order], opened)
             for bucket in range(len(shuffled._buckets)):
                 shuffled._flush(bucket)
             shuffled._starts = np.concatenate(
@@ -172,22 +192,17 @@ class ShuffledStream:
             raise
         return shuffled
 
-    def _add_page(self, tags: bytes, opened: list[bytes]) -> None:
-        """Put one page's messages in their buckets' buffers (the page ordered by bucket
-        once, then a slice per bucket); a buffer that has reached :attr:`_flush_bytes`
-        becomes a spill record."""
-        buckets = buckets_of(tags, self._bits)
-        order = np.argsort(buckets, kind="stable")
-        ordered = [opened[i] for i in order.tolist()]
-        ordered_tags = np.frombuffer(tags, dtype=f"V{ROW_KEY_BYTES}")[order].tobytes()
-        bounds = np.searchsorted(buckets[order], np.arange(len(self._buckets) + 1)).tolist()
+    def _add_page(self, tags: bytes, buckets: np.ndarray, opened: list[bytes]) -> None:
+        """Put one page's messages, ordered by bucket (``buckets`` ascending, with their
+        ``tags``), in their buckets' buffers, a slice per bucket; a buffer that has
+        reached :attr:`_flush_bytes` becomes a spill record."""
+        bounds = np.searchsorted(buckets, np.arange(len(self._buckets) + 1)).tolist()
         for bucket in np.unique(buckets).tolist():
             start, stop = bounds[bucket], bounds[bucket + 1]
             entry = self._buckets[bucket]
-            entry.buffered.extend(ordered[start:stop])
-            entry.buffered_tags.append(
-                ordered_tags[start * ROW_KEY_BYTES:stop * ROW_KEY_BYTES])
-            entry.buffered_bytes += sum(map(len, ordered[start:stop])) + (
+            entry.buffered.extend(opened[start:stop])
+            entry.buffered_tags.append(tags[start * ROW_KEY_BYTES:stop * ROW_KEY_BYTES])
+            entry.buffered_bytes += sum(map(len, opened[start:stop])) + (
                 stop - start) * ROW_KEY_BYTES
             if entry.buffered_bytes >= self._flush_bytes:
                 self._flush(bucket)
@@ -212,10 +227,13 @@ class ShuffledStream:
     def __len__(self) -> int:
         return self._size
 
-    def _load(self, bucket: int) -> list[bytes]:
-        """The messages of one bucket in release order (ascending tag)."""
+    def _load(self, bucket: int) -> _Loaded:
+        """One bucket read back, its messages in release order (ascending tag)."""
+        plaintexts: list[bytes] = []
         tags: list[bytes] = []
-        messages: list[bytes] = []
+        starts: list[np.ndarray] = []
+        ends: list[np.ndarray] = []
+        base = 0
         self._spill.flush()
         descriptor = self._spill.fileno()
         for number, offset, length in self._buckets[bucket].records:
@@ -225,16 +243,20 @@ class ShuffledStream:
                                                  _AAD + bucket.to_bytes(4, "big"))
             except Exception as error:  # InvalidTag, or a short read
                 raise SpillCorruptedError(f"spill record {number} did not open") from error
-            record_tags, record_messages = _unpack(plaintext)
+            record_tags, record_starts, record_ends = _unpack(plaintext)
+            plaintexts.append(plaintext)
             tags.append(record_tags)
-            messages.extend(record_messages)
-        if not messages:
-            return []
+            starts.append(record_starts + base)
+            ends.append(record_ends + base)
+            base += len(plaintext)
+        if not plaintexts:
+            return _Loaded(b"", [], [])
         pairs = np.frombuffer(b"".join(tags), dtype=">u8").reshape(-1, 2)
-        order = np.lexsort((pairs[:, 1], pairs[:, 0])).tolist()
-        return [messages[i] for i in order]
+        order = np.lexsort((pairs[:, 1], pairs[:, 0]))
+        return _Loaded(b"".join(plaintexts), np.concatenate(starts)[order].tolist(),
+                       np.concatenate(ends)[order].tolist())
 
-    def _bucket(self, bucket: int) -> list[bytes]:
+    def _bucket(self, bucket: int) -> _Loaded:
         cached = self._cache.get(bucket)
         if cached is None:
             cached = self._load(bucket)
@@ -256,8 +278,8 @@ class ShuffledStream:
             bucket = first
             while len(found) < stop - start:
                 begin = int(self._starts[bucket])
-                content = self._bucket(bucket)
-                found.extend(content[max(start, begin) - begin:stop - begin])
+                found.extend(self._bucket(bucket).messages(max(start, begin) - begin,
+                                                           stop - begin))
                 bucket += 1
         return found
 

@@ -108,6 +108,14 @@ class RoundKey:
         return [decrypt(row[:NONCE_BYTES], row[NONCE_BYTES:], prefix + key)
                 for key, row in zip(row_keys, stored, strict=True)]
 
+    def open_rows(self, campaign_id: str, round_number: int, stream: str,
+                  rows: Sequence[tuple[bytes, bytes]]) -> list[bytes]:
+        """:meth:`open_many` of (row key, stored) pairs, as the storage reads them."""
+        prefix = self._aad_prefix(campaign_id, round_number, stream)
+        decrypt = self._seal.decrypt
+        return [decrypt(stored[:NONCE_BYTES], stored[NONCE_BYTES:], prefix + key)
+                for key, stored in rows]
+
     def row_keys(self, ciphertexts: Sequence[bytes]) -> list[bytes]:
         """The row key of each submitted ciphertext: HMAC-SHA256(K_row, ciphertext) cut to
         128 bits.
