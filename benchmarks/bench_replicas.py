@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-COMPOSE_FILE = REPO / "deploy" / "compose.yaml"
 PHASE_LINES = (
     ("round1_users", re.compile(r"\] campaign ")),
     ("release1_and_round2_users", re.compile(r"\] round 1: \d+ users in ")),
@@ -45,21 +44,17 @@ PHASE_LINES = (
 MAX_USERS = 2_000_000
 
 
-def _compose(env_file: Path, *args: str) -> str:
-    return subprocess.run(["docker", "compose", "--env-file", str(env_file), "-f",
-                           str(COMPOSE_FILE), "--profile", "scale", *args], check=True,
-                          text=True, capture_output=True).stdout
-
-
-def containers(env_file: Path) -> dict[str, str]:
-    """Service name -> full container id of the running ``scale`` profile."""
-    found = {}
-    for line in _compose(env_file, "ps", "--format", "json").splitlines():
-        for entry in (json.loads(line) if line.startswith("[") else [json.loads(line)]):
-            found[entry["Service"]] = entry["ID"]
-    full = subprocess.run(["docker", "inspect", "--format", "{{.Id}}", *found.values()],
-                          check=True, text=True, capture_output=True).stdout.split()
-    return dict(zip(found, full, strict=True))
+def containers(project: str) -> dict[str, str]:
+    """Service name -> full container id of the running containers of a compose project."""
+    listing = subprocess.run(
+        ["docker", "ps", "--no-trunc", "--filter", f"label=com.docker.compose.project={project}",
+         "--format", '{{.ID}} {{.Label "com.docker.compose.service"}}'],
+        check=True, text=True, capture_output=True).stdout
+    found = dict(reversed(line.split(" ", 1)) for line in listing.splitlines() if line)
+    if not found:
+        raise SystemExit(f"no running container of the compose project {project!r}: "
+                         "bring the scale profile up first (see the docstring)")
+    return found
 
 
 def container_cpu_seconds(container_id: str) -> float:
@@ -93,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                if line and not line.startswith("#") and "=" in line)
     server = f"http://127.0.0.1:{env.get('SEGSHUFFLE_SCALE_SERVER_PORT', '8180')}"
     shuffler = f"http://127.0.0.1:{env.get('SEGSHUFFLE_SCALE_SHUFFLER_PORT', '8181')}"
-    ids = containers(args.env_file)
+    ids = containers(env.get("COMPOSE_PROJECT_NAME", "segshuffle"))
     command = [sys.executable, str(REPO / "loadtest" / "loadtest.py"), "--users",
                str(args.users), "--repeats", "1", "--json", "--seed", str(args.seed),
                "--concurrency", str(args.concurrency), "--source-addresses",

@@ -66,7 +66,9 @@ from segshuffle.client.retry import RetryPolicy
 from segshuffle.core import rules
 from segshuffle.testing.population import MAX_SOURCE_ADDRESSES, loopback_addresses
 
-MAX_USERS = 50_000
+MAX_USERS = 1_000_000
+"""The most simulated users of one run: every user is held in memory until the end (its
+client, invitation and what it sent), so the generator grows with the run."""
 MAX_REPEATS = 20
 RELEASE_RETRY = RetryPolicy(attempts=8, initial=0.5, maximum=5.0)
 """Tries of a release that fails transiently (11 to 23 s of waits in all)."""

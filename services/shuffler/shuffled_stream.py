@@ -35,8 +35,8 @@ object and dropped with it.  After the release (or a crash) the file's former bl
 are ciphertext under a key nobody holds, so no stored bit ties a row to its position.
 While a release runs, whoever watches this process's writes sees the sizes of the
 records: when each bucket's buffer filled as the rows went by in key order, never
-which rows it holds.  The shuffler's host is trusted while it runs
-(docs/threat-model.md); the guarantee is about what is left afterwards.
+which rows it holds.  The shuffler's host is trusted while it runs (the README's threat
+model); the guarantee is about what is left afterwards.
 """
 
 from __future__ import annotations
