@@ -211,6 +211,7 @@ def test_forwarding_stops_at_once_on_a_refusal(tmp_path: Path, status: int,
         with pytest.raises(errors.UpstreamFailedError, match="not retried"):
             await releaser.forward(record)
         assert "stopped" in releaser.last_error[("c", 2)]
+        assert releaser._orders == {}  # the order and its spill file went with it
         await link.aclose()
 
     asyncio.run(main())

@@ -259,11 +259,17 @@ class Releaser:
         """The round is over (released, or failed and why): forget it, destroy its key."""
         finished = self.storage.finish_release(record, state=state, reason=reason)
         self.keys.destroy(record.campaign_id, record.round)
-        for stream in record.stream_sizes:
-            order = self._orders.pop((record.batch_id, stream), None)
-            if order is not None:
-                order.close()
+        self.drop_streams(record)
         return finished
+
+    def drop_streams(self, record: RoundRecord) -> None:
+        """Close the batch's streams in release order and their spill files (waiting for
+        a pass or a chunk read in progress); a later forwarding puts them in order again."""
+        with self._order_lock:
+            for stream in record.stream_sizes:
+                order = self._orders.pop((record.batch_id, stream), None)
+                if order is not None:
+                    order.close()
 
     def forwarding(self, campaign_id: str, round_number: int) -> bool:
         """Whether a forwarding task of the round is running."""
@@ -363,6 +369,9 @@ class Releaser:
             finally:
                 renewal.cancel()
         finally:
+            # However it ended (finished, stopped, taken over, cancelled), nothing of the
+            # batch's order stays behind: no spill file outlives its forwarding.
+            await _to_the_end(self.drop_streams, record)
             self._changed(*slot)
 
     async def _acquire(self, record: RoundRecord, force: bool) -> RoundRecord | None:
