@@ -148,7 +148,7 @@ def test_summary_takes_medians_over_repeats_and_skips_missing() -> None:
 
 @pytest.mark.parametrize(("flags", "message"), [
     (["--users", "5"], "--users must lie in"),
-    (["--users", "60000"], "--users must lie in"),
+    (["--users", "1000001"], "--users must lie in"),
     (["--repeats", "0"], "--repeats must lie in"),
     (["--levels", "1,2", "--shares", "1"], "one share per level"),
     (["--levels", "1,x"], "comma-separated numbers"),
