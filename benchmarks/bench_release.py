@@ -32,7 +32,7 @@ from typing import Any
 from segshuffle.services.shuffler.backends import open_storage
 from segshuffle.services.shuffler.enrollment import token_hash
 from segshuffle.services.shuffler.release import Releaser
-from segshuffle.services.shuffler.shuffled_stream import PAGE_ROWS
+from segshuffle.services.shuffler.shuffled_stream import PAGE_ROWS, keyset_pages
 from segshuffle.services.shuffler.vault import RoundKeys, seal_submission
 
 CAMPAIGN = "bench-release"
@@ -113,10 +113,10 @@ def read_in_key_order(storage: Any) -> float:
     unsealing)."""
     started = time.process_time()
     for stream in ("data", "levels"):
-        after = b""
-        while page := storage.sealed_rows(CAMPAIGN, ROUND, stream, after=after,
-                                          limit=PAGE_ROWS):
-            after = page[-1][0]
+        def rows(after: bytes, limit: int, stream: str = stream) -> Any:
+            return storage.sealed_rows(CAMPAIGN, ROUND, stream, after=after, limit=limit)
+        for _ in keyset_pages(rows, PAGE_ROWS):
+            pass
     return time.process_time() - started
 
 

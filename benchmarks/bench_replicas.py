@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     def sample() -> dict[str, float]:
         return {name: container_cpu_seconds(cid) for name, cid in ids.items()}
 
+    children_before = os.times()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
     marks: list[tuple[str, float, dict[str, float]]] = []
@@ -112,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     output = process.stdout.read()
     if process.wait() != 0:
         raise SystemExit(f"the load test failed (exit {process.returncode})")
-    generator = _reaped_generator_cpu()
+    children = os.times()  # the load test, reaped: its CPU counts among our children's
+    generator = (children.children_user - children_before.children_user
+                 + children.children_system - children_before.children_system)
     ended = time.monotonic()
     phases: dict[str, Any] = {}
     for index, (phase, started, before) in enumerate(marks):
@@ -139,16 +142,6 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(json.dumps(report, indent=2))
     return 0
-
-
-_CHILDREN_BEFORE = os.times()
-
-
-def _reaped_generator_cpu() -> float:
-    """CPU of the reaped load-test process tree: this process's children times so far."""
-    now = os.times()
-    return (now.children_user - _CHILDREN_BEFORE.children_user
-            + now.children_system - _CHILDREN_BEFORE.children_system)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,13 @@ import numpy as np
 from .vault import RoundKey
 
 
+def tag_order(tags: bytes) -> np.ndarray:
+    """Indices of the concatenated 16-byte ``tags`` in ascending order (as 128-bit
+    big-endian numbers)."""
+    pairs = np.frombuffer(tags, dtype=">u8").reshape(-1, 2)
+    return np.lexsort((pairs[:, 1], pairs[:, 0]))
+
+
 def release_order(key: RoundKey, row_keys: bytes) -> np.ndarray:
     """Indices of the concatenated 16-byte ``row_keys`` in release order (ascending tag)."""
-    tags = np.frombuffer(key.order_tags(row_keys), dtype=">u8").reshape(-1, 2)
-    return np.lexsort((tags[:, 1], tags[:, 0]))
+    return tag_order(key.order_tags(row_keys))

@@ -47,13 +47,14 @@ import struct
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from .permutation import tag_order
 from .vault import ROW_KEY_BYTES, RoundKey
 
 PAGE_ROWS = 4096
@@ -77,6 +78,15 @@ _AAD = b"segshuffle/v1/shuffler/spill\x00"
 SealedRows = Callable[[bytes, int], Sequence[tuple[bytes, bytes]]]
 """``(after, limit)`` to at most ``limit`` (row key, sealed) pairs with keys above
 ``after``, in key order: the storage's :meth:`sealed_rows` of one stream."""
+
+
+def keyset_pages(rows: SealedRows, page_rows: int) -> Iterator[Sequence[tuple[bytes, bytes]]]:
+    """Every page of ``rows`` in key order, each read after the last key of the one
+    before, until an empty page."""
+    after = b""
+    while page := rows(after, page_rows):
+        yield page
+        after = page[-1][0]
 
 
 class SpillCorruptedError(RuntimeError):
@@ -158,7 +168,6 @@ class ShuffledStream:
         self._spill = tempfile.TemporaryFile(dir=directory)  # noqa: SIM115 (closed in close)
         self._cipher = AESGCM(os.urandom(_SPILL_KEY_BYTES))
         self._records = 0
-        self._size = 0
         self._starts: np.ndarray = np.zeros(1, dtype=np.int64)
         self._cache: OrderedDict[int, _Loaded] = OrderedDict()
         self._lock = threading.Lock()
@@ -169,12 +178,9 @@ class ShuffledStream:
               page_rows: int | None = None) -> ShuffledStream:
         """Pass 1 over the stream's rows (``rows``, pages of ``page_rows``, by default
         :data:`PAGE_ROWS`); ``expected`` sizes the buckets."""
-        page_rows = page_rows or PAGE_ROWS
         shuffled = cls(bucket_bits(expected), directory)
         try:
-            after = b""
-            while page := rows(after, page_rows):
-                after = page[-1][0]
+            for page in keyset_pages(rows, page_rows or PAGE_ROWS):
                 tags = key.order_tags(b"".join([row_key for row_key, _ in page]))
                 buckets = buckets_of(tags, shuffled._bits)
                 order = np.argsort(buckets, kind="stable")
@@ -221,11 +227,10 @@ class ShuffledStream:
         self._spill.write(sealed)
         entry.records.append((number, offset, len(sealed)))
         entry.count += len(entry.buffered)
-        self._size += len(entry.buffered)
         entry.buffered, entry.buffered_tags, entry.buffered_bytes = [], [], 0
 
     def __len__(self) -> int:
-        return self._size
+        return int(self._starts[-1])
 
     def _load(self, bucket: int) -> _Loaded:
         """One bucket read back, its messages in release order (ascending tag)."""
@@ -251,8 +256,7 @@ class ShuffledStream:
             base += len(plaintext)
         if not plaintexts:
             return _Loaded(b"", [], [])
-        pairs = np.frombuffer(b"".join(tags), dtype=">u8").reshape(-1, 2)
-        order = np.lexsort((pairs[:, 1], pairs[:, 0]))
+        order = tag_order(b"".join(tags))
         return _Loaded(b"".join(plaintexts), np.concatenate(starts)[order].tolist(),
                        np.concatenate(ends)[order].tolist())
 
@@ -269,7 +273,7 @@ class ShuffledStream:
 
     def messages(self, start: int, stop: int) -> list[bytes]:
         """The unsealed ciphertexts at release positions ``start`` to ``stop - 1``."""
-        start, stop = max(0, start), min(stop, self._size)
+        start, stop = max(0, start), min(stop, len(self))
         found: list[bytes] = []
         if start >= stop:
             return found

@@ -103,14 +103,14 @@ class RoundKey:
                   row_keys: Sequence[bytes], stored: Sequence[bytes]) -> list[bytes]:
         """:meth:`open` of many rows of one stream (a release chunk): the associated
         data's prefix is built once (raises on the first tampered row)."""
-        prefix = self._aad_prefix(campaign_id, round_number, stream)
-        decrypt = self._seal.decrypt
-        return [decrypt(row[:NONCE_BYTES], row[NONCE_BYTES:], prefix + key)
-                for key, row in zip(row_keys, stored, strict=True)]
+        return self.open_rows(campaign_id, round_number, stream,
+                              list(zip(row_keys, stored, strict=True)))
 
     def open_rows(self, campaign_id: str, round_number: int, stream: str,
                   rows: Sequence[tuple[bytes, bytes]]) -> list[bytes]:
-        """:meth:`open_many` of (row key, stored) pairs, as the storage reads them."""
+        """:meth:`open` of (row key, stored) pairs of one stream, as the storage reads
+        them: the associated data's prefix is built once (raises on the first tampered
+        row)."""
         prefix = self._aad_prefix(campaign_id, round_number, stream)
         decrypt = self._seal.decrypt
         return [decrypt(stored[:NONCE_BYTES], stored[NONCE_BYTES:], prefix + key)
