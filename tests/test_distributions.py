@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 
@@ -111,3 +112,27 @@ def test_the_command_line_accountant_imports_neither_scipy_stats_nor_optimize() 
     output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True, timeout=120).stdout
     assert output.strip().splitlines()[-1] == "[]"
+
+
+def _exact_lower_tail(k: int, n: int, p: float) -> mpmath.mpf:
+    """Pr[Binomial(n, p) <= k] in 40 digits: the masses from k down, each from the last
+    by the exact ratio, until they fall below 1e-45 of the sum."""
+    term, total, pp = _exact_binomial(k, n, p), mpmath.mpf(0), mpmath.mpf(p)
+    j = k
+    while j >= 0 and term > total * mpmath.mpf("1e-45"):
+        total += term
+        term *= j * (1 - pp) / ((n - j + 1) * pp)
+        j -= 1
+    return total
+
+
+@pytest.mark.xfail(strict=True, reason="known limit (docs/protocol.md section 7): the "
+                   "library's binomial tails lose precision from about 1e6 trials")
+def test_binomial_tails_hold_the_certified_margin_at_ten_million_trials() -> None:
+    # Near the mean of Binomial(1e7, 0.3) scipy 1.17.1's bdtr is 2.8e-3 off; the
+    # accountant's margin is 1e-9 relative.  Passes (and so fails as xfail) once the
+    # tails are summed from exact masses.
+    n, p = 10**7, 0.3
+    k = int(n * p - 0.01 * math.sqrt(n * p * (1 - p)))
+    exact = _exact_lower_tail(k, n, p)
+    assert abs(distributions.binom_cdf(k, n, p) / exact - 1) < 1e-10
