@@ -96,8 +96,8 @@ def _total_window(slots: int, q: float) -> tuple[int, int]:
 def _binomial_tail_outside(trials: np.ndarray, p: float, lo: np.ndarray, hi: np.ndarray
                            ) -> np.ndarray:
     """Pr[Binomial(trials, p) < lo] + Pr[Binomial(trials, p) > hi], elementwise."""
-    below = np.where(lo > 0, special.bdtr(np.maximum(lo - 1, 0), trials, p), 0.0)
-    above = np.where(hi < trials, special.bdtrc(np.minimum(hi, trials), trials, p), 0.0)
+    below = distributions.binom_cdf(lo - 1, trials, p)
+    above = distributions.binom_sf(hi, trials, p)
     return below + above
 
 

@@ -13,15 +13,32 @@ in its mean), so the largest admissible nu is found by bisection.
 
 A binomial has lighter tails than the Poisson law of the same mean, so nu must
 sit somewhat below N q; the gap is a few standard deviations times q / 2.
+
+**Rounding.**  eta is charged at an absolute precision far below the accountant's
+relative margin (the slack is 1e-3 delta, 1e-11 at a million users), and at totals
+above the means both CDFs are within 1e-9 of 1, so F_B(t) - F_P(t) is never formed
+from two numbers near 1.  It equals S_P(t) - S_B(t) with S = 1 - F the upper tails,
+and each tail comes with a bound on its relative error (rho_B, rho_P:
+:mod:`segshuffle.core.distributions`).  At every t the excess is charged as the
+smaller of
+
+    F_B (1 + rho_B) - F_P (1 - rho_P)   and   S_P (1 + rho_P) - S_B (1 - rho_B),
+
+each an upper bound on the exact difference, so the computed eta is never below the
+exact one.  Below the window the difference is at most F_B(lo - 1), above it at most
+S_P(hi), both widened alike.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy import special
+
+from . import distributions
+from .distributions import BINOMIAL_TAIL_RTOL
 
 #: Standard deviations each side of the means over which the CDFs are compared.
 _SIGMAS = 14.0
@@ -36,36 +53,53 @@ def _window_bounds(trials: int, q: float) -> tuple[int, int]:
     return lo, hi
 
 
-def _window(trials: int, q: float, stride: int = 1
-            ) -> tuple[np.ndarray, np.ndarray, float]:
-    """Totals t where F_B is not negligible (every ``stride``-th), F_B on them, F_B below them.
+@dataclass(frozen=True)
+class _Window:
+    """Totals t where F_B is not negligible (every ``stride``-th), both binomial tails
+    on them, and F_B just below them."""
 
-    Below the window F_B(t) <= F_B(lo - 1) (returned as the bound of the
-    difference there); above it, up to ``trials``, F_B is within 1e-40 of 1 and
-    the difference is at most the Poisson tail checked by the caller.
-    """
+    totals: np.ndarray
+    lower: np.ndarray  #: F_B(t)
+    upper: np.ndarray  #: S_B(t) = 1 - F_B(t)
+    below: float  #: F_B(lo - 1)
+
+    def subsampled(self, keep: np.ndarray) -> _Window:
+        return _Window(self.totals[keep], self.lower[keep], self.upper[keep], self.below)
+
+
+def _window(trials: int, q: float, stride: int = 1) -> _Window:
+    """The comparison window of Binomial(trials, q) (:func:`_window_bounds`)."""
     lo, hi = _window_bounds(trials, q)
     t = np.arange(lo, hi + 1, dtype=float)
     if stride > 1:
         t = np.append(t[::stride], t[-1])
-    below = float(special.bdtr(lo - 1, trials, q)) if lo > 0 else 0.0
-    return t, special.bdtr(t, trials, q), below
+    below = distributions.binom_cdf(lo - 1, trials, q)
+    return _Window(t, distributions.binom_cdf(t, trials, q),
+                   distributions.binom_sf(t, trials, q), below)
 
 
-def _excess_on(t: np.ndarray, f_binomial: np.ndarray, below: float, nu: float) -> float:
+def _excess_on(window: _Window, nu: float) -> float:
+    """A certified upper bound on max_t (F_B(t) - F_P(t))_+ (module docstring)."""
     if nu <= 0.0:
         return 0.0
-    excess = float(np.max(f_binomial - special.pdtr(t, nu)))
-    # Past the window the binomial CDF is 1 (to 1e-40): the difference is the Poisson tail.
-    tail = float(special.pdtrc(t[-1], nu)) + 1e-40
-    return max(0.0, excess, tail, below)
+    poisson = distributions.poisson_tails(window.totals, nu)
+    rho_b, rho_p = BINOMIAL_TAIL_RTOL, poisson.rtol
+    via_lower = window.lower * (1.0 + rho_b) - poisson.lower * (1.0 - rho_p)
+    via_upper = poisson.upper * (1.0 + rho_p) - window.upper * (1.0 - rho_b)
+    excess = float(np.max(np.minimum(via_lower, via_upper)))
+    above = float(poisson.upper[-1]) * (1.0 + rho_p)  # S_P(hi) bounds every t > hi
+    return max(0.0, excess, above, window.below * (1.0 + rho_b))
 
 
 def cdf_excess(trials: int, q: float, nu: float) -> float:
-    """eta = max_t (F_Binomial(trials, q)(t) - F_Poisson(nu)(t))_+ over all t >= 0."""
-    if trials <= 0 or q <= 0.0:
-        return 0.0 if nu == 0.0 else float(special.pdtrc(0, nu))  # F_B = 1 everywhere
-    return _excess_on(*_window(trials, q), nu)
+    """eta = max_t (F_Binomial(trials, q)(t) - F_Poisson(nu)(t))_+ over all t >= 0,
+    widened by the tails' rounding bounds."""
+    if trials <= 0 or q <= 0.0:  # F_B = 1 everywhere
+        if nu == 0.0:
+            return 0.0
+        tails = distributions.poisson_tails(np.zeros(1), nu)
+        return float(tails.upper[0]) * (1.0 + tails.rtol)
+    return _excess_on(_window(trials, q), nu)
 
 
 def _largest_admissible(admissible, mean: float, q: float, precision: float) -> float:
@@ -116,16 +150,16 @@ def dominated_poisson_mean(trials: int, q: float, slack: float, *, verified: boo
     stride = max(1, (hi - lo + 1) // points)
     full = _window(trials, q) if verified else None
     if full is not None:  # subsample the full window rather than evaluate twice
-        keep = np.append(np.arange(0, full[0].size, stride), full[0].size - 1)
-        coarse = (full[0][keep], full[1][keep], full[2])
+        keep = np.append(np.arange(0, full.totals.size, stride), full.totals.size - 1)
+        coarse = full.subsampled(keep)
     else:
         coarse = _window(trials, q, stride)
-    lo = _largest_admissible(lambda nu: _excess_on(*coarse, nu) <= slack, trials * q, q,
+    lo = _largest_admissible(lambda nu: _excess_on(coarse, nu) <= slack, trials * q, q,
                              1e-3 if verified else 2e-2)
     if full is None:
-        return lo, _excess_on(*coarse, lo)
+        return lo, _excess_on(coarse, lo)
     step = max(q * math.sqrt(trials * q), 1e-9 * trials * q) / 64.0
-    while (eta := _excess_on(*full, lo)) > slack:
+    while (eta := _excess_on(full, lo)) > slack:
         lo = max(0.0, lo - step)
         step *= 2.0
     return lo, eta

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy import fft, special
+from scipy import fft
 
 from . import distributions
 
@@ -98,8 +98,8 @@ class BinLaw:
         if self.mean == 0.0 or self.trials == 0:
             return 0.0 if lo <= 0 <= hi else 1.0
         if self.trials is None:
-            below = special.pdtr(lo - 1, self.mean) if lo > 0 else 0.0
-            return float(below + special.pdtrc(hi, self.mean))
+            tails = distributions.poisson_tails(np.array([lo - 1, hi]), self.mean)
+            return float(tails.lower[0] + tails.upper[1])
         return (distributions.binom_cdf(lo - 1, self.trials, self.p)
                 + distributions.binom_sf(hi, self.trials, self.p))
 

@@ -64,7 +64,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
-from scipy import special
 
 from . import distributions
 from .multinomial_pair import PairAtoms, pair_atoms, pair_loss, pair_losses
@@ -174,7 +173,7 @@ class GroupsBound:
         mean, sd = n * p, math.sqrt(n * p * (1.0 - p))
         # k_0: the largest k with S Pr[N_1 <= k] within the slack.
         k0 = distributions.binom_ppf(self.slack / self.pairs, n, p)
-        while k0 >= 0 and self.pairs * special.bdtr(k0, n, p) > self.slack:
+        while k0 >= 0 and self.pairs * distributions.binom_cdf(k0, n, p) > self.slack:
             k0 -= 1
         ladder = [k0]
         sigmas = LADDER_SIGMAS if self.step <= DEFAULT_STEP else COARSE_LADDER_SIGMAS
@@ -185,7 +184,7 @@ class GroupsBound:
         if ladder[0] < 0:  # nothing to charge 1: Pr[N_1 <= -1] = 0
             ladder = ladder[1:] or [0]
         self.ladder = ladder
-        cdf = special.bdtr(np.array(ladder), n, p) * self.pairs
+        cdf = distributions.binom_cdf(np.array(ladder), n, p) * self.pairs
         self.ladder_cdf = np.minimum(np.where(np.array(ladder) < 0, 0.0, cdf), 1.0)
 
     @property

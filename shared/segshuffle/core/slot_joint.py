@@ -63,6 +63,8 @@ from functools import lru_cache
 import numpy as np
 from scipy import special
 
+from . import distributions
+
 #: The most float64 values (views times 2 (k + 1) polynomial terms, over every bucket) one
 #: joint view may store: at most about 48 MB, of which at most JOINT_VIEWS_KEPT are kept.
 MAX_VALUES = 6_000_000
@@ -154,7 +156,7 @@ def upper_quantile(trials: int, p: float, tail: float) -> int:
     lo, hi = 0, trials  # Pr[> trials] = 0 <= tail
     while lo < hi:
         mid = (lo + hi) // 2
-        if special.bdtrc(mid, trials, p) <= tail:
+        if distributions.binom_sf(mid, trials, p) <= tail:
             hi = mid
         else:
             lo = mid + 1
@@ -171,7 +173,7 @@ def _window(n_slots: int, q_out: float, lower: bool) -> tuple[list[tuple[int, in
     mean = n_slots * q_out
     sd = math.sqrt(n_slots * q_out * (1.0 - q_out))
     hi = upper_quantile(n_slots, q_out, BUCKET_TAIL)
-    above = float(special.bdtrc(hi, n_slots, q_out)) if hi < n_slots else 0.0
+    above = distributions.binom_sf(hi, n_slots, q_out) if hi < n_slots else 0.0
     lo = max(0, math.floor(mean + BUCKET_EDGES[0] * sd))
     if hi - lo + 1 <= EXACT_WIDTH:
         tops = list(range(lo, hi + 1))
@@ -192,7 +194,7 @@ def _view_total(slots: int, rate: float, pairs: int) -> tuple[int, float]:
         return pairs, 0.0
     spread = min(1.0, 2 * pairs * rate)
     blanket = upper_quantile(slots, spread, VIEW_TAIL)
-    left = float(special.bdtrc(blanket, slots, spread)) if blanket < slots else 0.0
+    left = distributions.binom_sf(blanket, slots, spread) if blanket < slots else 0.0
     return blanket + pairs, left
 
 
@@ -287,8 +289,8 @@ class JointView:
         plan, atoms = [], 0
         for b_lo, b_hi in buckets:
             if q_out > 0.0:
-                weight = float(special.bdtr(b_hi, n, q_out)
-                               - (special.bdtr(b_lo - 1, n, q_out) if b_lo > 0 else 0.0))
+                weight = (distributions.binom_cdf(b_hi, n, q_out)
+                          - distributions.binom_cdf(b_lo - 1, n, q_out))
             else:
                 weight = 1.0
             slots = n - (b_lo if self.lower else b_hi)

@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy import special
 
+from . import distributions
 from .hockey_stick import delta_for, poisson_pair
 
 #: Standard deviations of b summed above its mean (above: charged 1) and below it.
@@ -111,10 +111,11 @@ def single_item_mixture(n_slots: int, gamma: float, domain_size: int) -> SingleI
     tops = np.array(_edges(n_slots, q_out))
     # Pr[b <= top] differences below the mean, Pr[b > top] differences above it: each
     # side from the small tail, so no weight is a difference of numbers close to 1.
-    below = np.diff(np.concatenate(([0.0], special.bdtr(tops, n_slots, q_out))))
-    survival = special.bdtrc(np.concatenate(([-1], tops)), n_slots, q_out)
+    below = np.diff(np.concatenate(([0.0], distributions.binom_cdf(tops, n_slots,
+                                                                   q_out))))
+    survival = distributions.binom_sf(np.concatenate(([-1], tops)), n_slots, q_out)
     above = survival[:-1] - survival[1:]
     weights = np.where(np.concatenate(([-1], tops[:-1])) >= n_slots * q_out, above, below)
-    tail = float(special.bdtrc(tops[-1], n_slots, q_out)) if tops[-1] < n_slots else 0.0
+    tail = distributions.binom_sf(int(tops[-1]), n_slots, q_out)
     return SingleItemMixture(r1=r1, weights=np.maximum(weights, 0.0),
                              slots=n_slots - tops, tail=tail)
