@@ -1,7 +1,7 @@
 """The web client in headless Chromium: a whole campaign of browser and Python users.
 
 Fifty users run in five pages of Debian's Chromium (ten Sessions a page, driven by
-``clients/web/test/browser/users.js``), thirty beside them with the Python SDK, all
+``clients/web/harness/browser-users.js``), thirty beside them with the Python SDK, all
 against real service processes: the pages call the shuffler cross-origin (its CORS
 setting lists the page's origin), seal with WebCrypto, verify the published parameters
 with the JavaScript accountant, and resume round 2 from the saved-session document
@@ -79,7 +79,7 @@ async def _campaign_with_browsers(campaign: WebCampaign) -> dict[str, Any]:
         pages = []
         for _ in range(PAGES):  # a context each: its own localStorage, as separate devices
             page = await (await browser.new_context()).new_page()
-            await page.goto(campaign.site.url("test/browser/users.html"))
+            await page.goto(campaign.site.url("harness/browser-users.html"))
             await page.wait_for_selector("body[data-ready=true]")
             pages.append(page)
         round1 = await asyncio.gather(

@@ -9,7 +9,7 @@
 // and the accountant verifying the published parameters before anything of round 2 is
 // sent.
 
-import { Session } from "../../src/index.js";
+import { Session } from "../src/index.js";
 
 const log = document.getElementById("log");
 const storageKey = (name) => `segshuffle-user-${name}`;

@@ -1,0 +1,50 @@
+// Test support (not part of the package): docs/test-vectors.json, its server key, and an
+// accountant that answers from the vectors' records.
+//
+// The recorded accountant answers with a vector's delta_user at each level E_k, and at a
+// published epsilon below E_k with "protected" exactly for the (epsilon, lambda) points
+// that the honest documents of the same setting publish. delta_user falls as epsilon
+// grows, so a level that fails at E_k fails below it too; anything else is unprotected.
+
+import { readFile } from "node:fs/promises";
+
+import { fromHex, toBase64url } from "../src/bytes.js";
+
+export const VECTORS = JSON.parse(
+  await readFile(new URL("../../../docs/test-vectors.json", import.meta.url), "utf8"));
+
+const HPKE = VECTORS.hpke[0];
+
+/** The raw X25519 private key every vector is sealed to. */
+export const PRIVATE_KEY = fromHex(HPKE.private_key);
+export const PUBLIC_KEY = fromHex(HPKE.public_key);
+
+/** The key config of the vectors' campaigns. */
+export const KEY_CONFIG = Object.freeze({
+  key_id: HPKE.key_id, kem_id: 32, kdf_id: 1, aead_id: 1, public_key: toBase64url(PUBLIC_KEY),
+});
+
+/** The setting an accountant call belongs to. */
+const settingOf = (p) => JSON.stringify([p.campaign_id, p.m, p.honest_users, p.delta, p.set_size,
+  p.privacy_domain_size, p.blanket_mode ?? "slots"]);
+
+const PROTECTED = new Set(VECTORS.parameters.filter((c) => c.client_accepts).flatMap((c) =>
+  c.parameters.epsilons.map((eps, k) => `${settingOf(c.parameters)}|${eps}|${c.parameters.lambdas[k]}`)));
+
+/**
+ * The recorded accountant for one parameters vector, and the calls it received.
+ * @param {object} vector an entry of VECTORS.parameters
+ */
+export function recordedUserDelta(vector) {
+  const setting = settingOf(vector.parameters);
+  const calls = [];
+  const userDelta = (eps, lam, setSize, users, m, domainSize, { mode, delta }) => {
+    calls.push({ eps, lam, setSize, users, m, domainSize, mode, delta });
+    const verdict = vector.level_verdicts.find((v) => v.level === eps && v.lambda === lam);
+    if (verdict) return verdict.delta_user;
+    const level = vector.level_verdicts.find((v) => v.lambda === lam && eps < v.level);
+    if (level && !level.holds) return level.delta_user;
+    return PROTECTED.has(`${setting}|${eps}|${lam}`) ? delta : 1.0;
+  };
+  return { userDelta, calls };
+}

@@ -1,0 +1,262 @@
+// HTTP to the shuffler with a bounded retry budget.
+//
+// Only failures that say "try again later" are retried: 429 (a rate limit), 503 (a
+// service that is not ready) and requests that got no answer at all. Each retry waits an
+// exponential backoff with jitter, or the answer's Retry-After where that is longer (a
+// rate limit knows when a token is free again), capped, and no request ever makes more
+// than `attempts` tries or runs past `budgetMs` in total. Every other failure is final
+// at once and surfaces as an HttpError carrying the service's RFC 9457 problem document.
+//
+// Requests carry nothing the shuffler does not need: no cookies, no referrer, no
+// redirects followed (a redirect could carry the bearer token elsewhere), and only the
+// Content-Type and Authorization headers the shuffler's CORS consent lists.
+
+import { HttpError, NetworkError, ProtocolError, RetryBudgetExceeded } from "./errors.js";
+
+/**
+ * @typedef {object} RetryOptions
+ * @property {number} [attempts] most tries of one request (default 6)
+ * @property {number} [initialDelayMs] backoff before the second try (default 200)
+ * @property {number} [maxDelayMs] largest backoff (default 5000)
+ * @property {number} [maxRetryAfterMs] longest Retry-After honoured (default 60000)
+ * @property {number} [budgetMs] no wait is begun that would end more than this long
+ *   after the first try started (default 120000)
+ * @property {number} [timeoutMs] one try's time limit, answer body included (default 30000)
+ */
+
+/** @type {Readonly<Required<RetryOptions>>} */
+export const DEFAULT_RETRY = Object.freeze({
+  attempts: 6,
+  initialDelayMs: 200,
+  maxDelayMs: 5000,
+  maxRetryAfterMs: 60000,
+  budgetMs: 120000,
+  timeoutMs: 30000,
+});
+
+const RETRIED_STATUSES = new Set([429, 503]);
+
+/**
+ * @typedef {object} TransportOptions
+ * @property {typeof globalThis.fetch} [fetch] the fetch to use (tests inject one)
+ * @property {RetryOptions} [retry]
+ * @property {(ms: number, signal?: AbortSignal) => Promise<void>} [sleep]
+ * @property {() => number} [now] milliseconds since the epoch (Retry-After dates use it)
+ * @property {() => number} [random] uniform in [0, 1), for the jitter
+ */
+
+/**
+ * @typedef {object} RequestOptions
+ * @property {"GET" | "POST"} [method]
+ * @property {unknown} [json] the request body, sent as JSON
+ * @property {string} [token] the user's bearer token
+ * @property {string} [what] what the request is, for error messages
+ * @property {boolean} [submission] an already-submitted answer after an ambiguous failure
+ *   (an earlier try may have arrived) counts as success
+ * @property {boolean} [fresh] revalidate with the service instead of using a cached answer
+ * @property {AbortSignal} [signal] cancels the request and its retries
+ */
+
+/**
+ * @typedef {object} Answer
+ * @property {number} status
+ * @property {any} body the parsed JSON body (null when there is none)
+ * @property {boolean} alreadySubmitted true when a submission's retry met
+ *   already-submitted (the earlier try got through)
+ */
+
+/**
+ * The delay a Retry-After header asks for, in milliseconds: delay-seconds or an HTTP
+ * date (RFC 9110 section 10.2.3), at most `capMs`; null without a usable header.
+ * @param {string | null} value @param {number} nowMs @param {number} capMs
+ * @returns {number | null}
+ */
+export function retryAfterMs(value, nowMs, capMs) {
+  if (value === null) return null;
+  const text = value.trim();
+  let delay;
+  if (/^\d{1,10}$/.test(text)) {
+    delay = Number(text) * 1000;
+  } else {
+    const date = Date.parse(text);
+    // Only the HTTP-date forms name a weekday or a month; a bare number with a sign or a
+    // fraction is malformed, not a date.
+    if (Number.isNaN(date) || !/[A-Za-z]/.test(text)) return null;
+    delay = Math.max(0, date - nowMs);
+  }
+  return Math.min(delay, capMs);
+}
+
+function defaultSleep(ms, signal) {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) {
+      reject(signal.reason);
+      return;
+    }
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    function onAbort() {
+      clearTimeout(timer);
+      reject(signal.reason);
+    }
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/** An AbortSignal that fires on `outer` or after `ms`, and a function to release it. */
+function attemptSignal(outer, ms) {
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(new DOMException("timed out", "TimeoutError")), ms);
+  const onAbort = () => controller.abort(outer.reason);
+  if (outer) {
+    if (outer.aborted) controller.abort(outer.reason);
+    else outer.addEventListener("abort", onAbort, { once: true });
+  }
+  return {
+    signal: controller.signal,
+    release() {
+      clearTimeout(timer);
+      outer?.removeEventListener("abort", onAbort);
+    },
+  };
+}
+
+async function readJson(response) {
+  const text = await response.text();
+  if (text.trim() === "") return null;
+  return JSON.parse(text);
+}
+
+/** Whether a failed fetch certainly never reached the service (a refused connection). */
+function neverSent(error) {
+  const code = error?.cause?.code;
+  return code === "ECONNREFUSED" || code === "ENOTFOUND" || code === "EAI_AGAIN";
+}
+
+/** HTTP to one base URL with the retry budget of the module comment. */
+export class Transport {
+  /** @param {string} baseUrl @param {TransportOptions} [options] */
+  constructor(baseUrl, options = {}) {
+    this.baseUrl = baseUrl.replace(/\/+$/, "");
+    const fetchImpl = options.fetch ?? globalThis.fetch;
+    if (typeof fetchImpl !== "function") throw new TypeError("no fetch is available");
+    // Called unbound: a browser's fetch refuses to run with another object as `this`.
+    this.fetch = (url, init) => fetchImpl(url, init);
+    /** @type {Required<RetryOptions>} */
+    this.retry = { ...DEFAULT_RETRY, ...options.retry };
+    const r = this.retry;
+    if (!(Number.isInteger(r.attempts) && r.attempts >= 1) || !(r.initialDelayMs >= 0)
+        || !(r.maxDelayMs >= r.initialDelayMs) || !(r.maxRetryAfterMs >= 0)
+        || !(r.budgetMs >= 0) || !(r.timeoutMs > 0)) {
+      throw new RangeError("retry needs attempts >= 1, 0 <= initialDelayMs <= maxDelayMs, "
+        + "maxRetryAfterMs >= 0, budgetMs >= 0 and timeoutMs > 0");
+    }
+    this.sleep = options.sleep ?? defaultSleep;
+    this.now = options.now ?? Date.now;
+    this.random = options.random ?? Math.random;
+  }
+
+  /** The backoff before try `attempt + 1` (attempt counts from 0): uniform in [d/2, d]. */
+  backoffMs(attempt) {
+    const ceiling = Math.min(this.retry.maxDelayMs, this.retry.initialDelayMs * 2 ** attempt);
+    return ceiling * (0.5 + 0.5 * this.random());
+  }
+
+  /**
+   * Send one request, retrying transient failures within the budget.
+   * @param {string} path @param {RequestOptions} [options] @returns {Promise<Answer>}
+   */
+  async request(path, options = {}) {
+    const { method = "GET", json, token, what = `${method} ${path}`, submission = false,
+      fresh = false, signal } = options;
+    const headers = {};
+    if (json !== undefined) headers["content-type"] = "application/json";
+    if (token !== undefined) headers.authorization = `Bearer ${token}`;
+    const init = {
+      method, headers, body: json === undefined ? undefined : JSON.stringify(json),
+      credentials: "omit", referrerPolicy: "no-referrer", redirect: "error",
+      cache: fresh ? "no-cache" : "default",
+    };
+    const started = this.now();
+    let ambiguous = false;
+    let lastError;
+    let tries = 0;
+    for (let attempt = 0; attempt < this.retry.attempts; attempt += 1) {
+      tries += 1;
+      const outcome = await this.#attempt(this.baseUrl + path, init, what, signal);
+      if (outcome.response) {
+        const { status, body, error } = outcome.response;
+        if (!error) return { status, body, alreadySubmitted: false };
+        if (submission && ambiguous && error.problem === "already-submitted") {
+          return { status, body, alreadySubmitted: true };
+        }
+        if (!RETRIED_STATUSES.has(status)) throw error;
+        ambiguous ||= status >= 500; // a 503 may come after the request was taken
+        lastError = error;
+      } else {
+        ambiguous ||= !neverSent(outcome.networkError.cause);
+        lastError = outcome.networkError;
+      }
+      if (attempt + 1 >= this.retry.attempts) break;
+      let wait = this.backoffMs(attempt);
+      const asked = lastError instanceof HttpError ? lastError.retryAfterMs : null;
+      if (asked !== null) wait = Math.max(wait, asked);
+      if (this.now() - started + wait > this.retry.budgetMs) break;
+      await this.sleep(wait, signal);
+    }
+    throw new RetryBudgetExceeded(`${what}: gave up after ${tries} tries (the budget is `
+      + `${this.retry.attempts} tries within ${this.retry.budgetMs} ms): ${lastError.message}`,
+    { lastError, attempts: tries, waitedMs: this.now() - started });
+  }
+
+  async #attempt(url, init, what, outer) {
+    const { signal, release } = attemptSignal(outer, this.retry.timeoutMs);
+    try {
+      let response;
+      try {
+        response = await this.fetch(url, { ...init, signal });
+      } catch (cause) {
+        if (outer?.aborted) throw outer.reason;
+        return { networkError: new NetworkError(`${what}: no answer (${describe(cause)})`, { cause }) };
+      }
+      const status = response.status;
+      let body;
+      try {
+        body = await readJson(response);
+      } catch (cause) {
+        if (outer?.aborted) throw outer.reason;
+        if (signal.aborted) {
+          return { networkError: new NetworkError(`${what}: the answer did not arrive in time`, { cause }) };
+        }
+        if (status < 400) {
+          throw new ProtocolError(`${what}: the answer is not JSON (HTTP ${status})`, { status, cause });
+        }
+        body = null; // an error page that is not a problem document
+      }
+      if (status >= 200 && status < 300) return { response: { status, body } };
+      return { response: { status, body, error: this.#httpError(what, status, body, response) } };
+    } finally {
+      release();
+    }
+  }
+
+  #httpError(what, status, body, response) {
+    const document = body !== null && typeof body === "object" && !Array.isArray(body) ? body : null;
+    const after = retryAfterMs(response.headers.get("retry-after"), this.now(),
+      this.retry.maxRetryAfterMs);
+    const error = new HttpError(`${what}: HTTP ${status}`, { status, document, retryAfterMs: after });
+    let message = `${what}: HTTP ${status}`;
+    if (error.problem) message += ` ${error.problem}`;
+    if (error.detail) message += `: ${error.detail}`;
+    error.message = message;
+    return error;
+  }
+}
+
+function describe(cause) {
+  const code = cause?.cause?.code;
+  const text = cause instanceof Error ? cause.message : String(cause);
+  return code ? `${text}: ${code}` : text;
+}
