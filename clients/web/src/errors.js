@@ -90,7 +90,7 @@ export class HttpError extends SegshuffleError {
 
   /** Whether trying again later may succeed (the transport retries these itself). */
   get transient() {
-    return this.status === 429 || this.status === 503;
+    return this.status === 429 || this.status >= 500;
   }
 }
 

@@ -1,7 +1,9 @@
 // HTTP to the shuffler with a bounded retry budget.
 //
-// Only failures that say "try again later" are retried: 429 (a rate limit), 503 (a
-// service that is not ready) and requests that got no answer at all. Each retry waits an
+// Only transient failures are retried, as the Python SDK retries them: 429 (a rate
+// limit), any 5xx (a service that is not ready, a balancer whose replica died under the
+// request: every request is idempotent) and requests that got no answer at all. Each
+// retry waits an
 // exponential backoff with jitter, or the answer's Retry-After where that is longer (a
 // rate limit knows when a token is free again), capped, and no request ever makes more
 // than `attempts` tries or runs past `budgetMs` in total. Every other failure is final
@@ -34,7 +36,8 @@ export const DEFAULT_RETRY = Object.freeze({
   timeoutMs: 30000,
 });
 
-const RETRIED_STATUSES = new Set([429, 503]);
+/** @param {number} status */
+const transient = (status) => status === 429 || status >= 500; // HttpError.transient
 
 /**
  * @typedef {object} TransportOptions
@@ -192,8 +195,8 @@ export class Transport {
         if (submission && ambiguous && error.problem === "already-submitted") {
           return { status, body, alreadySubmitted: true };
         }
-        if (!RETRIED_STATUSES.has(status)) throw error;
-        ambiguous ||= status >= 500; // a 503 may come after the request was taken
+        if (!transient(status)) throw error;
+        ambiguous ||= status >= 500; // a 5xx may come after the request was taken
         lastError = error;
       } else {
         ambiguous ||= !neverSent(outcome.networkError.cause);

@@ -136,16 +136,18 @@ test("a 4xx problem document fails at once as an HttpError", async () => {
   assert.equal(error.transient, false);
 });
 
-test("other statuses are final too, problem document or not", async () => {
+test("a 5xx is retried like a 429, problem document or not; a 4xx is final", async () => {
   const { transport, calls } = harness([
     problem(500, "internal", "boom"),
     new Response("<html>bad gateway</html>", { status: 502 }),
+    new Response("{}", { status: 200, headers: { "content-type": "application/json" } }),
+    problem(404, "unknown-campaign", "no such campaign"),
   ]);
-  const internal = await transport.request("/x").catch((e) => e);
-  assert.ok(internal instanceof HttpError && internal.problem === "internal");
-  const gateway = await transport.request("/x").catch((e) => e);
-  assert.ok(gateway instanceof HttpError && gateway.document === null && gateway.status === 502);
-  assert.equal(calls.length, 2);
+  assert.equal((await transport.request("/x")).status, 200);
+  assert.equal(calls.length, 3);
+  const missing = await transport.request("/x").catch((e) => e);
+  assert.ok(missing instanceof HttpError && missing.status === 404);
+  assert.equal(calls.length, 4);
 });
 
 test("a submission retried after an ambiguous failure counts already-submitted as done", async () => {
