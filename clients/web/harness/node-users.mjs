@@ -2,7 +2,7 @@
 // launches would: tests/test_web_client_session.py writes a job file and reads the
 // report this prints.
 //
-//   node run-users.mjs job.json
+//   node node-users.mjs job.json
 //
 // job: { phase: "round1" | "round2", shufflerUrl, campaignId, serverKey, allowInsecure,
 //        users: [{ invitation, levelIndex, items, state }] }
@@ -10,17 +10,14 @@
 //   sends its level; the report carries its saved state and what it sent.
 // round2: each user is resumed from its saved state (from a round-1 run, or saved by
 //   the Python SDK), waits for round 2, verifies the parameters and sends its items.
-// Report (stdout, JSON): { accountant: whether src/accountant/index.js exists,
-//   users: [{ state, stateText, round1, round2, error: { name, check, checks, message }
+// Report (stdout, JSON): { users: [{ state, stateText, round1, round2, error: { name, check, checks, message }
 //   | null }] }; stateText is the state as the Python SDK reads it (stateJson).
 
-import { existsSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 
 import { SegshuffleError, Session, stateJson } from "../src/index.js";
 
 const job = JSON.parse(await readFile(process.argv[2], "utf8"));
-const accountant = existsSync(new URL("../src/accountant/index.js", import.meta.url));
 const common = {
   shufflerUrl: job.shufflerUrl, serverKey: job.serverKey, allowInsecure: job.allowInsecure === true,
   retry: { attempts: 8, initialDelayMs: 100, maxDelayMs: 2000, budgetMs: 60000 },
@@ -56,4 +53,4 @@ const users = await Promise.all(job.users.map(async (user) => {
     return { state: user.state ?? null, error: describe(error) };
   }
 }));
-process.stdout.write(`${JSON.stringify({ accountant, users })}\n`);
+process.stdout.write(`${JSON.stringify({ users })}\n`);

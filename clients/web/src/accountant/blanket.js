@@ -5,12 +5,13 @@
 // privacy domain, else a null.  "independent": each user sends, for each of the d
 // items independently, one blanket message with probability m / d (so m <= d).
 
+import {
+  BlanketMode, MAX_BLANKET_RATE, blanketSlots as submissionSlots, slotProbability,
+} from "../rules.js";
 import { AccountantError } from "./errors.js";
-import { MAX_BLANKET_RATE } from "./rules.js";
 import { requireNonNegative } from "./validation.js";
 
-/** The blanket modes. */
-export const BlanketMode = Object.freeze({ SLOTS: "slots", INDEPENDENT: "independent" });
+export { BlanketMode };
 
 /**
  * The mode named by `mode`; an AccountantError naming the choices otherwise.
@@ -38,13 +39,14 @@ export function requireBlanketRate(m, domainSize, mode) {
   return rate;
 }
 
-/** Slots a user fills in the slots mode: ceil(m), 0 when m = 0. @param {number} m */
+/** Slots a user fills in the slots mode: ceil(m), 0 when m = 0 (the rule of ../rules.js).
+ * @param {number} m */
 export function blanketSlots(m) {
-  return m === 0 ? 0 : Math.ceil(m);
+  return submissionSlots(m, 1, BlanketMode.SLOTS);
 }
 
-/** gamma = m / ceil(m): the chance that one slot carries a message (0 when m = 0). @param {number} m */
+/** gamma = m / ceil(m): the chance that one slot carries a message (0 when m = 0).
+ * @param {number} m */
 export function blanketProbability(m) {
-  const slots = blanketSlots(m);
-  return slots === 0 ? 0 : m / slots;
+  return slotProbability(m, 1, BlanketMode.SLOTS);
 }

@@ -19,7 +19,7 @@
 // The masses are then within a few units in the last place near the mode, and within
 // ~1e-14 relative far out in the tails (the exponent's own rounding).
 //
-// Tails are sums of these masses, taken from the side where they are small:
+// Binomial tails are sums of these masses, taken from the side where they are small:
 //
 //   Pr[X >= k] = f(k) (1 + r_k + r_k r_{k+1} + ...),   r_j = f(j + 1) / f(j),
 //
@@ -30,9 +30,10 @@
 // roundings each) and are recomputed from the saddle-point formula every sixteen terms,
 // so no term is off by more than ~16 ulp; the sum is compensated (Neumaier).  A tail
 // that holds the bulk of the law is one minus the opposite tail.  The result is within
-// ~1e-15 relative of the exact tail wherever that tail is below 1/2 and within ~1e-16
-// absolute elsewhere; the test suite checks this against 40-digit arithmetic.  The cost
-// is a few standard deviations of terms per tail.
+// ~1e-13 relative of the exact tail wherever that tail is below 1/2 and within ~1e-15
+// absolute elsewhere (the test suite checks this against 50-digit arithmetic).  The cost
+// is a few standard deviations of terms per tail.  Poisson tails (poissonTails) are
+// running sums over windows widened the same way, and carry a bound on their error.
 
 /** ln sqrt(2 pi). */
 export const LOG_SQRT_2PI = 0.5 * Math.log(2.0 * Math.PI);
@@ -214,40 +215,13 @@ export function halfTail(c, k) {
 }
 
 /**
- * Pr[Poisson(mean) <= k].
- * @param {number} k @param {number} mean @returns {number}
- */
-export function poissonCdf(k, mean) {
-  if (k < 0) return 0.0;
-  if (!(mean > 0.0)) return 1.0;
-  if (k < mean) return tailSum(k, 0, -1, (j) => poissonPmf(j, mean), (j) => j / mean);
-  return 1.0 - poissonSumUp(k + 1, mean);
-}
-
-/** Pr[Poisson(mean) >= k], summed upwards from k >= 1. */
-function poissonSumUp(k, mean) {
-  return tailSum(k, Infinity, 1, (j) => poissonPmf(j, mean), (j) => mean / (j + 1));
-}
-
-/**
- * Pr[Poisson(mean) > k].
- * @param {number} k @param {number} mean @returns {number}
- */
-export function poissonSf(k, mean) {
-  if (k < 0) return 1.0;
-  if (!(mean > 0.0)) return 0.0;
-  if (k + 1 > mean) return poissonSumUp(k + 1, mean);
-  return 1.0 - tailSum(k, 0, -1, (j) => poissonPmf(j, mean), (j) => j / mean);
-}
-
-/**
- * F(t) for t = lo..hi of a law with point masses `mass`, CDF `cdf` and survival `sf`:
- * one mass per point, the two ends' tails once, and compensated running sums from both
- * ends; each F(t) is taken from the side whose running tail is the smaller (so it keeps
- * the relative accuracy of the tails below 1/2 and ~1e-16 absolute above).
+ * Both tails F(t) and S(t) = 1 - F(t) for t = lo..hi of a law with point masses `mass`,
+ * CDF `cdf` and survival `sf`: one mass per point, the two ends' tails once, and
+ * compensated running sums from both ends; at each t the smaller running tail is taken
+ * as it is and the other is 1 minus it (so each keeps the relative accuracy of a tail).
  * @param {number} lo @param {number} hi @param {(k: number) => number} mass
  * @param {(k: number) => number} cdf @param {(k: number) => number} sf
- * @returns {Float64Array}
+ * @returns {{lower: Float64Array, upper: Float64Array}}
  */
 function cdfOnRange(lo, hi, mass, cdf, sf) {
   const size = hi - lo + 1;
@@ -263,37 +237,186 @@ function cdfOnRange(lo, hi, mass, cdf, sf) {
     sum = total;
     below[i] = sum + compensation;
   }
-  const out = new Float64Array(size);
+  const lower = new Float64Array(size);
+  const upper = new Float64Array(size);
   sum = sf(hi);
   compensation = 0;
   for (let i = size - 1; i >= 0; i -= 1) {
     const above = sum + compensation; // Pr[X > lo + i]
-    out[i] = below[i] <= above ? below[i] : 1.0 - above;
+    lower[i] = below[i] <= above ? below[i] : 1.0 - above;
+    upper[i] = below[i] <= above ? 1.0 - below[i] : above;
     const term = masses[i];
     const total = sum + term;
     compensation += sum >= term ? (sum - total) + term : (term - total) + sum;
     sum = total;
   }
-  return out;
+  return { lower, upper };
 }
 
 /**
- * Pr[Binomial(n, p) <= t] for t = lo..hi (0 <= lo <= hi <= n).
+ * Pr[Binomial(n, p) <= t] and Pr[Binomial(n, p) > t] for t = lo..hi (0 <= lo <= hi <= n).
  * @param {number} lo @param {number} hi @param {number} n @param {number} p
- * @returns {Float64Array}
+ * @returns {{lower: Float64Array, upper: Float64Array}}
  */
-export function binomCdfRange(lo, hi, n, p) {
+export function binomTailsRange(lo, hi, n, p) {
   return cdfOnRange(lo, hi, (k) => binomPmf(k, n, p), (k) => binomCdf(k, n, p),
     (k) => binomSf(k, n, p));
 }
 
+/** A bound on the relative error of one Poisson mass (Loader's expansion is within
+ * 1e-15 of 40-digit values), as charged in {@link poissonTails}' error bound. */
+const POISSON_MASS_RTOL = 1e-14;
+
+/** A summed Poisson tail leaves out masses whose total is below 2^-60 of its first one. */
+const TAIL_CUTOFF_LOG = -60.0 * Math.log(2.0);
+
+/** Counts farther apart than this many standard deviations are summed in separate windows. */
+const WINDOW_GAP_SIGMAS = 2.0;
+
 /**
- * Pr[Poisson(mean) <= t] for t = lo..hi (0 <= lo <= hi).
- * @param {number} lo @param {number} hi @param {number} mean @returns {Float64Array}
+ * ln Pr[Poisson(mean) = k] for mean > 0 (-Infinity below 0).
+ * @param {number} k @param {number} mean @returns {number}
  */
-export function poissonCdfRange(lo, hi, mean) {
-  return cdfOnRange(lo, hi, (k) => poissonPmf(k, mean), (k) => poissonCdf(k, mean),
-    (k) => poissonSf(k, mean));
+export function poissonLogPmf(k, mean) {
+  if (k === 0) return -mean;
+  if (!(k > 0)) return -Infinity;
+  return -deviance(k, mean) - stirlingRemainder(k) - 0.5 * Math.log(k) - LOG_SQRT_2PI;
+}
+
+/**
+ * The first count a of the lower sum f(a) + ... + f(k) (k below the mode): below a the
+ * masses fall going down by f(j - 1) / f(j) = j / mean <= r = a / mean, so together they
+ * are at most f(a) r / (1 - r); a moves down (doubling the distance) until that is below
+ * 2^-60 f(k), or to 0 (nothing left out).
+ * @param {number} k @param {number} mean
+ */
+function lowerWindowStart(k, mean) {
+  const top = poissonLogPmf(k, mean);
+  let width = 16;
+  for (;;) {
+    const a = k - width;
+    if (a <= 0) return 0;
+    const r = a / mean;
+    if (poissonLogPmf(a, mean) + Math.log(r / (1.0 - r)) <= top + TAIL_CUTOFF_LOG) return a;
+    width *= 2;
+  }
+}
+
+/**
+ * The last count b of the upper sum f(k + 1) + ... + f(b) (k at or above the mode):
+ * above b the masses fall by f(j + 1) / f(j) = mean / (j + 1) <= r = mean / (b + 1), so
+ * together they are at most f(b) r / (1 - r); b moves up (doubling) until that is below
+ * 2^-60 f(k + 1).
+ * @param {number} k @param {number} mean
+ */
+function upperWindowEnd(k, mean) {
+  const first = poissonLogPmf(k + 1, mean);
+  let width = 16;
+  for (;;) {
+    const b = k + 1 + width;
+    const r = mean / (b + 1.0);
+    if (r < 1.0 && poissonLogPmf(b, mean) + Math.log(r / (1.0 - r)) <= first + TAIL_CUTOFF_LOG) {
+      return b;
+    }
+    width *= 2;
+  }
+}
+
+/**
+ * [first, last] of each run of sorted distinct counts whose steps are at most `gap`.
+ * @param {number[]} counts @param {number} gap @returns {Array<[number, number]>}
+ */
+function clusters(counts, gap) {
+  const values = [...new Set(counts)].sort((a, b) => a - b);
+  /** @type {Array<[number, number]>} */
+  const out = [];
+  let first = values[0];
+  for (let i = 1; i < values.length; i += 1) {
+    if (values[i] - values[i - 1] > gap) {
+      out.push([first, values[i - 1]]);
+      first = values[i];
+    }
+  }
+  if (values.length > 0) out.push([first, values[values.length - 1]]);
+  return out;
+}
+
+/**
+ * @typedef {object} Tails
+ * @property {Float64Array} lower Pr[X <= k] at each count asked
+ * @property {Float64Array} upper Pr[X > k]
+ * @property {number} rtol a bound on the relative error of both
+ */
+
+/**
+ * Pr[Poisson(mean) <= k] and Pr[Poisson(mean) > k] at integer counts k, with a bound on
+ * their relative error.  The tail away from the mode is summed from the point masses
+ * (below the mode the lower tail from k down, above it the upper tail from k + 1 up; each
+ * window widened until what it leaves out is provably below 2^-60 of its first mass,
+ * counts more than two standard deviations apart in windows of their own), and the
+ * other tail is 1 minus it.  A running sum of L positive terms is within (L - 1) u of the
+ * exact one (u = 2^-53) and each mass within POISSON_MASS_RTOL; the complement holds at
+ * least 1/e of the law (Pr[X <= floor(mean)] >= 1/e, Pr[X >= floor(mean)] >= 1/2), so
+ * rtol = 4 (L u + POISSON_MASS_RTOL + 2^-60) bounds both.
+ * @param {ArrayLike<number>} counts @param {number} mean @returns {Tails}
+ */
+export function poissonTails(counts, mean) {
+  const size = counts.length;
+  const lower = new Float64Array(size);
+  for (let i = 0; i < size; i += 1) lower[i] = counts[i] < 0 ? 0.0 : 1.0;
+  if (mean <= 0.0) return { lower, upper: lower.map((x) => 1.0 - x), rtol: 0.0 };
+  const mode = Math.floor(mean);
+  const gap = Math.max(64.0, WINDOW_GAP_SIGMAS * Math.sqrt(mean));
+  let terms = 0;
+  const below = [];
+  const above = [];
+  for (let i = 0; i < size; i += 1) {
+    if (counts[i] >= 0 && counts[i] < mode) below.push(counts[i]);
+    else if (counts[i] >= mode) above.push(counts[i]);
+  }
+  for (const [kMin, kMax] of below.length > 0 ? clusters(below, gap) : []) {
+    const a = lowerWindowStart(kMin, mean);
+    const sums = new Float64Array(kMax - a + 1);
+    let sum = 0.0;
+    for (let j = a; j <= kMax; j += 1) {
+      sum += poissonPmf(j, mean);
+      sums[j - a] = sum;
+    }
+    for (let i = 0; i < size; i += 1) {
+      if (counts[i] >= 0 && counts[i] < mode && counts[i] >= kMin && counts[i] <= kMax) {
+        lower[i] = sums[counts[i] - a];
+      }
+    }
+    terms = Math.max(terms, sums.length);
+  }
+  const upper = lower.map((x) => 1.0 - x);
+  for (const [kMin, kMax] of above.length > 0 ? clusters(above, gap) : []) {
+    const b = upperWindowEnd(kMax, mean);
+    const sums = new Float64Array(b - kMin);
+    let sum = 0.0;
+    for (let j = b; j > kMin; j -= 1) {
+      sum += poissonPmf(j, mean);
+      sums[j - kMin - 1] = sum;
+    }
+    for (let i = 0; i < size; i += 1) {
+      if (counts[i] >= mode && counts[i] >= kMin && counts[i] <= kMax) {
+        upper[i] = sums[counts[i] - kMin];
+        lower[i] = 1.0 - upper[i];
+      }
+    }
+    terms = Math.max(terms, sums.length);
+  }
+  return { lower, upper, rtol: 4.0 * (terms * 2 ** -53 + POISSON_MASS_RTOL + 2 ** -60) };
+}
+
+/** Pr[Poisson(mean) <= k] ({@link poissonTails}). @param {number} k @param {number} mean */
+export function poissonCdf(k, mean) {
+  return poissonTails([k], mean).lower[0];
+}
+
+/** Pr[Poisson(mean) > k] ({@link poissonTails}). @param {number} k @param {number} mean */
+export function poissonSf(k, mean) {
+  return poissonTails([k], mean).upper[0];
 }
 
 /**

@@ -11,12 +11,28 @@
 // Poisson law is stochastically increasing in its mean), so the largest admissible nu
 // is found by bisection.  A binomial has lighter tails than the Poisson law of the same
 // mean, so nu sits a few standard deviations times q / 2 below N q.
+//
+// Rounding.  eta must hold to an absolute precision far below the accountant's relative
+// margin (the slack is 1e-3 delta), and above the means both CDFs are close to 1, so the
+// difference is never formed from two numbers near 1: it equals S_P(t) - S_B(t) with
+// S = 1 - F the upper tails.  Each tail comes with a bound on its relative error (rho_B,
+// rho_P), and the excess at t is charged as the smaller of
+//
+//   F_B (1 + rho_B) - F_P (1 - rho_P)   and   S_P (1 + rho_P) - S_B (1 - rho_B),
+//
+// each an upper bound on the exact difference, so the computed eta is never below the
+// exact one.  Below the window the difference is at most F_B(lo - 1), above it at most
+// S_P(hi), both widened alike.  rho_B is the bound the Python accountant states for its
+// binomial tails (1e-10; these are within ~1e-13), so both charge the same eta.
 
 import { registeredCache, keyOf } from "./cache.js";
-import { binomCdf, binomCdfRange, poissonCdfRange, poissonSf } from "./distributions.js";
+import { binomCdf, binomTailsRange, poissonTails } from "./distributions.js";
 
 /** Standard deviations each side of the means over which the CDFs are compared. */
 const SIGMAS = 14.0;
+
+/** The relative error charged on a binomial tail (module comment). */
+export const BINOMIAL_TAIL_RTOL = 1e-10;
 
 /** Totals compared during the bisection (the answer is then verified on all of them). */
 const COARSE_POINTS = 256;
@@ -36,40 +52,40 @@ function windowBounds(trials, q) {
 /**
  * @typedef {object} ComparedTotals
  * @property {number[]} t totals compared (increasing)
- * @property {Float64Array} fBinomial F_B on them
- * @property {number} below F_B below the window: a bound on the difference there
+ * @property {Float64Array} lower F_B on them
+ * @property {Float64Array} upper S_B = 1 - F_B on them
+ * @property {number} below F_B(lo - 1): a bound on the difference below the window
  */
 
 /**
- * Every total of the window with F_B there.  Above the window, up to `trials`, F_B is
- * within 1e-40 of 1 and the difference is at most the Poisson tail checked by the caller.
+ * Every total of the window, with both binomial tails there.
  * @param {number} trials @param {number} q @returns {ComparedTotals}
  */
 function fullWindow(trials, q) {
   const [lo, hi] = windowBounds(trials, q);
   const t = [];
   for (let k = lo; k <= hi; k += 1) t.push(k);
-  const below = lo > 0 ? binomCdf(lo - 1, trials, q) : 0.0;
-  return { t, fBinomial: binomCdfRange(lo, hi, trials, q), below };
+  const { lower, upper } = binomTailsRange(lo, hi, trials, q);
+  return { t, lower, upper, below: binomCdf(lo - 1, trials, q) };
 }
 
 /**
- * max(0, max_t (F_B(t) - F_P(t)), Pr[P > t_last] + 1e-40, F_B below the window).
+ * A certified upper bound on max_t (F_B(t) - F_P(t))_+ (module comment).
  * @param {ComparedTotals} totals @param {number} nu @returns {number}
  */
 function excessOn(totals, nu) {
   if (nu <= 0.0) return 0.0;
-  const { t, fBinomial, below } = totals;
-  const first = t[0];
-  const last = t[t.length - 1];
-  const fPoisson = poissonCdfRange(first, last, nu);
+  const poisson = poissonTails(totals.t, nu);
+  const rhoB = BINOMIAL_TAIL_RTOL;
+  const rhoP = poisson.rtol;
   let excess = -Infinity;
-  for (let i = 0; i < t.length; i += 1) {
-    excess = Math.max(excess, fBinomial[i] - fPoisson[t[i] - first]);
+  for (let i = 0; i < totals.t.length; i += 1) {
+    const viaLower = totals.lower[i] * (1.0 + rhoB) - poisson.lower[i] * (1.0 - rhoP);
+    const viaUpper = poisson.upper[i] * (1.0 + rhoP) - totals.upper[i] * (1.0 - rhoB);
+    excess = Math.max(excess, Math.min(viaLower, viaUpper));
   }
-  // Past the window the binomial CDF is 1 (to 1e-40): the difference is the Poisson tail.
-  const tail = poissonSf(last, nu) + 1e-40;
-  return Math.max(0.0, excess, tail, below);
+  const above = poisson.upper[totals.t.length - 1] * (1.0 + rhoP); // S_P(hi) bounds every t > hi
+  return Math.max(0.0, excess, above, totals.below * (1.0 + rhoB));
 }
 
 /**
@@ -122,7 +138,8 @@ export function dominatedPoissonMean(trials, q, slack) {
     keep.push(full.t.length - 1);
     const coarse = {
       t: keep.map((i) => full.t[i]),
-      fBinomial: Float64Array.from(keep, (i) => full.fBinomial[i]),
+      lower: Float64Array.from(keep, (i) => full.lower[i]),
+      upper: Float64Array.from(keep, (i) => full.upper[i]),
       below: full.below,
     };
     let nu = largestAdmissible((value) => excessOn(coarse, value) <= slack, trials * q, q, 1e-3);

@@ -35,7 +35,7 @@
 
 import { AccountantError } from "./errors.js";
 import { registeredCache, keyOf } from "./cache.js";
-import { binomCdf, binomPmf, binomSf, poissonCdf, poissonPmf, poissonSf } from "./distributions.js";
+import { binomCdf, binomPmf, binomSf, poissonPmf, poissonTails } from "./distributions.js";
 import { irfft, multiplySpectra, nextPowerOfTwo, powerSpectrum, rfft } from "./fft.js";
 
 /** Default grid step of the loss (the eps error is at most 2 h per composed pair). */
@@ -95,8 +95,8 @@ export class BinLaw {
   outside(lo, hi) {
     if (this.mean === 0.0 || this.trials === 0) return lo <= 0 && 0 <= hi ? 0.0 : 1.0;
     if (this.trials === null) {
-      const below = lo > 0 ? poissonCdf(lo - 1, this.mean) : 0.0;
-      return below + poissonSf(hi, this.mean);
+      const tails = poissonTails([lo - 1, hi], this.mean);
+      return tails.lower[0] + tails.upper[1];
     }
     return binomCdf(lo - 1, this.trials, this.p) + binomSf(hi, this.trials, this.p);
   }

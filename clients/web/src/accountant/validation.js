@@ -1,7 +1,7 @@
 // Argument checks: each throws an AccountantError whose message names the argument.
 
 import { AccountantError } from "./errors.js";
-import { MAX_DOMAIN_SIZE, MAX_SET_SIZE, MAX_USERS } from "./rules.js";
+import { MAX_DOMAIN_SIZE, MAX_SET_SIZE, MAX_USERS } from "../rules.js";
 
 /** @param {unknown} value @returns {string} */
 function show(value) {
