@@ -145,8 +145,8 @@ function drawChart(results, mine) {
     if (row.estimate !== null) {
       svg.push(`<rect class="bar" x="${left}" y="${y + 4}" width="${x(row.estimate) - left}" height="14" rx="2"/>`);
       const se = row.standard_error ?? 0;
-      svg.push(`<line class="axis" x1="${x(row.estimate - se)}" x2="${x(row.estimate + se)}" `
-        + `y1="${y + 11}" y2="${y + 11}" stroke="#1d2330" stroke-width="1.5"/>`);
+      svg.push(`<line class="se" x1="${x(row.estimate - se)}" x2="${x(row.estimate + se)}" `
+        + `y1="${y + 11}" y2="${y + 11}"/>`);
       svg.push(`<text x="${x(Math.max(row.estimate + se, row.truth ?? 0)) + 6}" y="${y + 15}">`
         + `${(100 * row.estimate).toFixed(1)}%</text>`);
     }

@@ -99,11 +99,13 @@ def estimates_document(results: Any, truth: Sequence[float] | None) -> dict[str,
 
 
 def true_shares(item_sets: Sequence[Sequence[int]], domain: int) -> np.ndarray:
-    """The share of users holding each item (of the sets as they were fitted and sent)."""
+    """The share of users holding each of the ``domain`` items, of the sets as they were
+    fitted and sent (ids from ``domain`` on are padding ids, not items)."""
     counts = np.zeros(domain)
     for items in item_sets:
         for j in set(items):
-            counts[j] += 1
+            if j < domain:
+                counts[j] += 1
     return counts / max(1, len(item_sets))
 
 
