@@ -182,3 +182,10 @@ def test_rejects_bad_arguments() -> None:
     with pytest.raises(ValueError, match="privacy level"):
         max_lambda(0.0, 2, 1e-6, 100, 1.0, 10)
     assert math.isfinite(user_delta(0.5, 0.5, 2, 100, 1.0, 10))
+
+
+@pytest.mark.parametrize("delta", [0.0, -1e-9, 1.0, float("nan")])
+def test_user_delta_refuses_a_target_delta_outside_the_unit_interval(delta: float) -> None:
+    # A negative target once made the Poisson comparison's verification loop run for ever.
+    with pytest.raises(ValueError, match="delta"):
+        user_delta(1.0, 0.5, 2, 1000, 1.5, 16, delta=delta)

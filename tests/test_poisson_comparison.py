@@ -55,3 +55,10 @@ def test_eta_is_certified_against_exact_cdfs(trials: int, q: float) -> None:
     assert exact <= eta  # never below the exact slack ...
     assert eta <= exact + 1e-14  # ... and charged no more than rounding needs
     assert cdf_excess(trials, q, nu) == eta
+
+
+@pytest.mark.parametrize("slack", [-1e-9, float("nan")])
+def test_a_negative_slack_is_refused_rather_than_searched_for_ever(slack: float) -> None:
+    # eta = 0 at nu = 0 is never below a negative slack: the verification loop never ended.
+    with pytest.raises(ValueError, match="slack"):
+        dominated_poisson_mean(1000, 0.1, slack)

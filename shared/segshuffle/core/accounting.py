@@ -369,7 +369,8 @@ def user_delta(level: float, lam: float, set_size: int, users: int, m: float,
     _check(users, m, domain_size, set_size, mode)
     if lam == 0.0:
         return 0.0
-    target = _DEFAULT_DELTA if delta is None else delta
+    target = (_DEFAULT_DELTA if delta is None
+              else validation.require_probability_open("delta", delta))
     if mode is BlanketMode.SLOTS:
         bound = _slot_bound(users, m, domain_size, set_size, POISSON_SLACK_SHARE * target,
                             step)

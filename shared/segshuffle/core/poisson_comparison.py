@@ -143,6 +143,8 @@ def dominated_poisson_mean(trials: int, q: float, slack: float, *, verified: boo
     coarse totals only) are for steering searches, never for a published bound.
     nu = 0 always qualifies (eta = 0 there).
     """
+    if not slack >= 0.0:  # the verification below lowers nu until eta <= slack
+        raise ValueError(f"the Poisson slack must be a number >= 0, got {slack!r}")
     if trials <= 0 or q <= 0.0:
         return 0.0, 0.0
     lo, hi = _window_bounds(trials, q)
