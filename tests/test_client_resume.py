@@ -66,6 +66,16 @@ def test_state_round_trips_through_json() -> None:
     assert UserSession.from_state(saved, min_fake_tolerance=0.3).min_fake_tolerance == 0.3
 
 
+def test_a_whole_number_written_without_its_fraction_is_the_same_document() -> None:
+    # JavaScript's JSON.stringify writes the tolerance 0.0 as 0 (the web client's saved
+    # documents, stored by a web app); Python reads that as the int 0.
+    saved = _saved_session()
+    assert saved["min_fake_tolerance"] == 0.0
+    text = json.dumps(saved).replace('"min_fake_tolerance": 0.0', '"min_fake_tolerance": 0')
+    assert '"min_fake_tolerance": 0,' in text or '"min_fake_tolerance": 0}' in text
+    assert UserSession.from_state(text, campaign_id=CID).min_fake_tolerance == 0.0
+
+
 @pytest.mark.parametrize(("change", "message"), [
     ({"level_index": 0}, "checksum"),
     ({"token": "someone-else"}, "checksum"),

@@ -97,8 +97,16 @@ MAX_LISTED_NAMES = 12
 
 
 def _checksum(document: Mapping[str, Any]) -> str:
-    """SHA-256 (hex) of the canonical JSON of ``document`` without its ``checksum``."""
+    """SHA-256 (hex) of the canonical JSON of ``document`` without its ``checksum``.
+
+    ``min_fake_tolerance`` is a number, checksummed as a float whichever way the stored
+    JSON wrote it: JavaScript's ``JSON.stringify`` writes 0.0 as ``0``, which Python reads
+    as an int, and the document is the same.
+    """
     body = {key: value for key, value in document.items() if key != "checksum"}
+    tolerance = body.get("min_fake_tolerance")
+    if isinstance(tolerance, int) and not isinstance(tolerance, bool):
+        body["min_fake_tolerance"] = float(tolerance)
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
                       allow_nan=False)
     return hashlib.sha256(text.encode("ascii")).hexdigest()
