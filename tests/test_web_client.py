@@ -6,28 +6,17 @@ state and both rounds against an in-memory shuffler)."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
+from .node_support import node
 
 WEB = Path(__file__).resolve().parents[1] / "clients" / "web"
 
 
-def _node() -> str:
-    found = shutil.which("node")
-    if found is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("node is not installed (.ci/run installs Debian's nodejs)")
-        pytest.skip("node is not installed")
-    return found
-
-
 def test_the_web_client_passes_its_vector_tests() -> None:
-    result = subprocess.run([_node(), "--test", str(WEB)], capture_output=True, text=True,
+    result = subprocess.run([node(), "--test", str(WEB)], capture_output=True, text=True,
                             timeout=120, check=False)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     counts = dict(re.findall(r"^# (tests|pass|fail) (\d+)$", result.stdout, re.MULTILINE))

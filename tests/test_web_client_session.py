@@ -18,8 +18,6 @@ one Python user's by the web client.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from collections import Counter
 from collections.abc import Iterator
@@ -32,6 +30,7 @@ import pytest
 from segshuffle.client import Client
 from segshuffle.testing.localstack import LocalStack
 
+from .node_support import node
 from .test_e2e_support import decoded_counts
 
 pytestmark = pytest.mark.slow  # real service processes and Node processes, some seconds
@@ -43,18 +42,9 @@ WEB_USERS = 6
 PYTHON_USERS = 6
 
 
-def _node() -> str:
-    found = shutil.which("node")
-    if found is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("node is not installed (.ci/run installs Debian's nodejs)")
-        pytest.skip("node is not installed")
-    return found
-
-
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    _node()
+    node()
     with LocalStack(tmp_path_factory.mktemp("web"), min_users=2, allow_insecure=True) as stack:
         yield stack
 
@@ -66,7 +56,7 @@ def _web(stack: LocalStack, directory: Path, phase: str, campaign_id: str,
            "serverKey": stack.server_key, "allowInsecure": allow_insecure, "users": users}
     path = directory / f"{campaign_id}-{phase}.json"
     path.write_text(json.dumps(job), "utf-8")
-    result = subprocess.run([_node(), str(SCRIPT), str(path)], capture_output=True, text=True,
+    result = subprocess.run([node(), str(SCRIPT), str(path)], capture_output=True, text=True,
                             timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-4000:]
     report: dict[str, Any] = json.loads(result.stdout)

@@ -171,38 +171,34 @@ def _shaped(values: np.ndarray, scalar: bool) -> np.ndarray | float:
     return float(values) if scalar else values
 
 
-def binom_cdf(k: np.ndarray | int, n: np.ndarray | int, p: float) -> np.ndarray | float:
-    """Pr[Binomial(n, p) <= k], elementwise: 0 below the support, 1 from its top on.
-
-    1 - I_p(k + 1, n - k) by ``betaincc``, relative error below BINOMIAL_TAIL_RTOL.
-    A float for scalar arguments.
-    """
+def _binomial_tail(k: np.ndarray | int, n: np.ndarray | int, p: float, *, upper: bool
+                   ) -> np.ndarray | float:
+    """Pr[Binomial(n, p) > k] (``upper``) or <= k, elementwise: I_p(k + 1, n - k) by
+    ``betainc``, or its complement by ``betaincc``; each side's value off the support is
+    what the law gives there.  A float for scalar arguments."""
+    incomplete_beta = special.betainc if upper else special.betaincc
+    below, above = (1.0, 0.0) if upper else (0.0, 1.0)
     if isinstance(k, int) and isinstance(n, int):  # the quantile searches' fast path
-        return 0.0 if k < 0 else 1.0 if k >= n else float(special.betaincc(k + 1, n - k, p))
+        return below if k < 0 else above if k >= n else float(incomplete_beta(k + 1, n - k, p))
     k, n, scalar = _tail_arguments(k, n)
-    out = np.where(k < 0, 0.0, 1.0)
+    out = np.where(k < 0, below, above)
     inside = (k >= 0) & (k < n)
     if inside.any():
         ki = np.floor(k[inside])
-        out[inside] = special.betaincc(ki + 1.0, n[inside] - ki, p)
+        out[inside] = incomplete_beta(ki + 1.0, n[inside] - ki, p)
     return _shaped(out, scalar)
+
+
+def binom_cdf(k: np.ndarray | int, n: np.ndarray | int, p: float) -> np.ndarray | float:
+    """Pr[Binomial(n, p) <= k], elementwise: 0 below the support, 1 from its top on;
+    1 - I_p(k + 1, n - k) by ``betaincc``, relative error below BINOMIAL_TAIL_RTOL."""
+    return _binomial_tail(k, n, p, upper=False)
 
 
 def binom_sf(k: np.ndarray | int, n: np.ndarray | int, p: float) -> np.ndarray | float:
-    """Pr[Binomial(n, p) > k], elementwise: 1 below the support, 0 from its top on.
-
-    I_p(k + 1, n - k) by ``betainc``, relative error below BINOMIAL_TAIL_RTOL.  A float
-    for scalar arguments.
-    """
-    if isinstance(k, int) and isinstance(n, int):
-        return 1.0 if k < 0 else 0.0 if k >= n else float(special.betainc(k + 1, n - k, p))
-    k, n, scalar = _tail_arguments(k, n)
-    out = np.where(k < 0, 1.0, 0.0)
-    inside = (k >= 0) & (k < n)
-    if inside.any():
-        ki = np.floor(k[inside])
-        out[inside] = special.betainc(ki + 1.0, n[inside] - ki, p)
-    return _shaped(out, scalar)
+    """Pr[Binomial(n, p) > k], elementwise: 1 below the support, 0 from its top on;
+    I_p(k + 1, n - k) by ``betainc``, relative error below BINOMIAL_TAIL_RTOL."""
+    return _binomial_tail(k, n, p, upper=True)
 
 
 def poisson_logpmf(k: np.ndarray | int, mean: float) -> np.ndarray:
