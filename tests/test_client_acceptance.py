@@ -128,6 +128,20 @@ def test_the_honest_campaign_is_accepted_at_every_level(published: Published) ->
         assert _verify(published.view, published, level=level) == published.parameters
 
 
+def test_every_published_level_keeps_the_publication_headroom(published: Published) -> None:
+    # A client in another language charges its rounding a little differently (the web
+    # client's accountant: within ~1e-6 relative of Python's at a million users); the
+    # server certifies every level at delta (1 - PUBLICATION_HEADROOM) so that such a
+    # client still verifies it at delta.
+    p = published.parameters
+    assert any(lam < 1.0 for lam in p.lambdas)  # some level sits on its constraint
+    target = p.delta * (1.0 - rules.PUBLICATION_HEADROOM)
+    for eps, lam in zip(p.epsilons, p.lambdas, strict=True):
+        bound = user_delta(eps, lam, p.set_size, p.honest_users, p.m, p.privacy_domain_size,
+                           mode=p.blanket_mode, delta=p.delta)
+        assert bound <= target
+
+
 # -- finding 1: padding off -----------------------------------------------------------------
 @pytest.mark.parametrize(("users", "m", "lam"), [(30, 3.0, 0.1), (20, 2.0, 0.05)])
 def test_a_campaign_without_padding_is_refused(users: int, m: float, lam: float) -> None:

@@ -40,7 +40,12 @@ from segshuffle.core.accounting import user_epsilon
 from segshuffle.core.estimator import estimate_frequencies, mse_bound, project_to_simplex
 from segshuffle.core.levels import debias_histogram
 from segshuffle.core.optimizer import LOWER_BOUND_LEVELS, optimize
-from segshuffle.core.rules import accounting_users, default_delta, honest_users
+from segshuffle.core.rules import (
+    PUBLICATION_HEADROOM,
+    accounting_users,
+    default_delta,
+    honest_users,
+)
 from segshuffle.wire.models import CampaignConfig, PublishedParameters
 
 
@@ -91,7 +96,8 @@ def publish_parameters(config: CampaignConfig, config_hash: str, key_id: str,
     if insecure is None:
         result = optimize(counts, config.levels, domain, s, delta,
                           dropout_tolerance=config.dropout_tolerance,
-                          fake_tolerance=config.fake_tolerance, blanket_mode=mode)
+                          fake_tolerance=config.fake_tolerance, blanket_mode=mode,
+                          headroom=PUBLICATION_HEADROOM)
         if blanket.parse_mode(result.blanket_mode) is not mode:
             raise ValueError(f"the optimizer chose parameters for the {result.blanket_mode} "
                              f"blanket mode, the campaign uses {mode.value}")

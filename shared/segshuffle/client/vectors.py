@@ -66,7 +66,12 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from segshuffle.core import accounting, blanket
 from segshuffle.core.blanket import BlanketMode
 from segshuffle.core.optimizer import optimize
-from segshuffle.core.rules import accounting_users, default_delta, honest_users
+from segshuffle.core.rules import (
+    PUBLICATION_HEADROOM,
+    accounting_users,
+    default_delta,
+    honest_users,
+)
 from segshuffle.crypto import (
     build_info,
     key_config,
@@ -190,7 +195,8 @@ def optimized_parameters(config: CampaignConfig, key_id: str,
     result = optimize([float(c) for c in LEVEL_COUNTS], config.levels, domain, s, delta,
                       dropout_tolerance=config.dropout_tolerance,
                       fake_tolerance=config.fake_tolerance, blanket_mode=mode,
-                      blanket=blanket_rate, lower_bounds=blanket_rate is None)
+                      blanket=blanket_rate, lower_bounds=blanket_rate is None,
+                      headroom=PUBLICATION_HEADROOM)
     m = float(result.m)
     return PublishedParameters(
         campaign_id=config.id, key_id=key_id, config_hash=config.hash_hex(),

@@ -386,6 +386,7 @@ def optimize(
     max_messages_per_user: int | None = None,
     objective: str | Objective = Objective.VARIANCE,
     min_lambda: float = 0.0,
+    headroom: float = 0.0,
 ) -> OptimizationResult:
     """Choose m (unless ``blanket`` fixes it) and lambda_k for every level.
 
@@ -402,6 +403,11 @@ def optimize(
     minimises (:class:`Objective`; both values are reported).  ``min_lambda`` is a
     floor on every lambda_k: m where a level would send less is not considered
     (a tiny lambda makes that level's estimate lean on the other levels' users).
+    ``headroom``: the lambdas and the achieved epsilons are certified at
+    delta (1 - headroom), so that a client whose recomputation charges its rounding a
+    little differently still verifies every level at delta
+    (:data:`segshuffle.core.rules.PUBLICATION_HEADROOM`); lower bounds and the
+    reported delta stay at delta.
     """
     mode = parse_mode(blanket_mode)
     goal = parse_objective(objective)
@@ -410,6 +416,9 @@ def optimize(
     counts = validation.require_level_counts(level_counts, len(levels))
     d, s = validation.require_domain(domain_size, set_size)
     delta = validation.require_delta(delta)
+    if not 0.0 <= headroom < 1.0:
+        raise ValueError(f"headroom must be in [0, 1), got {headroom!r}")
+    target = delta * (1.0 - headroom)  # what every published upper bound is certified at
     tau = validation.require_tolerance("dropout tolerance", dropout_tolerance)
     f = validation.require_tolerance("fake tolerance", fake_tolerance)
     users = math.fsum(counts)
@@ -418,12 +427,12 @@ def optimize(
     validation.require_users("users", math.ceil(users))
     n_min = accounting_users(users, tau)
     honest = honest_users(users, tau, f)
-    solver = _LambdaSolver(levels, s, delta, honest, d, mode)
+    solver = _LambdaSolver(levels, s, target, honest, d, mode)
     ceiling = _blanket_ceiling(mode, s, d, max_messages_per_user)
 
     def signal_blanket(level: float) -> float:
         try:
-            m_k = full_signal_blanket(level, s, delta, honest, d, mode=mode, rtol=SEARCH_RTOL,
+            m_k = full_signal_blanket(level, s, target, honest, d, mode=mode, rtol=SEARCH_RTOL,
                                       step=COARSE_STEP)
         except UnprotectableLevelError:  # no rate up to the cap gives lambda = 1
             return ceiling
@@ -465,7 +474,7 @@ def optimize(
         # strictest level's full-signal rate, which the coarse steering grid overstates.
         m = _lowest_full_signal_blanket(solver, levels[0], m)
         lambdas = solver.all_exact(m, LAMBDA_XTOL)
-    epsilons = _achieved_epsilons(levels, lambdas, s, delta, honest, m, d, mode)
+    epsilons = _achieved_epsilons(levels, lambdas, s, target, honest, m, d, mode)
     if lower_bounds is None:
         lower_bounds = len(levels) <= LOWER_BOUND_LEVELS
     epsilons_lower = tuple(
@@ -482,7 +491,7 @@ def optimize(
                               blanket=None if blanket is None else min(blanket, float(d)),
                               lower_bounds=False, blanket_mode=other,
                               max_messages_per_user=max_messages_per_user,
-                              objective=goal, min_lambda=floor)
+                              objective=goal, min_lambda=floor, headroom=headroom)
             alternative = result.summary()
         except ValueError as exc:
             alternative = {"blanket_mode": other.value, "unavailable": str(exc)}

@@ -58,6 +58,20 @@ MAX_MESSAGES_PER_USER = 4096
 #: (FFT, ~1e-13 at the worst) must stay negligible against it.
 MIN_DELTA = 1e-12
 
+#: The server certifies every published lambda_k and epsilon_k at delta (1 -
+#: PUBLICATION_HEADROOM), not at delta, and clients verify them at delta.  A client's
+#: recomputation charges its rounding (the FFT's, measured from the transform it
+#: computed) a little differently in another language: the JavaScript accountant's
+#: values sit within 1e-6 relative of Python's at a million users (8.2e-7 at s = 8),
+#: while the optimizer puts a level's delta_user within about 1e-7 of its target.
+#: Without the headroom such a client would refuse honest parameters.  It costs a level
+#: a relative 1e-5 of delta, nothing it could measure.
+PUBLICATION_HEADROOM = 1e-5
+
+#: Smallest delta the accountant computes with: a campaign's MIN_DELTA less the
+#: publication headroom.
+ACCOUNTANT_MIN_DELTA = MIN_DELTA * (1.0 - PUBLICATION_HEADROOM)
+
 #: A campaign's default delta is DEFAULT_DELTA_FACTOR / n.
 DEFAULT_DELTA_FACTOR = 0.01
 
@@ -66,6 +80,7 @@ DEFAULT_DELTA_FACTOR = 0.01
 DEFAULT_DROPOUT_TOLERANCE = 0.1
 
 __all__ = [
+    "ACCOUNTANT_MIN_DELTA",
     "DEFAULT_DELTA_FACTOR",
     "DEFAULT_DROPOUT_TOLERANCE",
     "MAX_BLANKET_RATE",
@@ -77,6 +92,7 @@ __all__ = [
     "MAX_USERS",
     "MIN_DELTA",
     "MIN_LEVEL",
+    "PUBLICATION_HEADROOM",
     "accounting_users",
     "client_delta_ceiling",
     "default_delta",

@@ -148,9 +148,10 @@ def require_users(name: str, users: object, minimum: int = 1) -> int:
 
 
 def require_delta(delta: float) -> float:
-    """A target delta in [MIN_DELTA, 1)."""
+    """A target delta in [ACCOUNTANT_MIN_DELTA, 1) (a campaign's MIN_DELTA, less the
+    publication headroom the server's optimizer certifies below it)."""
     value = require_probability_open("delta", delta)
-    if value < rules.MIN_DELTA:
+    if value < rules.ACCOUNTANT_MIN_DELTA:
         raise ValueError(f"delta must be at least {rules.MIN_DELTA:g}, got {delta!r}")
     return value
 
