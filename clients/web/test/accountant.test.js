@@ -88,6 +88,17 @@ test("user_delta beyond the vectors' sizes (h from 15 to a million, every branch
     ["groups", "groups+exact-pair", "independent", "joint", "revealed", "single"]);
 });
 
+test("the rates a server publishes for large campaigns are accepted (headroom 1e-5)", () => {
+  assert.ok(REFERENCE.published.length >= 6);
+  for (const row of REFERENCE.published) {
+    const value = userDelta(row.level, row.lambda, row.set_size, row.users, row.m,
+      row.domain_size, { mode: row.mode, delta: row.delta });
+    assert.ok(value <= row.delta, `${JSON.stringify(row)}: got ${value}, refused`);
+    assert.ok(Math.abs(value - row.delta_user) <= 1e-5 * row.delta,
+      `${JSON.stringify(row)}: got ${value}, Python ${row.delta_user}`);
+  }
+});
+
 const SPECIAL = {
   binomPmf, binomCdf, binomSf, poissonPmf, poissonCdf, poissonSf, halfTail, lnFactorial, fsum,
 };
