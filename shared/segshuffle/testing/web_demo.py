@@ -213,8 +213,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.users < 2:
         parser.error("--users must be at least 2")
-    with contextlib.suppress(KeyboardInterrupt):
+    if args.screenshot is not None and not Path(CHROMIUM).is_file():
+        parser.error(f"--screenshot needs Debian's chromium at {CHROMIUM} "
+                     "(apt-get install chromium)")
+    try:
         asyncio.run(_run(args))
+    except KeyboardInterrupt:
+        pass
+    except (ImportError, FileNotFoundError, TimeoutError, ValueError) as exc:  # one line
+        print(f"web demo: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
