@@ -139,7 +139,7 @@ def test_fit_population_has_fit_sets_distribution(rng):
     assert (padded[:, 0] == 1).all()
     assert abs(np.mean(padded[:, 1] == 5) - 0.5) < 0.02
     reference = Counter(
-        tuple(fit_set([0, 1, 2, 3, 4], 2, 5, rng).tolist()) for _ in range(2000)
+        fit_set([0, 1, 2, 3, 4], 2, 5, rng) for _ in range(2000)
     )
     assert set(reference) == set(big)
 

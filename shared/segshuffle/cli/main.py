@@ -48,6 +48,8 @@ EXIT_USAGE = 2
 
 #: Optional top-level modules and the extra that installs them.
 OPTIONAL_MODULES = {
+    "numpy": "numeric",
+    "scipy": "numeric",
     "fastapi": "server",
     "starlette": "server",
     "uvicorn": "server",

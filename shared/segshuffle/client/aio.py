@@ -16,7 +16,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import httpx
-import numpy as np
 
 from segshuffle.wire.models import (
     CampaignView,
@@ -48,7 +47,7 @@ class AsyncClient:
         shuffler_url: str,
         campaign_id: str,
         *,
-        rng: np.random.Generator | None = None,
+        rng: object = None,
         retry: RetryPolicy | None = None,
         timeout: float = 30.0,
         policy: ClientPolicy | None = None,
@@ -106,7 +105,7 @@ class AsyncClient:
         state: Mapping[str, Any] | str | bytes,
         *,
         campaign_id: str | None = None,
-        rng: np.random.Generator | None = None,
+        rng: object = None,
         retry: RetryPolicy | None = None,
         timeout: float = 30.0,
         policy: ClientPolicy | None = None,

@@ -32,10 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
-from segshuffle.core.levels import randomize_level
-from segshuffle.core.randomizers import fit_set, fixed_size_slots
+from segshuffle.core.randomizers import fit_set, fixed_size_slots, randomize_level
 from segshuffle.crypto import PinnedKey, build_info, seal
 from segshuffle.wire.models import CampaignView, PublishedParameters, b64url_encode
 from segshuffle.wire.plaintext import item_plaintext, level_plaintext, null_plaintext
@@ -62,7 +59,7 @@ class SentRound2:
     slots: tuple[int | None, ...]
 
 
-def report_level(level_index: int, view: CampaignView, rng: np.random.Generator) -> int:
+def report_level(level_index: int, view: CampaignView, rng: object) -> int:
     """The level index to send: exact, or through K-ary randomized response (eps_p)."""
     levels = view.config.levels
     if not 0 <= level_index < len(levels):
@@ -85,12 +82,12 @@ def round1_body(view: CampaignView, key: PinnedKey, reported_level: int) -> dict
 
 
 def data_slots(items: Iterable[int], parameters: PublishedParameters, level_index: int,
-               rng: np.random.Generator) -> tuple[tuple[int, ...], list[int | None]]:
+               rng: object) -> tuple[tuple[int, ...], list[int | None]]:
     """(the fitted item set, the data slots to send) for a user at ``level_index``."""
     s = parameters.set_size
     d = parameters.domain_size
     fitted = fit_set(items, s, d, rng)
-    held = int(np.count_nonzero(fitted < d))
+    held = sum(1 for i in fitted if i < d)
     if parameters.padding_items == 0 and held < s:
         raise ClientError(
             f"this campaign has no padding ids: a set of {held} items (fewer than s = "
@@ -101,7 +98,7 @@ def data_slots(items: Iterable[int], parameters: PublishedParameters, level_inde
                              mode=parameters.blanket_mode)
     if not parameters.fixed_size:
         slots = [j for j in slots if j is not None] or [None]
-    return tuple(int(i) for i in fitted), slots
+    return fitted, slots
 
 
 def round2_body(view: CampaignView, key: PinnedKey, reported_level: int,

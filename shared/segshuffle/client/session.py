@@ -25,10 +25,10 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import ValidationError
 
+from segshuffle.core.randomness import as_source
 from segshuffle.crypto import PinnedKey, public_key_from_config
 from segshuffle.crypto.documents import (
     SignatureError,
@@ -203,11 +203,14 @@ def parse(model: type[Any], response: httpx.Response, what: str) -> Any:
 class UserSession:
     """One user's protocol state in one campaign."""
 
-    def __init__(self, campaign_id: str, rng: np.random.Generator | None = None,
+    def __init__(self, campaign_id: str, rng: object = None,
                  *, policy: ClientPolicy | None = None, allow_insecure: bool = False,
                  min_fake_tolerance: float = 0.0, key_id: str | None = None,
                  server_key: str | None = None) -> None:
-        """``policy``: what the app accepts from a campaign (:class:`ClientPolicy`: its
+        """``rng``: where the randomizers draw from (:func:`segshuffle.core.randomness.as_source`:
+        by default the operating system's CSPRNG; a seeded ``random.Random`` or numpy
+        ``Generator`` makes a simulation reproducible).
+        ``policy``: what the app accepts from a campaign (:class:`ClientPolicy`: its
         delta ceiling and smallest ``min_users``, and whether it takes campaigns without
         padding or with variable-size submissions; by default it does not).
         ``min_fake_tolerance``: refuse campaigns that tolerate a smaller fraction f of
@@ -234,7 +237,7 @@ class UserSession:
         self.expected_key_id = key_id
         """The campaign's key id as the app learnt it out of band, if it did: the view and
         key config relayed by the shuffler must then pin exactly this key."""
-        self.rng = rng if rng is not None else np.random.default_rng()
+        self.rng = as_source(rng)
         self.allow_insecure = allow_insecure
         self.view: CampaignView | None = None
         self.key: PinnedKey | None = None
@@ -280,7 +283,7 @@ class UserSession:
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any] | str | bytes, *,
-                   campaign_id: str | None = None, rng: np.random.Generator | None = None,
+                   campaign_id: str | None = None, rng: object = None,
                    policy: ClientPolicy | None = None, allow_insecure: bool = False,
                    min_fake_tolerance: float = 0.0,
                    key_id: str | None = None, server_key: str | None = None) -> UserSession:

@@ -34,7 +34,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import httpx
-import numpy as np
 
 from segshuffle.wire.models import (
     CampaignView,
@@ -66,7 +65,7 @@ class Client:
         shuffler_url: str,
         campaign_id: str,
         *,
-        rng: np.random.Generator | None = None,
+        rng: object = None,
         retry: RetryPolicy | None = None,
         timeout: float = 30.0,
         policy: ClientPolicy | None = None,
@@ -124,7 +123,7 @@ class Client:
         state: Mapping[str, Any] | str | bytes,
         *,
         campaign_id: str | None = None,
-        rng: np.random.Generator | None = None,
+        rng: object = None,
         retry: RetryPolicy | None = None,
         timeout: float = 30.0,
         policy: ClientPolicy | None = None,

@@ -4,7 +4,9 @@ By default levels are anonymised by the shuffler but not noised, so the
 histogram is exact.  Optionally each user reports its level index through K-ary
 randomized response with parameter eps_p, which is eps_p-LDP for the level:
 the true index is kept with probability p = e^eps_p / (e^eps_p + K - 1) and any
-other index is reported with probability q = 1 / (e^eps_p + K - 1).
+other index is reported with probability q = 1 / (e^eps_p + K - 1).  One user's
+report is :func:`~segshuffle.core.randomizers.randomize_level` (numpy-free, for
+clients); this module holds the population-wide, vectorised side.
 """
 
 from __future__ import annotations
@@ -14,7 +16,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .randomizers import keep_probability, randomize_level
 from .validation import require_int, require_positive
+
+__all__ = [
+    "debias_histogram", "keep_probability", "level_histogram", "randomize_level",
+    "randomize_levels",
+]
 
 
 def level_histogram(level_indices: Sequence[int] | np.ndarray, level_count: int) -> np.ndarray:
@@ -24,25 +32,6 @@ def level_histogram(level_indices: Sequence[int] | np.ndarray, level_count: int)
     if indices.size and (indices.min() < 0 or indices.max() >= k):
         raise ValueError(f"level indices must be in [0, {k})")
     return np.bincount(indices, minlength=k).astype(np.int64)
-
-
-def keep_probability(eps_p: float, level_count: int) -> float:
-    """p = e^eps_p / (e^eps_p + K - 1): probability that randomized response keeps the level."""
-    e = math.exp(require_positive("level privacy eps_p", eps_p))
-    return e / (e + level_count - 1)
-
-
-def randomize_level(
-    level_index: int, level_count: int, eps_p: float, rng: np.random.Generator
-) -> int:
-    """K-ary randomized response on one level index."""
-    k = require_int("level count", level_count, 1)
-    if not 0 <= level_index < k:
-        raise ValueError(f"level index must be in [0, {k}), got {level_index}")
-    if k == 1 or rng.random() < keep_probability(eps_p, k):
-        return level_index
-    other = int(rng.integers(0, k - 1))
-    return other if other < level_index else other + 1
 
 
 def randomize_levels(

@@ -1,27 +1,32 @@
-"""Client-side randomizers of round 2 (paper Algorithm 2, lines 9-16; docs/protocol.md section 2).
+"""Client-side randomizers of both rounds (paper Algorithm 2; docs/protocol.md section 2).
 
-Items are integer ids in ``range(domain_size)``.  Nothing here touches the
-network or a clock; randomness comes from the caller's
-:class:`numpy.random.Generator`, so simulations are reproducible and a client
-can pass a generator seeded from the operating system's CSPRNG.
+Items are integer ids in ``range(domain_size)``.  Nothing here touches the network or
+a clock, and nothing needs numpy: randomness comes from the caller's
+:class:`~segshuffle.core.randomness.RandomSource` (the operating system's CSPRNG when
+a caller passes ``None``; a seeded :class:`random.Random` or numpy ``Generator`` for
+reproducible simulations), through :func:`~segshuffle.core.randomness.as_source`.
 
-The blanket follows the campaign's :class:`~segshuffle.core.blanket.BlanketMode`
-(geometry in :mod:`segshuffle.core.blanket`): in the ``slots`` mode c = ceil(m)
-slots each carry, with probability gamma = m / c, an item uniform over the d
-items of the privacy domain; in the ``independent`` mode slot t (t = 0..d-1)
-carries item t with probability m / d.  Either way every item receives m / d
-blanket messages per user in expectation.
+Round 1 (level privacy eps_p): K-ary randomized response keeps the true level index
+with probability p = e^eps_p / (e^eps_p + K - 1) and reports each other index with
+probability q = 1 / (e^eps_p + K - 1); this is eps_p-LDP for the level.
+
+Round 2: the blanket follows the campaign's
+:class:`~segshuffle.core.blanket.BlanketMode` (geometry in :mod:`segshuffle.core.blanket`):
+in the ``slots`` mode c = ceil(m) slots each carry, with probability gamma = m / c, an
+item uniform over the d items of the privacy domain; in the ``independent`` mode slot
+t (t = 0..d-1) carries item t with probability m / d.  Either way every item receives
+m / d blanket messages per user in expectation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-import numpy as np
+import math
+from collections.abc import Iterable, Sequence
 
 from . import blanket as _blanket
 from .blanket import BlanketMode
-from .validation import require_int, require_unit_interval
+from .randomness import RandomSource, as_source
+from .validation import require_int, require_positive, require_unit_interval
 
 
 def blanket_slots(m: float) -> int:
@@ -41,9 +46,51 @@ def blanket_probability(m: float) -> float:
     return _blanket.slot_probability(m, 1, BlanketMode.SLOTS)
 
 
-def fit_set(
-    items: Iterable[int], set_size: int, domain_size: int, rng: np.random.Generator
-) -> np.ndarray:
+def keep_probability(eps_p: float, level_count: int) -> float:
+    """p = e^eps_p / (e^eps_p + K - 1): probability that randomized response keeps the level."""
+    e = math.exp(require_positive("level privacy eps_p", eps_p))
+    return e / (e + level_count - 1)
+
+
+def randomize_level(level_index: int, level_count: int, eps_p: float, rng: object = None) -> int:
+    """K-ary randomized response on one level index (eps_p-LDP for the level)."""
+    k = require_int("level count", level_count, 1)
+    if not 0 <= level_index < k:
+        raise ValueError(f"level index must be in [0, {k}), got {level_index}")
+    source = as_source(rng)
+    if k == 1 or source.random() < keep_probability(eps_p, k):
+        return level_index
+    other = source.below(k - 1)
+    return other if other < level_index else other + 1
+
+
+def sample_without_replacement(values: Sequence[int], count: int,
+                               source: RandomSource) -> list[int]:
+    """``count`` of ``values`` drawn uniformly without replacement (a partial Fisher-Yates)."""
+    pool = list(values)
+    if not 0 <= count <= len(pool):
+        raise ValueError(f"cannot draw {count} of {len(pool)} values")
+    for i in range(count):
+        j = i + source.below(len(pool) - i)
+        pool[i], pool[j] = pool[j], pool[i]
+    return pool[:count]
+
+
+def _item_ids(items: Iterable[int], domain_size: int) -> list[int]:
+    """The distinct ids of ``items``, sorted; each must be an integer in [0, domain_size)."""
+    distinct: set[int] = set()
+    for item in items:
+        if isinstance(item, bool) or int(item) != item:
+            raise ValueError(f"items must be integer ids, got {item!r}")
+        distinct.add(int(item))
+    ids = sorted(distinct)
+    if ids and (ids[0] < 0 or ids[-1] >= domain_size):
+        raise ValueError(f"items must be ids in [0, {domain_size}), got {ids}")
+    return ids
+
+
+def fit_set(items: Iterable[int], set_size: int, domain_size: int,
+            rng: object = None) -> tuple[int, ...]:
     """Make a user's item set exactly ``set_size`` items long (docs/protocol.md section 2).
 
     Duplicates are removed first.  A larger set is reduced to ``set_size`` items
@@ -52,49 +99,44 @@ def fit_set(
     ``domain_size, ..., domain_size + set_size - 1`` appended to the domain; the
     protocol then runs over a domain of ``domain_size + set_size`` items.
 
-    Returns the items as a sorted int64 array of length ``set_size``.
+    Returns the items sorted, ``set_size`` of them.
     """
     s = require_int("set size", set_size, 1)
     d = require_int("domain size", domain_size, 1)
-    unique = np.unique(np.fromiter((int(i) for i in items), dtype=np.int64))
-    if unique.size and (unique[0] < 0 or unique[-1] >= d):
-        raise ValueError(f"items must be ids in [0, {d}), got {unique.tolist()}")
-    if unique.size > s:
-        unique = rng.choice(unique, size=s, replace=False)
-    elif unique.size < s:
-        padding = d + rng.choice(s, size=s - unique.size, replace=False)
-        unique = np.concatenate([unique, padding])
-    return np.sort(unique.astype(np.int64))
+    source = as_source(rng)
+    ids = _item_ids(items, d)
+    if len(ids) > s:
+        ids = sample_without_replacement(ids, s, source)
+    elif len(ids) < s:
+        ids += [d + j for j in sample_without_replacement(range(s), s - len(ids), source)]
+    return tuple(sorted(ids))
 
 
-def poisson_sample(items: np.ndarray, lam: float, rng: np.random.Generator) -> np.ndarray:
+def poisson_sample(items: Iterable[int], lam: float, rng: object = None) -> list[int]:
     """The Poisson randomizer (paper eq. (1)): keep each item independently with probability lam."""
     lam = require_unit_interval("lambda", lam)
-    items = np.asarray(items, dtype=np.int64)
-    return items[rng.random(items.size) < lam]
+    source = as_source(rng)
+    return [int(i) for i in items if source.random() < lam]
 
 
-def _blanket_slot_values(m: float, domain_size: int, rng: np.random.Generator,
-                         mode: BlanketMode) -> tuple[np.ndarray, np.ndarray]:
-    """(item each blanket slot would carry, whether it is sent) for one user.
+def _blanket_slot_values(m: float, domain_size: int, source: RandomSource,
+                         mode: BlanketMode) -> list[int | None]:
+    """One user's blanket slots: the item each carries, ``None`` for an unsent slot.
 
     Slots mode: c = ceil(m) slots, slot i sent with probability gamma = m / c and
-    carrying an item uniform over the domain (the sent flags are drawn first, the
-    items second).  Independent mode: d slots, slot t carrying item t and sent
-    with probability m / d.
+    carrying an item uniform over the domain.  Independent mode: d slots, slot t
+    carrying item t and sent with probability m / d.
     """
     slots = _blanket.blanket_slots(m, domain_size, mode)
     probability = _blanket.slot_probability(m, domain_size, mode)
-    send = rng.random(slots) < probability
+    sent = [source.random() < probability for _ in range(slots)]
     if mode is BlanketMode.SLOTS:
-        values = rng.integers(0, domain_size, size=slots, dtype=np.int64)
-    else:
-        values = np.arange(slots, dtype=np.int64)
-    return values, send
+        return [source.below(domain_size) if s else None for s in sent]
+    return [t if s else None for t, s in enumerate(sent)]
 
 
-def blanket_items(m: float, domain_size: int, rng: np.random.Generator, *,
-                  mode: str | BlanketMode = BlanketMode.SLOTS) -> np.ndarray:
+def blanket_items(m: float, domain_size: int, rng: object = None, *,
+                  mode: str | BlanketMode = BlanketMode.SLOTS) -> list[int]:
     """The blanket messages one user sends (only the sent ones), as item ids.
 
     ``slots``: each of ceil(m) slots sends, with probability gamma = m / ceil(m),
@@ -102,17 +144,12 @@ def blanket_items(m: float, domain_size: int, rng: np.random.Generator, *,
     with probability m / d, independently for every t of the d items (m <= d).
     """
     d = require_int("domain size", domain_size, 1)
-    mode = _blanket.parse_mode(mode)
-    if mode is BlanketMode.SLOTS:  # only the sent slots need an item
-        slots = _blanket.blanket_slots(m, d, mode)
-        sent = int(np.count_nonzero(rng.random(slots) < _blanket.slot_probability(m, d, mode)))
-        return rng.integers(0, d, size=sent, dtype=np.int64)
-    values, send = _blanket_slot_values(m, d, rng, mode)
-    return values[send]
+    values = _blanket_slot_values(m, d, as_source(rng), _blanket.parse_mode(mode))
+    return [j for j in values if j is not None]
 
 
 def fixed_size_slots(
-    items: np.ndarray, lam: float, m: float, domain_size: int, rng: np.random.Generator, *,
+    items: Iterable[int], lam: float, m: float, domain_size: int, rng: object = None, *,
     mode: str | BlanketMode = BlanketMode.SLOTS,
 ) -> list[int | None]:
     """All round-2 slots of one user, ``len(items) + blanket_slots`` of them (docs/wire.md).
@@ -127,11 +164,6 @@ def fixed_size_slots(
     """
     lam = require_unit_interval("lambda", lam)
     d = require_int("domain size", domain_size, 1)
-    items = np.asarray(items, dtype=np.int64)
-    keep = rng.random(items.size) < lam
-    data: list[int | None] = [int(i) if k else None for i, k in zip(items, keep, strict=True)]
-    values, send = _blanket_slot_values(m, d, rng, _blanket.parse_mode(mode))
-    blanket: list[int | None] = [
-        int(j) if s else None for j, s in zip(values, send, strict=True)
-    ]
-    return data + blanket
+    source = as_source(rng)
+    data: list[int | None] = [int(i) if source.random() < lam else None for i in items]
+    return data + _blanket_slot_values(m, d, source, _blanket.parse_mode(mode))
