@@ -1,5 +1,6 @@
 """Packaging: every package directory is declared in pyproject.toml, so a regular install
-ships it, and the base install (core, wire, crypto, client SDK) needs no web framework."""
+ships it, and the base install (core, wire, crypto, client SDK) needs no numpy, scipy, web
+framework or plotting, and fits a fresh virtualenv of at most 80 MB."""
 
 from __future__ import annotations
 
@@ -28,10 +29,38 @@ def test_every_package_is_declared() -> None:
 
 
 #: Modules of the optional extras that the base install must not need.
-OPTIONAL = ("fastapi", "starlette", "uvicorn", "matplotlib")
+OPTIONAL = ("numpy", "scipy", "fastapi", "starlette", "uvicorn", "matplotlib")
 BASE_IMPORT = ("import json, sys; import segshuffle.client, segshuffle.core, segshuffle.crypto, "
-               "segshuffle.wire.models, segshuffle.wire.plaintext, segshuffle.wire.problems; "
+               "segshuffle.wire.models, segshuffle.wire.plaintext, segshuffle.wire.problems, "
+               "segshuffle.client.sync, segshuffle.client.aio, segshuffle.client.verify, "
+               "segshuffle.client.messages, segshuffle.core.portable, "
+               "segshuffle.core.randomizers; "
                "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))")
+
+#: The most a fresh virtualenv with the base install may occupy on disk (pip included).
+LIGHT_INSTALL_BYTES = 80 * 10**6
+
+#: Run in the light install: the portable accountant's verdict on every level of every
+#: parameters document of the vectors file, and a client's randomizers, without numpy.
+LIGHT_CHECK = """
+import json, sys
+from segshuffle.client import accountant
+from segshuffle.core.randomizers import fit_set, fixed_size_slots
+assert accountant.accountant_name() == "portable"
+vectors = json.load(open(sys.argv[1]))
+checked = 0
+for document in vectors["parameters"]:
+    p = document["parameters"]
+    for verdict in document["level_verdicts"]:
+        bound = accountant.user_delta(
+            verdict["level"], verdict["lambda"], p["set_size"], p["honest_users"], p["m"],
+            p["privacy_domain_size"], mode=p.get("blanket_mode", "slots"), delta=p["delta"])
+        assert (bound <= p["delta"]) == verdict["holds"], (document["description"], verdict)
+        checked += 1
+slots = fixed_size_slots(fit_set([1, 2], 4, 10), 0.5, 1.5, 14)
+assert len(slots) == 6
+print(checked)
+"""
 
 
 def test_base_dependencies_leave_out_the_extras() -> None:
@@ -60,8 +89,10 @@ def test_operator_tooling_is_not_in_the_client_package() -> None:
 
 @pytest.mark.slow
 def test_base_install_in_a_fresh_virtualenv(tmp_path: Path) -> None:
-    """A real base-only install (from pip's cache when warm) imports the client SDK, and
-    ``segshuffle serve`` names the missing extra in one line."""
+    """A real base-only install (from pip's cache when warm) is at most 80 MB with pip, has
+    no numpy or scipy, imports the client SDK, gives every level verdict of the vectors
+    with the portable accountant, and ``segshuffle optimize`` and ``serve`` name the
+    missing extra in one line."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
@@ -75,6 +106,16 @@ def test_base_install_in_a_fresh_virtualenv(tmp_path: Path) -> None:
         probe = subprocess.run([str(python), "-c", f"import {name}"], capture_output=True,
                                timeout=60, cwd=tmp_path)
         assert probe.returncode != 0, f"{name} was installed by the base install"
+    size = sum(path.lstat().st_blocks * 512 for path in venv.rglob("*"))
+    assert size <= LIGHT_INSTALL_BYTES, f"the light install takes {size / 1e6:.1f} MB"
+    light = subprocess.run(
+        [str(python), "-c", LIGHT_CHECK, str(ROOT / "docs" / "test-vectors.json")],
+        capture_output=True, text=True, timeout=1800, cwd=tmp_path)
+    assert light.returncode == 0, light.stderr[-2000:]
+    assert int(light.stdout) >= 30
+    optimize = subprocess.run([str(venv / "bin" / "segshuffle"), "optimize", "--help"],
+                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert optimize.returncode == 2 and "segshuffle[numeric]" in optimize.stderr
     serve = subprocess.run([str(venv / "bin" / "segshuffle"), "serve", "server"],
                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert serve.returncode == 2

@@ -180,7 +180,12 @@ def test_the_vectors_campaign_tolerates_fakes_and_one_case_ignores_them():
 
 @pytest.mark.parametrize("case", VECTORS["parameters"],
                          ids=[c["description"].split(",")[0] for c in VECTORS["parameters"]])
-def test_the_client_reaches_the_vectors_verdict(case):
+@pytest.mark.parametrize("accountant", [
+    "numpy", pytest.param("portable", marks=pytest.mark.slow)])  # portable: ~40 s in all
+def test_the_client_reaches_the_vectors_verdict(case, accountant, monkeypatch):
+    """Whichever accountant the client has (segshuffle.client.accountant: the numpy one, or
+    the standard-library port of a light install) it reaches every document's verdict."""
+    monkeypatch.setenv("SEGSHUFFLE_ACCOUNTANT", accountant)
     hpke = key_config(private_key_from_bytes(bytes.fromhex(VECTORS["hpke"][0]["private_key"])))
     view = CampaignView.model_validate({
         "id": case["config"]["id"], "phase": "round2", "config": case["config"],

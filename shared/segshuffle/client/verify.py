@@ -42,7 +42,8 @@ Round 2 (:func:`verify_parameters`): the published parameters
   finite non-negative number or absent;
 - protect *every* level, not only this user's, at its published epsilon:
   delta_user(e_k) <= delta on the server's full view for the published lambda_k, m, h,
-  privacy domain and blanket mode (:func:`segshuffle.core.accounting.user_delta`).
+  privacy domain and blanket mode (:func:`segshuffle.client.accountant.user_delta`:
+  the numpy accountant or its numpy-free port, whichever is installed).
   As delta_user falls with epsilon, that also protects E_k >= e_k.  Parameters are
   the same for everyone; a server that under-protects one level would learn who sits
   at it from who refuses.  A level whose rate protects E_k but not the published e_k
@@ -62,7 +63,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from segshuffle.core import accounting, blanket, rules
+from segshuffle.core import blanket, rules
 from segshuffle.core.blanket import BlanketMode
 from segshuffle.crypto import PinnedKey, public_key_from_config
 from segshuffle.wire.models import (
@@ -74,6 +75,7 @@ from segshuffle.wire.models import (
     RoundStatus,
 )
 
+from . import accountant
 from .errors import VerificationError
 from .policy import ClientPolicy
 
@@ -329,19 +331,22 @@ def _report_problems(p: PublishedParameters, config: CampaignConfig) -> list[Pro
 @functools.lru_cache(maxsize=256)
 def _unprotected_levels(levels: tuple[float, ...], epsilons: tuple[float, ...],
                         lambdas: tuple[float, ...], set_size: int, delta: float, users: int,
-                        m: float, domain_size: int, mode: BlanketMode) -> tuple[Problem, ...]:
+                        m: float, domain_size: int, mode: BlanketMode,
+                        accountant_name: str) -> tuple[Problem, ...]:
     """Every level whose rate fails delta_user(e_k) <= delta at its published epsilon.
 
     All levels, not only the caller's (module docstring).  Cached: a population shares
-    one parameter set.
+    one parameter set.  ``accountant_name`` picks the implementation
+    (:func:`segshuffle.client.accountant.accountant_name`).
     """
+    user_delta = accountant.implementation(accountant_name)
     failing: list[Problem] = []
     for level, eps, lam in zip(levels, epsilons, lambdas, strict=True):
-        bound = accounting.user_delta(eps, lam, set_size, users, m, domain_size,
+        bound = user_delta(eps, lam, set_size, users, m, domain_size,
                                       mode=mode, delta=delta)
         if bound <= delta:
             continue
-        at_level = bound if eps == level else accounting.user_delta(
+        at_level = bound if eps == level else user_delta(
             level, lam, set_size, users, m, domain_size, mode=mode, delta=delta)
         if at_level <= delta:
             failing.append(("epsilons", (
@@ -418,7 +423,8 @@ def verify_parameters(
     try:
         failing = _unprotected_levels(
             tuple(config.levels), tuple(float(e) for e in p.epsilons), tuple(p.lambdas),
-            config.set_size, p.delta, p.honest_users, p.m, config.privacy_domain_size, mode)
+            config.set_size, p.delta, p.honest_users, p.m, config.privacy_domain_size, mode,
+            accountant.accountant_name())
     except ValueError as exc:
         raise VerificationError(f"the published parameters cannot be accounted: {exc}",
                                 check="lambdas") from None

@@ -1,0 +1,46 @@
+"""The numpy-free privacy accountant: what a light client install verifies parameters with.
+
+A client checks, before it sends anything, that the privacy parameters a server publishes
+protect it: for its privacy level E and Poisson rate lambda, the upper bound
+:func:`user_delta` on its user-level delta over the server's full view must not exceed the
+campaign's delta.  :mod:`segshuffle.core.accounting` computes that bound with numpy and scipy;
+this package computes the same bound in pure Python (the standard library, plus the numpy-free
+:mod:`segshuffle.core.rules`, :mod:`segshuffle.core.validation` and
+:mod:`segshuffle.core.blanket`), so that an install without numpy or scipy can verify it too.
+
+It is a port, operation for operation, of the web client's JavaScript accountant
+(``clients/web/src/accountant``), one module per JavaScript module: :mod:`.accounting`
+(the bound and its branches), :mod:`.slot_single`, :mod:`.slot_joint`, :mod:`.slot_groups`
+(the slot blanket's bounds), :mod:`.hockey_stick`, :mod:`.poisson_comparison`,
+:mod:`.privacy_loss`, :mod:`.multinomial_pair` (divergences and loss distributions),
+:mod:`.distributions`, :mod:`.fft` (special functions and transforms), :mod:`.cache`,
+:mod:`.validation`, :mod:`.blanket` and :mod:`.errors`.  ``tests/test_portable_accountant*.py``
+keep it equal to :mod:`segshuffle.core.accounting` and to the JavaScript accountant: within
+1e-9 relative and 1e-13 absolute on every test vector of ``docs/test-vectors.json``.
+
+Nothing here imports numpy or scipy, not even lazily.
+"""
+
+from __future__ import annotations
+
+from .accounting import (
+    ACCOUNTED_BLANKET_PER_ITEM,
+    CERTIFIED_ABSOLUTE_MARGIN,
+    CERTIFIED_RELATIVE_MARGIN,
+    POISSON_SLACK_SHARE,
+    user_delta,
+)
+from .blanket import BlanketMode
+from .cache import clear_all_caches as clear_accountant_caches
+from .errors import AccountantError
+
+__all__ = [
+    "ACCOUNTED_BLANKET_PER_ITEM",
+    "CERTIFIED_ABSOLUTE_MARGIN",
+    "CERTIFIED_RELATIVE_MARGIN",
+    "POISSON_SLACK_SHARE",
+    "AccountantError",
+    "BlanketMode",
+    "clear_accountant_caches",
+    "user_delta",
+]

@@ -1,0 +1,80 @@
+"""Bounded memo tables for the numpy-free accountant.
+
+The accountant evaluates the same loss distributions and summation windows over and
+over while a client checks every privacy level, so it keeps them in small
+least-recently-used tables.  :func:`registered_cache` makes one that
+:func:`clear_all_caches` empties (to measure cold costs).
+
+This module belongs to the numpy-free port of the JavaScript accountant used by light
+client installs; ``tests/test_portable_accountant*.py`` keep that port equal to the
+JavaScript and numpy accountants.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+__all__ = ["BoundedCache", "clear_all_caches", "key_of", "registered_cache"]
+
+V = TypeVar("V")
+
+
+class BoundedCache(Generic[V]):
+    """A mapping that keeps at most ``limit`` entries, forgetting the least recently used."""
+
+    __slots__ = ("limit", "map")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.map: OrderedDict[Hashable, V] = OrderedDict()
+
+    def get(self, key: Hashable, make: Callable[[], V]) -> V:
+        """The value kept under ``key``, computed by ``make()`` (and kept) when there is none."""
+        table = self.map
+        try:
+            table.move_to_end(key)
+            return table[key]
+        except KeyError:
+            pass
+        value = make()
+        if len(table) >= self.limit and table:
+            table.popitem(last=False)
+        table[key] = value
+        return value
+
+    def clear(self) -> None:
+        """Forget every entry."""
+        self.map.clear()
+
+    def __len__(self) -> int:
+        return len(self.map)
+
+
+def key_of(*parts: Hashable) -> tuple[Hashable, ...]:
+    """A cache key of numbers, flags and other keys: the tuple of the parts.
+
+    Python floats hash and compare exactly (1 and 1.0 are one key, as in the JavaScript
+    accountant, which prints numbers exactly); lists are turned into tuples.
+    """
+    for part in parts:
+        if isinstance(part, list):
+            return tuple(tuple(p) if isinstance(p, list) else p for p in parts)
+    return parts
+
+
+_registry: list[BoundedCache] = []
+
+
+def registered_cache(limit: int) -> BoundedCache:
+    """A bounded cache of at most ``limit`` entries that :func:`clear_all_caches` empties."""
+    cache: BoundedCache = BoundedCache(limit)
+    _registry.append(cache)
+    return cache
+
+
+def clear_all_caches() -> None:
+    """Forget every cached computation of the accountant (to measure cold costs)."""
+    for cache in _registry:
+        cache.clear()

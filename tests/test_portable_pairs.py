@@ -1,0 +1,404 @@
+"""The numpy-free pair losses (segshuffle.core.portable: hockey_stick, poisson_comparison,
+slot_single, privacy_loss, multinomial_pair) against the numpy accountant and the
+JavaScript one, within 1e-9 relative or 1e-13 absolute, at small and medium sizes (slots
+1e3..1e6, r around 1/256, lambda 0.1..1, eps 0.1..4)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from segshuffle.core import hockey_stick as np_hockey_stick
+from segshuffle.core import multinomial_pair as np_multinomial_pair
+from segshuffle.core import poisson_comparison as np_poisson_comparison
+from segshuffle.core import privacy_loss as np_privacy_loss
+from segshuffle.core import slot_single as np_slot_single
+from segshuffle.core.portable import (
+    hockey_stick,
+    multinomial_pair,
+    poisson_comparison,
+    privacy_loss,
+    slot_single,
+)
+from segshuffle.core.portable.errors import AccountantError
+
+from .node_support import node
+
+ROOT = Path(__file__).resolve().parents[1]
+ACCOUNTANT_JS = ROOT / "clients" / "web" / "src" / "accountant"
+
+RELATIVE = 1e-9
+ABSOLUTE = 1e-13
+
+R = 1.0 / 256.0
+
+
+def close(actual: float, expected: float) -> bool:
+    """Within 1e-9 relative or 1e-13 absolute (equal infinities included)."""
+    if actual == expected:
+        return True
+    return abs(actual - expected) <= RELATIVE * abs(expected) + ABSOLUTE
+
+
+def assert_close(actual: float, expected: float, what: object = "") -> None:
+    assert close(float(actual), float(expected)), (what, actual, expected)
+
+
+def assert_all_close(actual, expected, what: object = "") -> None:
+    actual = [float(x) for x in actual]
+    expected = [float(x) for x in expected]
+    assert len(actual) == len(expected), (what, len(actual), len(expected))
+    bad = [(i, x, y) for i, (x, y) in enumerate(zip(actual, expected, strict=True))
+           if not (close(x, y) or (math.isnan(x) and math.isnan(y)))]
+    assert not bad, (what, len(bad), bad[:5])
+
+
+# --- hockey_stick -----------------------------------------------------------------------
+
+PAIR_CASES = [(n, R, lam, 0.0) for n in (1000, 10**4, 10**5, 10**6) for lam in (0.1, 0.5, 1.0)]
+PAIR_CASES += [(5000, 0.01, 0.6, 0.2), (0, 0.01, 0.6, 0.2), (100, 0.5, 0.6, 0.0),
+               (2000, 0.02, 0.3, 0.1)]
+
+
+@pytest.mark.parametrize(("n_slots", "r", "own", "other"), PAIR_CASES)
+def test_delta_for_matches_numpy(n_slots: int, r: float, own: float, other: float) -> None:
+    portable = hockey_stick.CountPair(n_slots, r, own, other)
+    reference = np_hockey_stick.CountPair(n_slots, r, own, other)
+    for eps in (0.0, 0.1, 1.0, 4.0):
+        assert_close(hockey_stick.delta_for(portable, eps),
+                     np_hockey_stick.delta_for(reference, eps), (n_slots, r, own, other, eps))
+
+
+@pytest.mark.parametrize(("n_slots", "r"), [(0, R), (1000, R), (10**6, R), (50, 0.5),
+                                              (10**4, 0.0)])
+def test_pair_window_matches_numpy(n_slots: int, r: float) -> None:
+    window = hockey_stick.pair_window(n_slots, r)
+    reference = np_hockey_stick._window(n_slots, r)
+    assert window.t == reference.t.tolist()
+    assert_all_close(window.w0, reference.w0, "w0")
+    assert_all_close(window.w1, reference.w1, "w1")
+    assert_close(window.omitted0, reference.omitted0)
+    assert_close(window.omitted1, reference.omitted1)
+    assert_all_close(window.rho_slack, reference.rho_slack, "rho_slack")
+
+
+def test_poisson_pair_and_delta_arguments() -> None:
+    assert hockey_stick.poisson_pair(0.5, 10, R) == hockey_stick.CountPair(10, R, 0.5, 0.0)
+    for args in ((1.5, 10, R), (-0.1, 10, R), (math.nan, 10, R), (0.5, -1, R), (0.5, 10, 0.6)):
+        with pytest.raises(AccountantError):
+            hockey_stick.poisson_pair(*args)
+    pair = hockey_stick.poisson_pair(0.5, 10, R)
+    for eps in (-1.0, math.nan):
+        with pytest.raises(AccountantError, match="eps"):
+            hockey_stick.delta_for(pair, eps)
+    # Identical distributions, and no blanket at all.
+    assert hockey_stick.delta_for(hockey_stick.poisson_pair(0.0, 10, R), 0.1) == 0.0
+    assert hockey_stick.delta_for(hockey_stick.poisson_pair(1.0, 0, R), 3.0) == 1.0
+
+
+# --- poisson_comparison -----------------------------------------------------------------
+
+@pytest.mark.parametrize(("trials", "q", "slack"), [
+    (1000, 2 * R, 1e-12), (10**5, 4 * R, 1e-12), (10**6, 6 * R, 1e-9), (50, 0.3, 1e-6),
+    (0, 0.1, 1e-9), (10, 0.0, 1e-9)])
+def test_dominated_poisson_mean_matches_numpy(trials: int, q: float, slack: float) -> None:
+    nu, eta = poisson_comparison.dominated_poisson_mean(trials, q, slack)
+    expected_nu, expected_eta = np_poisson_comparison.dominated_poisson_mean(trials, q, slack)
+    assert_close(nu, expected_nu, "nu")
+    assert_close(eta, expected_eta, "eta")
+    assert eta <= slack
+    assert poisson_comparison.BINOMIAL_TAIL_RTOL == 1e-10
+
+
+# --- slot_single ------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("n_slots", "gamma", "domain_size"), [
+    (1000, 0.5, 256), (10**5, 1.0, 1000), (10**6, 0.9, 10000), (200, 1.0, 2), (0, 0.5, 10),
+    (500, 0.0, 10), (500, 0.5, 1)])
+def test_single_item_mixture_matches_numpy(n_slots: int, gamma: float, domain_size: int
+                                           ) -> None:
+    mixture = slot_single.single_item_mixture(n_slots, gamma, domain_size)
+    reference = np_slot_single.single_item_mixture(n_slots, gamma, domain_size)
+    assert_close(mixture.r1, reference.r1)
+    assert mixture.slots == reference.slots.tolist()
+    assert_all_close(mixture.weights, reference.weights, "weights")
+    assert_close(mixture.tail, reference.tail)
+    for eps, lam in ((0.1, 0.5), (1.0, 1.0), (4.0, 0.1), (0.5, 0.0)):
+        assert_close(mixture.delta(eps, lam), reference.delta(eps, lam), (eps, lam))
+
+
+# --- privacy_loss -----------------------------------------------------------------------
+
+LAWS = [(10.0, None, 1.0), (10.0, None, 0.5), (3906.0, None, 1.0), (200.0, 1000, 0.3),
+        (50.0, 60, 0.7), (0.0, None, 0.5), (1e5, None, 0.2), (2.0, 5, 1.0), (3.0, 0, 0.5)]
+
+
+@pytest.mark.parametrize(("mean", "trials", "lam"), LAWS)
+@pytest.mark.parametrize("upper", [True, False])
+def test_pair_loss_matches_numpy(mean: float, trials: int | None, lam: float, upper: bool
+                                 ) -> None:
+    loss = privacy_loss.pair_loss(privacy_loss.BinLaw(mean, trials), lam, upper=upper)
+    reference = np_privacy_loss.pair_loss(np_privacy_loss.BinLaw(mean, trials), lam,
+                                          upper=upper)
+    assert loss.step == reference.step
+    assert loss.offset == reference.offset
+    assert_all_close(loss.pmf, reference.pmf, "pmf")
+    assert_close(loss.infinity, reference.infinity)
+    # The transforms differ (lengths, algorithms): their rounding allowances agree only
+    # to within the rounding itself.
+    assert abs(loss.noise - reference.noise) <= 1e-15
+
+
+@pytest.mark.parametrize(("mean", "trials", "lam", "times"), [
+    (10.0, None, 1.0, 3), (390.0, None, 1.0, 2), (3906.0, None, 1.0, 2), (200.0, 1000, 0.3, 3),
+    (20.0, 10**6, 0.5, 3), (1.5, None, 0.9, 4), (0.0, None, 0.5, 3)])
+def test_composed_pair_matches_numpy(mean: float, trials: int | None, lam: float,
+                                     times: int) -> None:
+    for upper in (True, False):
+        composed = privacy_loss.composed_pair(privacy_loss.BinLaw(mean, trials), lam, times,
+                                              upper=upper)
+        reference = np_privacy_loss.composed_pair(np_privacy_loss.BinLaw(mean, trials), lam,
+                                                  times, upper=upper)
+        assert composed.first == reference.first
+        assert len(composed.tail_p) == reference.tail_p.size
+        assert_close(composed.infinity, reference.infinity)
+        for eps in (0.0, 0.1, 0.5, 1.0, 2.0, 4.0):
+            assert_close(composed.delta(eps), reference.delta(eps), (upper, eps))
+    with pytest.raises(AccountantError, match="eps"):
+        composed.delta(-0.5)
+
+
+def test_bin_law_and_grid() -> None:
+    poisson = privacy_loss.BinLaw(10.0)
+    binomial = privacy_loss.BinLaw(10.0, 100)
+    assert poisson.window() == np_privacy_loss.BinLaw(10.0).window()
+    assert binomial.window() == np_privacy_loss.BinLaw(10.0, 100).window()
+    assert binomial.p == 0.1
+    assert poisson.key != binomial.key and poisson.key == privacy_loss.BinLaw(10.0).key
+    for count in (-1, 0, 1, 5, 10, 40, 101):
+        assert_close(poisson.pmf(count), np_privacy_loss.BinLaw(10.0).pmf(count))
+        assert_close(binomial.pmf(count), np_privacy_loss.BinLaw(10.0, 100).pmf(count))
+    for a in (0, 1, 7, 100, 101):
+        expected = np_privacy_loss.BinLaw(10.0, 100).previous_ratio(np.array([a]))[0]
+        assert_close(binomial.previous_ratio(a), expected, a)
+    assert poisson.previous_ratio(0) == 0.0 and poisson.previous_ratio(5) == 0.5
+    assert privacy_loss.BinLaw(0.0).previous_ratio(3) == math.inf
+    assert_close(poisson.outside(2, 20), np_privacy_loss.BinLaw(10.0).outside(2, 20))
+    assert_close(binomial.outside(2, 20), np_privacy_loss.BinLaw(10.0, 100).outside(2, 20))
+    assert privacy_loss.BinLaw(0.0).outside(0, 3) == 0.0
+    assert privacy_loss.BinLaw(0.0).outside(1, 3) == 1.0
+    assert privacy_loss.grid_index(0.25, 0.1, True) == 3
+    assert privacy_loss.grid_index(0.25, 0.1, False) == 2
+    assert privacy_loss.grid_index(-0.25, 0.1, True) == -2
+    # Within 1e-9 steps of a grid point, a loss moves on to the next point outwards.
+    assert privacy_loss.grid_index(0.3, 0.1, True) == 4
+    assert privacy_loss.grid_index(0.3, 0.1, False) == 2
+    assert privacy_loss.sparse_is_cheaper(1000, 1000, 200000)
+    assert not privacy_loss.sparse_is_cheaper(1000, 1000, 100000)
+    assert not privacy_loss.sparse_is_cheaper(2000, 2000, 10**7)
+    for lam in (0.0, 1.5, math.nan):
+        with pytest.raises(AccountantError, match="lambda"):
+            privacy_loss.pair_loss(poisson, lam, upper=True)
+
+
+def _direct_convolution(x_offset: int, x: list[float], y_offset: int, y: list[float]
+                        ) -> tuple[int, list[float]]:
+    """The JavaScript double loop over non-zero entries, transliterated."""
+    xi = [i for i, v in enumerate(x) if v != 0]
+    yi = [j for j, v in enumerate(y) if v != 0]
+    if not xi or not yi:
+        return x_offset + y_offset, [0.0]
+    low = xi[0] + yi[0]
+    pmf = [0.0] * (xi[-1] + yi[-1] - low + 1)
+    for i in xi:
+        for j in yi:
+            pmf[i + j - low] += x[i] * y[j]
+    return x_offset + y_offset + low, pmf
+
+
+@pytest.mark.parametrize("density", [0.05, 0.5, 0.95, 1.0])
+def test_sparse_convolution_adds_in_the_javascript_order(density: float) -> None:
+    generator = random.Random(7)
+    for size_x, size_y in ((1, 1), (40, 300), (300, 40), (257, 513)):
+        x = [generator.random() if generator.random() < density else 0.0
+             for _ in range(size_x)]
+        y = [generator.random() * 1e-3 if generator.random() < density else 0.0
+             for _ in range(size_y)]
+        got = privacy_loss._sparse_convolve(-3, x, 5, y)
+        assert got == _direct_convolution(-3, x, 5, y)  # bit for bit
+
+
+# --- multinomial_pair -------------------------------------------------------------------
+
+ATOM_CASES = [(1000, R), (10**4, R), (10**5, 1 / 200), (50, 0.2), (3, 0.4), (7, 0.3)]
+
+
+@pytest.mark.parametrize(("slots", "r"), ATOM_CASES)
+def test_pair_atoms_match_numpy(slots: int, r: float) -> None:
+    atoms = multinomial_pair.pair_atoms(slots, r)
+    reference = np_multinomial_pair.pair_atoms(slots, r)
+    assert atoms is not None and reference is not None
+    assert atoms.t == reference.t.tolist()
+    assert atoms.a == reference.a.tolist()
+    assert_all_close(atoms.mass, reference.mass, "mass")
+    assert_close(atoms.tail, reference.tail)
+    for lam in (0.1, 0.5, 1.0):
+        loss, p_mass = multinomial_pair.pair_losses(atoms, lam)
+        expected_loss, expected_mass = np_multinomial_pair.pair_losses(reference, lam)
+        assert_all_close(loss, expected_loss, ("loss", lam))
+        assert_all_close(p_mass, expected_mass, ("p_mass", lam))
+
+
+def test_pair_atoms_limits() -> None:
+    assert multinomial_pair.pair_atoms(10**8, 0.25) is None  # beyond MAX_ATOMS
+    assert multinomial_pair.MAX_ATOMS == 6_000_000
+    for r in (0.0, 0.5, -0.1, math.nan):
+        with pytest.raises(AccountantError, match="r must be"):
+            multinomial_pair.pair_atoms(100, r)
+    atoms = multinomial_pair.pair_atoms(100, R)
+    assert atoms is not None
+    for lam in (0.0, 1.5):
+        with pytest.raises(AccountantError, match="lambda"):
+            multinomial_pair.multinomial_pair_loss(atoms, lam, upper=True, step=1e-4)
+
+
+@pytest.mark.parametrize(("slots", "r", "lam", "times", "uppers"), [
+    (1000, R, 0.5, 2, (True, False)), (10**4, R, 0.1, 3, (True, False)),
+    (10**5, 1 / 200, 1.0, 2, (True, False)), (10**5, R, 0.9, 2, (True, False)),
+    (50, 0.2, 0.5, 2, (True, False)), (3, 0.4, 1.0, 2, (True, False)),
+    pytest.param(10**6, R, 0.5, 2, (True,), marks=pytest.mark.slow),
+    # three compositions atom by atom, then the transform
+    pytest.param(7, 0.3, 0.5, 6, (True,), marks=pytest.mark.slow),
+])
+def test_multinomial_pair_loss_matches_numpy(slots: int, r: float, lam: float, times: int,
+                                             uppers: tuple[bool, ...]) -> None:
+    atoms = multinomial_pair.pair_atoms(slots, r)
+    reference_atoms = np_multinomial_pair.pair_atoms(slots, r)
+    for upper in uppers:
+        loss = multinomial_pair.multinomial_pair_loss(atoms, lam, upper=upper, step=1e-4)
+        reference = np_multinomial_pair.pair_loss(reference_atoms, lam, upper=upper, step=1e-4)
+        assert loss.step == reference.step
+        assert loss.offset == reference.offset
+        assert_all_close(loss.pmf, reference.pmf, ("pmf", upper))
+        assert_close(loss.infinity, reference.infinity)
+        composed = privacy_loss.compose_loss(loss, times, upper)
+        expected = np_privacy_loss._composed(reference, times, upper)
+        assert composed.first == expected.first
+        for eps in (0.0, 0.1, 0.5, 1.0, 4.0):
+            assert_close(composed.delta(eps), expected.delta(eps), (upper, eps))
+
+
+# --- the JavaScript accountant ----------------------------------------------------------
+
+_NODE_SCRIPT = """
+import { readFileSync } from "node:fs";
+const base = process.argv[2];
+const hs = await import(`${base}/hockey_stick.js`);
+const pc = await import(`${base}/poisson_comparison.js`);
+const ss = await import(`${base}/slot_single.js`);
+const pl = await import(`${base}/privacy_loss.js`);
+const mp = await import(`${base}/multinomial_pair.js`);
+const arr = (x) => Array.from(x);
+const out = [];
+for (const { fn, args: a } of JSON.parse(readFileSync(0, "utf8"))) {
+  if (fn === "delta_for") {
+    out.push(a[4].map((e) => hs.deltaFor(hs.poissonPair(a[0], a[1], a[2]), e)));
+  } else if (fn === "dominated") {
+    out.push(pc.dominatedPoissonMean(a[0], a[1], a[2]));
+  } else if (fn === "mixture") {
+    const m = ss.singleItemMixture(a[0], a[1], a[2]);
+    out.push(a[3].map(([e, l]) => m.delta(e, l)));
+  } else if (fn === "pair_loss") {
+    const d = pl.pairLoss(new pl.BinLaw(a[0], a[1]), a[2], { upper: a[3] });
+    out.push({ step: d.step, offset: d.offset, pmf: arr(d.pmf), infinity: d.infinity });
+  } else if (fn === "composed") {
+    const c = pl.composedPair(new pl.BinLaw(a[0], a[1]), a[2], a[3], { upper: a[4] });
+    out.push(a[5].map((e) => c.delta(e)));
+  } else if (fn === "multinomial") {
+    const d = mp.multinomialPairLoss(mp.pairAtoms(a[0], a[1]), a[2], { upper: a[3], step: 1e-4 });
+    const c = pl.composeLoss(d, a[4], a[3]);
+    out.push({ step: d.step, offset: d.offset, pmf: arr(d.pmf), infinity: d.infinity,
+      deltas: a[5].map((e) => c.delta(e)) });
+  }
+}
+process.stdout.write(JSON.stringify(out));
+"""
+
+
+def test_the_javascript_accountant_agrees(tmp_path: Path) -> None:
+    epsilons = [0.0, 0.1, 0.5, 1.0, 4.0]
+    calls: list[dict] = []
+    for n_slots in (1000, 10**5, 10**6):
+        for lam in (0.1, 1.0):
+            calls.append({"fn": "delta_for", "args": [lam, n_slots, R, None, epsilons]})
+    calls.append({"fn": "dominated", "args": [10**5, 4 * R, 1e-12]})
+    calls.append({"fn": "dominated", "args": [10**6, 0.1, 1e-11]})
+    mixture_levels = [[0.1, 0.5], [1.0, 1.0], [4.0, 0.1]]
+    calls.append({"fn": "mixture", "args": [10**5, 1.0, 1000, mixture_levels]})
+    calls.append({"fn": "mixture", "args": [10**6, 0.9, 10000, mixture_levels]})
+    for mean, trials, lam, upper in ((10.0, None, 1.0, True), (3906.0, None, 1.0, True),
+                                     (200.0, 1000, 0.3, False)):
+        calls.append({"fn": "pair_loss", "args": [mean, trials, lam, upper]})
+    for mean, trials, lam, times in ((10.0, None, 1.0, 3), (200.0, 1000, 0.3, 3)):
+        calls.append({"fn": "composed", "args": [mean, trials, lam, times, True, epsilons]})
+    for slots, r, lam, upper in ((1000, R, 0.5, True), (10**5, 1 / 200, 1.0, True),
+                                 (10**4, R, 0.1, False)):
+        calls.append({"fn": "multinomial", "args": [slots, r, lam, upper, 2, epsilons]})
+    script = tmp_path / "reference.mjs"
+    script.write_text(_NODE_SCRIPT)
+    result = subprocess.run([node(), str(script), str(ACCOUNTANT_JS)], input=json.dumps(calls),
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    expected = json.loads(result.stdout)
+    assert len(expected) == len(calls)
+    for call, reference in zip(calls, expected, strict=True):
+        args = call["args"]
+        if call["fn"] == "delta_for":
+            pair = hockey_stick.poisson_pair(args[0], args[1], args[2])
+            assert_all_close([hockey_stick.delta_for(pair, e) for e in args[4]], reference,
+                             args)
+        elif call["fn"] == "dominated":
+            assert_all_close(poisson_comparison.dominated_poisson_mean(*args), reference, args)
+        elif call["fn"] == "mixture":
+            mixture = slot_single.single_item_mixture(*args[:3])
+            assert_all_close([mixture.delta(e, lam) for e, lam in args[3]], reference, args)
+        elif call["fn"] == "pair_loss":
+            loss = privacy_loss.pair_loss(privacy_loss.BinLaw(args[0], args[1]), args[2],
+                                          upper=args[3])
+            assert (loss.step, loss.offset) == (reference["step"], reference["offset"])
+            assert_all_close(loss.pmf, reference["pmf"], args)
+            assert_close(loss.infinity, reference["infinity"], args)
+        elif call["fn"] == "composed":
+            composed = privacy_loss.composed_pair(privacy_loss.BinLaw(args[0], args[1]),
+                                                  args[2], args[3], upper=args[4])
+            assert_all_close([composed.delta(e) for e in args[5]], reference, args)
+        else:
+            atoms = multinomial_pair.pair_atoms(args[0], args[1])
+            loss = multinomial_pair.multinomial_pair_loss(atoms, args[2], upper=args[3],
+                                                          step=1e-4)
+            assert (loss.step, loss.offset) == (reference["step"], reference["offset"])
+            assert_all_close(loss.pmf, reference["pmf"], args)
+            assert_close(loss.infinity, reference["infinity"], args)
+            composed = privacy_loss.compose_loss(loss, args[4], args[3])
+            assert_all_close([composed.delta(e) for e in args[5]], reference["deltas"], args)
+
+
+# --- no numpy ---------------------------------------------------------------------------
+
+def test_the_pair_modules_import_neither_numpy_nor_scipy() -> None:
+    code = ("import sys\n"
+            "import segshuffle.core.portable.hockey_stick\n"
+            "import segshuffle.core.portable.poisson_comparison\n"
+            "import segshuffle.core.portable.slot_single\n"
+            "import segshuffle.core.portable.privacy_loss\n"
+            "import segshuffle.core.portable.multinomial_pair\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'scipy'))\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
