@@ -189,3 +189,11 @@ def test_user_delta_refuses_a_target_delta_outside_the_unit_interval(delta: floa
     # A negative target once made the Poisson comparison's verification loop run for ever.
     with pytest.raises(ValueError, match="delta"):
         user_delta(1.0, 0.5, 2, 1000, 1.5, 16, delta=delta)
+
+
+@pytest.mark.parametrize("level", ["1", True, None])
+def test_user_delta_refuses_a_level_that_is_not_a_number(level: object) -> None:
+    # "1" used to end in a TypeError deep in the bound, True to be taken as E = 1; the
+    # portable accountant refuses both, and the two must answer alike.
+    with pytest.raises(ValueError, match="privacy level"):
+        user_delta(level, 0.5, 2, 1000, 1.0, 20, delta=1e-6)  # type: ignore[arg-type]

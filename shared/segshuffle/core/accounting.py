@@ -223,7 +223,10 @@ class SlotBlanketBound:
 
 
 def _require_epsilon(eps: float) -> float:
-    """An epsilon at which a divergence is evaluated: in [0, MAX_LEVEL]."""
+    """An epsilon at which a divergence is evaluated: a number in [0, MAX_LEVEL] (not a
+    string or a bool, which float() would take)."""
+    if isinstance(eps, str | bool):
+        raise ValueError(f"privacy level must be a number, got {eps!r}")
     value = validation.require_finite("privacy level", eps)
     if not 0.0 <= value <= MAX_LEVEL:
         raise ValueError(f"privacy level must be in [0, {MAX_LEVEL:g}], got {eps!r}")
@@ -364,7 +367,7 @@ def user_delta(level: float, lam: float, set_size: int, users: int, m: float,
     upper bound).
     """
     mode = parse_mode(mode)
-    _require_epsilon(level)
+    level = _require_epsilon(level)
     lam = validation.require_unit_interval("lambda", lam)
     _check(users, m, domain_size, set_size, mode)
     if lam == 0.0:
