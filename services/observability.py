@@ -308,6 +308,22 @@ def configure_logging(level: str, log_format: str) -> None:
     access.setLevel(logging.CRITICAL)
 
 
+def framework_telemetry_off() -> dict[str, Any]:
+    """Keyword arguments of ``FastAPI(...)`` that switch off FastAPI's own OpenTelemetry
+    instrumentation (FastAPI 0.165 and later; nothing for earlier versions, which have
+    none).
+
+    Its spans and metrics would record each request's client address and timing wherever
+    a global OpenTelemetry provider is configured, which this module never does (the
+    shuffler keeps no request origin), and merely checking the global providers costs
+    every request a few environment lookups."""
+    try:
+        import fastapi.telemetry  # noqa: F401
+    except ImportError:  # pragma: no cover - FastAPI before 0.165
+        return {}
+    return {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+
+
 def install_observability(app: Any, metrics: Metrics,
                           quiet_routes: frozenset[str] = frozenset()) -> None:
     """``GET /metrics`` and the :class:`RequestObserver` as the outermost middleware (add it

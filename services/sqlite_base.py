@@ -134,6 +134,17 @@ def _synchronous(synchronous: str) -> str:
     return mode
 
 
+WAL_AUTOCHECKPOINT_PAGES = 10_000
+"""WAL frames (4 KiB pages) after which a commit copies the WAL back into the database
+(SQLite's default: 1,000).  Writes with random keys (token hashes, row keys) touch
+scattered pages, and a checkpoint copies each page once however often it was written
+since the last one: checkpointing ten times less often cut a submission's commit from
+about 75 to 50 microseconds of CPU at 10,000 users (round 2).  Durability is the WAL's
+and ``synchronous``'s, as before; the WAL file grows to about 40 MiB between checkpoints,
+and the explicit ``TRUNCATE`` checkpoints after deletions (:meth:`SQLiteStore._checkpoint`)
+still remove old page images at once."""
+
+
 def _configure(db: sqlite3.Connection, mode: str) -> None:
     """The pragmas both services use besides the busy timeout, which
     :func:`open_database` sets before it reads anything (``journal_mode=WAL`` writes the
@@ -141,6 +152,7 @@ def _configure(db: sqlite3.Connection, mode: str) -> None:
     db.execute("PRAGMA journal_mode=WAL")
     db.execute(f"PRAGMA synchronous={mode}")
     db.execute("PRAGMA secure_delete=ON")
+    db.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
 
 
 def _tag(db: sqlite3.Connection, service: str) -> None:

@@ -33,6 +33,7 @@ holds a campaign id.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -61,7 +62,12 @@ from segshuffle.services.http_edge import (
 )
 from segshuffle.services.http_edge import campaign_id as parse_campaign_id
 from segshuffle.services.http_edge import round_number as parse_round
-from segshuffle.services.observability import Metrics, install_observability, problem_label
+from segshuffle.services.observability import (
+    Metrics,
+    framework_telemetry_off,
+    install_observability,
+    problem_label,
+)
 from segshuffle.wire.models import (
     CampaignView,
     ChunkReceipt,
@@ -258,13 +264,23 @@ async def _submit(campaign_id: str, round_number: int, token: str, request: Requ
                   service: ShufflerService) -> Response:
     """The submission endpoint, once the path, the rate limit and the token's form are
     checked."""
-    participant = await service.authenticate(campaign_id, token)  # before the body is read
+    # before the body is read; the view it was checked against serves the submission too
+    participant, view = await service.authenticate_with_view(campaign_id, token)
     model = Round1Submission if round_number == 1 else Round2Submission
     body = await read_json(request, model)
-    await service.submit(campaign_id, round_number, participant, body)
+    await service.submit(campaign_id, round_number, participant, body, view=view)
     counters_of(request).submissions_of_round[round_number].inc()
+    return Response(_receipt(campaign_id, round_number), status_code=201,
+                    media_type="application/json")
+
+
+@functools.lru_cache(maxsize=1024)
+def _receipt(campaign_id: str, round_number: int) -> bytes:
+    """The serialized receipt of an accepted submission: the same bytes for every user of
+    a round, so made once per (campaign, round) (a bounded cache: ids of campaigns only
+    reach it after a submission was accepted)."""
     receipt = SubmissionReceipt(campaign_id=campaign_id, round=round_number, accepted=True)
-    return Response(receipt.model_dump_json(), status_code=201, media_type="application/json")
+    return receipt.model_dump_json().encode()
 
 
 @rounds.get("", response_model=ShufflerRoundStatus, dependencies=[Depends(read_limit)])
@@ -448,6 +464,7 @@ def create_app(
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
+        **framework_telemetry_off(),
     )
     app.add_middleware(UserRoutes, application=app)  # innermost: added first
     app.add_middleware(ClientRouteCors, origins=parse_origins(settings.cors_origins),

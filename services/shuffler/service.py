@@ -254,9 +254,17 @@ class ShufflerService:
         Tokens are forgotten once round 2 is released, so a late user's token is unknown:
         for an ended campaign the answer says it ended (``wrong-phase``), not that the
         token is bad."""
+        participant, _ = await self.authenticate_with_view(campaign_id, token)
+        return participant
+
+    async def authenticate_with_view(self, campaign_id: str,
+                                     token: str) -> tuple[bytes, CampaignView]:
+        """:meth:`authenticate`, and the campaign view it was checked against (which
+        :meth:`submit` can use instead of looking it up again)."""
         view = await self.campaign_view(campaign_id)
         try:
-            return bytes(await self._storage_call(self.policy.authenticate, campaign_id, token))
+            participant = await self._storage_call(self.policy.authenticate, campaign_id, token)
+            return bytes(participant), view
         except AuthenticationError as exc:
             if view.phase not in TERMINAL_PHASES:  # the cached view may predate the end
                 view = await self.campaign_view(campaign_id, fresh=True)
@@ -267,9 +275,15 @@ class ShufflerService:
             raise unauthorized(str(exc)) from None
 
     async def submit(self, campaign_id: str, round_number: int, participant: bytes,
-                     body: Round1Submission | Round2Submission) -> None:
-        """Store one authenticated user's submission of a round after every check."""
-        view = await self.view_in_phase(campaign_id, round_number)
+                     body: Round1Submission | Round2Submission, *,
+                     view: CampaignView | None = None) -> None:
+        """Store one authenticated user's submission of a round after every check.
+
+        ``view``: the campaign view the request was just authenticated against; used if
+        it is in the round's phase (else, or without it, the view is looked up, and
+        refreshed once, as :meth:`view_in_phase` does)."""
+        if view is None or view.id != campaign_id or view.phase != PHASE_OF_ROUND[round_number]:
+            view = await self.view_in_phase(campaign_id, round_number)
         streams: dict[str, list[bytes]] = {LEVELS: [_validated_bytes(body.level)]}
         if isinstance(body, Round2Submission):
             parameters = view.parameters
