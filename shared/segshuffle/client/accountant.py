@@ -44,6 +44,13 @@ def accountant_name(choice: str | None = None) -> str:
             raise ValueError(f"{ENVIRONMENT_VARIABLE} must be one of {sorted(_MODULES)}, "
                              f"got {name!r}")
         return name
+    return _default_name()
+
+
+@functools.cache
+def _default_name() -> str:
+    """``numpy`` when the numpy accountant imports, else ``portable``; decided once per
+    process, so a light install does not repeat the failed import at every check."""
     try:
         _load("numpy")
     except ImportError:

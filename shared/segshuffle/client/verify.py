@@ -420,11 +420,14 @@ def verify_parameters(
             return p
         raise VerificationError("the server published insecure (unaccounted) parameters",
                                 check="insecure")
+    # Read first: an invalid SEGSHUFFLE_ACCOUNTANT is the client's own setting, not a
+    # problem with the server's parameters, so its ValueError must not be caught below.
+    accountant_name = accountant.accountant_name()
     try:
         failing = _unprotected_levels(
             tuple(config.levels), tuple(float(e) for e in p.epsilons), tuple(p.lambdas),
             config.set_size, p.delta, p.honest_users, p.m, config.privacy_domain_size, mode,
-            accountant.accountant_name())
+            accountant_name)
     except ValueError as exc:
         raise VerificationError(f"the published parameters cannot be accounted: {exc}",
                                 check="lambdas") from None
