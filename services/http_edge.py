@@ -96,6 +96,15 @@ def require_strict_json(raw: bytes) -> None:
         return  # not JSON: the model's parser says so
 
 
+def require_json_media(request: Request) -> None:
+    """``unsupported-media-type`` unless the body is declared as JSON (``application/json``
+    or ``*+json``; no ``Content-Type`` counts as JSON)."""
+    declared = request.headers.get("content-type")
+    media = (declared or "application/json").split(";")[0].strip().lower()
+    if media != "application/json" and not media.endswith("+json"):
+        raise errors.UnsupportedMediaTypeError("the request body must be application/json")
+
+
 async def read_json(request: Request, model: type[ModelT]) -> ModelT:
     """Parse the body strictly into ``model``, after the route has authenticated the caller.
 
@@ -104,10 +113,7 @@ async def read_json(request: Request, model: type[ModelT]) -> ModelT:
     ``malformed-body``; a JSON value the model refuses is ``invalid-field`` listing at
     most 20 (location, message) pairs, never the input itself.
     """
-    declared = request.headers.get("content-type")
-    media = (declared or "application/json").split(";")[0].strip().lower()
-    if media != "application/json" and not media.endswith("+json"):
-        raise errors.UnsupportedMediaTypeError("the request body must be application/json")
+    require_json_media(request)
     raw = await request.body()
     require_strict_json(raw)
     try:

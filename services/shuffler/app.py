@@ -58,6 +58,7 @@ from segshuffle.services.http_edge import (
     health_router,
     install_edge,
     read_json,
+    require_json_media,
     route_path,
 )
 from segshuffle.services.http_edge import campaign_id as parse_campaign_id
@@ -80,6 +81,7 @@ from segshuffle.wire.models import (
     SubmissionReceipt,
 )
 from segshuffle.wire.problems import PROBLEM_MEDIA_TYPE
+from segshuffle.wire.submissions import decode_submission, decoded
 
 from .backends import open_storage
 from .enrollment import EnrollmentPolicy, InvitationEnrollment, OpenEnrollment
@@ -266,8 +268,11 @@ async def _submit(campaign_id: str, round_number: int, token: str, request: Requ
     checked."""
     # before the body is read; the view it was checked against serves the submission too
     participant, view = await service.authenticate_with_view(campaign_id, token)
-    model = Round1Submission if round_number == 1 else Round2Submission
-    body = await read_json(request, model)
+    require_json_media(request)
+    body = decode_submission(await request.body(), round_number)
+    if body is None:  # not the plain form: the models decide, and name any problem
+        model = Round1Submission if round_number == 1 else Round2Submission
+        body = decoded(await read_json(request, model))
     await service.submit(campaign_id, round_number, participant, body, view=view)
     counters_of(request).submissions_of_round[round_number].inc()
     return Response(_receipt(campaign_id, round_number), status_code=201,

@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from base64 import urlsafe_b64decode
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 
 from starlette.concurrency import run_in_threadpool
@@ -22,10 +21,9 @@ from segshuffle.wire.models import (
     TERMINAL_PHASES,
     CampaignView,
     ReleaseResponse,
-    Round1Submission,
-    Round2Submission,
     RoundStatus,
 )
+from segshuffle.wire.submissions import DecodedSubmission
 
 from ..storage_calls import storage_call
 from .cache import Fetched, SingleFlightCache
@@ -92,13 +90,6 @@ def upstream_refusal(exc: UpstreamError) -> errors.DomainError:
         return errors.UnavailableError("the server cannot be reached right now",
                                        headers={"Retry-After": "1"})
     return errors.UpstreamFailedError("the server could not answer")
-
-
-def _validated_bytes(ciphertext: str) -> bytes:
-    """The bytes of a ciphertext of a validated submission body: the model has checked
-    that it is canonical unpadded base64url of the right length (``Ciphertext``), so it
-    is only decoded here, not checked a second time."""
-    return urlsafe_b64decode(ciphertext + "=" * (-len(ciphertext) % 4))
 
 
 def unauthorized(detail: str) -> errors.UnauthorizedError:
@@ -275,19 +266,20 @@ class ShufflerService:
             raise unauthorized(str(exc)) from None
 
     async def submit(self, campaign_id: str, round_number: int, participant: bytes,
-                     body: Round1Submission | Round2Submission, *,
-                     view: CampaignView | None = None) -> None:
+                     body: DecodedSubmission, *, view: CampaignView | None = None) -> None:
         """Store one authenticated user's submission of a round after every check.
 
-        ``view``: the campaign view the request was just authenticated against; used if
-        it is in the round's phase (else, or without it, the view is looked up, and
-        refreshed once, as :meth:`view_in_phase` does)."""
+        ``body``: the ciphertexts of a valid submission body of the round
+        (:mod:`segshuffle.wire.submissions`).  ``view``: the campaign view the request
+        was just authenticated against; used if it is in the round's phase (else, or
+        without it, the view is looked up, and refreshed once, as :meth:`view_in_phase`
+        does)."""
         if view is None or view.id != campaign_id or view.phase != PHASE_OF_ROUND[round_number]:
             view = await self.view_in_phase(campaign_id, round_number)
-        streams: dict[str, list[bytes]] = {LEVELS: [_validated_bytes(body.level)]}
-        if isinstance(body, Round2Submission):
+        streams: dict[str, Sequence[bytes]] = {LEVELS: (body.level,)}
+        if round_number == 2:
             parameters = view.parameters
-            if parameters is None:  # pragma: no cover - phase round2 implies parameters
+            if parameters is None or body.data is None:  # pragma: no cover - by the phase
                 raise errors.WrongPhaseError("round-2 parameters are not published yet")
             expected = parameters.messages_per_user
             sent = len(body.data)
@@ -297,7 +289,7 @@ class ShufflerService:
                     f"{expected} data messages, got {sent}",
                     extra={"expected": expected, "received": sent},
                 )
-            streams[DATA] = [_validated_bytes(c) for c in body.data]
+            streams[DATA] = body.data
         try:
             count = await self._storage_call(self._seal_and_store, campaign_id, round_number,
                                              participant, streams)
@@ -312,7 +304,7 @@ class ShufflerService:
             await self._auto_release(view, round_number)
 
     def _seal_and_store(self, campaign_id: str, round_number: int, participant: bytes,
-                        streams: dict[str, list[bytes]]) -> int:
+                        streams: dict[str, Sequence[bytes]]) -> int:
         """Seal the submission under the round's key (made on the round's first use) and
         store it; returns the round's participant count. One call, so one thread hop.
 

@@ -20,7 +20,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 OPEN = "open"
 RELEASING = "releasing"
@@ -31,9 +31,12 @@ STOPPED_OWNER = ""
 """The owner of a stopped release lease (forwarding gave up; see ``take_release_lease``)."""
 
 
-@dataclass(frozen=True)
-class StoredMessage:
-    """One submitted message as stored: its stream, random row key and sealed bytes."""
+class StoredMessage(NamedTuple):
+    """One submitted message as stored: its stream, random row key and sealed bytes.
+
+    A named tuple rather than a frozen dataclass: one is made per message on every
+    submission's path, and a tuple is built in a fraction of a frozen dataclass's time
+    (whose ``__init__`` sets each field through ``object.__setattr__``)."""
 
     stream: str
     row_key: bytes
