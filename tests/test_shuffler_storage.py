@@ -184,3 +184,41 @@ def test_kill_nine_mid_write_keeps_a_consistent_state(tmp_path: Path) -> None:
     record = store.close_round("c", 1, minimum=participants, batch_id="b", chunk_size=1000,
                                streams=["levels"])
     assert record.stream_sizes["levels"] == participants
+
+
+def test_an_open_rounds_count_costs_no_write_after_its_first_submission(
+        storage: Storage) -> None:
+    """The participant count of an open round is kept in memory: only a round's first
+    submission writes its participant_counts row (before, every submission rewrote it,
+    one more page in the WAL each)."""
+    statements: list[str] = []
+    storage._db.set_trace_callback(statements.append)
+    for i in range(3):
+        assert storage.submit("c", 1, token_hash(f"user{i}"),
+                              _rows({"levels": [_ct(i)]})) == i + 1
+    storage._db.set_trace_callback(None)
+    writes = [s for s in statements if "participant_counts" in s]
+    assert len(writes) == 1 and writes[0].startswith("INSERT OR IGNORE")
+    assert storage.participants("c", 1) == 3
+    assert storage.rounds_holding_messages() == [("c", 1)]
+
+
+def test_counts_are_recounted_after_a_restart_and_kept_once_closed(tmp_path: Path) -> None:
+    path = tmp_path / "shuffler.sqlite3"
+    first = Storage(path)
+    for i in range(4):
+        first.submit("c", 2, token_hash(f"user{i}"), _rows({"levels": [_ct(i)]}))
+    first.close()
+    second = Storage(path)  # a restart: the count comes from the participations
+    assert second.participants("c", 2) == 4
+    assert second.submit("c", 2, token_hash("user4"), _rows({"levels": [_ct(4)]})) == 5
+    with pytest.raises(AlreadySubmittedError):
+        second.submit("c", 2, token_hash("user4"), _rows({"levels": [_ct(5)]}))
+    assert second.participants("c", 2) == 5  # a refusal leaves the count as it was
+    record = _close(second, "c", 2, minimum=5, chunk_size=10, streams=["levels"])
+    assert record.participants == 5  # type: ignore[attr-defined]
+    assert sqlite_rows(path, "SELECT * FROM participant_counts") == [("c", 2, 5)]
+    second.close()
+    third = Storage(path)
+    assert third.participants("c", 2) == 5
+    third.close()
