@@ -1,7 +1,8 @@
 """Which database a service keeps its state in: one setting, ``database``, read as a URL.
 
 - ``sqlite:///path/to/file.sqlite3`` or a bare path: an embedded SQLite file (the
-  default; ``segshuffle demo`` and most tests use it). One process owns it.
+  default; ``segshuffle demo`` and most tests use it). One process owns it (the
+  shuffler enforces it: :func:`.sqlite_base.hold_single_process`).
 - ``postgresql://user@host:port/dbname?...`` (or ``postgres://``): a PostgreSQL database
   reached through a connection pool; several replicas of a service may share it. Each
   party (the shuffler's operator, the server's operator) has a database of its own.
@@ -25,6 +26,10 @@ class UnusableDatabaseError(RuntimeError):
 
 class SchemaVersionError(UnusableDatabaseError):
     """The database was written by a newer version of the service than this one."""
+
+
+class DatabaseInUseError(UnusableDatabaseError):
+    """Another process already serves from this SQLite file."""
 
 
 class CorruptDatabaseError(UnusableDatabaseError):

@@ -19,6 +19,7 @@ the code knows is refused (:class:`SchemaVersionError`) rather than written to.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
 import sqlite3
@@ -28,12 +29,18 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 from . import identity
-from .database import CorruptDatabaseError, SchemaVersionError, UnusableDatabaseError
+from .database import (
+    CorruptDatabaseError,
+    DatabaseInUseError,
+    SchemaVersionError,
+    UnusableDatabaseError,
+)
 
-__all__ = ["CorruptDatabaseError", "Migration", "SQLiteStore", "SchemaVersionError",
+__all__ = ["CorruptDatabaseError", "DatabaseInUseError", "Migration", "SQLiteStore",
+           "SchemaVersionError",
            "UnusableDatabaseError", "migrate", "open_database"]
 
 T = TypeVar("T")
@@ -278,6 +285,33 @@ def _corrupt(path: str | Path, service: str, exc: sqlite3.DatabaseError) -> Corr
         "from a backup or move it away")
 
 
+def hold_single_process(path: str, service: str) -> IO[bytes]:
+    """An exclusive ``flock`` on ``path`` + ``.lock``, held until the returned file is closed.
+
+    A store that keeps state in memory next to its file (the shuffler's open-round counts)
+    is only right while it is the file's one writer, as the services' SQLite databases
+    are meant to be ("one process owns it", :mod:`.database`).  The lock makes that
+    rule a check: a second process (or a second store in this one) pointed at the same
+    file is :class:`DatabaseInUseError` at start, instead of two writers whose counts
+    drift apart.  ``flock`` on a file of its own: SQLite's POSIX locks on the database
+    are untouched, and the kernel drops the lock when the process ends, however it ends
+    (the empty lock file stays; it holds nothing).
+    """
+    lock = open(path + ".lock", "ab")  # noqa: SIM115 - held open as the lock itself
+    try:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise DatabaseInUseError(
+            f"the {service} database {path} is in use by another process (it holds "
+            f"{path}.lock); one process serves a SQLite database: stop the other one, or "
+            "use PostgreSQL for replicas") from None
+    except BaseException:
+        lock.close()
+        raise
+    return lock
+
+
 class SQLiteStore:
     """One connection under one lock, with one transaction style for both services.
 
@@ -287,15 +321,24 @@ class SQLiteStore:
     """
 
     def __init__(self, path: str | Path, migrations: Sequence[Migration], *, service: str,
-                 synchronous: str = "NORMAL") -> None:
+                 synchronous: str = "NORMAL", single_process: bool = False) -> None:
         mode = _synchronous(synchronous)
         self.path = str(path)
         self._lock = threading.RLock()
         self._db = open_database(self.path, migrations, service=service, synchronous=mode)
+        try:
+            self._owner = (hold_single_process(self.path, service)
+                           if single_process and self.path != ":memory:" else None)
+        except BaseException:
+            self._db.close()
+            raise
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+            if self._owner is not None:
+                self._owner.close()
+                self._owner = None
 
     def run_inline(self, function: Callable[..., T], *args: Any) -> tuple[bool, T | None]:
         """Run ``function(*args)`` in the calling thread if the store is free right now.

@@ -222,3 +222,46 @@ def test_counts_are_recounted_after_a_restart_and_kept_once_closed(tmp_path: Pat
     third = Storage(path)
     assert third.participants("c", 2) == 5
     third.close()
+
+
+def test_one_process_serves_a_database_file(tmp_path: Path) -> None:
+    """The open-round counts live in memory, which is right only for the file's one
+    writer: a second store on the same file is refused at once, naming the lock, and the
+    file is free again once the first is closed."""
+    from segshuffle.services.database import DatabaseInUseError
+
+    path = tmp_path / "shuffler.sqlite3"
+    first = Storage(path)
+    first.submit("c", 1, token_hash("user0"), _rows({"levels": [_ct(0)]}))
+    with pytest.raises(DatabaseInUseError, match=r"in use by another process.*\.lock"):
+        Storage(path)
+    assert first.participants("c", 1) == 1  # the refused store changed nothing
+    first.close()
+    second = Storage(path)
+    assert second.participants("c", 1) == 1
+    second.close()
+
+
+def _hold(path: str, ready: object, release: object) -> None:
+    storage = Storage(path)
+    ready.set()  # type: ignore[attr-defined]
+    release.wait(30)  # type: ignore[attr-defined]
+    storage.close()
+
+
+def test_a_second_process_is_refused_and_a_killed_owner_frees_the_file(
+        tmp_path: Path) -> None:
+    path = str(tmp_path / "shuffler.sqlite3")
+    context = multiprocessing.get_context("spawn")
+    ready, release = context.Event(), context.Event()
+    owner = context.Process(target=_hold, args=(path, ready, release))
+    owner.start()
+    try:
+        assert ready.wait(30)
+        from segshuffle.services.database import DatabaseInUseError
+        with pytest.raises(DatabaseInUseError):
+            Storage(path)
+    finally:
+        os.kill(owner.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        owner.join(30)
+    Storage(path).close()  # the kernel dropped the dead owner's lock

@@ -154,7 +154,8 @@ class Storage(SQLiteStore):
     """The SQLite implementation of :class:`.storage_api.ShufflerStorage`."""
 
     def __init__(self, path: str | Path, *, synchronous: str = "NORMAL") -> None:
-        super().__init__(path, MIGRATIONS, service="shuffler", synchronous=synchronous)
+        super().__init__(path, MIGRATIONS, service="shuffler", synchronous=synchronous,
+                         single_process=True)
         self._open_counts: dict[tuple[str, int], int] = {}
         """Participants of rounds this process has seen open (:meth:`_participants`)."""
 
@@ -206,14 +207,20 @@ class Storage(SQLiteStore):
         """Store one user's submission atomically; returns the new participant count.
 
         Three writes: the participation, the sealed messages and, at a round's first
-        submission only, its ``participant_counts`` row (:meth:`_participants`).
+        submission only, its ``participant_counts`` row (:meth:`_participants`).  A round
+        this process counts as open (it holds the file alone: the rounds it closed left
+        :attr:`_open_counts`) needs no look at ``rounds``.
         """
+        key = (campaign_id, round_number)
         rows = [(campaign_id, round_number, m.stream, m.row_key, m.sealed) for m in messages]
         with self._lock:
             with self._transaction() as db:
-                if self._round_row(campaign_id, round_number) is not None:
-                    raise RoundClosedError(f"round {round_number} has already been released")
-                before = self._participants(campaign_id, round_number)
+                before = self._open_counts.get(key)
+                if before is None:
+                    if self._round_row(campaign_id, round_number) is not None:
+                        raise RoundClosedError(
+                            f"round {round_number} has already been released")
+                    before = self._participants(campaign_id, round_number)
                 try:
                     db.execute("INSERT INTO participations (campaign_id, round, token_hash) "
                                "VALUES (?, ?, ?)", (campaign_id, round_number, token_hash))
@@ -232,7 +239,7 @@ class Storage(SQLiteStore):
                     raise ReplayedCiphertextError(
                         f"a ciphertext of this submission was already submitted in round "
                         f"{round_number}") from None
-            self._open_counts[(campaign_id, round_number)] = before + 1  # committed
+            self._open_counts[key] = before + 1  # committed
             return before + 1
 
     def _participants(self, campaign_id: str, round_number: int) -> int:
@@ -242,9 +249,10 @@ class Storage(SQLiteStore):
         more page in the WAL (a tenth of a round-2 submission's storage cost), so an
         open round's count is the number of its ``participations`` rows, counted once
         per process (O(n), at the round's first use) and then kept up to date by
-        :meth:`submit` after each commit, under the store's lock (SQLite storage has one
-        process).  A closed round's count is the one its ``rounds`` row recorded at the
-        close (its participations are deleted once it is acknowledged).  The
+        :meth:`submit` after each commit, under the store's lock (the store holds its
+        file alone: :func:`~..sqlite_base.hold_single_process`).  A closed round's count
+        is the one its ``rounds`` row recorded at the close (its participations are
+        deleted once it is acknowledged); closing a round takes it out of the counts.  The
         ``participant_counts`` row of a round is written at its first submission: it
         marks a round that holds messages (:meth:`rounds_holding_messages`), and is
         brought to the final count when the round closes.
@@ -400,11 +408,12 @@ class Storage(SQLiteStore):
         assert record is not None
         return record
 
-    @staticmethod
-    def _record_final_count(db: sqlite3.Connection, campaign_id: str, round_number: int,
-                            participants: int) -> None:
+    def _record_final_count(self, db: sqlite3.Connection, campaign_id: str,
+                            round_number: int, participants: int) -> None:
         """A closing round's ``participant_counts`` row brought to its final count (while
-        the round was open it only marked that the round holds messages)."""
+        the round was open it only marked that the round holds messages), and the round
+        no longer counted as open in memory."""
+        self._open_counts.pop((campaign_id, round_number), None)
         db.execute("UPDATE participant_counts SET participants = ? "
                    "WHERE campaign_id = ? AND round = ?",
                    (participants, campaign_id, round_number))
