@@ -238,26 +238,6 @@ FRAMEWORK_PROBLEMS: dict[int, tuple[str, str]] = {
 }
 
 
-class ServiceName:
-    """Pure ASGI middleware: every HTTP response carries :data:`SERVICE_HEADER`."""
-
-    def __init__(self, app: ASGIApp, service: str) -> None:
-        self.app = app
-        self.header = (SERVICE_HEADER.encode(), service.encode())
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def named(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", ()), self.header]
-            await send(message)
-
-        await self.app(scope, receive, named)
-
-
 def install_problem_handlers(app: FastAPI, service: str | None = None) -> None:
     """Make every error of ``app`` an RFC 9457 problem body (never a bare 500); a 404 of
     the framework (no such path) names the ``service`` that answered."""
@@ -311,23 +291,40 @@ def install_problem_handlers(app: FastAPI, service: str | None = None) -> None:
 
 
 class BodySizeLimit:
-    """ASGI middleware: refuse request bodies over ``max_bytes`` with ``body-too-large``.
+    """ASGI middleware: refuse request bodies over ``max_bytes`` with ``body-too-large``,
+    and (with ``service``) name the service on every response (:data:`SERVICE_HEADER`).
 
     Checks ``Content-Length`` up front and counts streamed bytes (chunked
-    transfer), so an oversize body is never buffered whole.
+    transfer), so an oversize body is never buffered whole.  The two edge rules share
+    one layer: every request pays for each layer it passes.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, service: str | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.header = None if service is None else (SERVICE_HEADER.encode(), service.encode())
 
     def _too_large(self) -> Problem:
         return Problem("body-too-large", f"the request body exceeds {self.max_bytes} bytes")
+
+    def _named(self, send: Send) -> Send:
+        """``send``, adding the service's header to the response's start."""
+        header = self.header
+        if header is None:
+            return send
+
+        async def named(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), header]
+            await send(message)
+
+        return named
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        send = self._named(send)
         declared_all = True  # every byte of the body is declared by Content-Length
         length_seen = False
         for key, value in scope.get("headers", ()):
@@ -391,9 +388,7 @@ def install_edge(app: FastAPI, max_body_bytes: int, service: str | None = None) 
     """Problem handlers, the body size limit and (with ``service``) the service's name on
     every response of ``app``."""
     install_problem_handlers(app, service)
-    app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
-    if service is not None:
-        app.add_middleware(ServiceName, service=service)
+    app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes, service=service)
 
 
 def bearer_token(authorization: str | None) -> str | None:

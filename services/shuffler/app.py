@@ -68,6 +68,7 @@ from segshuffle.services.observability import (
     framework_telemetry_off,
     install_observability,
     problem_label,
+    without_idle_framework_layers,
 )
 from segshuffle.wire.models import (
     CampaignView,
@@ -476,6 +477,7 @@ def create_app(
                        is_client_route=route_matcher(CLIENT_ROUTES))
     install_edge(app, settings.max_body_bytes, "shuffler")
     install_observability(app, metrics, quiet_routes=USER_ROUTES)
+    without_idle_framework_layers(app)
     install_docs(app)
     app.state.counters = counters
     app.state.service = service
