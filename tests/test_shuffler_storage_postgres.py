@@ -384,3 +384,44 @@ def test_a_postgresql_database_setting_opens_this_backend(postgres_url: str) -> 
         assert isinstance(storage, PostgresStorage) and storage.ping()
     finally:
         storage.close()
+
+
+def test_the_loop_statements_answer_as_the_threaded_ones(postgres_url: str) -> None:
+    """The token lookup and the submission on the event loop's own pool (what the
+    shuffler uses once started) give what the synchronous calls give, refusals included;
+    before the pool is open, and after it is closed, they are refused, not run."""
+    import asyncio
+
+    from segshuffle.services.shuffler.storage_api import (
+        LoopStatements,
+        ReplayedCiphertextError,
+    )
+
+    async def scenario(storage: PostgresStorage) -> None:
+        assert isinstance(storage, LoopStatements) and not storage.async_ready
+        with pytest.raises(RuntimeError, match="open_async"):
+            await storage.token_campaign_async(b"t" * 32)
+        await storage.open_async()
+        assert storage.async_ready
+        try:
+            storage.add_token("c", b"t" * 32)
+            assert await storage.token_campaign_async(b"t" * 32) == "c"
+            assert await storage.token_campaign_async(b"u" * 32) is None
+            first = submission({"levels": 1})
+            assert await storage.submit_async("c", 1, b"t" * 32, first) == 1
+            with pytest.raises(AlreadySubmittedError):
+                await storage.submit_async("c", 1, b"t" * 32, submission({"levels": 1}))
+            with pytest.raises(ReplayedCiphertextError):
+                await storage.submit_async("c", 1, b"v" * 32, first)
+            assert storage.submit("c", 1, b"w" * 32, submission({"levels": 1})) == 2
+            storage.close_round("c", 1, minimum=1, batch_id="b", chunk_size=10,
+                                streams=["levels"])
+            with pytest.raises(RoundClosedError):
+                await storage.submit_async("c", 1, b"x" * 32, submission({"levels": 1}))
+            assert storage.participants("c", 1) == 2
+        finally:
+            await storage.close_async()
+        assert not storage.async_ready
+
+    with replica(postgres_url) as storage:
+        asyncio.run(scenario(storage))

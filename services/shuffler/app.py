@@ -452,6 +452,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await service.open()
         resumed = service.start()
         if settings.enrollment == "open":
             log.warning(OPEN_WARNING)

@@ -28,7 +28,7 @@ import hmac
 import math
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -98,21 +98,43 @@ class _TokenAuthentication:
 
     def _issued_for(self, campaign_id: str, digest: bytes) -> bool:
         """Whether the token hash ``digest`` is recorded for this campaign."""
-        issued_for = self._storage.token_campaign(digest)
-        return issued_for is not None and hmac.compare_digest(
-            issued_for.encode("utf-8"), campaign_id.encode("utf-8"))
+        return _same_campaign(self._storage.token_campaign(digest), campaign_id)
 
     def _already_enrolled(self, campaign_id: str, proposed: str | None) -> bool:
         """Whether the client's proposed token is already recorded for this campaign."""
         return proposed is not None and self._issued_for(campaign_id, token_hash(proposed))
 
     def authenticate(self, campaign_id: str, token: str) -> bytes:
-        if not token or len(token) > 256:
-            raise AuthenticationError("a user token is required")
-        digest = token_hash(token)
+        digest = _presented(token)
         if not self._issued_for(campaign_id, digest):
-            raise AuthenticationError("the user token is not valid for this campaign")
+            raise _not_valid()
         return digest
+
+    async def authenticate_async(self, campaign_id: str, token: str,
+                                 lookup: Callable[[bytes], Awaitable[str | None]]) -> bytes:
+        """:meth:`authenticate` with the token's campaign looked up by ``lookup`` (a
+        store's statement run on the event loop)."""
+        digest = _presented(token)
+        if not _same_campaign(await lookup(digest), campaign_id):
+            raise _not_valid()
+        return digest
+
+
+def _presented(token: str) -> bytes:
+    """The hash of a presented token; a missing or oversized one is refused unread."""
+    if not token or len(token) > 256:
+        raise AuthenticationError("a user token is required")
+    return token_hash(token)
+
+
+def _same_campaign(issued_for: str | None, campaign_id: str) -> bool:
+    """Whether a token issued for ``issued_for`` (``None``: unknown) is ``campaign_id``'s."""
+    return issued_for is not None and hmac.compare_digest(
+        issued_for.encode("utf-8"), campaign_id.encode("utf-8"))
+
+
+def _not_valid() -> AuthenticationError:
+    return AuthenticationError("the user token is not valid for this campaign")
 
 
 class OpenEnrollment(_TokenAuthentication):

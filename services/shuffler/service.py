@@ -35,6 +35,7 @@ from .storage_api import (
     OPEN,
     RELEASING,
     AlreadySubmittedError,
+    LoopStatements,
     NotEnoughParticipantsError,
     ReplayedCiphertextError,
     RoundClosedError,
@@ -111,16 +112,26 @@ class ShufflerService:
         self.statuses: SingleFlightCache[bytes] = SingleFlightCache(
             max_entries=settings.document_cache_entries, ttl=settings.campaign_cache_seconds)
         releaser.on_change = self.status_changed
+        self._loop_statements = storage if isinstance(storage, LoopStatements) else None
+        """The storage, if it can run per-request statements on the event loop (checked
+        once: a protocol check per request would cost as much as it saves)."""
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> int:
         """Resume unacknowledged releases; returns how many."""
         return self.releaser.resume_all()
 
+    async def open(self) -> None:
+        """Open the storage's event-loop connections, where it has them (PostgreSQL)."""
+        if self._loop_statements is not None:
+            await self._loop_statements.open_async()
+
     async def close(self) -> None:
         """Stop forwarding, close the server link and the storage."""
         await self.releaser.shutdown()
         await self.server.aclose()
+        if self._loop_statements is not None:
+            await self._loop_statements.close_async()
         self.storage.close()
 
     async def ready(self) -> None:
@@ -254,7 +265,7 @@ class ShufflerService:
         :meth:`submit` can use instead of looking it up again)."""
         view = await self.campaign_view(campaign_id)
         try:
-            participant = await self._storage_call(self.policy.authenticate, campaign_id, token)
+            participant = await self._authenticate(campaign_id, token)
             return bytes(participant), view
         except AuthenticationError as exc:
             if view.phase not in TERMINAL_PHASES:  # the cached view may predate the end
@@ -264,6 +275,21 @@ class ShufflerService:
                     f"campaign {campaign_id!r} has ended ({view.phase}): it takes no more "
                     "submissions", extra={"phase": view.phase}) from None
             raise unauthorized(str(exc)) from None
+
+    async def _authenticate(self, campaign_id: str, token: str) -> bytes:
+        """The participant key of ``token``: on the event loop where the store runs its
+        statements there and the policy can use it, else as a storage call."""
+        on_loop = self._on_loop()
+        authenticate_async = getattr(self.policy, "authenticate_async", None)
+        if on_loop is not None and authenticate_async is not None:
+            return bytes(await authenticate_async(campaign_id, token,
+                                                  on_loop.token_campaign_async))
+        return bytes(await self._storage_call(self.policy.authenticate, campaign_id, token))
+
+    def _on_loop(self) -> LoopStatements | None:
+        """The storage, if its statements can run on the event loop right now."""
+        storage = self._loop_statements
+        return storage if storage is not None and storage.async_ready else None
 
     async def submit(self, campaign_id: str, round_number: int, participant: bytes,
                      body: DecodedSubmission, *, view: CampaignView | None = None) -> None:
@@ -291,8 +317,7 @@ class ShufflerService:
                 )
             streams[DATA] = body.data
         try:
-            count = await self._storage_call(self._seal_and_store, campaign_id, round_number,
-                                             participant, streams)
+            count = await self._store(campaign_id, round_number, participant, streams)
         except AlreadySubmittedError as exc:
             raise errors.AlreadySubmittedError(str(exc)) from None
         except ReplayedCiphertextError as exc:
@@ -302,6 +327,24 @@ class ShufflerService:
         self.status_changed(campaign_id, round_number)
         if self.settings.auto_release and count >= self.settings.auto_release:
             await self._auto_release(view, round_number)
+
+    async def _store(self, campaign_id: str, round_number: int, participant: bytes,
+                     streams: dict[str, Sequence[bytes]]) -> int:
+        """Seal and store a submission; returns the round's participant count.  Where the
+        store runs statements on the event loop and the round's key is at hand, both
+        happen on the loop; otherwise in one storage call (one thread hop at most)."""
+        on_loop = self._on_loop()
+        if on_loop is not None:
+            try:
+                key = self.keys.get(campaign_id, round_number)
+            except RoundKeyMissingError:  # the round's first submission: see _seal_and_store
+                pass
+            else:
+                return await on_loop.submit_async(
+                    campaign_id, round_number, participant,
+                    seal_submission(key, campaign_id, round_number, streams))
+        return await self._storage_call(self._seal_and_store, campaign_id, round_number,
+                                        participant, streams)
 
     def _seal_and_store(self, campaign_id: str, round_number: int, participant: bytes,
                         streams: dict[str, Sequence[bytes]]) -> int:

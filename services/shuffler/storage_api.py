@@ -20,7 +20,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 OPEN = "open"
 RELEASING = "releasing"
@@ -250,4 +250,36 @@ class ShufflerStorage(Protocol):
 
     def drop_release_lease(self, campaign_id: str, round_number: int, owner: str) -> None:
         """``owner`` lets go of the lease (shutting down): anyone may take it at once."""
+        ...
+
+
+@runtime_checkable
+class LoopStatements(Protocol):
+    """A store whose per-request statements can also run on the event loop (PostgreSQL:
+    :meth:`.storage_postgres.PostgresStorage.open_async`); SQLite's run inline already.
+
+    The service uses them once :attr:`async_ready`, else the synchronous methods of
+    :class:`ShufflerStorage` in worker threads; both give the same answers.
+    """
+
+    @property
+    def async_ready(self) -> bool:
+        """Whether the loop's connections are open."""
+        ...
+
+    async def open_async(self) -> None:
+        """Open the loop's connections (the application's startup)."""
+        ...
+
+    async def close_async(self) -> None:
+        """Close them (the application's shutdown)."""
+        ...
+
+    async def token_campaign_async(self, token_hash: bytes) -> str | None:
+        """:meth:`ShufflerStorage.token_campaign` on the loop."""
+        ...
+
+    async def submit_async(self, campaign_id: str, round_number: int, token_hash: bytes,
+                           messages: Sequence[StoredMessage]) -> int:
+        """:meth:`ShufflerStorage.submit` on the loop."""
         ...

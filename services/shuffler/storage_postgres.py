@@ -221,6 +221,23 @@ _SUBMIT = ("SELECT shuffler_submit(%s, %s, %s, %s, %s, %b::text[], %b::bytea[], 
 _TOKEN_CAMPAIGN = "SELECT campaign_id FROM tokens WHERE token_hash = %s"
 
 
+def _replayed(round_number: int) -> ReplayedCiphertextError:
+    """A unique violation of ``pending``: one row key twice, so one ciphertext twice."""
+    return ReplayedCiphertextError(f"a ciphertext of this submission was already submitted "
+                                   f"in round {round_number}")
+
+
+def _submitted(row: tuple[Any, ...] | None, round_number: int) -> int:
+    """The participant count :data:`_SUBMIT` returned, or the refusal its code stands for."""
+    assert row is not None
+    count = int(row[0])
+    if count == _SUBMIT_CLOSED:
+        raise RoundClosedError(f"round {round_number} has already been released")
+    if count == _SUBMIT_DUPLICATE:
+        raise AlreadySubmittedError(f"this token has already submitted round {round_number}")
+    return count
+
+
 def _round_lock(campaign_id: str, round_number: int) -> str:
     """The advisory lock name of one round (shared by submissions, exclusive to closing)."""
     return f"shuffler:round:{campaign_id}:{round_number}"
@@ -294,6 +311,11 @@ class PostgresStorage(PostgresStore):
         row = self._fetch_one(_TOKEN_CAMPAIGN, (token_hash,))
         return None if row is None else str(row[0])
 
+    async def token_campaign_async(self, token_hash: bytes) -> str | None:
+        """:meth:`token_campaign` on the event loop (:meth:`open_async`)."""
+        row = await self._fetch_one_async(_TOKEN_CAMPAIGN, (token_hash,))
+        return None if row is None else str(row[0])
+
     # -- submissions -------------------------------------------------------------------
     def submit(self, campaign_id: str, round_number: int, token_hash: bytes,
                messages: Sequence[StoredMessage]) -> int:
@@ -307,22 +329,28 @@ class PostgresStorage(PostgresStore):
         whatever their number, and the count is incremented last.
         """
         try:
-            row = self._fetch_one(
-                _SUBMIT, (campaign_id, round_number, token_hash,
-                          _round_lock(campaign_id, round_number), self._lock_timeout_setting,
-                          [m.stream for m in messages], [m.row_key for m in messages],
-                          [m.sealed for m in messages]))
-        except pg_errors.UniqueViolation:  # one row key twice: one ciphertext twice
-            raise ReplayedCiphertextError(
-                f"a ciphertext of this submission was already submitted in round "
-                f"{round_number}") from None
-        assert row is not None
-        count = int(row[0])
-        if count == _SUBMIT_CLOSED:
-            raise RoundClosedError(f"round {round_number} has already been released")
-        if count == _SUBMIT_DUPLICATE:
-            raise AlreadySubmittedError(f"this token has already submitted round {round_number}")
-        return count
+            row = self._fetch_one(_SUBMIT, self._submit_parameters(
+                campaign_id, round_number, token_hash, messages))
+        except pg_errors.UniqueViolation:
+            raise _replayed(round_number) from None
+        return _submitted(row, round_number)
+
+    async def submit_async(self, campaign_id: str, round_number: int, token_hash: bytes,
+                           messages: Sequence[StoredMessage]) -> int:
+        """:meth:`submit` on the event loop (:meth:`open_async`)."""
+        try:
+            row = await self._fetch_one_async(_SUBMIT, self._submit_parameters(
+                campaign_id, round_number, token_hash, messages))
+        except pg_errors.UniqueViolation:
+            raise _replayed(round_number) from None
+        return _submitted(row, round_number)
+
+    def _submit_parameters(self, campaign_id: str, round_number: int, token_hash: bytes,
+                           messages: Sequence[StoredMessage]) -> tuple[Any, ...]:
+        """The arguments of :data:`_SUBMIT` for one submission."""
+        return (campaign_id, round_number, token_hash, _round_lock(campaign_id, round_number),
+                self._lock_timeout_setting, [m.stream for m in messages],
+                [m.row_key for m in messages], [m.sealed for m in messages])
 
     @staticmethod
     def _participants(db: psycopg.Connection[Any], campaign_id: str,
