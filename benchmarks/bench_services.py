@@ -334,7 +334,7 @@ def run_configuration(args: argparse.Namespace, database: str, users: int) -> di
                                                    mp_context=context) as pool:
         directory = Path(tmp)
         server_env: dict[str, str] = {}
-        shuffler_env: dict[str, str] = {}
+        shuffler_env: dict[str, str] = dict(args.shuffler_setting)
         if urls:
             server_env["SEGSHUFFLE_SERVER_DATABASE"] = urls["server"]
             shuffler_env["SEGSHUFFLE_SHUFFLER_DATABASE"] = urls["shuffler"]
@@ -557,6 +557,14 @@ def _list(kind: Callable[[str], Any]) -> Callable[[str], list[Any]]:
     return parse
 
 
+def _setting(text: str) -> tuple[str, str]:
+    """``name=value`` as the shuffler's environment variable and its value."""
+    name, equals, value = text.partition("=")
+    if not equals or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return "SEGSHUFFLE_SHUFFLER_" + name.strip().upper(), value
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bench_services.py",
                                      description=__doc__.splitlines()[0],
@@ -577,6 +585,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--slices", type=int, default=5,
                         help="measured slices per phase (at least 2000 requests each)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--shuffler-setting", action="append", default=[], metavar="NAME=VALUE",
+                        type=_setting,
+                        help="a shuffler setting for this run, e.g. synchronous=FULL "
+                             "(SEGSHUFFLE_SHUFFLER_ + NAME in upper case); repeatable")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object on one line of stdout")
     args = parser.parse_args(argv)

@@ -62,3 +62,17 @@ def test_flatness_compares_largest_and_smallest_user_counts() -> None:
     assert flat["sqlite"]["submission_cost_ratio"] == pytest.approx(1.5)
     assert flat["sqlite"]["get_cost_ratio"] == pytest.approx(1.0)
     assert bench_services.flatness({("sqlite", 10): results[("sqlite", 1000)]}) == {}
+
+
+def test_a_shuffler_setting_becomes_its_environment_variable() -> None:
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import bench_services
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    args = bench_services.parse_args(["--shuffler-setting", "synchronous=FULL",
+                                      "--shuffler-setting", " chunk_size =100"])
+    assert args.shuffler_setting == [("SEGSHUFFLE_SHUFFLER_SYNCHRONOUS", "FULL"),
+                                     ("SEGSHUFFLE_SHUFFLER_CHUNK_SIZE", "100")]
+    with pytest.raises(SystemExit):
+        bench_services.parse_args(["--shuffler-setting", "synchronous"])
