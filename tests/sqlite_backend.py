@@ -27,3 +27,10 @@ def rows(path: str | Path, query: str, *parameters: Any) -> list[tuple[Any, ...]
         return db.execute(query, parameters).fetchall()
     finally:
         db.close()
+
+
+def pending_messages(path: str | Path, campaign_id: str) -> int:
+    """Ciphertexts a shuffler's SQLite file holds for a campaign (every round and stream),
+    read without opening a second store on a file its running shuffler holds."""
+    ((count,),) = rows(path, "SELECT COUNT(*) FROM pending WHERE campaign_id = ?", campaign_id)
+    return int(count)

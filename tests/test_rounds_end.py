@@ -11,9 +11,10 @@ import httpx
 import pytest
 
 from segshuffle.client import CampaignEndedError, Client, ServiceError
-from segshuffle.services.shuffler.storage import Storage
 from segshuffle.testing.localstack import LocalStack
 from segshuffle.wire.models import b64url_encode
+
+from .sqlite_backend import pending_messages
 
 pytestmark = pytest.mark.slow  # both services as real processes
 
@@ -41,11 +42,8 @@ def _status(stack: LocalStack, cid: str, round_number: int) -> dict[str, object]
 
 
 def _stored(stack: LocalStack, cid: str) -> int:
-    storage = Storage(stack.database_path("shuffler"))
-    try:
-        return sum(storage.pending_count(cid, r, s) for r in (1, 2) for s in ("levels", "data"))
-    finally:
-        storage.close()
+    """Ciphertexts waiting in the running shuffler's file for the campaign."""
+    return pending_messages(stack.database_path("shuffler"), cid)
 
 
 def _keys(stack: LocalStack) -> list[Path]:

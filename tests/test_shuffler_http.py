@@ -12,9 +12,10 @@ import httpx
 import pytest
 
 from segshuffle.client import Client
-from segshuffle.services.shuffler.storage import Storage
 from segshuffle.testing.localstack import LocalStack
 from segshuffle.wire.models import CIPHERTEXT_B64_LENGTH, b64url_encode
+
+from .sqlite_backend import pending_messages
 
 pytestmark = pytest.mark.slow  # both services as real processes
 
@@ -42,13 +43,8 @@ def _status(stack: LocalStack, http: httpx.Client, round_number: int = 1) -> dic
 
 
 def _stored(stack: LocalStack, cid: str = CID) -> int:
-    """Ciphertexts waiting in the shuffler's storage for the campaign (every round, stream)."""
-    storage = Storage(stack.database_path("shuffler"))
-    try:
-        return sum(storage.pending_count(cid, round_number, stream)
-                   for round_number in (1, 2) for stream in ("levels", "data"))
-    finally:
-        storage.close()
+    """Ciphertexts waiting in the running shuffler's file for the campaign."""
+    return pending_messages(stack.database_path("shuffler"), cid)
 
 
 def _problem(response: httpx.Response, status: int, name: str) -> None:
