@@ -29,11 +29,14 @@ from .errors import ServiceError
 from .messages import SentRound1, SentRound2
 from .policy import ClientPolicy
 from .session import (
+    M,
     PublicCache,
+    Received,
     RetryPolicy,
     UserSession,
     network_error,
     parse,
+    receive,
     service_error,
 )
 from .tls import shared_context
@@ -166,28 +169,40 @@ class AsyncClient:
             waited += wait
         raise error
 
-    async def _get(self, model: type[Any], url: str, what: str, *, fresh: bool = False) -> Any:
-        """GET a public document, through the shared cache unless ``fresh``."""
-        if self.cache is not None and not fresh:
-            cached = self.cache.get(url)
-            if cached is not None:
-                return cached
-        value = parse(model, await self._request("GET", url, what), what)
+    async def _fetch(self, model: type[M], url: str, what: str, *,
+                     fresh: bool = False) -> Received[M]:
+        """GET a public document, through the shared cache unless ``fresh``; with the
+        digest of its bytes, which lets the session share verdicts on it."""
+        if self.cache is None or fresh:
+            return await self._download(model, url, what)
+        cached = self.cache.get(url)
+        if cached is not None:
+            return cached  # type: ignore[no-any-return]
+        return await self.cache.fetch_once(url, lambda: self._download(model, url, what))
+
+    async def _download(self, model: type[M], url: str, what: str) -> Received[M]:
+        """GET a public document (into the shared cache, if any)."""
+        value = receive(model, await self._request("GET", url, what), what)
         if self.cache is not None:
             self.cache.put(url, value)
         return value
 
+    async def _get(self, model: type[M], url: str, what: str, *, fresh: bool = False) -> M:
+        """:meth:`_fetch`'s document alone."""
+        return (await self._fetch(model, url, what, fresh=fresh)).value
+
     # -- API -----------------------------------------------------------------------------
-    async def _view(self, *, fresh: bool = False) -> CampaignView:
+    async def _view(self, *, fresh: bool = False) -> Received[CampaignView]:
         url = self.shuffler_url + self.session.campaign_path
-        return await self._get(CampaignView, url, "campaign", fresh=fresh)
+        return await self._fetch(CampaignView, url, "campaign", fresh=fresh)
 
     async def campaign(self) -> CampaignView:
         """Fetch the campaign view and key config, verify them, pin key id and config hash."""
         s = self.session
         view = await self._view()
-        hpke = await self._get(HpkeConfig, self.shuffler_url + s.campaign_path + "/hpke-config",
-                               "key config")
+        hpke = await self._fetch(HpkeConfig,
+                                 self.shuffler_url + s.campaign_path + "/hpke-config",
+                                 "key config")
         return s.accept_campaign(view, hpke)
 
     async def enroll(self, invitation: str | None = None) -> str:
@@ -229,7 +244,7 @@ class AsyncClient:
         if s.view is None:  # not fetched yet, or resumed from a saved state
             await self.campaign()
         view = await self._view()
-        if view.parameters is None:  # a cached view from before the publication
+        if view.value.parameters is None:  # a cached view from before the publication
             view = await self._view(fresh=True)
         parameters = s.accept_parameters(view)
         # The claimed round-1 n against the shuffler's own count (a status cached from
@@ -273,7 +288,7 @@ class AsyncClient:
         """
         deadline = time.monotonic() + timeout
         while True:
-            view = await self._view(fresh=True)
+            view = (await self._view(fresh=True)).value
             if self.session.reached(view, phase):
                 return view
             if time.monotonic() > deadline:

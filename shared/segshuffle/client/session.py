@@ -13,6 +13,7 @@ for the document.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import math
@@ -20,13 +21,14 @@ import numbers
 import re
 import secrets
 import time
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from segshuffle.core.randomness import as_source
 from segshuffle.crypto import PinnedKey, public_key_from_config
@@ -46,6 +48,7 @@ from segshuffle.wire.models import (
     RoundStatus,
 )
 
+from . import accountant
 from .errors import CampaignEndedError, ClientError, ServiceError, VerificationError
 from .messages import (
     SentRound1,
@@ -60,6 +63,7 @@ from .problems import PROBLEM_PREFIX as PROBLEM_PREFIX  # re-exported for existi
 from .problems import network_error as network_error
 from .problems import service_error as service_error
 from .retry import RetryPolicy as RetryPolicy  # re-exported for existing callers
+from .verdicts import VERDICTS
 from .verify import (
     verify_campaign,
     verify_parameters,
@@ -168,6 +172,10 @@ def phase_reached(view: CampaignView, phase: str) -> bool:
     return PHASE_ORDER[view.phase] >= PHASE_ORDER[phase]
 
 
+M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+
+
 class PublicCache:
     """A small shared cache of public documents (campaign view, key config, round status).
 
@@ -175,12 +183,16 @@ class PublicCache:
     cache or CDN would: the documents are public and the same for everyone, and
     every user still verifies what it gets.  Entries live ``ttl`` seconds; a
     client bypasses the cache when a cached document does not have what it needs
-    yet (e.g. parameters not published when it was fetched).
+    yet (e.g. parameters not published when it was fetched).  Asynchronous clients
+    that miss the same entry at once fetch it once (:meth:`fetch_once`), as a CDN
+    collapses concurrent requests for one document.
     """
 
     def __init__(self, ttl: float = 1.0) -> None:
         self.ttl = ttl
         self._entries: dict[str, tuple[float, Any]] = {}
+        self._pending: dict[tuple[asyncio.AbstractEventLoop, str],
+                            asyncio.Future[Any]] = {}
 
     def get(self, url: str) -> Any | None:
         entry = self._entries.get(url)
@@ -191,13 +203,73 @@ class PublicCache:
     def put(self, url: str, value: Any) -> None:
         self._entries[url] = (time.monotonic(), value)
 
+    async def fetch_once(self, url: str, fetch: Callable[[], Awaitable[T]]) -> T:
+        """``await fetch()``, or the outcome of the same fetch already in flight in this
+        event loop.
 
-def parse(model: type[Any], response: httpx.Response, what: str) -> Any:
+        Every user in flight misses an expired entry at the same moment (64 of them in
+        the benchmark, each downloading and parsing the same view); the first fetches it
+        and the others wait for its document.  If that fetch fails, the others fetch on
+        their own, with their own retries, as they would have without this.
+        """
+        key = (asyncio.get_running_loop(), url)
+        pending = self._pending.get(key)
+        if pending is not None:
+            shared = await asyncio.shield(pending)
+            return shared if shared is not None else await fetch()  # type: ignore[no-any-return]
+        future: asyncio.Future[Any] = key[0].create_future()
+        self._pending[key] = future
+        value: Any = None
+        try:
+            value = await fetch()
+            return value
+        finally:
+            del self._pending[key]
+            future.set_result(value)  # None: it failed (the waiters fetch themselves)
+
+
+@dataclass(frozen=True, eq=False)
+class Received(Generic[M]):
+    """A public document parsed from an answer, and the SHA-256 of the answer's exact body.
+
+    Only :func:`receive` makes one, from the same bytes, so equal digests mean equal
+    documents: the session then shares verdicts on them across the users of the process
+    (:mod:`.verdicts`).  A bare model (no digest) is always checked in full.
+    """
+
+    value: M
+    digest: bytes
+
+
+Document = M | Received[M]
+"""What a session's ``accept_*`` methods take: a model, or a :class:`Received` one."""
+
+
+def parse(model: type[M], response: httpx.Response, what: str) -> M:
+    """The answer's JSON body as a ``model`` (:class:`ServiceError` if it is not one)."""
     try:
         return model.model_validate(response.json())
     except (ValueError, ValidationError):
         raise ServiceError(f"{what}: the answer is not a valid {model.__name__}",
                            status=response.status_code) from None
+
+
+def receive(model: type[M], response: httpx.Response, what: str) -> Received[M]:
+    """:func:`parse`, with the digest of the body it parsed (:class:`Received`)."""
+    return Received(parse(model, response, what), hashlib.sha256(response.content).digest())
+
+
+def _unwrap(document: Document[M]) -> tuple[M, bytes | None]:
+    """(the model, the digest of its bytes or None when they are not known)."""
+    if isinstance(document, Received):
+        return document.value, document.digest
+    return document, None
+
+
+def _settle(key: Hashable | None, check: Callable[[], T]) -> T:
+    """``check()``, through the process's shared verdicts when ``key`` is known (a key
+    built from document digests; None when a document came without one)."""
+    return check() if key is None else VERDICTS.settle(key, check)
 
 
 class UserSession:
@@ -248,6 +320,7 @@ class UserSession:
         self.parameters: PublishedParameters | None = None
         self._names: dict[str, int] | None = None
         self._proposed_token: str | None = None
+        self._campaign_path: tuple[str, str] | None = None
 
     @property
     def min_fake_tolerance(self) -> float:
@@ -422,7 +495,13 @@ class UserSession:
     # -- paths ---------------------------------------------------------------------------
     @property
     def campaign_path(self) -> str:
-        return f"/v1/campaigns/{quote(self.campaign_id, safe='')}"
+        """``/v1/campaigns/{id}``, the id percent-encoded; kept while the id is the same (a
+        user asks for it several times per request it makes)."""
+        cached = self._campaign_path
+        if cached is None or cached[0] != self.campaign_id:
+            cached = self._campaign_path = (
+                self.campaign_id, f"/v1/campaigns/{quote(self.campaign_id, safe='')}")
+        return cached[1]
 
     def round_path(self, round_number: int) -> str:
         return f"{self.campaign_path}/rounds/{round_number}"
@@ -457,10 +536,22 @@ class UserSession:
         self.check_signatures(view)
         return phase_reached(view, phase)
 
-    def accept_campaign(self, view: CampaignView, hpke: HpkeConfig) -> CampaignView:
-        """Verify a fetched view; the first one pins the key id and configuration hash."""
-        key = verify_campaign(view, hpke, self.campaign_id, policy=self.policy,
-                              allow_insecure=self.allow_insecure)
+    def accept_campaign(self, view: Document[CampaignView],
+                        hpke: Document[HpkeConfig]) -> CampaignView:
+        """Verify a fetched view; the first one pins the key id and configuration hash.
+
+        With :class:`Received` documents the verdict of :func:`verify_campaign` (a pure
+        function of their bytes and this session's campaign id and policy) is shared
+        with the process's other users (:mod:`.verdicts`); the signatures and pins are
+        checked here every time."""
+        view, view_digest = _unwrap(view)
+        hpke, hpke_digest = _unwrap(hpke)
+        key = _settle(
+            None if view_digest is None or hpke_digest is None else (
+                "campaign", view_digest, hpke_digest, self.campaign_id, self.policy,
+                self.allow_insecure),
+            lambda: verify_campaign(view, hpke, self.campaign_id, policy=self.policy,
+                                    allow_insecure=self.allow_insecure))
         self.check_signatures(view)
         if self.expected_key_id is not None and key.key_id != self.expected_key_id:
             raise VerificationError(f"the campaign's key {key.key_id} is not the expected "
@@ -495,17 +586,27 @@ class UserSession:
         self.token = enrollment.token
         return self.token
 
-    def accept_parameters(self, view: CampaignView) -> PublishedParameters:
+    def accept_parameters(self, view: Document[CampaignView]) -> PublishedParameters:
+        """Verify the published parameters for this user's level (:func:`verify_parameters`
+        against the round-1 pins); with a :class:`Received` view its verdict is shared
+        with the process's users of the same level, pins and policy (:mod:`.verdicts`)."""
         if self.level_index is None:
             raise ClientError("no level chosen: submit_level() comes first")
         assert self.key is not None and self.config_hash is not None
+        view, digest = _unwrap(view)
         self.check_signatures(view, parameters=view.parameters is not None)
         self._check_level(view)
-        self.parameters = verify_parameters(
-            view, level_index=self.level_index, key_id=self.key.key_id,
-            config_hash=self.config_hash, policy=self.policy,
-            allow_insecure=self.allow_insecure,
-        )
+        level, key_id, config_hash = self.level_index, self.key.key_id, self.config_hash
+        _settle(
+            None if digest is None else (
+                "parameters", digest, level, key_id, config_hash, self.policy,
+                self.allow_insecure, accountant.accountant_name()),
+            lambda: verify_parameters(
+                view, level_index=level, key_id=key_id, config_hash=config_hash,
+                policy=self.policy, allow_insecure=self.allow_insecure))
+        # verify_parameters returns the view's own parameters: those of this view.
+        assert view.parameters is not None
+        self.parameters = view.parameters
         self.view = view
         return self.parameters
 

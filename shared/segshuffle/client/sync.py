@@ -47,11 +47,14 @@ from .errors import ServiceError
 from .messages import SentRound1, SentRound2
 from .policy import ClientPolicy
 from .session import (
+    M,
     PublicCache,
+    Received,
     RetryPolicy,
     UserSession,
     network_error,
     parse,
+    receive,
     service_error,
 )
 from .tls import shared_context
@@ -184,28 +187,34 @@ class Client:
             waited += wait
         raise error
 
-    def _get(self, model: type[Any], url: str, what: str, *, fresh: bool = False) -> Any:
-        """GET a public document, through the shared cache unless ``fresh``."""
+    def _fetch(self, model: type[M], url: str, what: str, *,
+               fresh: bool = False) -> Received[M]:
+        """GET a public document, through the shared cache unless ``fresh``; with the
+        digest of its bytes, which lets the session share verdicts on it."""
         if self.cache is not None and not fresh:
             cached = self.cache.get(url)
             if cached is not None:
-                return cached
-        value = parse(model, self._request("GET", url, what), what)
+                return cached  # type: ignore[no-any-return]
+        value = receive(model, self._request("GET", url, what), what)
         if self.cache is not None:
             self.cache.put(url, value)
         return value
 
+    def _get(self, model: type[M], url: str, what: str, *, fresh: bool = False) -> M:
+        """:meth:`_fetch`'s document alone."""
+        return self._fetch(model, url, what, fresh=fresh).value
+
     # -- API -----------------------------------------------------------------------------
-    def _view(self, *, fresh: bool = False) -> CampaignView:
+    def _view(self, *, fresh: bool = False) -> Received[CampaignView]:
         url = self.shuffler_url + self.session.campaign_path
-        return self._get(CampaignView, url, "campaign", fresh=fresh)
+        return self._fetch(CampaignView, url, "campaign", fresh=fresh)
 
     def campaign(self) -> CampaignView:
         """Fetch the campaign view and key config, verify them, pin key id and config hash."""
         s = self.session
         view = self._view()
-        hpke = self._get(HpkeConfig, self.shuffler_url + s.campaign_path + "/hpke-config",
-                         "key config")
+        hpke = self._fetch(HpkeConfig, self.shuffler_url + s.campaign_path + "/hpke-config",
+                           "key config")
         return s.accept_campaign(view, hpke)
 
     def enroll(self, invitation: str | None = None) -> str:
@@ -247,7 +256,7 @@ class Client:
         if s.view is None:  # not fetched yet, or resumed from a saved state
             self.campaign()
         view = self._view()
-        if view.parameters is None:  # a cached view from before the publication
+        if view.value.parameters is None:  # a cached view from before the publication
             view = self._view(fresh=True)
         parameters = s.accept_parameters(view)
         # The claimed round-1 n against the shuffler's own count (a status cached from
@@ -291,7 +300,7 @@ class Client:
         """
         deadline = time.monotonic() + timeout
         while True:
-            view = self._view(fresh=True)
+            view = self._view(fresh=True).value
             if self.session.reached(view, phase):
                 return view
             if time.monotonic() > deadline:
