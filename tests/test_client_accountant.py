@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from segshuffle.client import accountant
 from segshuffle.client.errors import VerificationError
 from segshuffle.client.verify import verify_parameters
-from segshuffle.crypto import key_config, private_key_from_bytes
 from segshuffle.wire.models import CampaignView
 
-VECTORS = json.loads((Path(__file__).resolve().parent.parent / "docs" / "test-vectors.json")
-                     .read_text("utf-8"))
+from .vector_documents import VECTORS, vector_view
 
 
 def test_a_light_install_tries_the_numpy_import_once_per_process(monkeypatch):
@@ -36,15 +31,10 @@ def test_a_light_install_tries_the_numpy_import_once_per_process(monkeypatch):
         accountant._default_name.cache_clear()
 
 
-def _accepted_view():
+def _accepted_view() -> tuple[CampaignView, str, str]:
     case = next(c for c in VECTORS["parameters"] if c["client_accepts"])
-    hpke = key_config(private_key_from_bytes(bytes.fromhex(VECTORS["hpke"][0]["private_key"])))
-    view = CampaignView.model_validate({
-        "id": case["config"]["id"], "phase": "round2", "config": case["config"],
-        "config_hash": case["config_hash"], "key_id": hpke.key_id,
-        "hpke_config": hpke.model_dump(mode="json"), "parameters": case["parameters"],
-        "parameters_hash": case["parameters_hash"]})
-    return view, hpke.key_id, case["config_hash"]
+    view = vector_view(case)
+    return view, view.key_id, case["config_hash"]
 
 
 def test_an_invalid_accountant_setting_is_not_blamed_on_the_parameters(monkeypatch):

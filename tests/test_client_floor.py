@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,12 +21,11 @@ from segshuffle.client.errors import ClientError, VerificationError
 from segshuffle.client.policy import ClientPolicy
 from segshuffle.client.session import PublicCache, Received, UserSession, receive
 from segshuffle.client.verdicts import VERDICTS, Verdicts
-from segshuffle.crypto import key_config, private_key_from_bytes
 from segshuffle.crypto.documents import sign_view
 from segshuffle.wire.models import CampaignView, HpkeConfig, b64url_encode
 
-VECTORS = json.loads((Path(__file__).resolve().parent.parent / "docs" / "test-vectors.json")
-                     .read_text("utf-8"))
+from .vector_documents import VECTORS, vector_key_config, vector_view
+
 SIGNING_KEY = Ed25519PrivateKey.generate()
 SERVER_KEY = b64url_encode(SIGNING_KEY.public_key().public_bytes(Encoding.Raw,
                                                                  PublicFormat.Raw))
@@ -36,12 +34,8 @@ SERVER_KEY = b64url_encode(SIGNING_KEY.public_key().public_bytes(Encoding.Raw,
 def _documents() -> tuple[dict[str, Any], dict[str, Any]]:
     """A signed round-2 view (JSON) that the default policy accepts, and its key config."""
     case = next(c for c in VECTORS["parameters"] if c["client_accepts"])
-    hpke = key_config(private_key_from_bytes(bytes.fromhex(VECTORS["hpke"][0]["private_key"])))
-    view = CampaignView.model_validate({
-        "id": case["config"]["id"], "phase": "round2", "config": case["config"],
-        "config_hash": case["config_hash"], "key_id": hpke.key_id,
-        "hpke_config": hpke.model_dump(mode="json"), "parameters": case["parameters"],
-        "parameters_hash": case["parameters_hash"]})
+    hpke = vector_key_config()
+    view = vector_view(case)
     signed = view.model_copy(update={"signatures": sign_view(SIGNING_KEY, view)})
     return signed.model_dump(mode="json"), hpke.model_dump(mode="json")
 

@@ -7,7 +7,6 @@ answers as before."""
 from __future__ import annotations
 
 import base64
-import json
 import secrets
 from pathlib import Path
 
@@ -15,7 +14,6 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from segshuffle.crypto import key_config, private_key_from_bytes
 from segshuffle.services import storage_calls
 from segshuffle.services.shuffler.app import create_app
 from segshuffle.services.shuffler.settings import Settings
@@ -23,20 +21,14 @@ from segshuffle.services.shuffler.upstream import ServerLink
 from segshuffle.wire.models import CIPHERTEXT_LENGTH
 
 from .postgres_support import postgres_url  # noqa: F401  (the fixture)
-
-VECTORS = json.loads((Path(__file__).resolve().parent.parent / "docs" / "test-vectors.json")
-                     .read_text("utf-8"))
+from .vector_documents import VECTORS, vector_key_config, vector_view
 
 
 def _view_documents() -> tuple[str, bytes, bytes]:
-    case = VECTORS["parameters"][0]
-    hpke = key_config(private_key_from_bytes(bytes.fromhex(VECTORS["hpke"][0]["private_key"])))
-    view = {"id": case["config"]["id"], "phase": "round1", "config": case["config"],
-            "config_hash": case["config_hash"], "key_id": hpke.key_id,
-            "hpke_config": hpke.model_dump(mode="json"), "parameters": None,
-            "parameters_hash": None}
-    return (view["id"], json.dumps(view).encode(),
-            json.dumps(hpke.model_dump(mode="json")).encode())
+    """A round-1 view of the vectors' first campaign and its key config, as the server
+    sends them."""
+    view = vector_view(VECTORS["parameters"][0], phase="round1")
+    return view.id, view.model_dump_json().encode(), vector_key_config().model_dump_json().encode()
 
 
 def _ciphertext() -> str:

@@ -28,8 +28,10 @@ from segshuffle.client import vectors
 from segshuffle.client.errors import VerificationError
 from segshuffle.client.verify import verify_parameters
 from segshuffle.core import accounting, rules
-from segshuffle.crypto import DecryptError, key_config, open_, private_key_from_bytes
-from segshuffle.wire.models import CampaignConfig, CampaignView, PublishedParameters
+from segshuffle.crypto import DecryptError, open_, private_key_from_bytes
+from segshuffle.wire.models import CampaignConfig, PublishedParameters
+
+from .vector_documents import vector_key_config, vector_view
 
 ROOT = Path(__file__).resolve().parent.parent
 VECTORS_PATH = ROOT / "docs" / "test-vectors.json"
@@ -186,12 +188,8 @@ def test_the_client_reaches_the_vectors_verdict(case, accountant, monkeypatch):
     """Whichever accountant the client has (segshuffle.client.accountant: the numpy one, or
     the standard-library port of a light install) it reaches every document's verdict."""
     monkeypatch.setenv("SEGSHUFFLE_ACCOUNTANT", accountant)
-    hpke = key_config(private_key_from_bytes(bytes.fromhex(VECTORS["hpke"][0]["private_key"])))
-    view = CampaignView.model_validate({
-        "id": case["config"]["id"], "phase": "round2", "config": case["config"],
-        "config_hash": case["config_hash"], "key_id": hpke.key_id,
-        "hpke_config": hpke.model_dump(mode="json"), "parameters": case["parameters"],
-        "parameters_hash": case["parameters_hash"]})
+    view = vector_view(case)
+    hpke = vector_key_config()
     for level_index in range(len(case["level_verdicts"])):
         if case["client_accepts"]:
             verify_parameters(view, level_index=level_index, key_id=hpke.key_id,
