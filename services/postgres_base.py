@@ -154,12 +154,14 @@ class PostgresStore:
         self.service = service
         self._pool_size = max(1, pool_size)
         self._connect_timeout = connect_timeout
-        self._lock_timeout = None if lock_timeout is None else lock_timeout_setting(lock_timeout)
+        self._lock_timeout_setting = (None if lock_timeout is None
+                                      else lock_timeout_setting(lock_timeout))
+        """``lock_timeout`` as the session setting every pooled connection gets."""
         self._async_pool: AsyncConnectionPool | None = None
         """The event loop's own pool (:meth:`open_async`), ``None`` until it is open."""
         configure: Callable[[psycopg.Connection[Any]], None] | None = None
-        if lock_timeout is not None:
-            setting = lock_timeout_setting(lock_timeout)
+        setting = self._lock_timeout_setting
+        if setting is not None:
 
             def configure(db: psycopg.Connection[Any]) -> None:
                 """Bound the lock waits of every statement of this (autocommit) session."""
@@ -201,7 +203,7 @@ class PostgresStore:
         """
         if self._async_pool is not None:
             return
-        setting = self._lock_timeout
+        setting = self._lock_timeout_setting
 
         async def configure(db: psycopg.AsyncConnection[Any]) -> None:
             if setting is not None:
@@ -270,7 +272,6 @@ class PostgresStore:
             return cursor.fetchone()
         finally:
             pool.putconn(db)
-
 
     async def _fetch_one_async(self, query: LiteralString,
                                params: Sequence[Any]) -> tuple[Any, ...] | None:

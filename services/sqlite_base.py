@@ -40,8 +40,7 @@ from .database import (
 )
 
 __all__ = ["CorruptDatabaseError", "DatabaseInUseError", "Migration", "SQLiteStore",
-           "SchemaVersionError",
-           "UnusableDatabaseError", "migrate", "open_database"]
+           "SchemaVersionError", "UnusableDatabaseError", "migrate", "open_database"]
 
 T = TypeVar("T")
 

@@ -115,6 +115,8 @@ class ShufflerService:
         self._loop_statements = storage if isinstance(storage, LoopStatements) else None
         """The storage, if it can run per-request statements on the event loop (checked
         once: a protocol check per request would cost as much as it saves)."""
+        self._authenticate_async = getattr(policy, "authenticate_async", None)
+        """The policy's token check with a lookup run on the loop, if it has one."""
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> int:
@@ -280,7 +282,7 @@ class ShufflerService:
         """The participant key of ``token``: on the event loop where the store runs its
         statements there and the policy can use it, else as a storage call."""
         on_loop = self._on_loop()
-        authenticate_async = getattr(self.policy, "authenticate_async", None)
+        authenticate_async = self._authenticate_async
         if on_loop is not None and authenticate_async is not None:
             return bytes(await authenticate_async(campaign_id, token,
                                                   on_loop.token_campaign_async))

@@ -74,7 +74,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 
-from ..postgres_base import PostgresMigration, PostgresStore, lock, lock_timeout_setting
+from ..postgres_base import PostgresMigration, PostgresStore, lock
 from .storage_api import (
     FAILED,
     RELEASED,
@@ -266,7 +266,6 @@ class PostgresStorage(PostgresStore):
         super().__init__(url, MIGRATIONS, service="shuffler", pool_size=pool_size,
                          lock_timeout=lock_timeout)
         self.lock_timeout = lock_timeout
-        self._lock_timeout_setting = lock_timeout_setting(lock_timeout)
 
     @property
     def call_threads(self) -> int:

@@ -41,9 +41,9 @@ from .storage_api import StoredMessage
 ROOT_KEY_BYTES = 32
 NONCE_BYTES = 12
 ROW_KEY_BYTES = 16
+"""Row keys are 128-bit, one AES block each (:func:`order_tags`)."""
 HMAC_BLOCK_BYTES = 64
 """SHA-256's block size, the width of HMAC's pads."""
-"""Row keys are 128-bit, one AES block each (:func:`order_tags`)."""
 _AAD_DOMAIN = b"segshuffle/v1/shuffler/at-rest\x00"
 
 
