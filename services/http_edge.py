@@ -96,12 +96,17 @@ def require_strict_json(raw: bytes) -> None:
         return  # not JSON: the model's parser says so
 
 
-def require_json_media(request: Request) -> None:
-    """``unsupported-media-type`` unless the body is declared as JSON (``application/json``
-    or ``*+json``; no ``Content-Type`` counts as JSON)."""
+def json_media(request: Request) -> bool:
+    """Whether the body is declared as JSON (``application/json`` or ``*+json``; no
+    ``Content-Type`` counts as JSON)."""
     declared = request.headers.get("content-type")
     media = (declared or "application/json").split(";")[0].strip().lower()
-    if media != "application/json" and not media.endswith("+json"):
+    return media == "application/json" or media.endswith("+json")
+
+
+def require_json_media(request: Request) -> None:
+    """``unsupported-media-type`` unless the body is declared as JSON (:func:`json_media`)."""
+    if not json_media(request):
         raise errors.UnsupportedMediaTypeError("the request body must be application/json")
 
 

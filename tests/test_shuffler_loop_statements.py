@@ -1,6 +1,6 @@
 """On PostgreSQL the shuffler runs a submission's statements on the event loop (issue 24):
-no worker-thread hand-off per request once the application has started, and the same
-answers as before."""
+no worker-thread hand-off per request once the application has started, one statement
+for a plain submission, and the same answers as before."""
 
 # ruff: noqa: F811  (the imported ``postgres_url`` fixture is a parameter of each test)
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import secrets
+import time
 from pathlib import Path
 
 import httpx
@@ -17,6 +18,7 @@ from fastapi.testclient import TestClient
 from segshuffle.services import storage_calls
 from segshuffle.services.shuffler.app import create_app
 from segshuffle.services.shuffler.settings import Settings
+from segshuffle.services.shuffler.storage_postgres import PostgresStorage
 from segshuffle.services.shuffler.upstream import ServerLink
 from segshuffle.wire.models import CIPHERTEXT_LENGTH
 
@@ -78,3 +80,76 @@ def test_submissions_run_on_the_event_loop_with_the_same_answers(
         assert handed_off == []
         status = client.get(f"/v1/campaigns/{campaign_id}/rounds/1").json()
         assert status["participants"] == 2
+
+
+def test_a_plain_submission_is_authenticated_and_stored_in_one_round_trip(
+        postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the round's key exists, a plain submission with a good token costs one
+    statement (the token check inside the submission's own), and every refusal answers as
+    in the usual order: a bad token ``unauthorized`` before any problem of the body, and
+    ``wrong-phase`` once the campaign has ended."""
+    phase = {"now": "round1"}
+    campaign_id = VECTORS["parameters"][0]["config"]["id"]
+    keys = vector_key_config().model_dump_json().encode()
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/hpke-config"):
+            body = keys
+        else:
+            body = vector_view(VECTORS["parameters"][0],
+                               phase=phase["now"]).model_dump_json().encode()
+        return httpx.Response(200, content=body, headers={"content-type": "application/json"})
+
+    settings = Settings(database=postgres_url, key_directory=str(tmp_path / "keys"),
+                        server_url="http://x", server_token="s" * 32, operator_token="o" * 32,
+                        enrollment="open", enroll_rate=0, submit_rate=0, read_rate=0)
+    link = ServerLink("http://x", "s" * 32, transport=httpx.MockTransport(upstream))
+    statements: list[str] = []
+    fetch_one = PostgresStorage._fetch_one_async
+
+    async def counted(self, query, parameters=()):  # type: ignore[no-untyped-def]
+        statements.append(str(query).split("(")[0])
+        return await fetch_one(self, query, parameters)
+
+    monkeypatch.setattr(PostgresStorage, "_fetch_one_async", counted)
+    with TestClient(create_app(settings, link=link), raise_server_exceptions=False) as client:
+        path = f"/v1/campaigns/{campaign_id}/rounds/1/submissions"
+        tokens = [client.post(f"/v1/campaigns/{campaign_id}/enrollments").json()["token"]
+                  for _ in range(3)]
+        bearer = [{"authorization": f"Bearer {token}"} for token in tokens]
+        stranger = {"authorization": "Bearer " + "x" * 43}
+        first = client.post(path, json={"level": _ciphertext()}, headers=bearer[0])
+        assert first.status_code == 201, first.text  # the round's key is made here
+
+        statements.clear()
+        second = client.post(path, json={"level": _ciphertext()}, headers=bearer[1])
+        assert second.status_code == 201, second.text
+        assert statements == ["SELECT shuffler_submit_as"]
+
+        statements.clear()
+        again = client.post(path, json={"level": _ciphertext()}, headers=bearer[1])
+        assert again.status_code == 409 and again.json()["type"].endswith(":already-submitted")
+        assert statements == ["SELECT shuffler_submit_as"]
+
+        unknown = client.post(path, json={"level": _ciphertext()}, headers=stranger)
+        assert unknown.status_code == 401, unknown.text
+        assert unknown.headers["www-authenticate"] == 'Bearer realm="shuffler"'
+        # a bad token takes precedence over whatever is wrong with the body
+        for body, media in ((b"{not json", "application/json"),
+                            (b'{"level": "short"}', "application/json"),
+                            (b'{"level": "x"}', "text/plain")):
+            answer = client.post(path, content=body,
+                                 headers={**stranger, "content-type": media})
+            assert answer.status_code == 401, (body, media, answer.text)
+        # a good token with a bad body: the body's problem, as before
+        bad = client.post(path, content=b"{not json", headers=bearer[2])
+        assert bad.status_code == 400 and bad.json()["type"].endswith(":malformed-body")
+
+        status = client.get(f"/v1/campaigns/{campaign_id}/rounds/1").json()
+        assert status["participants"] == 2
+
+        phase["now"] = "aborted"  # the cached view still says round 1
+        time.sleep(0.3)  # a refused token refreshes the view at most every 0.25 s
+        late = client.post(path, json={"level": _ciphertext()}, headers=stranger)
+        assert late.status_code == 409, late.text
+        assert late.json()["type"].endswith(":wrong-phase")

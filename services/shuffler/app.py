@@ -57,6 +57,7 @@ from segshuffle.services.http_edge import (
     document_problems,
     health_router,
     install_edge,
+    json_media,
     read_json,
     require_json_media,
     route_path,
@@ -266,7 +267,17 @@ async def submit(campaign_id: str, round_number: Round,
 async def _submit(campaign_id: str, round_number: int, token: str, request: Request,
                   service: ShufflerService) -> Response:
     """The submission endpoint, once the path, the rate limit and the token's form are
-    checked."""
+    checked.
+
+    A body in the plain form that every client sends may be authenticated and stored in
+    one storage statement (:meth:`ShufflerService.submit_as`, which says when); else,
+    and for anything unusual, the token is checked before the body is read, so a bad
+    token answers ``unauthorized`` before any problem of the body."""
+    if service.submits_as and json_media(request):
+        plain = decode_submission(await request.body(), round_number)
+        if plain is not None and await service.submit_as(campaign_id, round_number, token,
+                                                         plain):
+            return _accepted(request, campaign_id, round_number)
     # before the body is read; the view it was checked against serves the submission too
     participant, view = await service.authenticate_with_view(campaign_id, token)
     require_json_media(request)
@@ -275,6 +286,11 @@ async def _submit(campaign_id: str, round_number: int, token: str, request: Requ
         model = Round1Submission if round_number == 1 else Round2Submission
         body = decoded(await read_json(request, model))
     await service.submit(campaign_id, round_number, participant, body, view=view)
+    return _accepted(request, campaign_id, round_number)
+
+
+def _accepted(request: Request, campaign_id: str, round_number: int) -> Response:
+    """The answer to an accepted submission (counted)."""
     counters_of(request).submissions_of_round[round_number].inc()
     return Response(_receipt(campaign_id, round_number), status_code=201,
                     media_type="application/json")

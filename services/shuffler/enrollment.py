@@ -110,6 +110,13 @@ class _TokenAuthentication:
             raise _not_valid()
         return digest
 
+    def participant_of(self, token: str) -> bytes:
+        """The participant key ``token`` stands for if it was issued, unchecked: for a
+        store that makes :meth:`authenticate`'s check inside its submission statement
+        (:meth:`.storage_api.LoopStatements.submit_as_async`).  A missing or oversized
+        token is refused here, unread, as :meth:`authenticate` refuses it."""
+        return _presented(token)
+
     async def authenticate_async(self, campaign_id: str, token: str,
                                  lookup: Callable[[bytes], Awaitable[str | None]]) -> bytes:
         """:meth:`authenticate` with the token's campaign looked up by ``lookup`` (a

@@ -9,9 +9,10 @@ domain errors (:mod:`segshuffle.services.errors`).  Blocking storage calls run i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal, TypeVar
 
 from starlette.concurrency import run_in_threadpool
@@ -40,6 +41,7 @@ from .storage_api import (
     ReplayedCiphertextError,
     RoundClosedError,
     ShufflerStorage,
+    UnknownTokenError,
 )
 from .upstream import Document, ServerLink, UpstreamError
 from .vault import RoundKeyMissingError, RoundKeys, seal_submission
@@ -98,6 +100,41 @@ def unauthorized(detail: str) -> errors.UnauthorizedError:
     return errors.UnauthorizedError(detail, headers={"WWW-Authenticate": 'Bearer realm="shuffler"'})
 
 
+def _streams(view: CampaignView, round_number: int,
+             body: DecodedSubmission) -> dict[str, Sequence[bytes]]:
+    """The ciphertexts of a submission by stream, once the number of data messages is
+    checked against the published parameters (``wrong-submission-size`` if it does not
+    fit).  ``view`` is in the round's phase."""
+    streams: dict[str, Sequence[bytes]] = {LEVELS: (body.level,)}
+    if round_number == 2:
+        parameters = view.parameters
+        if parameters is None or body.data is None:  # pragma: no cover - by the phase
+            raise errors.WrongPhaseError("round-2 parameters are not published yet")
+        expected = parameters.messages_per_user
+        sent = len(body.data)
+        if (parameters.fixed_size and sent != expected) or sent > expected:
+            raise errors.WrongSubmissionSizeError(
+                f"round 2 takes {'exactly' if parameters.fixed_size else 'at most'} "
+                f"{expected} data messages, got {sent}",
+                extra={"expected": expected, "received": sent},
+            )
+        streams[DATA] = body.data
+    return streams
+
+
+@contextlib.contextmanager
+def _storage_refusals() -> Iterator[None]:
+    """The store's refusals of a submission as the client's problems."""
+    try:
+        yield
+    except AlreadySubmittedError as exc:
+        raise errors.AlreadySubmittedError(str(exc)) from None
+    except ReplayedCiphertextError as exc:
+        raise errors.ReplayedCiphertextError(str(exc)) from None
+    except RoundClosedError as exc:
+        raise errors.WrongPhaseError(str(exc)) from None
+
+
 class ShufflerService:
     """Enrollment, submissions, round status and release over storage and the server link."""
 
@@ -117,6 +154,12 @@ class ShufflerService:
         once: a protocol check per request would cost as much as it saves)."""
         self._authenticate_async = getattr(policy, "authenticate_async", None)
         """The policy's token check with a lookup run on the loop, if it has one."""
+        self._participant_of: Callable[[str], bytes] | None = getattr(
+            policy, "participant_of", None)
+        """The policy's participant key of a token, unchecked (:meth:`submit_as`), if its
+        tokens are the ones the store can check itself."""
+        self.submits_as = self._loop_statements is not None and self._participant_of is not None
+        """Whether :meth:`submit_as` can ever take a submission (else it is not tried)."""
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> int:
@@ -270,13 +313,20 @@ class ShufflerService:
             participant = await self._authenticate(campaign_id, token)
             return bytes(participant), view
         except AuthenticationError as exc:
-            if view.phase not in TERMINAL_PHASES:  # the cached view may predate the end
-                view = await self.campaign_view(campaign_id, fresh=True)
-            if view.phase in TERMINAL_PHASES:
-                raise errors.WrongPhaseError(
-                    f"campaign {campaign_id!r} has ended ({view.phase}): it takes no more "
-                    "submissions", extra={"phase": view.phase}) from None
-            raise unauthorized(str(exc)) from None
+            raise await self._token_refusal(campaign_id, view, str(exc)) from None
+
+    async def _token_refusal(self, campaign_id: str, view: CampaignView,
+                             detail: str) -> errors.DomainError:
+        """What a refused token answers: ``wrong-phase`` if the campaign has ended (tokens
+        are forgotten once round 2 is released, so a late user's token is unknown), else
+        ``unauthorized``.  The view is refreshed once unless it already shows the end."""
+        if view.phase not in TERMINAL_PHASES:  # the cached view may predate the end
+            view = await self.campaign_view(campaign_id, fresh=True)
+        if view.phase in TERMINAL_PHASES:
+            return errors.WrongPhaseError(
+                f"campaign {campaign_id!r} has ended ({view.phase}): it takes no more "
+                "submissions", extra={"phase": view.phase})
+        return unauthorized(detail)
 
     async def _authenticate(self, campaign_id: str, token: str) -> bytes:
         """The participant key of ``token``: on the event loop where the store runs its
@@ -304,29 +354,56 @@ class ShufflerService:
         does)."""
         if view is None or view.id != campaign_id or view.phase != PHASE_OF_ROUND[round_number]:
             view = await self.view_in_phase(campaign_id, round_number)
-        streams: dict[str, Sequence[bytes]] = {LEVELS: (body.level,)}
-        if round_number == 2:
-            parameters = view.parameters
-            if parameters is None or body.data is None:  # pragma: no cover - by the phase
-                raise errors.WrongPhaseError("round-2 parameters are not published yet")
-            expected = parameters.messages_per_user
-            sent = len(body.data)
-            if (parameters.fixed_size and sent != expected) or sent > expected:
-                raise errors.WrongSubmissionSizeError(
-                    f"round 2 takes {'exactly' if parameters.fixed_size else 'at most'} "
-                    f"{expected} data messages, got {sent}",
-                    extra={"expected": expected, "received": sent},
-                )
-            streams[DATA] = body.data
-        try:
+        streams = _streams(view, round_number, body)
+        with _storage_refusals():
             count = await self._store(campaign_id, round_number, participant, streams)
-        except AlreadySubmittedError as exc:
-            raise errors.AlreadySubmittedError(str(exc)) from None
-        except ReplayedCiphertextError as exc:
-            raise errors.ReplayedCiphertextError(str(exc)) from None
-        except RoundClosedError as exc:
-            raise errors.WrongPhaseError(str(exc)) from None
-        self.status_changed(campaign_id, round_number)
+        await self._stored(view, round_number, count)
+
+    async def submit_as(self, campaign_id: str, round_number: int, token: str,
+                        body: DecodedSubmission) -> bool:
+        """Authenticate ``token`` and store its submission in one storage statement, where
+        that gives the same answer as :meth:`authenticate` then :meth:`submit`; returns
+        False, having done nothing, where it might not.
+
+        The usual order checks the token first (one round trip to a PostgreSQL store),
+        then the body, then stores (a second round trip).  A store that runs statements
+        on the event loop can check the token inside the submission's own statement
+        (:meth:`.storage_api.LoopStatements.submit_as_async`).  That is only taken when
+        every check that does not need the token has passed: the body is in the plain
+        form (the caller's part), the cached view is in the round's phase, the number
+        of data messages fits and the round's key is at hand.  Then the only refusal
+        the token could have taken precedence over is the token's own, which the
+        statement makes first, and a refused token answers as :meth:`authenticate`
+        would.  Anything else (a body or phase problem, a token of the wrong form, the
+        round's first submission, SQLite) returns False for the usual order, which
+        answers a bad token with ``unauthorized`` before any body problem."""
+        on_loop = self._on_loop()
+        participant_of = self._participant_of
+        if on_loop is None or participant_of is None:
+            return False
+        view = await self.campaign_view(campaign_id)
+        if view.phase != PHASE_OF_ROUND[round_number]:
+            return False
+        try:
+            participant = participant_of(token)
+            streams = _streams(view, round_number, body)
+            key = self.keys.get(campaign_id, round_number)
+        except (AuthenticationError, errors.WrongSubmissionSizeError, RoundKeyMissingError):
+            return False
+        messages = seal_submission(key, campaign_id, round_number, streams)
+        try:
+            with _storage_refusals():
+                count = await on_loop.submit_as_async(campaign_id, round_number,
+                                                      participant, messages)
+        except UnknownTokenError as exc:
+            raise await self._token_refusal(campaign_id, view, str(exc)) from None
+        await self._stored(view, round_number, count)
+        return True
+
+    async def _stored(self, view: CampaignView, round_number: int, count: int) -> None:
+        """After a submission was stored: the round's status changed; release it if the
+        shuffler releases rounds by count and this one has reached it."""
+        self.status_changed(view.id, round_number)
         if self.settings.auto_release and count >= self.settings.auto_release:
             await self._auto_release(view, round_number)
 

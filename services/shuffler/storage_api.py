@@ -63,6 +63,11 @@ class InvitationUsedError(StorageError):
     """This invitation has already bought a token."""
 
 
+class UnknownTokenError(StorageError):
+    """The token hash is not recorded for the campaign (a store that checks a token inside
+    its submission statement: :meth:`LoopStatements.submit_as_async`)."""
+
+
 class RoundClosedError(StorageError):
     """The round has been released: no further submissions."""
 
@@ -282,4 +287,12 @@ class LoopStatements(Protocol):
     async def submit_async(self, campaign_id: str, round_number: int, token_hash: bytes,
                            messages: Sequence[StoredMessage]) -> int:
         """:meth:`ShufflerStorage.submit` on the loop."""
+        ...
+
+    async def submit_as_async(self, campaign_id: str, round_number: int, token_hash: bytes,
+                              messages: Sequence[StoredMessage]) -> int:
+        """:meth:`submit_async` whose statement first requires ``token_hash`` to be issued
+        for ``campaign_id`` (:meth:`token_campaign_async`'s check), raising
+        :class:`UnknownTokenError` having stored nothing if it is not: the token check
+        and the submission in one round trip."""
         ...

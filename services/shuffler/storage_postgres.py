@@ -88,6 +88,7 @@ from .storage_api import (
     RoundRecord,
     StoredMessage,
     TokenTakenError,
+    UnknownTokenError,
 )
 
 __all__ = ["MIGRATIONS", "PostgresStorage"]
@@ -155,6 +156,7 @@ CREATE TABLE release_leases (
 
 _SUBMIT_CLOSED = -1
 _SUBMIT_DUPLICATE = -2
+_SUBMIT_UNKNOWN_TOKEN = -3
 _SCHEMA_3 = f"""
 CREATE FUNCTION shuffler_submit(p_campaign TEXT, p_round BIGINT, p_token BYTEA,
                                 p_lock TEXT, p_lock_timeout TEXT, p_streams TEXT[],
@@ -191,12 +193,36 @@ statements each take a new snapshot (``READ COMMITTED``), so the closed check se
 participant count, or ``-1`` (the round is closed) or ``-2`` (the token has submitted),
 having stored nothing."""
 
+_SCHEMA_4 = f"""
+CREATE FUNCTION shuffler_submit_as(p_campaign TEXT, p_round BIGINT, p_token BYTEA,
+                                   p_lock TEXT, p_lock_timeout TEXT, p_streams TEXT[],
+                                   p_row_keys BYTEA[], p_ciphertexts BYTEA[])
+RETURNS BIGINT LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM tokens
+                   WHERE token_hash = p_token AND campaign_id = p_campaign) THEN
+        RETURN {_SUBMIT_UNKNOWN_TOKEN};
+    END IF;
+    RETURN shuffler_submit(p_campaign, p_round, p_token, p_lock, p_lock_timeout,
+                           p_streams, p_row_keys, p_ciphertexts);
+END
+$$;
+"""
+"""The token check and the submission in one statement
+(:meth:`PostgresStorage.submit_as_async`): ``-3`` and nothing stored unless the token
+hash was issued for the campaign, else whatever ``shuffler_submit`` answers.  The check
+is the one :data:`_TOKEN_CAMPAIGN` makes as a statement of its own, made before the
+round's lock as that one is; a token forgotten in between (round 2 released) meets the
+closed round's refusal under the lock, as it would after a separate check."""
+
 MIGRATIONS: tuple[PostgresMigration, ...] = (
     PostgresMigration(1, "tokens, used_invitations, participations, pending, rounds, "
                          "acknowledged", _SCHEMA_1),
     PostgresMigration(2, "release_leases: which replica forwards a releasing round",
                       _SCHEMA_2),
     PostgresMigration(3, "shuffler_submit(): a submission in one statement", _SCHEMA_3),
+    PostgresMigration(4, "shuffler_submit_as(): the token check and a submission in one "
+                         "statement", _SCHEMA_4),
 )
 """The shuffler's PostgreSQL schema, in order (:mod:`segshuffle.services.postgres_base`);
 append only.  Version 1 is the SQLite schema at its version 4."""
@@ -217,6 +243,8 @@ transaction that committed; a racing one is waited for).  A token hash already r
 fails the whole statement, so the invitation stays unused."""
 
 _SUBMIT = ("SELECT shuffler_submit(%s, %s, %s, %s, %s, %b::text[], %b::bytea[], %b::bytea[])")
+_SUBMIT_AS = ("SELECT shuffler_submit_as(%s, %s, %s, %s, %s, %b::text[], %b::bytea[], "
+              "%b::bytea[])")
 
 _TOKEN_CAMPAIGN = "SELECT campaign_id FROM tokens WHERE token_hash = %s"
 
@@ -235,6 +263,8 @@ def _submitted(row: tuple[Any, ...] | None, round_number: int) -> int:
         raise RoundClosedError(f"round {round_number} has already been released")
     if count == _SUBMIT_DUPLICATE:
         raise AlreadySubmittedError(f"this token has already submitted round {round_number}")
+    if count == _SUBMIT_UNKNOWN_TOKEN:
+        raise UnknownTokenError("the user token is not valid for this campaign")
     return count
 
 
@@ -339,6 +369,19 @@ class PostgresStorage(PostgresStore):
         """:meth:`submit` on the event loop (:meth:`open_async`)."""
         try:
             row = await self._fetch_one_async(_SUBMIT, self._submit_parameters(
+                campaign_id, round_number, token_hash, messages))
+        except pg_errors.UniqueViolation:
+            raise _replayed(round_number) from None
+        return _submitted(row, round_number)
+
+    async def submit_as_async(self, campaign_id: str, round_number: int, token_hash: bytes,
+                              messages: Sequence[StoredMessage]) -> int:
+        """:meth:`submit_async` for a token not checked yet: one round trip
+        (:data:`_SCHEMA_4`) that first requires ``token_hash`` to be issued for the
+        campaign (:class:`UnknownTokenError`, nothing stored, if it is not), then
+        submits as :meth:`submit` does."""
+        try:
+            row = await self._fetch_one_async(_SUBMIT_AS, self._submit_parameters(
                 campaign_id, round_number, token_hash, messages))
         except pg_errors.UniqueViolation:
             raise _replayed(round_number) from None
