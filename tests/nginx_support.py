@@ -21,6 +21,9 @@ from pathlib import Path
 import pytest
 
 STARTUP_SECONDS = 20.0
+REPO = Path(__file__).resolve().parents[1]
+SCALE = REPO / "deploy" / "scale"
+TLS = REPO / "deploy" / "tls"
 
 
 def nginx_binary() -> str:
@@ -92,3 +95,56 @@ def running_nginx(conf: Path, state: Path, ports: Sequence[int]) -> Iterator[Non
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=10)
+
+
+def render_balancer(state: Path, *, servers: list[int], shufflers: list[int],
+                    server_port: int, shuffler_port: int) -> Path:
+    """deploy/scale/nginx.conf and its two site files rendered into ``state``: upstreams on
+    127.0.0.1 at ``servers`` and ``shufflers``, listening on ``server_port`` and
+    ``shuffler_port``, pid file and temporary paths in ``state``.  Returns the main file."""
+    sites = state / "sites"
+    sites.mkdir(parents=True)
+    (state / "nginx.conf").write_text(substitute((SCALE / "nginx.conf").read_text(), {
+        "user www-data;": "user root root;" if os.geteuid() == 0 else "",
+        "pid /tmp/nginx.pid;": f"pid {state}/nginx.pid;",
+        "/tmp/nginx-": f"{state}/nginx-",
+        "include /etc/nginx/segshuffle/*.conf;": f"include {sites}/*.conf;",
+    }, "nginx.conf"))
+    for name, ports, listen, default in (("server", servers, server_port, 8080),
+                                         ("shuffler", shufflers, shuffler_port, 8081)):
+        replacements = {f"server {name}-{i + 1}:{default} ": f"server 127.0.0.1:{port} "
+                        for i, port in enumerate(ports)}
+        replacements[f"listen {default};"] = f"listen 127.0.0.1:{listen};"
+        text = substitute((SCALE / f"{name}.conf").read_text(), replacements,
+                           f"{name}.conf")
+        (sites / f"{name}.conf").write_text(text)
+    return state / "nginx.conf"
+
+
+def render_proxy(state: Path, certs: Path, *, server: int, shuffler: int, server_tls: int,
+                 shuffler_tls: int) -> Path:
+    """deploy/tls/nginx.conf and its two site files, rendered into ``state`` for a proxy on
+    loopback: upstreams 127.0.0.1:``server`` and :``shuffler``, TLS on ``server_tls`` and
+    ``shuffler_tls``, certificates from ``certs``, pid file and temporary paths in
+    ``state``.  Returns the main configuration file."""
+    sites = state / "sites"
+    sites.mkdir(parents=True)
+    main_conf = substitute((TLS / "nginx.conf").read_text(), {
+        # workers as the test's own user (a non-root master ignores the directive)
+        "user www-data;": "user root root;" if os.geteuid() == 0 else "",
+        "pid /tmp/nginx.pid;": f"pid {state}/nginx.pid;",
+        "/tmp/nginx-": f"{state}/nginx-",
+        "include /etc/nginx/segshuffle/*.conf;": f"include {sites}/*.conf;",
+    }, "nginx.conf")
+    (state / "nginx.conf").write_text(main_conf)
+    for name, upstream, port, tls_port in (("server", "server:8080", server, server_tls),
+                                           ("shuffler", "shuffler:8081", shuffler,
+                                            shuffler_tls)):
+        listen = "listen 8443 ssl;" if name == "server" else "listen 8444 ssl;"
+        text = substitute((TLS / f"{name}.conf").read_text(), {
+            f"server {upstream};": f"server 127.0.0.1:{port};",
+            listen: f"listen 127.0.0.1:{tls_port} ssl;",
+            "/etc/segshuffle/tls/": f"{certs}/",
+        }, f"{name}.conf")
+        (sites / f"{name}.conf").write_text(text)
+    return state / "nginx.conf"

@@ -24,7 +24,6 @@ except under ``CI=true``, where they are failures.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import threading
 import time
@@ -40,14 +39,12 @@ from segshuffle.testing.localstack import LocalStack
 from segshuffle.testing.operator import OperatorClient
 from segshuffle.testing.population import Population
 
-from .nginx_support import free_ports, nginx_binary, running_nginx, substitute
+from .nginx_support import free_ports, nginx_binary, render_balancer, running_nginx
 from .postgres_support import fresh_database
 from .test_e2e_support import decoded_counts
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
-SCALE = REPO / "deploy" / "scale"
 USERS = 320
 ADDRESSES = 8
 """The users connect from 127.0.0.1 ... 127.0.0.8, ``USERS / ADDRESSES`` from each."""
@@ -55,30 +52,6 @@ LEASE_SECONDS = 3.0
 TAKEOVER_BOUND = 30.0
 """Seconds within which a killed forwarder's round must be released by another replica."""
 CHUNK_SIZE = 2
-
-
-def render_balancer(state: Path, *, servers: list[int], shufflers: list[int],
-                    server_port: int, shuffler_port: int) -> Path:
-    """deploy/scale/nginx.conf and its two site files rendered into ``state``: upstreams on
-    127.0.0.1 at ``servers`` and ``shufflers``, listening on ``server_port`` and
-    ``shuffler_port``, pid file and temporary paths in ``state``.  Returns the main file."""
-    sites = state / "sites"
-    sites.mkdir(parents=True)
-    (state / "nginx.conf").write_text(substitute((SCALE / "nginx.conf").read_text(), {
-        "user www-data;": "user root root;" if os.geteuid() == 0 else "",
-        "pid /tmp/nginx.pid;": f"pid {state}/nginx.pid;",
-        "/tmp/nginx-": f"{state}/nginx-",
-        "include /etc/nginx/segshuffle/*.conf;": f"include {sites}/*.conf;",
-    }, "nginx.conf"))
-    for name, ports, listen, default in (("server", servers, server_port, 8080),
-                                         ("shuffler", shufflers, shuffler_port, 8081)):
-        replacements = {f"server {name}-{i + 1}:{default} ": f"server 127.0.0.1:{port} "
-                        for i, port in enumerate(ports)}
-        replacements[f"listen {default};"] = f"listen 127.0.0.1:{listen};"
-        text = substitute((SCALE / f"{name}.conf").read_text(), replacements,
-                           f"{name}.conf")
-        (sites / f"{name}.conf").write_text(text)
-    return state / "nginx.conf"
 
 
 @dataclass

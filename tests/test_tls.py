@@ -38,7 +38,7 @@ from segshuffle.services.shuffler.upstream import ServerLink
 from segshuffle.testing.localstack import LocalStack
 from segshuffle.testing.operator import OperatorClient
 
-from .nginx_support import free_ports, nginx_binary, running_nginx, substitute
+from .nginx_support import free_ports, nginx_binary, render_proxy, running_nginx
 
 REPO = Path(__file__).resolve().parents[1]
 TLS = REPO / "deploy" / "tls"
@@ -118,12 +118,6 @@ def test_shuffler_refuses_to_start_with_a_missing_server_ca_file(tmp_path: Path)
 # --- slow: a campaign through a real nginx ------------------------------------------------
 
 
-
-
-
-
-
-
 @dataclass(frozen=True)
 class Proxy:
     """Where the rendered proxy listens, and the CA that signed its certificates."""
@@ -139,37 +133,6 @@ class Proxy:
     @property
     def shuffler_url(self) -> str:
         return f"https://localhost:{self.shuffler_port}"
-
-
-def render_proxy(state: Path, certs: Path, *, server: int, shuffler: int, server_tls: int,
-                 shuffler_tls: int) -> Path:
-    """deploy/tls/nginx.conf and its two site files, rendered into ``state`` for a proxy on
-    loopback: upstreams 127.0.0.1:``server`` and :``shuffler``, TLS on ``server_tls`` and
-    ``shuffler_tls``, certificates from ``certs``, pid file and temporary paths in
-    ``state``.  Returns the main configuration file."""
-    sites = state / "sites"
-    sites.mkdir(parents=True)
-    main_conf = substitute((TLS / "nginx.conf").read_text(), {
-        # workers as the test's own user (a non-root master ignores the directive)
-        "user www-data;": "user root root;" if os.geteuid() == 0 else "",
-        "pid /tmp/nginx.pid;": f"pid {state}/nginx.pid;",
-        "/tmp/nginx-": f"{state}/nginx-",
-        "include /etc/nginx/segshuffle/*.conf;": f"include {sites}/*.conf;",
-    }, "nginx.conf")
-    (state / "nginx.conf").write_text(main_conf)
-    for name, upstream, port, tls_port in (("server", "server:8080", server, server_tls),
-                                           ("shuffler", "shuffler:8081", shuffler,
-                                            shuffler_tls)):
-        listen = "listen 8443 ssl;" if name == "server" else "listen 8444 ssl;"
-        text = substitute((TLS / f"{name}.conf").read_text(), {
-            f"server {upstream};": f"server 127.0.0.1:{port};",
-            listen: f"listen 127.0.0.1:{tls_port} ssl;",
-            "/etc/segshuffle/tls/": f"{certs}/",
-        }, f"{name}.conf")
-        (sites / f"{name}.conf").write_text(text)
-    return state / "nginx.conf"
-
-
 
 
 @pytest.fixture
