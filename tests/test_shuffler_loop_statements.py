@@ -1,6 +1,6 @@
 """On PostgreSQL the shuffler runs a submission's statements on the event loop (issue 24):
-no worker-thread hand-off per request once the application has started, one statement
-for a plain submission, and the same answers as before."""
+no worker-thread hand-off per submission or enrollment once the application has started,
+one statement for a plain submission, and the same answers as before."""
 
 # ruff: noqa: F811  (the imported ``postgres_url`` fixture is a parameter of each test)
 
@@ -15,6 +15,12 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from segshuffle.crypto.invitations import (
+    generate_issuer_key,
+    new_invitation,
+    public_key_text,
+    sign_invitation,
+)
 from segshuffle.services import storage_calls
 from segshuffle.services.shuffler.app import create_app
 from segshuffle.services.shuffler.settings import Settings
@@ -153,3 +159,57 @@ def test_a_plain_submission_is_authenticated_and_stored_in_one_round_trip(
         late = client.post(path, json={"level": _ciphertext()}, headers=stranger)
         assert late.status_code == 409, late.text
         assert late.json()["type"].endswith(":wrong-phase")
+
+
+def test_enrollments_run_on_the_event_loop_with_the_same_answers(
+        postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With invitations, after startup an enrollment makes no worker-thread hand-off (the
+    purge of expired invitations, the token recorded and a repeated request recognised
+    all run on the loop), and every answer is the thread path's."""
+    campaign_id, view, keys = _view_documents()
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        body = keys if request.url.path.endswith("/hpke-config") else view
+        return httpx.Response(200, content=body, headers={"content-type": "application/json"})
+
+    issuer = generate_issuer_key()
+    settings = Settings(database=postgres_url, key_directory=str(tmp_path / "keys"),
+                        server_url="http://x", server_token="s" * 32, operator_token="o" * 32,
+                        invitation_keys=public_key_text(issuer), enroll_rate=0,
+                        submit_rate=0, read_rate=0)
+    link = ServerLink("http://x", "s" * 32, transport=httpx.MockTransport(upstream))
+    handed_off: list[str] = []
+    in_thread = storage_calls.in_thread
+
+    async def counted(function, *args, **kwargs):  # type: ignore[no-untyped-def]
+        handed_off.append(getattr(function, "__name__", repr(function)))
+        return await in_thread(function, *args, **kwargs)
+
+    monkeypatch.setattr(storage_calls, "in_thread", counted)
+    expires = int(time.time()) + 3600
+
+    def invitation(campaign: str = campaign_id) -> str:
+        return sign_invitation(new_invitation(campaign, expires), issuer)
+
+    with TestClient(create_app(settings, link=link), raise_server_exceptions=False) as client:
+        path = f"/v1/campaigns/{campaign_id}/enrollments"
+        handed_off.clear()
+        first, proposed = invitation(), _ciphertext()[:43]
+        answers = [client.post(path, json={"invitation": first, "token": proposed}),
+                   client.post(path, json={"invitation": first, "token": proposed}),
+                   client.post(path, json={"invitation": first}),
+                   client.post(path, json={"invitation": invitation("another-campaign")}),
+                   client.post(path, json={}),
+                   client.post(path, json={"invitation": invitation(), "token": proposed})]
+        assert [a.status_code for a in answers] == [201, 201, 403, 403, 401, 409], \
+            [a.text for a in answers]
+        assert answers[0].json()["token"] == answers[1].json()["token"] == proposed
+        assert answers[2].json()["type"].endswith(":invitation-used")
+        assert answers[3].json()["type"].endswith(":invitation-wrong-campaign")
+        assert answers[4].json()["type"].endswith(":invitation-required")
+        assert answers[5].json()["type"].endswith(":conflict")
+        assert handed_off == []
+        submitted = client.post(f"/v1/campaigns/{campaign_id}/rounds/1/submissions",
+                                json={"level": _ciphertext()},
+                                headers={"authorization": f"Bearer {proposed}"})
+        assert submitted.status_code == 201, submitted.text

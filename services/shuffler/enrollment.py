@@ -34,12 +34,13 @@ from typing import Protocol
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from segshuffle.crypto.invitations import (
+    Invitation,
     InvitationError,
     invitation_digest,
     verify_invitation,
 )
 
-from .storage_api import InvitationUsedError, ShufflerStorage, TokenTakenError
+from .storage_api import InvitationUsedError, LoopStatements, ShufflerStorage, TokenTakenError
 
 TOKEN_BYTES = 32
 _HASH_DOMAIN = b"segshuffle/v1/user-token\x00"
@@ -187,29 +188,71 @@ class InvitationEnrollment(_TokenAuthentication):
     def enroll(self, campaign_id: str, credential: str | None,
                proposed: str | None = None) -> str:
         now = self._clock()
-        if now - self._purged_at >= PURGE_INTERVAL:
-            self._purged_at = now
+        if self._purge_due(now):
             self._storage.forget_expired_invitations(now - self._skew)
-        if not credential:
-            raise EnrollmentRefusedError(
-                "required", "an invitation is required to enroll (body {\"invitation\": ...})")
-        try:
-            invitation = verify_invitation(credential, self._issuers, campaign_id, now,
-                                           self._skew)
-        except InvitationError as exc:
-            raise EnrollmentRefusedError(exc.reason, str(exc)) from None
+        invitation = self._admitted(campaign_id, credential, now)
         token = proposed or new_token()
         try:
             self._storage.add_token_for_invitation(campaign_id, token_hash(token),
                                                    invitation_digest(invitation),
                                                    invitation.expires)
         except InvitationUsedError as exc:
-            # The same request again (its first answer lost): the proposed token is
-            # already this campaign's, so the invitation bought it.  Anyone else holding
-            # the invitation cannot know that token.
             if self._already_enrolled(campaign_id, proposed):
                 return token
-            raise EnrollmentRefusedError("used", str(exc)) from None
+            raise _used(exc) from None
         except TokenTakenError:
-            raise EnrollmentRefusedError("token", "this token is already enrolled") from None
+            raise _token_taken() from None
         return token
+
+    async def enroll_async(self, campaign_id: str, credential: str | None,
+                           proposed: str | None, statements: LoopStatements) -> str:
+        """:meth:`enroll` with every statement (the purge, the token recorded, a repeated
+        request recognised) run on the event loop by ``statements``."""
+        now = self._clock()
+        if self._purge_due(now):
+            await statements.forget_expired_invitations_async(now - self._skew)
+        invitation = self._admitted(campaign_id, credential, now)
+        token = proposed or new_token()
+        try:
+            await statements.add_token_for_invitation_async(
+                campaign_id, token_hash(token), invitation_digest(invitation),
+                invitation.expires)
+        except InvitationUsedError as exc:
+            if proposed is not None and _same_campaign(
+                    await statements.token_campaign_async(token_hash(proposed)), campaign_id):
+                return token
+            raise _used(exc) from None
+        except TokenTakenError:
+            raise _token_taken() from None
+        return token
+
+    def _purge_due(self, now: float) -> bool:
+        """Whether this enrollment also purges the expired invitations (once per
+        :data:`PURGE_INTERVAL`); marks it done."""
+        if now - self._purged_at < PURGE_INTERVAL:
+            return False
+        self._purged_at = now
+        return True
+
+    def _admitted(self, campaign_id: str, credential: str | None,
+                  now: float) -> Invitation:
+        """The presented invitation, verified for this campaign at ``now``; refused with
+        the reason otherwise.  Whether it was used is the store's to say."""
+        if not credential:
+            raise EnrollmentRefusedError(
+                "required", "an invitation is required to enroll (body {\"invitation\": ...})")
+        try:
+            return verify_invitation(credential, self._issuers, campaign_id, now, self._skew)
+        except InvitationError as exc:
+            raise EnrollmentRefusedError(exc.reason, str(exc)) from None
+
+
+def _used(exc: InvitationUsedError) -> EnrollmentRefusedError:
+    """A used invitation presented again, not by the request that used it: the same
+    request repeated (its first answer lost) proposes the token the invitation bought,
+    which nobody else holding the invitation can know."""
+    return EnrollmentRefusedError("used", str(exc))
+
+
+def _token_taken() -> EnrollmentRefusedError:
+    return EnrollmentRefusedError("token", "this token is already enrolled")

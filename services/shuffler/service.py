@@ -154,6 +154,8 @@ class ShufflerService:
         once: a protocol check per request would cost as much as it saves)."""
         self._authenticate_async = getattr(policy, "authenticate_async", None)
         """The policy's token check with a lookup run on the loop, if it has one."""
+        self._enroll_async = getattr(policy, "enroll_async", None)
+        """The policy's enrollment with its statements run on the loop, if it has one."""
         self._participant_of: Callable[[str], bytes] | None = getattr(
             policy, "participant_of", None)
         """The policy's participant key of a token, unchecked (:meth:`submit_as`), if its
@@ -287,13 +289,23 @@ class ShufflerService:
             raise errors.WrongPhaseError(f"campaign {campaign_id!r} has ended ({view.phase})",
                                          extra={"phase": view.phase})
         try:
-            return str(await self._storage_call(self.policy.enroll, campaign_id, invitation,
-                                                proposed))
+            return await self._enroll(campaign_id, invitation, proposed)
         except EnrollmentRefusedError as exc:
             error = REFUSALS.get(exc.reason, errors.ForbiddenError)
             headers = {"WWW-Authenticate": 'Invitation realm="shuffler"'} \
                 if exc.reason == "required" else None
             raise error(str(exc), headers=headers) from None
+
+    async def _enroll(self, campaign_id: str, invitation: str | None,
+                      proposed: str | None) -> str:
+        """The policy's token: on the event loop where the store runs its statements there
+        and the policy can use them, else as a storage call."""
+        on_loop = self._on_loop()
+        enroll_async = self._enroll_async
+        if on_loop is not None and enroll_async is not None:
+            return str(await enroll_async(campaign_id, invitation, proposed, on_loop))
+        return str(await self._storage_call(self.policy.enroll, campaign_id, invitation,
+                                            proposed))
 
     async def authenticate(self, campaign_id: str, token: str) -> bytes:
         """The participant key of a user token for the campaign (before any body is read).

@@ -284,6 +284,15 @@ class LoopStatements(Protocol):
         """:meth:`ShufflerStorage.token_campaign` on the loop."""
         ...
 
+    async def add_token_for_invitation_async(self, campaign_id: str, token_hash: bytes,
+                                             invitation_hash: bytes, expires: int) -> None:
+        """:meth:`ShufflerStorage.add_token_for_invitation` on the loop."""
+        ...
+
+    async def forget_expired_invitations_async(self, before: float) -> int:
+        """:meth:`ShufflerStorage.forget_expired_invitations` on the loop."""
+        ...
+
     async def submit_async(self, campaign_id: str, round_number: int, token_hash: bytes,
                            messages: Sequence[StoredMessage]) -> int:
         """:meth:`ShufflerStorage.submit` on the loop."""

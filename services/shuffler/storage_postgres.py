@@ -248,6 +248,11 @@ _SUBMIT_AS = ("SELECT shuffler_submit_as(%s, %s, %s, %s, %s, %b::text[], %b::byt
 
 _TOKEN_CAMPAIGN = "SELECT campaign_id FROM tokens WHERE token_hash = %s"
 
+_FORGET_EXPIRED = """
+WITH forgotten AS (DELETE FROM used_invitations WHERE expires < %s RETURNING 1)
+SELECT count(*) FROM forgotten
+"""
+
 
 def _replayed(round_number: int) -> ReplayedCiphertextError:
     """A unique violation of ``pending``: one row key twice, so one ciphertext twice."""
@@ -329,11 +334,27 @@ class PostgresStorage(PostgresStore):
         if inserted is None:
             raise InvitationUsedError("the invitation has already been used")
 
+    async def add_token_for_invitation_async(self, campaign_id: str, token_hash: bytes,
+                                             invitation_hash: bytes, expires: int) -> None:
+        """:meth:`add_token_for_invitation` on the event loop (:meth:`open_async`)."""
+        try:
+            inserted = await self._fetch_one_async(_ENROLL, (invitation_hash, expires,
+                                                             token_hash, campaign_id))
+        except pg_errors.UniqueViolation:  # the token's hash
+            raise TokenTakenError("this token is already enrolled") from None
+        if inserted is None:
+            raise InvitationUsedError("the invitation has already been used")
+
     def forget_expired_invitations(self, before: float) -> int:
         """Drop the hashes of used invitations that expired before ``before``; how many."""
         with self._connection() as db:
             return db.execute("DELETE FROM used_invitations WHERE expires < %s",
                               (before,)).rowcount
+
+    async def forget_expired_invitations_async(self, before: float) -> int:
+        """:meth:`forget_expired_invitations` on the event loop (:meth:`open_async`)."""
+        row = await self._fetch_one_async(_FORGET_EXPIRED, (before,))
+        return 0 if row is None else int(row[0])
 
     def token_campaign(self, token_hash: bytes) -> str | None:
         """The campaign a token hash was issued for, or ``None`` if unknown."""
