@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from segshuffle.crypto.invitations import (
@@ -31,30 +32,37 @@ from segshuffle.wire.models import CIPHERTEXT_LENGTH
 from .postgres_support import postgres_url  # noqa: F401  (the fixture)
 from .vector_documents import VECTORS, vector_key_config, vector_view
 
-
-def _view_documents() -> tuple[str, bytes, bytes]:
-    """A round-1 view of the vectors' first campaign and its key config, as the server
-    sends them."""
-    view = vector_view(VECTORS["parameters"][0], phase="round1")
-    return view.id, view.model_dump_json().encode(), vector_key_config().model_dump_json().encode()
+CAMPAIGN_ID = VECTORS["parameters"][0]["config"]["id"]
 
 
 def _ciphertext() -> str:
     return base64.urlsafe_b64encode(secrets.token_bytes(CIPHERTEXT_LENGTH)).decode().rstrip("=")
 
 
-def test_submissions_run_on_the_event_loop_with_the_same_answers(
-        postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    campaign_id, view, keys = _view_documents()
+def _app(postgres_url: str, tmp_path: Path, phase: dict[str, str],
+         **settings: object) -> FastAPI:
+    """The shuffler on PostgreSQL, without rate limits, against a server that serves the
+    vectors' first campaign in ``phase["now"]`` (a test may change it)."""
+    keys = vector_key_config().model_dump_json().encode()
 
     def upstream(request: httpx.Request) -> httpx.Response:
-        body = keys if request.url.path.endswith("/hpke-config") else view
+        if request.url.path.endswith("/hpke-config"):
+            body = keys
+        else:
+            body = vector_view(VECTORS["parameters"][0],
+                               phase=phase["now"]).model_dump_json().encode()
         return httpx.Response(200, content=body, headers={"content-type": "application/json"})
 
-    settings = Settings(database=postgres_url, key_directory=str(tmp_path / "keys"),
-                        server_url="http://x", server_token="s" * 32, operator_token="o" * 32,
-                        enrollment="open", enroll_rate=0, submit_rate=0, read_rate=0)
+    configured = Settings(database=postgres_url, key_directory=str(tmp_path / "keys"),
+                          server_url="http://x", server_token="s" * 32,
+                          operator_token="o" * 32, enroll_rate=0, submit_rate=0,
+                          read_rate=0, **settings)  # type: ignore[arg-type]
     link = ServerLink("http://x", "s" * 32, transport=httpx.MockTransport(upstream))
+    return create_app(configured, link=link)
+
+
+def _hand_offs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the functions handed to a worker thread from now on."""
     handed_off: list[str] = []
     in_thread = storage_calls.in_thread
 
@@ -63,7 +71,15 @@ def test_submissions_run_on_the_event_loop_with_the_same_answers(
         return await in_thread(function, *args, **kwargs)
 
     monkeypatch.setattr(storage_calls, "in_thread", counted)
-    with TestClient(create_app(settings, link=link), raise_server_exceptions=False) as client:
+    return handed_off
+
+
+def test_submissions_run_on_the_event_loop_with_the_same_answers(
+        postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    campaign_id = CAMPAIGN_ID
+    app = _app(postgres_url, tmp_path, {"now": "round1"}, enrollment="open")
+    handed_off = _hand_offs(monkeypatch)
+    with TestClient(app, raise_server_exceptions=False) as client:
         path = f"/v1/campaigns/{campaign_id}/rounds/1/submissions"
         tokens = [client.post(f"/v1/campaigns/{campaign_id}/enrollments").json()["token"]
                   for _ in range(3)]
@@ -95,21 +111,7 @@ def test_a_plain_submission_is_authenticated_and_stored_in_one_round_trip(
     in the usual order: a bad token ``unauthorized`` before any problem of the body, and
     ``wrong-phase`` once the campaign has ended."""
     phase = {"now": "round1"}
-    campaign_id = VECTORS["parameters"][0]["config"]["id"]
-    keys = vector_key_config().model_dump_json().encode()
-
-    def upstream(request: httpx.Request) -> httpx.Response:
-        if request.url.path.endswith("/hpke-config"):
-            body = keys
-        else:
-            body = vector_view(VECTORS["parameters"][0],
-                               phase=phase["now"]).model_dump_json().encode()
-        return httpx.Response(200, content=body, headers={"content-type": "application/json"})
-
-    settings = Settings(database=postgres_url, key_directory=str(tmp_path / "keys"),
-                        server_url="http://x", server_token="s" * 32, operator_token="o" * 32,
-                        enrollment="open", enroll_rate=0, submit_rate=0, read_rate=0)
-    link = ServerLink("http://x", "s" * 32, transport=httpx.MockTransport(upstream))
+    campaign_id = CAMPAIGN_ID
     statements: list[str] = []
     fetch_one = PostgresStorage._fetch_one_async
 
@@ -118,7 +120,8 @@ def test_a_plain_submission_is_authenticated_and_stored_in_one_round_trip(
         return await fetch_one(self, query, parameters)
 
     monkeypatch.setattr(PostgresStorage, "_fetch_one_async", counted)
-    with TestClient(create_app(settings, link=link), raise_server_exceptions=False) as client:
+    app = _app(postgres_url, tmp_path, phase, enrollment="open")
+    with TestClient(app, raise_server_exceptions=False) as client:
         path = f"/v1/campaigns/{campaign_id}/rounds/1/submissions"
         tokens = [client.post(f"/v1/campaigns/{campaign_id}/enrollments").json()["token"]
                   for _ in range(3)]
@@ -166,32 +169,17 @@ def test_enrollments_run_on_the_event_loop_with_the_same_answers(
     """With invitations, after startup an enrollment makes no worker-thread hand-off (the
     purge of expired invitations, the token recorded and a repeated request recognised
     all run on the loop), and every answer is the thread path's."""
-    campaign_id, view, keys = _view_documents()
-
-    def upstream(request: httpx.Request) -> httpx.Response:
-        body = keys if request.url.path.endswith("/hpke-config") else view
-        return httpx.Response(200, content=body, headers={"content-type": "application/json"})
-
+    campaign_id = CAMPAIGN_ID
     issuer = generate_issuer_key()
-    settings = Settings(database=postgres_url, key_directory=str(tmp_path / "keys"),
-                        server_url="http://x", server_token="s" * 32, operator_token="o" * 32,
-                        invitation_keys=public_key_text(issuer), enroll_rate=0,
-                        submit_rate=0, read_rate=0)
-    link = ServerLink("http://x", "s" * 32, transport=httpx.MockTransport(upstream))
-    handed_off: list[str] = []
-    in_thread = storage_calls.in_thread
-
-    async def counted(function, *args, **kwargs):  # type: ignore[no-untyped-def]
-        handed_off.append(getattr(function, "__name__", repr(function)))
-        return await in_thread(function, *args, **kwargs)
-
-    monkeypatch.setattr(storage_calls, "in_thread", counted)
+    app = _app(postgres_url, tmp_path, {"now": "round1"},
+               invitation_keys=public_key_text(issuer))
+    handed_off = _hand_offs(monkeypatch)
     expires = int(time.time()) + 3600
 
     def invitation(campaign: str = campaign_id) -> str:
         return sign_invitation(new_invitation(campaign, expires), issuer)
 
-    with TestClient(create_app(settings, link=link), raise_server_exceptions=False) as client:
+    with TestClient(app, raise_server_exceptions=False) as client:
         path = f"/v1/campaigns/{campaign_id}/enrollments"
         handed_off.clear()
         first, proposed = invitation(), _ciphertext()[:43]
