@@ -150,6 +150,10 @@ def test_a_plain_submission_is_authenticated_and_stored_in_one_round_trip(
             answer = client.post(path, content=body,
                                  headers={**stranger, "content-type": media})
             assert answer.status_code == 401, (body, media, answer.text)
+        # a chunked body too large for the edge: still unauthorized first
+        oversize = client.post(path, content=iter([b'{"level": "', b"x" * (1 << 20), b'"}']),
+                               headers={**stranger, "content-type": "application/json"})
+        assert oversize.status_code == 401, oversize.text
         # a good token with a bad body: the body's problem, as before
         bad = client.post(path, content=b"{not json", headers=bearer[2])
         assert bad.status_code == 400 and bad.json()["type"].endswith(":malformed-body")

@@ -269,11 +269,12 @@ async def _submit(campaign_id: str, round_number: int, token: str, request: Requ
     """The submission endpoint, once the path, the rate limit and the token's form are
     checked.
 
-    A body in the plain form that every client sends may be authenticated and stored in
-    one storage statement (:meth:`ShufflerService.submit_as`, which says when); else,
-    and for anything unusual, the token is checked before the body is read, so a bad
-    token answers ``unauthorized`` before any problem of the body."""
-    if service.submits_as and json_media(request):
+    A body in the plain form that every client sends, of a declared length, may be
+    authenticated and stored in one storage statement (:meth:`ShufflerService.submit_as`,
+    which says when); else, and for anything unusual, the token is checked before the
+    body is read, so a bad token answers ``unauthorized`` before any problem of the
+    body."""
+    if service.submits_as and json_media(request) and _length_declared(request):
         plain = decode_submission(await request.body(), round_number)
         if plain is not None and await service.submit_as(campaign_id, round_number, token,
                                                          plain):
@@ -287,6 +288,15 @@ async def _submit(campaign_id: str, round_number: int, token: str, request: Requ
         body = decoded(await read_json(request, model))
     await service.submit(campaign_id, round_number, participant, body, view=view)
     return _accepted(request, campaign_id, round_number)
+
+
+def _length_declared(request: Request) -> bool:
+    """Whether the body's whole length was declared (``Content-Length``, not chunked): the
+    edge has then refused an oversized body before any route ran, so reading it before
+    the token is checked changes no answer (a chunked body that grows too large would be
+    refused while it is read, which for a bad token must come after ``unauthorized``)."""
+    headers = request.headers
+    return "content-length" in headers and "transfer-encoding" not in headers
 
 
 def _accepted(request: Request, campaign_id: str, round_number: int) -> Response:
