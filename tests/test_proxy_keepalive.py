@@ -27,6 +27,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from segshuffle.client.tls import ssl_context
+
 from .nginx_support import (
     TLS,
     free_ports,
@@ -152,7 +154,7 @@ def test_the_tls_proxy_keeps_its_upstream_connections(tmp_path: Path) -> None:
         with running_nginx(conf, state, (server_tls, shuffler_tls)):
             for site, port, name in (("tls/server.conf", server_tls, "server"),
                                      ("tls/shuffler.conf", shuffler_tls, "shuffler")):
-                with httpx.Client(timeout=10, verify=str(certs / "ca.pem")) as client:
+                with httpx.Client(timeout=10, verify=ssl_context(certs / "ca.pem")) as client:
                     seen = _through(client, f"https://localhost:{port}", recorded)
                 _assert_kept_alive(seen, site)
                 forwarded = {h.get("x-forwarded-for") for _, h in seen}
