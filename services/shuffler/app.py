@@ -83,7 +83,7 @@ from segshuffle.wire.models import (
     SubmissionReceipt,
 )
 from segshuffle.wire.problems import PROBLEM_MEDIA_TYPE
-from segshuffle.wire.submissions import decode_submission, decoded
+from segshuffle.wire.submissions import DecodedSubmission, decode_submission, decoded
 
 from .backends import open_storage
 from .enrollment import EnrollmentPolicy, InvitationEnrollment, OpenEnrollment
@@ -274,15 +274,18 @@ async def _submit(campaign_id: str, round_number: int, token: str, request: Requ
     which says when); else, and for anything unusual, the token is checked before the
     body is read, so a bad token answers ``unauthorized`` before any problem of the
     body."""
+    body: DecodedSubmission | None = None
     if service.submits_as and json_media(request) and _length_declared(request):
-        plain = decode_submission(await request.body(), round_number)
-        if plain is not None and await service.submit_as(campaign_id, round_number, token,
-                                                         plain):
+        body = decode_submission(await request.body(), round_number)
+        if body is not None and await service.submit_as(campaign_id, round_number, token,
+                                                        body):
             return _accepted(request, campaign_id, round_number)
-    # before the body is read; the view it was checked against serves the submission too
+    # before the body is read (unless it was, above); the view it was checked against
+    # serves the submission too
     participant, view = await service.authenticate_with_view(campaign_id, token)
     require_json_media(request)
-    body = decode_submission(await request.body(), round_number)
+    if body is None:
+        body = decode_submission(await request.body(), round_number)
     if body is None:  # not the plain form: the models decide, and name any problem
         model = Round1Submission if round_number == 1 else Round2Submission
         body = decoded(await read_json(request, model))
