@@ -18,6 +18,8 @@ from segshuffle.testing import population as population_module
 from segshuffle.testing.lean_transport import LeanClient, LeanTransport
 from segshuffle.testing.population import Population
 
+from .loopback_http import read_request
+
 Answer = Callable[[bytes], Awaitable[bytes | None]]
 """Given a whole request, the whole answer to write (None: say nothing)."""
 
@@ -29,12 +31,8 @@ async def _serve(answer: Answer) -> tuple[asyncio.AbstractServer, int, list[byte
     async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                request = head + (await reader.readexactly(length) if length else b"")
+                head, body = await read_request(reader)
+                request = head + body
                 requests.append(request)
                 reply = await answer(request)
                 if reply is not None:

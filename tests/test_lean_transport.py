@@ -13,6 +13,8 @@ import pytest
 from segshuffle.testing.lean_transport import LeanTransport
 from segshuffle.testing.population import Population
 
+from .loopback_http import read_request
+
 Handler = Callable[[bytes, asyncio.StreamWriter], Awaitable[bool]]
 """Given a request's head, writes an answer; returns whether to keep the connection."""
 
@@ -26,13 +28,7 @@ async def _serve(handler: Handler) -> tuple[asyncio.AbstractServer, int, list[in
         connections.append(1)
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                if length:
-                    await reader.readexactly(length)
+                head, _ = await read_request(reader)
                 if not await handler(head, writer):
                     break
         except (asyncio.IncompleteReadError, ConnectionError):
