@@ -22,7 +22,7 @@ from typing import TypeVar
 import psycopg
 import pytest
 
-from segshuffle.services.postgres_base import lock
+from segshuffle.services.postgres_base import identify, lock, migrate
 from segshuffle.services.shuffler.backends import open_storage
 from segshuffle.services.shuffler.storage_api import (
     RELEASED,
@@ -33,7 +33,12 @@ from segshuffle.services.shuffler.storage_api import (
     StorageError,
     StoredMessage,
 )
-from segshuffle.services.shuffler.storage_postgres import MIGRATIONS, PostgresStorage, _round_lock
+from segshuffle.services.shuffler.storage_postgres import (
+    COUNT_SHARDS,
+    MIGRATIONS,
+    PostgresStorage,
+    _round_lock,
+)
 from segshuffle.services.sqlite_base import SchemaVersionError
 
 from .postgres_support import postgres_url  # noqa: F401  (the fixture)
@@ -425,3 +430,67 @@ def test_the_loop_statements_answer_as_the_threaded_ones(postgres_url: str) -> N
 
     with replica(postgres_url) as storage:
         asyncio.run(scenario(storage))
+
+
+# -- the participant count in shards (migration 5) -------------------------------------------
+
+def _submit_statement(db: psycopg.Connection, token: bytes, lock_timeout: str = "2s") -> int:
+    """One submission of round 1 of campaign ``c`` through ``shuffler_submit`` on ``db`` (in
+    ``db``'s own transaction, left open unless ``db`` is in autocommit)."""
+    row = db.execute("SELECT shuffler_submit('c', 1, %s, %s, %s, ARRAY['levels'], %s, %s)",
+                     (token, _round_lock("c", 1), lock_timeout, [secrets.token_bytes(16)],
+                      [secrets.token_bytes(40)])).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_submissions_in_flight_do_not_wait_for_each_other(postgres_url: str) -> None:
+    """A submission commits while another one of the same round is still open.
+
+    With one count row per round, the open transaction held that row's lock until it
+    ended, so every other submission waited for it (and failed here after the 2 s lock
+    timeout): concurrent submissions committed one after another, each with its own
+    flush of the write-ahead log.  The answer of the one that commits first leaves out
+    the one in flight, by fewer than ``count_lag``; every count read afterwards is exact."""
+    with ExitStack() as stack:
+        storage = stack.enter_context(replica(postgres_url, pool_size=1))
+        held = stack.enter_context(psycopg.connect(postgres_url))
+        held_shard = held.info.backend_pid % COUNT_SHARDS
+        free = None
+        for _ in range(8):  # a second backend on another shard (ids are rarely equal)
+            candidate = stack.enter_context(psycopg.connect(postgres_url, autocommit=True))
+            if candidate.info.backend_pid % COUNT_SHARDS != held_shard:
+                free = candidate
+                break
+        assert free is not None
+        assert _submit_statement(held, b"first") == 1  # open: its shard row stays locked
+        started = time.monotonic()
+        assert _submit_statement(free, b"second") == 1  # the first is not committed yet
+        assert time.monotonic() - started < 1.5
+        assert storage.participants("c", 1) == 1
+        held.commit()
+        assert storage.participants("c", 1) == 2
+        assert storage.count_lag > 1  # the first answer (1) left out the one in flight
+        record = storage.close_round("c", 1, minimum=2, batch_id="b", chunk_size=10,
+                                     streams=["levels"])
+        assert record.participants == 2 and dict(record.stream_sizes) == {"levels": 2}
+        assert storage.rounds_with_messages() == [("c", 1)]
+        assert storage.rounds_holding_messages() == [("c", 1)]
+
+
+def test_counts_of_a_database_before_the_shards_carry_over(postgres_url: str) -> None:
+    """A database at schema version 4 (one count row per round) opens with its counts
+    intact, and later submissions add to them."""
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        identify(db, service="shuffler", where="test")
+        migrate(db, MIGRATIONS[:4], service="shuffler")
+        for index in range(3):
+            db.execute("SELECT shuffler_submit('c', 1, %s, %s, '2s', ARRAY['levels'], %s, %s)",
+                       (bytes([index]) * 32, _round_lock("c", 1), [secrets.token_bytes(16)],
+                        [secrets.token_bytes(40)]))
+        assert db.execute("SELECT participants FROM participant_counts").fetchall() == [(3,)]
+    with replica(postgres_url) as storage:
+        assert storage.participants("c", 1) == 3
+        assert storage.rounds_holding_messages() == [("c", 1)]
+        assert storage.submit("c", 1, b"t" * 32, submission({"levels": 1})) == 4
+        assert storage.participants("c", 1) == 4

@@ -414,9 +414,18 @@ class ShufflerService:
 
     async def _stored(self, view: CampaignView, round_number: int, count: int) -> None:
         """After a submission was stored: the round's status changed; release it if the
-        shuffler releases rounds by count and this one has reached it."""
+        shuffler releases rounds by count and this one has reached it.
+
+        ``count`` may leave out submissions that were in flight (at most the store's
+        ``count_lag``).  Where those could reach the threshold, the committed count is
+        read again now that this submission has committed: of the submissions that
+        complete the threshold, the last to commit then reads them all, so the release
+        is not missed."""
         self.status_changed(view.id, round_number)
-        if self.settings.auto_release and count >= self.settings.auto_release:
+        threshold = self.settings.auto_release
+        if threshold and count < threshold <= count + self.storage.count_lag:
+            count = await self._storage_call(self.storage.participants, view.id, round_number)
+        if threshold and count >= threshold:
             await self._auto_release(view, round_number)
 
     async def _store(self, campaign_id: str, round_number: int, participant: bytes,

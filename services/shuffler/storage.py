@@ -153,6 +153,9 @@ ORDER BY c.campaign_id, c.round
 class Storage(SQLiteStore):
     """The SQLite implementation of :class:`.storage_api.ShufflerStorage`."""
 
+    count_lag = 0
+    """Submissions are stored one at a time under the store's lock: counts are exact."""
+
     def __init__(self, path: str | Path, *, synchronous: str = "NORMAL") -> None:
         super().__init__(path, MIGRATIONS, service="shuffler", synchronous=synchronous,
                          single_process=True)

@@ -121,6 +121,11 @@ class RoundRecord:
 class ShufflerStorage(Protocol):
     """What the shuffler's service layer needs from its storage."""
 
+    count_lag: int
+    """How many submissions of a round, in flight while another one is stored, the count
+    :meth:`submit` returns may leave out (0: it is exact).  A store whose submissions do
+    not wait for each other (PostgreSQL's shards) counts the committed ones and its own."""
+
     def close(self) -> None:
         """Release the storage's resources."""
         ...
@@ -149,7 +154,8 @@ class ShufflerStorage(Protocol):
 
     def submit(self, campaign_id: str, round_number: int, token_hash: bytes,
                messages: Sequence[StoredMessage]) -> int:
-        """Store one user's submission atomically; returns the new participant count.
+        """Store one user's submission atomically; returns the new participant count
+        (all but at most :attr:`count_lag` of the submissions in flight meanwhile).
 
         Raises :class:`RoundClosedError` once the round is closed and
         :class:`AlreadySubmittedError` on a second submission of the same token.
