@@ -256,7 +256,9 @@ own and every committed submission, but not those still in flight, so it may fal
 of the count once they commit, by fewer than the number of connections the server
 accepts (:attr:`PostgresStorage.count_lag`).  Every other read of the count
 (:meth:`PostgresStorage.participants`, the close of a round under its exclusive lock)
-sums committed rows only, as before."""
+sums committed rows only, as before.  A replica still running the code before this
+migration would read one shard as the count (too few): upgrade every replica before a
+round is closed."""
 
 MIGRATIONS: tuple[PostgresMigration, ...] = (
     PostgresMigration(1, "tokens, used_invitations, participations, pending, rounds, "
