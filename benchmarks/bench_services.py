@@ -36,7 +36,11 @@ Summary figures: ``shuffler_cpu_ms_per_submission`` (both rounds), ``server_cpu_
 ``shuffler_rate_vs_bare`` = bare / shuffler CPU per request (the fraction of the bare app's
 throughput per core the shuffler reaches), ``server_get_rate_vs_bare`` likewise, and
 ``bare_stored_cpu_ms_per_request`` with ``shuffler_rate_vs_bare_stored`` (the same against
-the storing endpoint).  With
+the storing endpoint).  On a PostgreSQL server of this machine its process tree is metered
+too (``database``: every backend, the WAL writer, the checkpointer), with
+``database_cpu_ms_per_submission``, ``..._per_enrollment``,
+``bare_stored_database_cpu_ms_per_request`` and their ratio ``database_vs_bare_stored``;
+a server elsewhere is not.  With
 several user counts, the flatness check prints CPU-ms per submission at the largest N over
 that at the smallest (1.0: cost per user independent of the campaign's size).
 
@@ -238,6 +242,26 @@ def databases(kind: str, admin_url: str, label: str) -> Iterator[dict[str, str]]
                                    .format(sql.Identifier(name)))
 
 
+def local_postmaster(admin_url: str) -> int | None:
+    """The pid of the PostgreSQL server behind ``admin_url`` if it runs on this machine
+    (the parent of a backend of ours, a process named ``postgres``), else ``None``: its
+    process tree (every backend, the WAL writer, the checkpointer) is then metered as
+    ``database``."""
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True, connect_timeout=10) as connection:
+        row = connection.execute("SELECT pg_backend_pid()").fetchone()
+    try:
+        with open(f"/proc/{row[0]}/status") as handle:
+            status = dict(line.split(":\t", 1) for line in handle if ":\t" in line)
+        parent = int(status["PPid"])
+        with open(f"/proc/{parent}/comm") as handle:
+            named = handle.read().strip()
+    except (OSError, KeyError, ValueError, TypeError):
+        return None  # another host (or container): not ours to meter
+    return parent if named in ("postgres", "postmaster") else None
+
+
 # -- the bare app --------------------------------------------------------------------------
 @contextmanager
 def bare_app(get_bytes: int, directory: Path, store: str) -> Iterator[tuple[int, int]]:
@@ -364,8 +388,12 @@ def run_configuration(args: argparse.Namespace, database: str, users: int) -> di
                 shuffler_host = f"127.0.0.1:{stack.ports['shuffler']}"
                 server_host = f"127.0.0.1:{stack.ports['server']}"
                 base = f"/v1/campaigns/{campaign_id}"
-                meter = Meter({"shuffler": stack.processes["shuffler"].pid,
-                               "server": stack.processes["server"].pid}, senders)
+                watched = {"shuffler": stack.processes["shuffler"].pid,
+                           "server": stack.processes["server"].pid}
+                postmaster = local_postmaster(args.postgres_url) if urls else None
+                if postmaster is not None:
+                    watched["database"] = postmaster
+                meter = Meter(watched, senders)
                 phases: dict[str, Phase] = {}
                 operations: dict[str, dict[str, Any]] = {}
                 sport = stack.ports["shuffler"]
@@ -474,10 +502,25 @@ def summarize(database: str, users: int, args: argparse.Namespace,
         "server_get_rate_vs_bare": bare_get / server_get,
         "bare_stored_cpu_ms_per_request": bare_stored,
         "shuffler_rate_vs_bare_stored": bare_stored / shuffler,
+        **_database_figures(phases, submissions),
         "sizes": sizes,
         "phases": {name: phase.summary() for name, phase in phases.items()},
         "releases": operations,
     }
+
+
+def _database_figures(phases: dict[str, Phase], submissions: Phase) -> dict[str, Any]:
+    """The PostgreSQL server's CPU-ms per request where it was metered (a local server):
+    per submission (both rounds), per enrollment and per storing POST of the bare app,
+    and ``database_vs_bare_stored``, the submission's over the storing POST's."""
+    if "database" not in submissions.slice_cpu:
+        return {}
+    submission = submissions.cpu_ms_per_request("database")
+    stored = phases["bare_stored"].cpu_ms_per_request("database")
+    return {"database_cpu_ms_per_submission": submission,
+            "database_cpu_ms_per_enrollment": phases["enroll"].cpu_ms_per_request("database"),
+            "bare_stored_database_cpu_ms_per_request": stored,
+            "database_vs_bare_stored": submission / stored if stored else math.nan}
 
 
 def _loadavg() -> list[float]:
@@ -494,7 +537,7 @@ def _cell(value: float | None, digits: int = 3) -> str:
 
 
 def format_configuration(figures: dict[str, Any]) -> str:
-    columns = ("shuffler", "server", "bare", "generator")
+    columns = ("shuffler", "server", "bare", "database", "generator")
     header = (f"{'phase':<11} {'requests':>8} {'req/s':>8} "
               + " ".join(f"{c + ' ms':>12}" for c in columns) + f" {'p50 ms':>8} {'p95 ms':>8}")
     lines = [f"== {figures['database']}, {figures['users']} users, concurrency "
@@ -527,6 +570,13 @@ def format_configuration(figures: dict[str, Any]) -> str:
         f"shuffler rate vs bare storing POST             "
         f"{figures['shuffler_rate_vs_bare_stored']:.3f}",
     ]
+    if "database_cpu_ms_per_submission" in figures:
+        lines += [
+            f"database CPU-ms per submission  {figures['database_cpu_ms_per_submission']:.3f}",
+            f"database CPU-ms per enrollment  {figures['database_cpu_ms_per_enrollment']:.3f}",
+            "database CPU-ms per storing POST "
+            f"{figures['bare_stored_database_cpu_ms_per_request']:.3f}",
+        ]
     return "\n".join(lines)
 
 

@@ -46,6 +46,13 @@ def test_tiny_run_prints_one_json_object_with_positive_figures(database: str) ->
     assert _positive(phases["round2"]["cpu_ms_per_request"]["shuffler"])
     assert _positive(phases["server_get"]["cpu_ms_per_request"]["server"])
     assert set(report["releases"]) == {"release1", "release2"}
+    if database == "postgresql":  # the local server's processes are metered as well
+        for key in ("database_cpu_ms_per_submission", "database_cpu_ms_per_enrollment",
+                    "bare_stored_database_cpu_ms_per_request"):
+            assert math.isfinite(report[key]) and report[key] >= 0, (key, report[key])
+        assert "database" in phases["bare_stored"]["cpu_ms_per_request"]
+    else:
+        assert "database_cpu_ms_per_submission" not in report
     assert "[bench]" in result.stderr  # progress goes to stderr, stdout holds the JSON only
 
 
