@@ -158,6 +158,8 @@ CREATE TABLE release_leases (
 _SUBMIT_CLOSED = -1
 _SUBMIT_DUPLICATE = -2
 _SUBMIT_UNKNOWN_TOKEN = -3
+
+
 def _submit_function(count: str) -> str:
     """The ``shuffler_submit`` function with ``count``, the statements that add the
     submission to the round's participants and set ``counted`` (migrations 3 and 5)."""
@@ -424,9 +426,9 @@ class PostgresStorage(PostgresStore):
         """Store one user's submission atomically; returns the participant count then
         (short by at most :attr:`count_lag`: see :data:`_SCHEMA_5`).
 
-        One statement, :data:`_SCHEMA_3`'s ``shuffler_submit`` (one round trip, its own
-        transaction): under the round's shared lock, refused with
-        :class:`RoundClosedError` if the round has a record, with
+        One statement, ``shuffler_submit`` (:data:`_SCHEMA_3`, its count in shards since
+        :data:`_SCHEMA_5`; one round trip, its own transaction): under the round's shared
+        lock, refused with :class:`RoundClosedError` if the round has a record, with
         :class:`AlreadySubmittedError` if the token's participation exists (committed by
         any replica); the messages go in with one ``INSERT ... SELECT FROM unnest(...)``,
         whatever their number, and the count is incremented last.
