@@ -251,14 +251,14 @@ def local_postmaster(admin_url: str) -> int | None:
 
     with psycopg.connect(admin_url, autocommit=True, connect_timeout=10) as connection:
         row = connection.execute("SELECT pg_backend_pid()").fetchone()
-    try:
-        with open(f"/proc/{row[0]}/status") as handle:
-            status = dict(line.split(":\t", 1) for line in handle if ":\t" in line)
-        parent = int(status["PPid"])
-        with open(f"/proc/{parent}/comm") as handle:
-            named = handle.read().strip()
-    except (OSError, KeyError, ValueError, TypeError):
-        return None  # another host (or container): not ours to meter
+        try:  # while the connection is open: its backend exits with it
+            with open(f"/proc/{row[0]}/status") as handle:
+                status = dict(line.split(":\t", 1) for line in handle if ":\t" in line)
+            parent = int(status["PPid"])
+            with open(f"/proc/{parent}/comm") as handle:
+                named = handle.read().strip()
+        except (OSError, KeyError, ValueError, TypeError):
+            return None  # another host (or container): not ours to meter
     return parent if named in ("postgres", "postmaster") else None
 
 
