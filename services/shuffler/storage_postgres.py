@@ -160,11 +160,12 @@ _SUBMIT_DUPLICATE = -2
 _SUBMIT_UNKNOWN_TOKEN = -3
 
 
-def _submit_function(count: str) -> str:
+def _submit_function(count: str, *, create: str = "CREATE OR REPLACE") -> str:
     """The ``shuffler_submit`` function with ``count``, the statements that add the
-    submission to the round's participants and set ``counted`` (migrations 3 and 5)."""
+    submission to the round's participants and set ``counted`` (migrations 3 and 5);
+    ``create`` is the statement's verb."""
     return f"""
-CREATE OR REPLACE FUNCTION shuffler_submit(p_campaign TEXT, p_round BIGINT, p_token BYTEA,
+{create} FUNCTION shuffler_submit(p_campaign TEXT, p_round BIGINT, p_token BYTEA,
                                 p_lock TEXT, p_lock_timeout TEXT, p_streams TEXT[],
                                 p_row_keys BYTEA[], p_ciphertexts BYTEA[])
 RETURNS BIGINT LANGUAGE plpgsql VOLATILE AS $$
@@ -195,7 +196,7 @@ _SCHEMA_3 = _submit_function("""\
     INSERT INTO participant_counts AS c (campaign_id, round, participants)
         VALUES (p_campaign, p_round, 1) ON CONFLICT (campaign_id, round)
         DO UPDATE SET participants = c.participants + 1
-        RETURNING c.participants INTO counted;""").replace("CREATE OR REPLACE", "CREATE")
+        RETURNING c.participants INTO counted;""", create="CREATE")
 """A submission as one statement (:meth:`PostgresStorage.submit`): the steps and locks of
 the transaction it replaces, in that order, in one round trip.  A PL/pgSQL function's
 statements each take a new snapshot (``READ COMMITTED``), so the closed check sees every
@@ -303,6 +304,22 @@ SELECT count(*) FROM forgotten
 """
 
 
+def _token_taken() -> TokenTakenError:
+    """A unique violation of ``tokens``: the token's hash is recorded already."""
+    return TokenTakenError("this token is already enrolled")
+
+
+def _enrolled(inserted: tuple[Any, ...] | None) -> None:
+    """The outcome of :data:`_ENROLL`: no row when the invitation was used before."""
+    if inserted is None:
+        raise InvitationUsedError("the invitation has already been used")
+
+
+def _forgotten(row: tuple[Any, ...] | None) -> int:
+    """How many used invitations :data:`_FORGET_EXPIRED` deleted."""
+    return 0 if row is None else int(row[0])
+
+
 def _replayed(round_number: int) -> ReplayedCiphertextError:
     """A unique violation of ``pending``: one row key twice, so one ciphertext twice."""
     return ReplayedCiphertextError(f"a ciphertext of this submission was already submitted "
@@ -369,7 +386,7 @@ class PostgresStorage(PostgresStore):
             self._fetch_one("INSERT INTO tokens (token_hash, campaign_id) VALUES (%s, %s) "
                             "RETURNING 1", (token_hash, campaign_id))
         except pg_errors.UniqueViolation:
-            raise TokenTakenError("this token is already enrolled") from None
+            raise _token_taken() from None
 
     def add_token_for_invitation(self, campaign_id: str, token_hash: bytes,
                                  invitation_hash: bytes, expires: int) -> None:
@@ -384,9 +401,8 @@ class PostgresStorage(PostgresStore):
             inserted = self._fetch_one(_ENROLL, (invitation_hash, expires, token_hash,
                                                  campaign_id))
         except pg_errors.UniqueViolation:  # the token's hash
-            raise TokenTakenError("this token is already enrolled") from None
-        if inserted is None:
-            raise InvitationUsedError("the invitation has already been used")
+            raise _token_taken() from None
+        _enrolled(inserted)
 
     async def add_token_for_invitation_async(self, campaign_id: str, token_hash: bytes,
                                              invitation_hash: bytes, expires: int) -> None:
@@ -395,20 +411,16 @@ class PostgresStorage(PostgresStore):
             inserted = await self._fetch_one_async(_ENROLL, (invitation_hash, expires,
                                                              token_hash, campaign_id))
         except pg_errors.UniqueViolation:  # the token's hash
-            raise TokenTakenError("this token is already enrolled") from None
-        if inserted is None:
-            raise InvitationUsedError("the invitation has already been used")
+            raise _token_taken() from None
+        _enrolled(inserted)
 
     def forget_expired_invitations(self, before: float) -> int:
         """Drop the hashes of used invitations that expired before ``before``; how many."""
-        with self._connection() as db:
-            return db.execute("DELETE FROM used_invitations WHERE expires < %s",
-                              (before,)).rowcount
+        return _forgotten(self._fetch_one(_FORGET_EXPIRED, (before,)))
 
     async def forget_expired_invitations_async(self, before: float) -> int:
         """:meth:`forget_expired_invitations` on the event loop (:meth:`open_async`)."""
-        row = await self._fetch_one_async(_FORGET_EXPIRED, (before,))
-        return 0 if row is None else int(row[0])
+        return _forgotten(await self._fetch_one_async(_FORGET_EXPIRED, (before,)))
 
     def token_campaign(self, token_hash: bytes) -> str | None:
         """The campaign a token hash was issued for, or ``None`` if unknown."""
