@@ -155,8 +155,7 @@ class OpenEnrollment(_TokenAuthentication):
             self._storage.add_token(campaign_id, token_hash(token))
         except TokenTakenError:
             if not self._already_enrolled(campaign_id, proposed):
-                raise EnrollmentRefusedError("token", "this token is already enrolled"
-                                             ) from None
+                raise _token_taken() from None
         return token
 
 
