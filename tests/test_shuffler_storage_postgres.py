@@ -485,9 +485,7 @@ def test_counts_of_a_database_before_the_shards_carry_over(postgres_url: str) ->
         identify(db, service="shuffler", where="test")
         migrate(db, MIGRATIONS[:4], service="shuffler")
         for index in range(3):
-            db.execute("SELECT shuffler_submit('c', 1, %s, %s, '2s', ARRAY['levels'], %s, %s)",
-                       (bytes([index]) * 32, _round_lock("c", 1), [secrets.token_bytes(16)],
-                        [secrets.token_bytes(40)]))
+            _submit_statement(db, bytes([index]) * 32)
         assert db.execute("SELECT participants FROM participant_counts").fetchall() == [(3,)]
     with replica(postgres_url) as storage:
         assert storage.participants("c", 1) == 3
