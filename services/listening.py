@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .database import require_sqlite_directory
+from .heap import freeze_start_up_heap
 from .observability import configure_logging
 from .timeouts import bounded_protocol, event_loop
 
@@ -62,7 +63,8 @@ def serve(name: str, settings: SettingsT, create_app: Callable[[SettingsT], Any]
     The start-up order both services share: logging, a SQLite directory that must exist,
     the port bound *before* ``create_app`` makes anything (a signing key, a database), so
     a port in use leaves nothing behind; then ``NAME listening on port N`` (N the real
-    port, also for port 0, so a supervisor can find it) and uvicorn on that socket.
+    port, also for port 0, so a supervisor can find it), start-up's heap frozen
+    (:mod:`.heap`) and uvicorn on that socket.
     """
     import uvicorn
 
@@ -78,5 +80,6 @@ def serve(name: str, settings: SettingsT, create_app: Callable[[SettingsT], Any]
                                            body_timeout=settings.body_timeout))
     logging.getLogger(f"segshuffle.{name}").info("%s listening on port %d", name,
                                                  sock.getsockname()[1])
+    freeze_start_up_heap()
     server.run(sockets=[sock])
     return 0
