@@ -16,11 +16,15 @@ loopback address) and a bare FastAPI app under uvicorn started the same way
 3. ``round2``: N round-2 submissions; ``release2``: release and decoding;
 4. ``server_get``: N ``GET /v1/campaigns/{cid}`` straight at the server (the view of a
    ``done`` campaign is immutable);
-5. ``bare_get``: N GETs of a body of the same size at the bare app; ``bare_post``: the 2N
-   submission bodies of rounds 1 and 2, byte for byte, POSTed to the bare app;
-   ``bare_stored``: the same bodies POSTed to the bare app's endpoint that also appends
-   each body to a table of the configuration's database (SQLite or PostgreSQL), the floor
-   of any request that stores what it receives.
+5. ``bare_get``: N GETs of a body of the same size at the bare app.
+
+The baselines of the submissions are measured beside them: after every slice of
+``round1`` and ``round2``, the same bodies, byte for byte, are POSTed to the bare app as
+one slice of ``bare_post``, then to its endpoint that also appends each body to a table
+of the configuration's database (SQLite or PostgreSQL) as one slice of ``bare_stored``,
+the floor of any request that stores what it receives.  A shared machine drifts by tens
+of percent over a minute, so a baseline taken after the campaign compared the shuffler
+with a machine in another state; slice by slice, each ratio's two sides see the same one.
 
 Every body is prepared before its phase in a process pool, as real clients would with the
 SDK (:mod:`loadgen`: campaign and signatures verified, parameters verified per level,
@@ -52,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import json
 import math
 import multiprocessing
@@ -80,7 +85,7 @@ MIN_SLICE = 2000
 """Fewest requests per measured slice: /proc reports CPU time in 10 ms clock ticks, so a
 slice of 2000 requests at 0.1 ms each (the bare app) reads 20 ticks, +-1."""
 MIN_MEASURED = 2000
-"""Fewest GETs per GET phase and POSTs at the bare app (bodies repeat for small N)."""
+"""Fewest GETs per GET phase."""
 WARMUP = 200
 """Unmeasured requests before the GET and bare phases (first-request costs)."""
 SEAL_CHUNK = 250
@@ -121,6 +126,7 @@ class Phase:
     requests: int = 0
     seconds: float = 0.0
     slice_sizes: list[int] = field(default_factory=list)
+    slice_seconds: list[float] = field(default_factory=list)
     slice_cpu: dict[str, list[float]] = field(default_factory=dict)
     latencies: list[float] = field(default_factory=list)
 
@@ -167,35 +173,61 @@ class Meter:
             raise BenchError(f"warm-up at port {port} failed: {result.first_error}")
 
     def run(self, name: str, port: int, requests: Sequence[bytes], slices: int, *,
-            keep_bodies: bool = False) -> tuple[Phase, list[bytes | None]]:
-        """Send ``requests`` in ``slices`` slices; every answer must be 2xx."""
+            keep_bodies: bool = False, companions: Sequence[Companion] = ()
+            ) -> tuple[Phase, list[bytes | None]]:
+        """Send ``requests`` in ``slices`` slices; every answer must be 2xx.
+
+        After each slice, each of ``companions`` sends its requests of the same positions
+        (cycled to at least :data:`MIN_SLICE`) as one slice of its own phase: a baseline
+        measured right after the slice it is compared with, not minutes later."""
         count = max(1, min(slices, len(requests) // MIN_SLICE))
         bounds = [round(i * len(requests) / count) for i in range(count + 1)]
         phase = Phase(name)
         bodies: list[bytes | None] = []
         for index in range(count):
             part = requests[bounds[index]:bounds[index + 1]]
-            self.senders.load(port, part, keep_bodies=keep_bodies)
-            before = self.snapshot()
-            started = time.perf_counter()
-            result: BatchResult = self.senders.go(len(part))
-            elapsed = time.perf_counter() - started
-            after = self.snapshot()
-            bad = {s: c for s, c in result.statuses.items() if not 200 <= s < 300}
-            if bad:
-                raise BenchError(f"{name}: {sum(bad.values())} of {len(part)} requests "
-                                 f"failed {bad}; first: {result.first_error}")
-            phase.requests += len(part)
-            phase.seconds += elapsed
-            phase.slice_sizes.append(len(part))
-            for process in after:
-                phase.slice_cpu.setdefault(process, []).append(after[process] - before[process])
-            phase.latencies.extend(result.latencies)
+            result = self.measure(phase, port, part, keep_bodies=keep_bodies)
             if result.bodies is not None:
                 bodies.extend(result.bodies)
             log(f"{name}: {phase.requests}/{len(requests)} requests, "
-                f"{len(part) / elapsed:.0f}/s")
+                f"{len(part) / phase.slice_seconds[-1]:.0f}/s")
+            for companion in companions:
+                same = companion.requests[bounds[index]:bounds[index + 1]]
+                self.measure(companion.phase, companion.port,
+                             [same[i % len(same)] for i in range(max(len(same), MIN_SLICE))])
         return phase, bodies
+
+    def measure(self, phase: Phase, port: int, part: Sequence[bytes], *,
+                keep_bodies: bool = False) -> BatchResult:
+        """Send ``part`` as one slice of ``phase``, every answer 2xx, CPU read around it."""
+        self.senders.load(port, part, keep_bodies=keep_bodies)
+        before = self.snapshot()
+        started = time.perf_counter()
+        result: BatchResult = self.senders.go(len(part))
+        elapsed = time.perf_counter() - started
+        after = self.snapshot()
+        bad = {s: c for s, c in result.statuses.items() if not 200 <= s < 300}
+        if bad:
+            raise BenchError(f"{phase.name}: {sum(bad.values())} of {len(part)} requests "
+                             f"failed {bad}; first: {result.first_error}")
+        phase.requests += len(part)
+        phase.seconds += elapsed
+        phase.slice_seconds.append(elapsed)
+        phase.slice_sizes.append(len(part))
+        for process in after:
+            phase.slice_cpu.setdefault(process, []).append(after[process] - before[process])
+        phase.latencies.extend(result.latencies)
+        return result
+
+
+@dataclass
+class Companion:
+    """A baseline phase measured slice by slice beside another (:meth:`Meter.run`)."""
+
+    phase: Phase
+    port: int
+    requests: Sequence[bytes]
+    """One request per request of the phase it accompanies, in the same order."""
 
 
 def timed_operation(name: str, meter: Meter, users: int, action: Callable[[], None]
@@ -267,6 +299,7 @@ def local_postmaster(admin_url: str) -> int | None:
 def bare_app(get_bytes: int, directory: Path, store: str) -> Iterator[tuple[int, int]]:
     """(pid, port) of ``bare_app.py`` running as its own process, storing bodies in
     ``store`` (a database URL) on ``POST /submit-stored``."""
+    directory.mkdir(parents=True, exist_ok=True)
     log_path = directory / "bare.log"
     with log_path.open("wb") as sink:
         process = subprocess.Popen([sys.executable, str(BARE_APP), "--get-bytes",
@@ -367,7 +400,8 @@ def run_configuration(args: argparse.Namespace, database: str, users: int) -> di
         try:
             with LocalStack(directory / "stack", server_env=server_env,
                             shuffler_env=shuffler_env) as stack, \
-                    Senders(args.senders, args.concurrency) as senders:
+                    Senders(args.senders, args.concurrency) as senders, \
+                    contextlib.ExitStack() as closing:
                 campaign_id = f"bench-{users}-{secrets.token_hex(3)}"
                 stack.create_campaign({
                     "id": campaign_id, "domain_size": DOMAIN, "set_size": SET_SIZE,
@@ -397,6 +431,21 @@ def run_configuration(args: argparse.Namespace, database: str, users: int) -> di
                 phases: dict[str, Phase] = {}
                 operations: dict[str, dict[str, Any]] = {}
                 sport = stack.ports["shuffler"]
+                store = urls.get("bare", f"sqlite:///{directory / 'bare.sqlite3'}")
+                bare_posts = closing.enter_context(bare_app(16, directory / "posts", store))
+                meter.processes["bare"] = bare_posts[0]
+                baselines = {name: Phase(name) for name in ("bare_post", "bare_stored")}
+
+                def companions(bodies: Sequence[bytes]) -> list[Companion]:
+                    """The bare POSTs of ``bodies``, each phase's slice beside the round's."""
+                    host = f"127.0.0.1:{bare_posts[1]}"
+                    answer = []
+                    for name, route in (("bare_post", "/submit"),
+                                        ("bare_stored", "/submit-stored")):
+                        posts = [encode_request("POST", host, route, body) for body in bodies]
+                        meter.warm_up(bare_posts[1], posts[-1])
+                        answer.append(Companion(baselines[name], bare_posts[1], posts))
+                    return answer
 
                 enrollments = [encode_request("POST", shuffler_host, f"{base}/enrollments", body)
                                for body, _, _ in prepared]
@@ -408,7 +457,8 @@ def run_configuration(args: argparse.Namespace, database: str, users: int) -> di
                 phases["round1"], _ = meter.run("round1", sport, [
                     encode_request("POST", shuffler_host, f"{base}/rounds/1/submissions", body,
                                    [("Authorization", f"Bearer {token}")])
-                    for body, token in zip(round1, tokens, strict=True)], args.slices)
+                    for body, token in zip(round1, tokens, strict=True)], args.slices,
+                    companions=companions(round1))
 
                 def release(round_number: int, phases_after: set[str]) -> None:
                     stack.release(campaign_id, round_number, wait=True, timeout=PHASE_WAIT_SECONDS)
@@ -433,7 +483,9 @@ def run_configuration(args: argparse.Namespace, database: str, users: int) -> di
                 phases["round2"], _ = meter.run("round2", sport, [
                     encode_request("POST", shuffler_host, f"{base}/rounds/2/submissions", body,
                                    [("Authorization", f"Bearer {token}")])
-                    for body, token in zip(round2, tokens, strict=True)], args.slices)
+                    for body, token in zip(round2, tokens, strict=True)], args.slices,
+                    companions=companions(round2))
+                phases.update(baselines)
 
                 operations["release2"] = timed_operation(
                     "release2", meter, users, lambda: release(2, {"done"}))
@@ -451,22 +503,14 @@ def run_configuration(args: argparse.Namespace, database: str, users: int) -> di
                 phases["server_get"], _ = meter.run("server_get", stack.ports["server"],
                                                     [get] * gets, args.slices)
 
-                store = urls.get("bare", f"sqlite:///{directory / 'bare.sqlite3'}")
-                with bare_app(document_bytes, directory, store) as (bare_pid, bare_port):
+                with bare_app(document_bytes, directory / "gets", store) as (bare_pid,
+                                                                            bare_port):
                     meter.processes["bare"] = bare_pid
                     bare_host = f"127.0.0.1:{bare_port}"
                     bare_get = encode_request("GET", bare_host, "/document")
                     meter.warm_up(bare_port, bare_get)
                     phases["bare_get"], _ = meter.run("bare_get", bare_port, [bare_get] * gets,
                                                       args.slices)
-                    for phase, path in (("bare_post", "/submit"),
-                                        ("bare_stored", "/submit-stored")):
-                        posts = [encode_request("POST", bare_host, path, body)
-                                 for body in round1 + round2]
-                        meter.warm_up(bare_port, posts[-1])
-                        posts = [posts[i % len(posts)]
-                                 for i in range(max(len(posts), MIN_MEASURED))]
-                        phases[phase], _ = meter.run(phase, bare_port, posts, 2 * args.slices)
         except BenchError as exc:
             raise BenchError(f"{exc}\n{_log_tails(directory / 'stack')}") from None
 

@@ -83,3 +83,54 @@ def test_a_shuffler_setting_becomes_its_environment_variable() -> None:
                                      ("SEGSHUFFLE_SHUFFLER_CHUNK_SIZE", "100")]
     with pytest.raises(SystemExit):
         bench_services.parse_args(["--shuffler-setting", "synchronous"])
+
+
+class _RecordingSenders:
+    """Senders that answer 201 at once and record which port each batch went to."""
+
+    def __init__(self) -> None:
+        self.pids: list[int] = []
+        self.batches: list[tuple[int, list[bytes]]] = []
+
+    def load(self, port: int, requests: list[bytes], *, keep_bodies: bool = False) -> None:
+        self.batches.append((port, list(requests)))
+
+    def go(self, total: int) -> object:
+        sys.path.insert(0, str(SCRIPT.parent))
+        try:
+            from loadgen import BatchResult
+        finally:
+            sys.path.remove(str(SCRIPT.parent))
+        return BatchResult(latencies=[0.001] * total, statuses={201: total})
+
+
+def test_the_bare_baselines_are_measured_slice_by_slice_beside_the_rounds() -> None:
+    """A baseline measured minutes after the rounds compared them with a machine in
+    another state: each round slice is now followed by the bare POSTs of the same bodies
+    (cycled to a measurable slice), one slice of each baseline phase."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import bench_services
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    senders = _RecordingSenders()
+    meter = bench_services.Meter({}, senders)
+    size = 2 * bench_services.MIN_SLICE
+    submissions = [b"submission %d" % i for i in range(size)]
+    plain = [b"post %d" % i for i in range(size)]
+    stored = [b"stored %d" % i for i in range(size)]
+    bare_post, bare_stored = bench_services.Phase("bare_post"), bench_services.Phase("b")
+    phase, _ = meter.run("round1", 1, submissions, 2, companions=[
+        bench_services.Companion(bare_post, 2, plain),
+        bench_services.Companion(bare_stored, 3, stored)])
+    half = bench_services.MIN_SLICE
+    assert [(port, batch[0], len(batch)) for port, batch in senders.batches] == [
+        (1, submissions[0], half), (2, plain[0], half), (3, stored[0], half),
+        (1, submissions[half], half), (2, plain[half], half), (3, stored[half], half)]
+    assert phase.slice_sizes == bare_post.slice_sizes == bare_stored.slice_sizes == [half] * 2
+    # a round slice smaller than a measurable one: its bodies repeat
+    senders.batches.clear()
+    meter.run("round2", 1, submissions[:10], 5,
+              companions=[bench_services.Companion(bare_post, 2, plain[:10])])
+    assert [(port, len(batch)) for port, batch in senders.batches] == [(1, 10), (2, half)]
+    assert senders.batches[1][1][:12] == plain[:10] + plain[:2]
