@@ -119,7 +119,11 @@ async def read_json(request: Request, model: type[ModelT]) -> ModelT:
     most 20 (location, message) pairs, never the input itself.
     """
     require_json_media(request)
-    raw = await request.body()
+    return parse_json(await request.body(), model)
+
+
+def parse_json(raw: bytes, model: type[ModelT]) -> ModelT:
+    """:func:`read_json` for a body already read (its media type checked by the caller)."""
     require_strict_json(raw)
     try:
         return model.model_validate_json(raw)

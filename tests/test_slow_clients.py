@@ -2,7 +2,9 @@
 
 Real processes over raw sockets: connections that trickle their headers or their body
 are closed at the deadline while ``/livez`` keeps answering, and a submission with a
-bad token is refused before its body is read.
+bad token is refused before its body is read; on both stores, since a plain submission
+on PostgreSQL may be authenticated inside its storage statement, which must not wait for
+a body the client withholds.
 """
 
 from __future__ import annotations
@@ -10,23 +12,33 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 
 import httpx
 import pytest
 
 from segshuffle.testing.localstack import LocalStack
 
+from .postgres_support import fresh_database
+
 pytestmark = pytest.mark.slow  # both services as real processes
 
 TIMEOUTS = {"HEADER_TIMEOUT": "1", "BODY_TIMEOUT": "2"}
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def stack(request: pytest.FixtureRequest,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     env = {f"SEGSHUFFLE_SHUFFLER_{k}": v for k, v in TIMEOUTS.items()}
     server_env = {f"SEGSHUFFLE_SERVER_{k}": v for k, v in TIMEOUTS.items()}
-    with LocalStack(tmp_path_factory.mktemp("slow"), min_users=2, shuffler_env=env,
-                    server_env=server_env) as running:
+    directory = tmp_path_factory.mktemp("slow")
+    with ExitStack() as resources:
+        if request.param == "postgresql":
+            env["SEGSHUFFLE_SHUFFLER_DATABASE"] = resources.enter_context(fresh_database())
+            env["SEGSHUFFLE_SHUFFLER_KEY_DIRECTORY"] = str(directory / "round-keys")
+        running = resources.enter_context(
+            LocalStack(directory / "stack", min_users=2, shuffler_env=env,
+                       server_env=server_env))
         running.create_campaign({"id": "c", "domain_size": 4, "set_size": 1,
                                  "levels": [1.0], "min_users": 3})
         yield running
@@ -81,11 +93,12 @@ def test_a_trickled_body_is_cut_off(stack: LocalStack) -> None:
     assert status["participants"] == 0
 
 
-def test_a_bad_token_is_refused_before_the_body_is_read(stack: LocalStack) -> None:
+@pytest.mark.parametrize("sent", [b"", b'{"levels": ['], ids=["withheld", "partly-sent"])
+def test_a_bad_token_is_refused_before_the_body_is_read(stack: LocalStack, sent: bytes) -> None:
     sock = _connect(stack.ports["shuffler"])
     sock.sendall(b"POST /v1/campaigns/c/rounds/1/submissions HTTP/1.1\r\nHost: x\r\n"
                  b"Authorization: Bearer not-a-token\r\n"
-                 b"Content-Type: application/json\r\nContent-Length: 900000\r\n\r\n")
+                 b"Content-Type: application/json\r\nContent-Length: 900000\r\n\r\n" + sent)
     sock.settimeout(1.5)  # well below the body deadline: the answer needs no body
     answer = sock.recv(4096)
     assert answer.startswith(b"HTTP/1.1 401"), answer[:200]

@@ -49,6 +49,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from segshuffle import __version__
 from segshuffle.services.api_docs import install_docs
+from segshuffle.services.arrival import ArrivingBody
 from segshuffle.services.cors import ClientRouteCors, parse_origins, route_matcher
 from segshuffle.services.http_cache import document_response
 from segshuffle.services.http_edge import (
@@ -58,6 +59,7 @@ from segshuffle.services.http_edge import (
     health_router,
     install_edge,
     json_media,
+    parse_json,
     read_json,
     require_json_media,
     route_path,
@@ -269,26 +271,30 @@ async def _submit(campaign_id: str, round_number: int, token: str, request: Requ
     """The submission endpoint, once the path, the rate limit and the token's form are
     checked.
 
-    A body in the plain form that every client sends, of a declared length, may be
-    authenticated and stored in one storage statement (:meth:`ShufflerService.submit_as`,
-    which says when); else, and for anything unusual, the token is checked before the
-    body is read, so a bad token answers ``unauthorized`` before any problem of the
-    body."""
+    A body in the plain form that every client sends, of a declared length and arrived
+    whole with the headers, may be authenticated and stored in one storage statement
+    (:meth:`ShufflerService.submit_as`, which says when); else, and for anything unusual,
+    the token is checked before the service waits for the body, so a bad token answers
+    ``unauthorized`` at once (a client that withholds its body included), and before any
+    problem of the body."""
+    arriving = ArrivingBody(request.receive)
     body: DecodedSubmission | None = None
-    if service.submits_as and json_media(request) and _length_declared(request):
-        body = decode_submission(await request.body(), round_number)
+    if (service.submits_as and json_media(request) and _length_declared(request)
+            and await arriving.arrived()):
+        body = decode_submission(await arriving.whole(), round_number)
         if body is not None and await service.submit_as(campaign_id, round_number, token,
                                                         body):
             return _accepted(request, campaign_id, round_number)
-    # before the body is read (unless it was, above); the view it was checked against
-    # serves the submission too
+    # before waiting for the body (unless it had arrived, above); the view it was checked
+    # against serves the submission too
     participant, view = await service.authenticate_with_view(campaign_id, token)
     require_json_media(request)
+    raw = await arriving.whole()
     if body is None:
-        body = decode_submission(await request.body(), round_number)
+        body = decode_submission(raw, round_number)
     if body is None:  # not the plain form: the models decide, and name any problem
         model = Round1Submission if round_number == 1 else Round2Submission
-        body = decoded(await read_json(request, model))
+        body = decoded(parse_json(raw, model))
     await service.submit(campaign_id, round_number, participant, body, view=view)
     return _accepted(request, campaign_id, round_number)
 
