@@ -47,6 +47,7 @@ from segshuffle.services.shuffler.storage_api import (
     RoundClosedError,
     ShufflerStorage,
     StoredMessage,
+    UnknownTokenError,
 )
 
 from .postgres_support import fresh_database
@@ -439,6 +440,27 @@ def test_shuffler_submissions(shuffler: ShufflerStorage) -> None:
     assert shuffler.pending_count("c", 1, "data") == 2
     assert shuffler.round_record("c", 1) is None
     assert shuffler.rounds_with_messages() == [("c", 1)]
+
+
+def test_shuffler_submissions_with_the_token_checked_inside(shuffler: ShufflerStorage) -> None:
+    """``submit_as``: the token's check and the submission in one transaction; an unknown
+    token, or one issued for another campaign, stores nothing, and is refused before the
+    round's own refusals (a closed round, a second submission)."""
+    shuffler.add_token("c", b"t" * 32)
+    shuffler.add_token("other", b"o" * 32)
+    for stranger in (b"x" * 32, b"o" * 32):
+        with pytest.raises(UnknownTokenError):
+            shuffler.submit_as("c", 1, stranger, _rows({"levels": [b"s"]}))
+    assert shuffler.participants("c", 1) == 0 and shuffler.pending_count("c", 1, "levels") == 0
+    assert shuffler.rounds_with_messages() == []
+    assert shuffler.submit_as("c", 1, b"t" * 32, _rows({"levels": [b"a"], "data": [b"x"]})) == 1
+    with pytest.raises(AlreadySubmittedError):
+        shuffler.submit_as("c", 1, b"t" * 32, _rows({"levels": [b"b"]}))
+    with pytest.raises(UnknownTokenError):  # the token's refusal comes first
+        shuffler.submit_as("c", 1, b"x" * 32, _rows({"levels": [b"a"]}))
+    assert shuffler.participants("c", 1) == 1
+    assert shuffler.has_submitted("c", 1, b"t" * 32)
+    assert shuffler.pending_count("c", 1, "data") == 1
 
 
 def test_shuffler_release_lifecycle(shuffler: ShufflerStorage) -> None:

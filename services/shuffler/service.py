@@ -160,7 +160,7 @@ class ShufflerService:
             policy, "participant_of", None)
         """The policy's participant key of a token, unchecked (:meth:`submit_as`), if its
         tokens are the ones the store can check itself."""
-        self.submits_as = self._loop_statements is not None and self._participant_of is not None
+        self.submits_as = self._participant_of is not None
         """Whether :meth:`submit_as` can ever take a submission (else it is not tried)."""
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -377,21 +377,21 @@ class ShufflerService:
         that gives the same answer as :meth:`authenticate` then :meth:`submit`; returns
         False, having done nothing, where it might not.
 
-        The usual order checks the token first (one round trip to a PostgreSQL store),
-        then the body, then stores (a second round trip).  A store that runs statements
-        on the event loop can check the token inside the submission's own statement
-        (:meth:`.storage_api.LoopStatements.submit_as_async`).  That is only taken when
-        every check that does not need the token has passed: the body is in the plain
-        form (the caller's part), the cached view is in the round's phase, the number
-        of data messages fits and the round's key is at hand.  Then the only refusal
-        the token could have taken precedence over is the token's own, which the
-        statement makes first, and a refused token answers as :meth:`authenticate`
-        would.  Anything else (a body or phase problem, a token of the wrong form, the
-        round's first submission, SQLite) returns False for the usual order, which
-        answers a bad token with ``unauthorized`` before any body problem."""
-        on_loop = self._on_loop()
+        The usual order checks the token first (a storage call of its own: one round
+        trip to a PostgreSQL store, a lookup and a call on SQLite), then the body, then
+        stores (a second one).  The store can check the token inside the submission's
+        own transaction instead (:meth:`.storage_api.ShufflerStorage.submit_as`, or
+        :meth:`.storage_api.LoopStatements.submit_as_async` on the event loop).  That is
+        only taken when every check that does not need the token has passed: the body is
+        in the plain form (the caller's part), the cached view is in the round's phase,
+        the number of data messages fits and the round's key is at hand.  Then the only
+        refusal the token could have taken precedence over is the token's own, which the
+        store makes first, and a refused token answers as :meth:`authenticate` would.
+        Anything else (a body or phase problem, a token of the wrong form, the round's
+        first submission) returns False for the usual order, which answers a bad token
+        with ``unauthorized`` before any body problem."""
         participant_of = self._participant_of
-        if on_loop is None or participant_of is None:
+        if participant_of is None:
             return False
         view = await self.campaign_view(campaign_id)
         if view.phase != PHASE_OF_ROUND[round_number]:
@@ -403,10 +403,15 @@ class ShufflerService:
         except (AuthenticationError, errors.WrongSubmissionSizeError, RoundKeyMissingError):
             return False
         messages = seal_submission(key, campaign_id, round_number, streams)
+        on_loop = self._on_loop()
         try:
             with _storage_refusals():
-                count = await on_loop.submit_as_async(campaign_id, round_number,
-                                                      participant, messages)
+                if on_loop is not None:
+                    count = await on_loop.submit_as_async(campaign_id, round_number,
+                                                          participant, messages)
+                else:
+                    count = await self._storage_call(self.storage.submit_as, campaign_id,
+                                                     round_number, participant, messages)
         except UnknownTokenError as exc:
             raise await self._token_refusal(campaign_id, view, str(exc)) from None
         await self._stored(view, round_number, count)

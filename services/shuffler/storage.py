@@ -49,6 +49,7 @@ from .storage_api import (
     StorageError,
     StoredMessage,
     TokenTakenError,
+    UnknownTokenError,
 )
 
 __all__ = [
@@ -214,10 +215,27 @@ class Storage(SQLiteStore):
         this process counts as open (it holds the file alone: the rounds it closed left
         :attr:`_open_counts`) needs no look at ``rounds``.
         """
+        return self._submit(campaign_id, round_number, token_hash, messages, False)
+
+    def submit_as(self, campaign_id: str, round_number: int, token_hash: bytes,
+                  messages: Sequence[StoredMessage]) -> int:
+        """:meth:`submit` for a token not checked yet: the same transaction first requires
+        ``token_hash`` to be issued for ``campaign_id`` (the check :meth:`token_campaign`
+        serves), raising :class:`UnknownTokenError` having stored nothing if it is not.
+        One call and one transaction where the token's lookup was a call of its own."""
+        return self._submit(campaign_id, round_number, token_hash, messages, True)
+
+    def _submit(self, campaign_id: str, round_number: int, token_hash: bytes,
+                messages: Sequence[StoredMessage], check_token: bool) -> int:
+        """:meth:`submit`, and with ``check_token`` :meth:`submit_as`."""
         key = (campaign_id, round_number)
         rows = [(campaign_id, round_number, m.stream, m.row_key, m.sealed) for m in messages]
         with self._lock:
             with self._transaction() as db:
+                if check_token and db.execute(
+                        "SELECT 1 FROM tokens WHERE token_hash = ? AND campaign_id = ?",
+                        (token_hash, campaign_id)).fetchone() is None:
+                    raise UnknownTokenError("the user token is not valid for this campaign")
                 before = self._open_counts.get(key)
                 if before is None:
                     if self._round_row(campaign_id, round_number) is not None:

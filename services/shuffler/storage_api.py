@@ -65,7 +65,8 @@ class InvitationUsedError(StorageError):
 
 class UnknownTokenError(StorageError):
     """The token hash is not recorded for the campaign (a store that checks a token inside
-    its submission statement: :meth:`LoopStatements.submit_as_async`)."""
+    its submission's transaction: :meth:`ShufflerStorage.submit_as`,
+    :meth:`LoopStatements.submit_as_async`)."""
 
 
 class RoundClosedError(StorageError):
@@ -160,6 +161,13 @@ class ShufflerStorage(Protocol):
         Raises :class:`RoundClosedError` once the round is closed and
         :class:`AlreadySubmittedError` on a second submission of the same token.
         """
+        ...
+
+    def submit_as(self, campaign_id: str, round_number: int, token_hash: bytes,
+                  messages: Sequence[StoredMessage]) -> int:
+        """:meth:`submit` for a token not checked yet: the same transaction first requires
+        ``token_hash`` to be issued for ``campaign_id`` (:meth:`token_campaign`'s check),
+        raising :class:`UnknownTokenError` having stored nothing if it is not."""
         ...
 
     def participants(self, campaign_id: str, round_number: int) -> int:

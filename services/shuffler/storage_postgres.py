@@ -70,7 +70,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, LiteralString
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -445,22 +445,19 @@ class PostgresStorage(PostgresStore):
         any replica); the messages go in with one ``INSERT ... SELECT FROM unnest(...)``,
         whatever their number, and the count is incremented last.
         """
-        try:
-            row = self._fetch_one(_SUBMIT, self._submit_parameters(
-                campaign_id, round_number, token_hash, messages))
-        except pg_errors.UniqueViolation:
-            raise _replayed(round_number) from None
-        return _submitted(row, round_number)
+        return self._submit_with(_SUBMIT, campaign_id, round_number, token_hash, messages)
 
     async def submit_async(self, campaign_id: str, round_number: int, token_hash: bytes,
                            messages: Sequence[StoredMessage]) -> int:
         """:meth:`submit` on the event loop (:meth:`open_async`)."""
-        try:
-            row = await self._fetch_one_async(_SUBMIT, self._submit_parameters(
-                campaign_id, round_number, token_hash, messages))
-        except pg_errors.UniqueViolation:
-            raise _replayed(round_number) from None
-        return _submitted(row, round_number)
+        return await self._submit_with_async(_SUBMIT, campaign_id, round_number, token_hash,
+                                             messages)
+
+    def submit_as(self, campaign_id: str, round_number: int, token_hash: bytes,
+                  messages: Sequence[StoredMessage]) -> int:
+        """:meth:`submit` for a token not checked yet, in one statement
+        (:data:`_SCHEMA_4`, as :meth:`submit_as_async` runs it on the event loop)."""
+        return self._submit_with(_SUBMIT_AS, campaign_id, round_number, token_hash, messages)
 
     async def submit_as_async(self, campaign_id: str, round_number: int, token_hash: bytes,
                               messages: Sequence[StoredMessage]) -> int:
@@ -468,8 +465,26 @@ class PostgresStorage(PostgresStore):
         (:data:`_SCHEMA_4`) that first requires ``token_hash`` to be issued for the
         campaign (:class:`UnknownTokenError`, nothing stored, if it is not), then
         submits as :meth:`submit` does."""
+        return await self._submit_with_async(_SUBMIT_AS, campaign_id, round_number,
+                                             token_hash, messages)
+
+    def _submit_with(self, statement: LiteralString, campaign_id: str, round_number: int,
+                     token_hash: bytes, messages: Sequence[StoredMessage]) -> int:
+        """Run a submission's ``statement`` (:data:`_SUBMIT` or :data:`_SUBMIT_AS`); its
+        count, or the refusal it stands for."""
         try:
-            row = await self._fetch_one_async(_SUBMIT_AS, self._submit_parameters(
+            row = self._fetch_one(statement, self._submit_parameters(
+                campaign_id, round_number, token_hash, messages))
+        except pg_errors.UniqueViolation:
+            raise _replayed(round_number) from None
+        return _submitted(row, round_number)
+
+    async def _submit_with_async(self, statement: LiteralString, campaign_id: str,
+                                 round_number: int, token_hash: bytes,
+                                 messages: Sequence[StoredMessage]) -> int:
+        """:meth:`_submit_with` on the event loop."""
+        try:
+            row = await self._fetch_one_async(statement, self._submit_parameters(
                 campaign_id, round_number, token_hash, messages))
         except pg_errors.UniqueViolation:
             raise _replayed(round_number) from None
