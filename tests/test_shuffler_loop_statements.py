@@ -6,8 +6,6 @@ one statement for a plain submission, and the same answers as before."""
 
 from __future__ import annotations
 
-import base64
-import secrets
 import time
 from pathlib import Path
 
@@ -27,16 +25,12 @@ from segshuffle.services.shuffler.app import create_app
 from segshuffle.services.shuffler.settings import Settings
 from segshuffle.services.shuffler.storage_postgres import PostgresStorage
 from segshuffle.services.shuffler.upstream import ServerLink
-from segshuffle.wire.models import CIPHERTEXT_LENGTH
 
 from .postgres_support import postgres_url  # noqa: F401  (the fixture)
+from .submit_as_support import check_plain_submissions, ciphertext
 from .vector_documents import VECTORS, vector_key_config, vector_view
 
 CAMPAIGN_ID = VECTORS["parameters"][0]["config"]["id"]
-
-
-def _ciphertext() -> str:
-    return base64.urlsafe_b64encode(secrets.token_bytes(CIPHERTEXT_LENGTH)).decode().rstrip("=")
 
 
 def _app(postgres_url: str, tmp_path: Path, phase: dict[str, str],
@@ -83,18 +77,18 @@ def test_submissions_run_on_the_event_loop_with_the_same_answers(
         path = f"/v1/campaigns/{campaign_id}/rounds/1/submissions"
         tokens = [client.post(f"/v1/campaigns/{campaign_id}/enrollments").json()["token"]
                   for _ in range(3)]
-        first = client.post(path, json={"level": _ciphertext()},
+        first = client.post(path, json={"level": ciphertext()},
                             headers={"authorization": f"Bearer {tokens[0]}"})
         assert first.status_code == 201, first.text  # the round's key is made: a storage call
         handed_off.clear()
-        level = _ciphertext()
+        level = ciphertext()
         answers = [client.post(path, json={"level": level},
                                headers={"authorization": f"Bearer {tokens[1]}"}),
-                   client.post(path, json={"level": _ciphertext()},
+                   client.post(path, json={"level": ciphertext()},
                                headers={"authorization": f"Bearer {tokens[1]}"}),
                    client.post(path, json={"level": level},
                                headers={"authorization": f"Bearer {tokens[2]}"}),
-                   client.post(path, json={"level": _ciphertext()},
+                   client.post(path, json={"level": ciphertext()},
                                headers={"authorization": "Bearer " + "x" * 43})]
         assert [a.status_code for a in answers] == [201, 409, 409, 401]
         assert answers[1].json()["type"].endswith(":already-submitted")
@@ -122,50 +116,8 @@ def test_a_plain_submission_is_authenticated_and_stored_in_one_round_trip(
     monkeypatch.setattr(PostgresStorage, "_fetch_one_async", counted)
     app = _app(postgres_url, tmp_path, phase, enrollment="open")
     with TestClient(app, raise_server_exceptions=False) as client:
-        path = f"/v1/campaigns/{campaign_id}/rounds/1/submissions"
-        tokens = [client.post(f"/v1/campaigns/{campaign_id}/enrollments").json()["token"]
-                  for _ in range(3)]
-        bearer = [{"authorization": f"Bearer {token}"} for token in tokens]
-        stranger = {"authorization": "Bearer " + "x" * 43}
-        first = client.post(path, json={"level": _ciphertext()}, headers=bearer[0])
-        assert first.status_code == 201, first.text  # the round's key is made here
-
-        statements.clear()
-        second = client.post(path, json={"level": _ciphertext()}, headers=bearer[1])
-        assert second.status_code == 201, second.text
-        assert statements == ["SELECT shuffler_submit_as"]
-
-        statements.clear()
-        again = client.post(path, json={"level": _ciphertext()}, headers=bearer[1])
-        assert again.status_code == 409 and again.json()["type"].endswith(":already-submitted")
-        assert statements == ["SELECT shuffler_submit_as"]
-
-        unknown = client.post(path, json={"level": _ciphertext()}, headers=stranger)
-        assert unknown.status_code == 401, unknown.text
-        assert unknown.headers["www-authenticate"] == 'Bearer realm="shuffler"'
-        # a bad token takes precedence over whatever is wrong with the body
-        for body, media in ((b"{not json", "application/json"),
-                            (b'{"level": "short"}', "application/json"),
-                            (b'{"level": "x"}', "text/plain")):
-            answer = client.post(path, content=body,
-                                 headers={**stranger, "content-type": media})
-            assert answer.status_code == 401, (body, media, answer.text)
-        # a chunked body too large for the edge: still unauthorized first
-        oversize = client.post(path, content=iter([b'{"level": "', b"x" * (1 << 20), b'"}']),
-                               headers={**stranger, "content-type": "application/json"})
-        assert oversize.status_code == 401, oversize.text
-        # a good token with a bad body: the body's problem, as before
-        bad = client.post(path, content=b"{not json", headers=bearer[2])
-        assert bad.status_code == 400 and bad.json()["type"].endswith(":malformed-body")
-
-        status = client.get(f"/v1/campaigns/{campaign_id}/rounds/1").json()
-        assert status["participants"] == 2
-
-        phase["now"] = "aborted"  # the cached view still says round 1
-        time.sleep(0.3)  # a refused token refreshes the view at most every 0.25 s
-        late = client.post(path, json={"level": _ciphertext()}, headers=stranger)
-        assert late.status_code == 409, late.text
-        assert late.json()["type"].endswith(":wrong-phase")
+        check_plain_submissions(client, campaign_id, phase, statements,
+                                ["SELECT shuffler_submit_as"])
 
 
 def test_enrollments_run_on_the_event_loop_with_the_same_answers(
@@ -186,7 +138,7 @@ def test_enrollments_run_on_the_event_loop_with_the_same_answers(
     with TestClient(app, raise_server_exceptions=False) as client:
         path = f"/v1/campaigns/{campaign_id}/enrollments"
         handed_off.clear()
-        first, proposed = invitation(), _ciphertext()[:43]
+        first, proposed = invitation(), ciphertext()[:43]
         answers = [client.post(path, json={"invitation": first, "token": proposed}),
                    client.post(path, json={"invitation": first, "token": proposed}),
                    client.post(path, json={"invitation": first}),
@@ -202,6 +154,6 @@ def test_enrollments_run_on_the_event_loop_with_the_same_answers(
         assert answers[5].json()["type"].endswith(":conflict")
         assert handed_off == []
         submitted = client.post(f"/v1/campaigns/{campaign_id}/rounds/1/submissions",
-                                json={"level": _ciphertext()},
+                                json={"level": ciphertext()},
                                 headers={"authorization": f"Bearer {proposed}"})
         assert submitted.status_code == 201, submitted.text

@@ -1,12 +1,10 @@
 """On SQLite a plain submission checks its token inside its own transaction (issue 24):
 one storage call where the token's lookup was a call of its own, and every answer as in
-the usual order (the PostgreSQL twin: tests/test_shuffler_loop_statements.py)."""
+the usual order (tests/submit_as_support.py; the PostgreSQL twin is in
+tests/test_shuffler_loop_statements.py)."""
 
 from __future__ import annotations
 
-import base64
-import secrets
-import time
 from pathlib import Path
 
 import httpx
@@ -17,15 +15,11 @@ from segshuffle.services.shuffler.app import create_app
 from segshuffle.services.shuffler.settings import Settings
 from segshuffle.services.shuffler.storage import Storage
 from segshuffle.services.shuffler.upstream import ServerLink
-from segshuffle.wire.models import CIPHERTEXT_LENGTH
 
+from .submit_as_support import check_plain_submissions
 from .vector_documents import VECTORS, vector_key_config, vector_view
 
 CAMPAIGN_ID = VECTORS["parameters"][0]["config"]["id"]
-
-
-def _ciphertext() -> str:
-    return base64.urlsafe_b64encode(secrets.token_bytes(CIPHERTEXT_LENGTH)).decode().rstrip("=")
 
 
 def test_a_plain_submission_checks_its_token_in_its_own_transaction(
@@ -53,39 +47,4 @@ def test_a_plain_submission_checks_its_token_in_its_own_transaction(
                         enroll_rate=0, submit_rate=0, read_rate=0)
     link = ServerLink("http://x", "s" * 32, transport=httpx.MockTransport(upstream))
     with TestClient(create_app(settings, link=link), raise_server_exceptions=False) as client:
-        path = f"/v1/campaigns/{CAMPAIGN_ID}/rounds/1/submissions"
-        tokens = [client.post(f"/v1/campaigns/{CAMPAIGN_ID}/enrollments").json()["token"]
-                  for _ in range(3)]
-        bearer = [{"authorization": f"Bearer {token}"} for token in tokens]
-        stranger = {"authorization": "Bearer " + "x" * 43}
-        first = client.post(path, json={"level": _ciphertext()}, headers=bearer[0])
-        assert first.status_code == 201, first.text  # the round's key is made: usual order
-
-        calls.clear()
-        second = client.post(path, json={"level": _ciphertext()}, headers=bearer[1])
-        assert second.status_code == 201, second.text
-        assert calls == ["submit_as"]
-
-        calls.clear()
-        again = client.post(path, json={"level": _ciphertext()}, headers=bearer[1])
-        assert again.status_code == 409 and again.json()["type"].endswith(":already-submitted")
-        assert calls == ["submit_as"]
-
-        unknown = client.post(path, json={"level": _ciphertext()}, headers=stranger)
-        assert unknown.status_code == 401, unknown.text
-        assert unknown.headers["www-authenticate"] == 'Bearer realm="shuffler"'
-        for body, media in ((b"{not json", "application/json"),
-                            (b'{"level": "short"}', "application/json"),
-                            (b'{"level": "x"}', "text/plain")):
-            answer = client.post(path, content=body, headers={**stranger, "content-type": media})
-            assert answer.status_code == 401, (body, media, answer.text)
-        bad = client.post(path, content=b"{not json", headers=bearer[2])
-        assert bad.status_code == 400 and bad.json()["type"].endswith(":malformed-body")
-
-        status = client.get(f"/v1/campaigns/{CAMPAIGN_ID}/rounds/1").json()
-        assert status["participants"] == 2
-
-        phase["now"] = "aborted"  # the cached view still says round 1
-        time.sleep(0.3)  # a refused token refreshes the view at most every 0.25 s
-        late = client.post(path, json={"level": _ciphertext()}, headers=stranger)
-        assert late.status_code == 409 and late.json()["type"].endswith(":wrong-phase")
+        check_plain_submissions(client, CAMPAIGN_ID, phase, calls, ["submit_as"])
