@@ -18,6 +18,10 @@ It also corks the connection: uvicorn writes a response's status line and header
 its body, as separate socket writes (two system calls, often two TCP segments, for every
 small JSON answer). :class:`CorkedTransport` collects the writes made within one turn of
 the event loop and sends them as one, at the end of that turn.
+
+With httptools it also tells the application when a request's whole body has arrived
+(the ASGI extension :data:`.arrival.BODY_ARRIVAL`), which it knows as it parses the last
+byte.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ import asyncio
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from segshuffle.services.arrival import BODY_ARRIVAL, BodyArrival
 
 try:  # the C parser (uvicorn[standard]); the h11 protocol is the fallback
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -129,6 +135,8 @@ def _httptools_protocol(header_timeout: float, body_timeout: float) -> type[asyn
     assert HttpToolsProtocol is not None
 
     class BoundedHttpToolsProtocol(_Deadlines, HttpToolsProtocol):  # type: ignore[misc,valid-type]
+        _arrival: BodyArrival
+
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(CorkedTransport(transport, self.loop))  # type: ignore[arg-type]
             self._arm(header_timeout)
@@ -139,6 +147,8 @@ def _httptools_protocol(header_timeout: float, body_timeout: float) -> type[asyn
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
+            self._arrival = BodyArrival()
+            self.scope.setdefault("extensions", {})[BODY_ARRIVAL] = self._arrival
             if self._deadline is None:
                 self._arm(header_timeout)
 
@@ -148,6 +158,7 @@ def _httptools_protocol(header_timeout: float, body_timeout: float) -> type[asyn
 
         def on_message_complete(self) -> None:
             super().on_message_complete()
+            self._arrival.complete = True
             self._disarm()
 
     return BoundedHttpToolsProtocol

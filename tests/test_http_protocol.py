@@ -14,23 +14,34 @@ from typing import Any
 import pytest
 import uvicorn
 
+from segshuffle.services.arrival import BODY_ARRIVAL
 from segshuffle.services.timeouts import CorkedTransport, bounded_protocol, event_loop
 
 PARSERS = ["h11", "httptools"]
 
 
+def _arrived(scope: dict[str, Any]) -> str:
+    """What the protocol says of the body's arrival (:data:`BODY_ARRIVAL`), if anything."""
+    arrival = scope.get("extensions", {}).get(BODY_ARRIVAL)
+    return "untold" if arrival is None else str(arrival.complete)
+
+
 async def _app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Echoes the body; on ``/arrival``, what the protocol said of the body's arrival when
+    the request started and once it was read."""
     if scope["type"] != "http":
         return
+    at_start = _arrived(scope)
     body = b""
     while True:
         message = await receive()
         body += message.get("body", b"")
         if not message.get("more_body"):
             break
+    answer = f"{at_start}/{_arrived(scope)}:".encode() if scope["path"] == "/arrival" else b""
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", b"text/plain")]})
-    await send({"type": "http.response.body", "body": b"echo:" + body})
+    await send({"type": "http.response.body", "body": answer + b"echo:" + body})
 
 
 @pytest.fixture(params=PARSERS)
@@ -104,6 +115,30 @@ def test_an_idle_keep_alive_connection_is_not_cut_by_the_header_deadline(
         time.sleep(0.8)  # longer than the header deadline, shorter than keep-alive (5 s)
         conn.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         assert b"HTTP/1.1 200" in _read_all(conn, b"echo:")
+
+
+def test_the_protocol_tells_when_the_whole_body_has_arrived(server: tuple[str, int],
+                                                              request: pytest.FixtureRequest
+                                                              ) -> None:
+    """httptools tells the application whether the body is all there (a route may then
+    decide before reading it) and h11 tells nothing (the application probes instead)."""
+    parser = request.node.callspec.params["server"]
+    head = b"POST /arrival HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n"
+    with socket.create_connection(server) as conn:
+        conn.sendall(head + b"whole" + head + b"again")  # arrived with the headers, twice
+        data = _read_all(conn, b"echo:again")
+        assert data.count(b"HTTP/1.1 200") == 2
+        conn.sendall(head + b"pa")  # then withheld, then the rest
+        time.sleep(0.2)
+        conn.sendall(b"rt")
+        time.sleep(0.1)
+        conn.sendall(b"s")
+        late = _read_all(conn, b"echo:parts")
+    if parser == "httptools":
+        assert b"True/True:echo:whole" in data and b"True/True:echo:again" in data
+        assert b"False/True:echo:parts" in late
+    else:
+        assert b"untold/untold:echo:whole" in data and b"untold/untold:echo:parts" in late
 
 
 class _Recorder:

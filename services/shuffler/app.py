@@ -277,7 +277,7 @@ async def _submit(campaign_id: str, round_number: int, token: str, request: Requ
     the token is checked before the service waits for the body, so a bad token answers
     ``unauthorized`` at once (a client that withholds its body included), and before any
     problem of the body."""
-    arriving = ArrivingBody(request.receive)
+    arriving = ArrivingBody(request.scope, request.receive)
     body: DecodedSubmission | None = None
     if (service.submits_as and json_media(request) and _length_declared(request)
             and await arriving.arrived()):
