@@ -34,8 +34,9 @@ holds a campaign id.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -44,7 +45,6 @@ from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
-from starlette.middleware.exceptions import ExceptionMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from segshuffle import __version__
@@ -376,8 +376,9 @@ class UserRoutes:
     (:func:`_enroll`, :func:`_submit`).  ``scope["route"]``, ``endpoint`` and
     ``path_params`` are those the router would set (the metrics label the request by
     the route's template), and refusals go through the application's own exception
-    handlers (an :class:`ExceptionMiddleware` built from them as Starlette builds its
-    own), so answers are byte for byte those of the routes.  Every other request, and
+    handlers, looked up as Starlette's ``ExceptionMiddleware`` looks them up
+    (:meth:`_answer`; that middleware's per-request wrappers cost a few microseconds of
+    a submission's 150), so answers are byte for byte those of the routes.  Every other request, and
     any method but POST, goes on to the application; the FastAPI routes stay declared
     for the OpenAPI document.  Install it innermost (before the body limit and the
     request observer), so both still see these requests.
@@ -386,31 +387,62 @@ class UserRoutes:
     def __init__(self, app: ASGIApp, application: FastAPI) -> None:
         self.app = app
         self.application = application
-        handlers = {key: value for key, value in application.exception_handlers.items()
-                     if key not in (500, Exception)}
-        debug = application.debug
-        self._routes = (
-            (SUBMIT_ROUTE, ExceptionMiddleware(self._submit, handlers=handlers, debug=debug)),
-            (ENROLL_ROUTE, ExceptionMiddleware(self._enroll, handlers=handlers, debug=debug)),
-        )
+        self._handlers: dict[type[BaseException], Callable[..., Awaitable[Response]]] = {}
+        """The application's exception handlers by exception class (its catch-all
+        ``Exception`` handler left to the outer layers, as Starlette does)."""
+        for key, handler in application.exception_handlers.items():
+            if key in (500, Exception):
+                continue
+            if not isinstance(key, type) or not inspect.iscoroutinefunction(handler):
+                raise TypeError(f"the user routes answer with coroutine handlers of exception "
+                                f"classes only, not {key!r}: {handler!r}")
+            self._handlers[key] = handler
+        self._routes = ((SUBMIT_ROUTE, self._submit), (ENROLL_ROUTE, self._enroll))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
             path = route_path(scope)
             if path.startswith(_USER_PREFIX):
-                for route, handled in self._routes:
+                for route, endpoint in self._routes:
                     match = route.path_regex.match(path)
                     if match is not None:
                         scope["path_params"] = {**scope.get("path_params", {}),
                                                 **match.groupdict()}
                         scope["endpoint"] = route.endpoint
                         scope["route"] = route
-                        await handled(scope, receive, send)
+                        await self._answer(endpoint, scope, receive, send)
                         return
         await self.app(scope, receive, send)
 
-    async def _submit(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _answer(self, endpoint: Callable[[Request], Awaitable[Response]], scope: Scope,
+                      receive: Receive, send: Send) -> None:
+        """Run ``endpoint``; an exception it raises is answered by the application's
+        handler for its class (the nearest in its MRO, as Starlette looks it up), and one
+        without a handler goes on to the outer layers.  The response is sent after the
+        endpoint returns, outside the ``try``: an exception while sending it leaves
+        nothing to answer, so it goes on too (Starlette's ``ExceptionMiddleware`` would
+        raise a ``RuntimeError`` there instead), and no response is ever sent twice."""
         request = Request(scope, receive, send)
+        try:
+            response = await endpoint(request)
+        except Exception as exc:
+            handler = self._handler_for(exc)
+            if handler is None:
+                raise
+            response = await handler(request, exc)
+            exc.__traceback__ = None  # a reused exception would accumulate tracebacks
+        await response(scope, receive, send)
+
+    def _handler_for(self, exc: Exception) -> Callable[..., Awaitable[Response]] | None:
+        handlers = self._handlers
+        for cls in type(exc).__mro__:
+            handler = handlers.get(cls)
+            if handler is not None:
+                return handler
+        return None
+
+    async def _submit(self, request: Request) -> Response:
+        scope = request.scope
         params = scope["path_params"]
         campaign_id = parse_campaign_id(params["campaign_id"])
         limits: RouteLimits = self.application.state.limits
@@ -419,17 +451,14 @@ class UserRoutes:
         token = bearer_token(_header(scope, b"authorization"))
         if token is None:
             raise unauthorized("a user token is required (Authorization: Bearer ...)")
-        response = await _submit(campaign_id, round_number, token, request,
-                                 self.application.state.service)
-        await response(scope, receive, send)
+        return await _submit(campaign_id, round_number, token, request,
+                             self.application.state.service)
 
-    async def _enroll(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request = Request(scope, receive, send)
-        campaign_id = parse_campaign_id(scope["path_params"]["campaign_id"])
+    async def _enroll(self, request: Request) -> Response:
+        campaign_id = parse_campaign_id(request.scope["path_params"]["campaign_id"])
         limits: RouteLimits = self.application.state.limits
         limits.check(limits.enroll, request, "enrollments")
-        response = await _enroll(campaign_id, request, self.application.state.service)
-        await response(scope, receive, send)
+        return await _enroll(campaign_id, request, self.application.state.service)
 
 
 OPEN_WARNING = ("OPEN ENROLLMENT: anyone may enroll any number of times, so fake users can "
