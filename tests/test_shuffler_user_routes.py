@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from segshuffle.services.shuffler.app import ENROLL_PATH, SUBMIT_PATH, UserRoutes, create_app
+from segshuffle.services.shuffler.service import ShufflerService
 from segshuffle.services.shuffler.settings import Settings
 
 TOKEN = "a" * 43
@@ -123,3 +124,30 @@ def test_rate_limits_come_after_the_campaign_id_and_before_the_round(
                for client in (direct, routed)]
     assert answers[0] == answers[1]
     assert [status for status, _, _ in answers[0]] == [404, 404, 404, 429, 503, 503, 429]
+
+
+def test_an_error_without_a_handler_of_its_own_is_answered_as_by_the_routes(
+        clients: Callable[[bool], tuple[TestClient, TestClient]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exception the user routes have no handler for goes on to the outer layers (the
+    catch-all ``internal`` problem), as out of FastAPI's routes."""
+    async def broken(*_: object, **__: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(ShufflerService, "authenticate_with_view", broken)
+    direct, routed = clients(False)
+    request = _submission("c1", "1", authorization=f"Bearer {TOKEN}")
+    answers = [_answer(client, request) for client in (direct, routed)]
+    assert answers[0] == answers[1]
+    assert answers[0][0] == 500 and b"error:internal" in answers[0][2]
+
+
+def test_the_user_routes_refuse_a_handler_they_could_not_await(tmp_path: Path) -> None:
+    app = _app(tmp_path, direct=True, rates=False)
+
+    def blocking(_: object, exc: Exception) -> None:
+        return None
+
+    app.add_exception_handler(KeyError, blocking)
+    with pytest.raises(TypeError, match="coroutine handlers"):
+        TestClient(app).__enter__()

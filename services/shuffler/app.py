@@ -377,11 +377,11 @@ class UserRoutes:
     ``path_params`` are those the router would set (the metrics label the request by
     the route's template), and refusals go through the application's own exception
     handlers, looked up as Starlette's ``ExceptionMiddleware`` looks them up
-    (:meth:`_answer`; that middleware's per-request wrappers cost a few microseconds of
-    a submission's 150), so answers are byte for byte those of the routes.  Every other request, and
-    any method but POST, goes on to the application; the FastAPI routes stay declared
-    for the OpenAPI document.  Install it innermost (before the body limit and the
-    request observer), so both still see these requests.
+    (:meth:`_answer`; that middleware's per-request wrappers cost a few of a
+    submission's 150 CPU-microseconds), so answers are byte for byte those of the
+    routes.  Every other request, and any method but POST, goes on to the application;
+    the FastAPI routes stay declared for the OpenAPI document.  Install it innermost
+    (before the body limit and the request observer), so both still see these requests.
     """
 
     def __init__(self, app: ASGIApp, application: FastAPI) -> None:
