@@ -25,6 +25,7 @@ import pytest
 from segshuffle.testing.population import Population
 from segshuffle.testing.web_demo import CHROMIUM, WebCampaign, main, web_campaign
 
+from .browser_support import require_chromium
 from .test_e2e_support import decoded_counts
 
 pytestmark = pytest.mark.slow
@@ -36,17 +37,7 @@ PAGES, PER_PAGE, PYTHON_USERS = 5, 10, 30
 
 @pytest.fixture(scope="module")
 def browser_ready() -> None:
-    missing = []
-    if not Path(CHROMIUM).is_file():
-        missing.append("chromium (apt-get install chromium)")
-    try:
-        import playwright  # noqa: F401
-    except ImportError:
-        missing.append("playwright (pip install playwright)")
-    if missing and os.environ.get("CI") == "true":
-        pytest.fail(f"missing under CI: {', '.join(missing)}")
-    if missing:
-        pytest.skip(f"missing: {', '.join(missing)}")
+    require_chromium()
 
 
 def _sets(count: int, rng: np.random.Generator) -> list[list[int]]:

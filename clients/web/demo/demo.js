@@ -42,6 +42,14 @@ function step(text, detail = "", kind = "ok") {
   return item;
 }
 
+/** The step counting the levels the accountant has checked, while it runs. */
+let checking = null;
+
+/** The Session's onProgress: the accountant runs in a Web Worker, the page stays live. */
+function showCheck({ checked, total }) {
+  if (checking) checking.textContent = `Checking every level's guarantee: ${checked} of ${total}`;
+}
+
 function option(type, name, value, text, checked = false) {
   const label = document.createElement("label");
   const input = document.createElement("input");
@@ -99,7 +107,9 @@ async function takePart(session, config, levelIndex, items) {
   const waiting = step("Waiting for the other users and the release of round 1…", "", "wait");
   await session.waitForPhase("round2", WAIT);
   waiting.remove();
+  checking = step("Checking every level's guarantee…", "", "wait");
   const parameters = await session.fetchParameters();
+  checking.remove();
   step("The server's parameters, verified", describeParameters(parameters, levelIndex));
   const round2 = await session.submitData(items);
   const body = lastSent("/rounds/2/submissions").bytes;
@@ -179,7 +189,7 @@ async function main() {
   const config = await (await fetch("./config.json", { cache: "no-store" })).json();
   const session = new Session({
     shufflerUrl: config.shufflerUrl, campaignId: config.campaignId, serverKey: config.serverKey,
-    fetch: recordingFetch,
+    fetch: recordingFetch, onProgress: showCheck,
   });
   showCampaign(await session.campaign());
   document.body.dataset.state = "ready";

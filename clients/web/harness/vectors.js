@@ -1,17 +1,22 @@
 // Test support (not part of the package): docs/test-vectors.json, its server key, and an
-// accountant that answers from the vectors' records.
+// accountant that answers from the vectors' records. Node reads the file; a page fetches
+// it from /docs/test-vectors.json of its site (tests/test_web_worker.py serves it there).
 //
 // The recorded accountant answers with a vector's delta_user at each level E_k, and at a
 // published epsilon below E_k with "protected" exactly for the (epsilon, lambda) points
 // that the honest documents of the same setting publish. delta_user falls as epsilon
 // grows, so a level that fails at E_k fails below it too; anything else is unprotected.
 
-import { readFile } from "node:fs/promises";
-
 import { fromHex, toBase64url } from "../src/bytes.js";
 
-export const VECTORS = JSON.parse(
-  await readFile(new URL("../../../docs/test-vectors.json", import.meta.url), "utf8"));
+/** The JSON document at `url`: a file under Node, an HTTP resource in a page. */
+async function readJson(url) {
+  if (url.protocol !== "file:") return (await fetch(url)).json();
+  const { readFile } = await import("node:fs/promises");
+  return JSON.parse(await readFile(url, "utf8"));
+}
+
+export const VECTORS = await readJson(new URL("../../../docs/test-vectors.json", import.meta.url));
 
 const HPKE = VECTORS.hpke[0];
 

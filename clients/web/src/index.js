@@ -4,7 +4,8 @@
 // plaintexts sealed with HPKE, the server's document signatures. On top of it a user's
 // whole session (Session): the transport with its retry budget, the verification of
 // everything the server publishes (docs/protocol.md section 6), the randomizers, and
-// the saved-session document an app stores between the rounds.
+// the saved-session document an app stores between the rounds. The accountant runs in a
+// Web Worker in a browser (accountant_runner.js), so a check never blocks the page.
 
 export * from "./bytes.js";
 export * from "./canonical.js";
@@ -20,9 +21,10 @@ export { Session } from "./session.js";
 export { DEFAULT_RETRY, Transport, retryAfterMs } from "./transport.js";
 export { deltaLimit, makePolicy, usersFloor, withFakeTolerance } from "./policy.js";
 export {
-  configurationProblems, defaultUserDelta, pinnedKeyOf, verifyCampaign, verifyParameters,
-  verifyReleaseThreshold, verifyRound1Count, verifySignatures,
+  configurationProblems, pinnedKeyOf, verifyCampaign, verifyParameters, verifyReleaseThreshold,
+  verifyRound1Count, verifySignatures,
 } from "./verify.js";
+export { AccountantRunner, AccountantUnavailableError, defaultRunner } from "./accountant_runner.js";
 export { readConfig, readEnrollment, readKeyConfig, readParameters, readRoundStatus, readView } from "./answers.js";
 export { ID_PATTERN, paddingItems, privacyDomainSize, wellFormedProblems } from "./configuration.js";
 export {

@@ -10,6 +10,7 @@
 //   const later = await Session.resume(load(), { shufflerUrl, serverKey });
 //   await later.waitForPhase("round2");
 //   await later.fetchParameters();          // verified for every level, or refused
+//                                           // (the accountant in a Web Worker)
 //   await later.submitData(items);          // round 2
 //
 // Nothing leaves the device before what it depends on is verified (verify.js). With the
@@ -56,7 +57,11 @@ const MAX_LISTED_NAMES = 12;
  * @property {typeof globalThis.fetch} [fetch] @property {import("./transport.js").RetryOptions} [retry]
  * @property {(ms: number, signal?: AbortSignal) => Promise<void>} [sleep]
  * @property {() => number} [now]
- * @property {AbortSignal} [signal] cancels every request of the session
+ * @property {AbortSignal} [signal] cancels every request of the session and the guarantee
+ *   check of fetchParameters (its worker is terminated): the pending call rejects with the
+ *   signal's reason, a DOMException named AbortError unless the app gave another
+ * @property {(progress: import("./verify.js").Progress) => void} [onProgress] the guarantee
+ *   check's progress: `checked` of `total` levels, from 0 as it starts, after each level
  * @property {import("./random.js").Random} [random] the randomizers' source (tests)
  * @property {import("./verify.js").UserDelta} [userDelta] the accountant (tests)
  * @property {(state: import("./state.js").SavedState) => void | Promise<void>} [onStateChange]
@@ -84,6 +89,7 @@ export class Session {
   #random;
   #userDelta;
   #onStateChange;
+  #onProgress;
   #signal;
   #view = null;
   #hpkeConfig = null;
@@ -126,6 +132,7 @@ export class Session {
     this.#random = options.random ?? secureRandom;
     this.#userDelta = options.userDelta;
     this.#onStateChange = options.onStateChange;
+    this.#onProgress = options.onProgress;
     this.#signal = options.signal;
     this.#transport = new Transport(shufflerUrl, {
       fetch: options.fetch, retry: options.retry, sleep: options.sleep, now: options.now,
@@ -274,8 +281,9 @@ export class Session {
   /**
    * Fetch the round-2 parameters and verify them (every level's guarantee, and the
    * shuffler's own round-1 count and release threshold); a VerificationError refuses
-   * them and nothing is sent. `levelIndex` is needed only by a session that did not
-   * send round 1 itself.
+   * them and nothing is sent. The accountant runs in a Web Worker in a browser: the page
+   * stays responsive, `onProgress` hears of each level and `signal` cancels the check.
+   * `levelIndex` is needed only by a session that did not send round 1 itself.
    * @param {number} [levelIndex]
    */
   async fetchParameters(levelIndex) {
@@ -289,6 +297,7 @@ export class Session {
     const parameters = await verifyParameters(view, {
       levelIndex: this.#levelIndex, keyId: this.#key.keyId, configHash: this.#configHash,
       policy: this.#policy, allowInsecure: this.#allowInsecure, userDelta: this.#userDelta,
+      signal: this.#signal, onProgress: this.#onProgress,
     });
     // The claimed round-1 n against the shuffler's own count, re-fetched if a cached
     // status predates the release.

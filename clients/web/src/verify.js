@@ -14,8 +14,11 @@
 // range, and protect every level, not only this user's: parameters are the same for
 // everyone, and a server that under-protects one level would learn who sits at it from
 // who refuses. Then the shuffler's own round-1 count and release threshold
-// (verifyRound1Count, verifyReleaseThreshold).
+// (verifyRound1Count, verifyReleaseThreshold). The accountant runs off the main thread
+// (accountant_runner.js): the check reports its progress level by level and stops when
+// the caller's signal aborts.
 
+import { AccountantUnavailableError, defaultRunner } from "./accountant_runner.js";
 import { fromBase64url } from "./bytes.js";
 import { documentHash } from "./canonical.js";
 import { paddingItems, privacyDomainSize, wellFormedProblems } from "./configuration.js";
@@ -39,6 +42,11 @@ import { campaignMessage, endMessage, parametersMessage, verifySignature } from 
  * `domainSize` items, in blanket `mode`, for the target `delta`.
  * @typedef {(level: number, lambda: number, setSize: number, users: number, m: number,
  *   domainSize: number, options: { mode: string, delta: number }) => number | Promise<number>} UserDelta
+ */
+
+/**
+ * How far a guarantee check is: `checked` of the campaign's `total` levels.
+ * @typedef {{ checked: number, total: number }} Progress
  */
 
 const TERMINAL = ["done", "failed", "aborted"];
@@ -339,58 +347,92 @@ function reportProblems(p, config) {
 }
 
 // A population of simulated users in one process shares one parameter set: the verdicts
-// are remembered per accountant function (bounded).
+// are remembered per accountant (bounded).
 const verdicts = new WeakMap();
 const MAX_REMEMBERED = 256;
 
-/** Every level whose rate fails delta_user(e_k) <= delta at its published epsilon. */
-async function unprotectedLevels(userDelta, args) {
+/**
+ * An accountant as a check calls it; `key` identifies it for the remembered verdicts.
+ * @typedef {{ key: object, call: (args: import("./accountant_runner.js").UserDeltaArgs)
+ *   => number | Promise<number> }} Accountant
+ */
+
+/**
+ * The accountant a check calls: the injected function, or the shared runner (off the
+ * main thread in a browser).
+ * @param {UserDelta | undefined} userDelta @param {AbortSignal | undefined} signal
+ * @returns {Accountant}
+ */
+function accountantOf(userDelta, signal) {
+  if (userDelta !== undefined) return { key: userDelta, call: (args) => userDelta(...args) };
+  const runner = defaultRunner();
+  return { key: runner, call: (args) => runner.userDelta(args, { signal }) };
+}
+
+/**
+ * The accountant's bound for `args`; a refusal when it cannot be had, and the signal's
+ * reason when the caller cancelled.
+ * @param {Accountant["call"]} call @param {import("./accountant_runner.js").UserDeltaArgs} args
+ * @param {AbortSignal | undefined} signal @returns {Promise<number>}
+ */
+async function bound(call, args, signal) {
+  try {
+    return await call(args);
+  } catch (cause) {
+    signal?.throwIfAborted();
+    if (cause instanceof AccountantUnavailableError) {
+      // Without the accountant the guarantee cannot be checked, and round 2 is not sent
+      // on anyone's word.
+      throw new VerificationError("the accountant is not available, so the published "
+        + `parameters cannot be checked: ${cause.message}`, { check: "accountant", cause });
+    }
+    throw new VerificationError(`the published parameters cannot be accounted: ${cause.message}`,
+      { check: "lambdas", cause });
+  }
+}
+
+/**
+ * Every level whose rate fails delta_user(e_k) <= delta at its published epsilon.
+ * @param {Accountant} accountant @param {object} args the published figures
+ * @param {Pick<ParameterOptions, "signal" | "onProgress">} options @returns {Promise<Problem[]>}
+ */
+async function unprotectedLevels(accountant, args, { signal, onProgress }) {
+  const { key: source, call } = accountant;
+  const { levels, epsilons, lambdas, setSize, delta, users, m, domainSize, mode } = args;
+  const progress = (checked) => onProgress?.({ checked, total: levels.length });
   const key = JSON.stringify(args);
-  let remembered = verdicts.get(userDelta);
+  let remembered = verdicts.get(source);
   if (remembered === undefined) {
     remembered = new Map();
-    verdicts.set(userDelta, remembered);
+    verdicts.set(source, remembered);
   }
-  if (remembered.has(key)) return remembered.get(key);
-  const { levels, epsilons, lambdas, setSize, delta, users, m, domainSize, mode } = args;
+  if (remembered.has(key)) {
+    progress(levels.length);
+    return remembered.get(key);
+  }
   const options = { mode, delta };
   /** @type {Problem[]} */
   const failing = [];
+  progress(0);
   for (let k = 0; k < levels.length; k += 1) {
+    signal?.throwIfAborted();
     const [level, eps, lam] = [levels[k], epsilons[k], lambdas[k]];
-    const bound = await userDelta(eps, lam, setSize, users, m, domainSize, options);
-    if (bound <= delta) continue;
-    const atLevel = eps === level ? bound
-      : await userDelta(level, lam, setSize, users, m, domainSize, options);
-    if (atLevel <= delta) {
-      failing.push(["epsilons", `level ${g(level)} at its published epsilon ${g(eps)} `
-        + `(lambda=${g(lam)}: delta_user=${g(bound)}; an understated guarantee)`]);
-    } else {
-      failing.push(["lambdas", `level ${g(level)} (lambda=${g(lam)}: delta_user=${g(atLevel)})`]);
+    const atEps = await bound(call, [eps, lam, setSize, users, m, domainSize, options], signal);
+    if (atEps > delta) {
+      const atLevel = eps === level ? atEps
+        : await bound(call, [level, lam, setSize, users, m, domainSize, options], signal);
+      if (atLevel <= delta) {
+        failing.push(["epsilons", `level ${g(level)} at its published epsilon ${g(eps)} `
+          + `(lambda=${g(lam)}: delta_user=${g(atEps)}; an understated guarantee)`]);
+      } else {
+        failing.push(["lambdas", `level ${g(level)} (lambda=${g(lam)}: delta_user=${g(atLevel)})`]);
+      }
     }
+    progress(k + 1);
   }
   if (remembered.size >= MAX_REMEMBERED) remembered.delete(remembered.keys().next().value);
   remembered.set(key, failing);
   return failing;
-}
-
-let accountant = null;
-
-/**
- * The accountant's userDelta, loaded on first use: a campaign with insecure parameters,
- * or a refusal found earlier, never needs it.
- * @returns {Promise<UserDelta>}
- */
-export async function defaultUserDelta() {
-  accountant ??= import("./accountant/index.js").then((module) => module.userDelta);
-  try {
-    const userDelta = await accountant;
-    if (typeof userDelta !== "function") throw new TypeError("it exports no userDelta");
-    return userDelta;
-  } catch (error) {
-    accountant = null;
-    throw error;
-  }
 }
 
 /**
@@ -398,7 +440,13 @@ export async function defaultUserDelta() {
  * @property {number} levelIndex this user's level
  * @property {string} keyId round 1's key id @property {string} configHash round 1's hash
  * @property {Policy} policy @property {boolean} [allowInsecure]
- * @property {UserDelta} [userDelta] the accountant (tests inject one)
+ * @property {UserDelta} [userDelta] the accountant (tests inject one); by default the
+ *   shared runner's, in a Web Worker in a browser
+ * @property {AbortSignal} [signal] cancels the guarantee check: the running computation's
+ *   worker is terminated and the check rejects with the signal's reason (a DOMException
+ *   named AbortError unless the app gave another), not a VerificationError
+ * @property {(progress: Progress) => void} [onProgress] called as the check starts
+ *   (`checked` 0) and after each level (a remembered verdict: once, all checked)
  */
 
 /**
@@ -459,27 +507,10 @@ export async function verifyParameters(view, options) {
     throw new VerificationError("the server published insecure (unaccounted) parameters",
       { check: "insecure" });
   }
-  let userDelta = options.userDelta;
-  if (userDelta === undefined) {
-    try {
-      userDelta = await defaultUserDelta();
-    } catch (cause) {
-      // Without the accountant the guarantee cannot be checked, and round 2 is not sent
-      // on anyone's word.
-      throw new VerificationError("the accountant is not available, so the published "
-        + `parameters cannot be checked: ${cause.message}`, { check: "accountant", cause });
-    }
-  }
-  let failing;
-  try {
-    failing = await unprotectedLevels(userDelta, {
-      levels: config.levels, epsilons: p.epsilons, lambdas: p.lambdas, setSize: config.set_size,
-      delta: p.delta, users: p.honest_users, m: p.m, domainSize: privacyDomainSize(config), mode,
-    });
-  } catch (cause) {
-    throw new VerificationError(`the published parameters cannot be accounted: ${cause.message}`,
-      { check: "lambdas", cause });
-  }
+  const failing = await unprotectedLevels(accountantOf(options.userDelta, options.signal), {
+    levels: config.levels, epsilons: p.epsilons, lambdas: p.lambdas, setSize: config.set_size,
+    delta: p.delta, users: p.honest_users, m: p.m, domainSize: privacyDomainSize(config), mode,
+  }, options);
   if (failing.length) {
     const checks = checksOf(failing);
     throw new VerificationError(`the published parameters would not protect `
