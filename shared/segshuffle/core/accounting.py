@@ -68,6 +68,7 @@ from .poisson_comparison import dominated_poisson_mean
 from .privacy_loss import DEFAULT_STEP, BinLaw, ComposedLoss, composed_pair
 from .randomizers import blanket_probability, blanket_slots
 from .rules import MAX_BLANKET_RATE, MAX_LEVEL
+from .scalar_search import remembered
 from .slot_groups import GroupsBound, group_geometry
 from .slot_joint import JointView, joint_view
 from .slot_single import SingleItemMixture, single_item_mixture
@@ -75,7 +76,9 @@ from .slot_single import SingleItemMixture, single_item_mixture
 #: Relative precision of the epsilon searches (the CLI contract asks for 1e-4).
 EPSILON_RTOL = 1e-8
 
-#: Absolute precision of the lambda searches.
+#: Relative precision of the certified lambda searches (the root search is run to a
+#: quarter of it, then verified feasible), so that a published level sits on its
+#: constraint and its achieved epsilon is the level itself to about 1e-9.
 LAMBDA_XTOL = 1e-7
 
 #: Share of the target delta that the Poisson comparison's slack may take.
@@ -170,7 +173,12 @@ TAUS_KEPT = 8
 
 
 class SlotBlanketBound:
-    """tau_j(E) of the slot blanket (module docstring) for one (N, r, s, d) and slack budget."""
+    """tau_j(E) of the slot blanket (module docstring) for one (N, r, s, d) and slack budget.
+
+    tau_1 is one exact pair and cheap; the i-fold compositions (i >= 2) and their Poisson
+    comparisons are built on first use, so a caller that only needs tau_1 (for the lower
+    bound of :meth:`user_delta_floor`) never pays for them.
+    """
 
     def __init__(self, n_slots: int, r: float, set_size: int, domain_size: int,
                  slack: float, step: float = DEFAULT_STEP) -> None:
@@ -178,17 +186,32 @@ class SlotBlanketBound:
         self.r = r
         self.set_size = set_size
         self.active = min(set_size, domain_size // 2)
+        self.slack = slack
+        self.step = step
         self._pair = poisson_pair(1.0, n_slots, r)
-        self._composed: dict[int, ComposedLoss] = {}
-        self._eta: dict[int, float] = {}
+        self._poisson: dict[int, tuple[BinLaw, float]] = {}
         self._taus: dict[float, np.ndarray] = {}
-        for i in range(2, self.active + 1):
+
+    def _composed_term(self, i: int) -> tuple[ComposedLoss, float]:
+        """(D_i's composed loss, eta_i) for i >= 2 differing pairs.
+
+        The Poisson comparison is kept here; the composition is kept by
+        :func:`composed_pair`'s memory-bounded table (a reference here would hold it
+        past that table's budget for as long as this bound is cached)."""
+        term = self._poisson.get(i)
+        if term is None:
             # The coarse grid only steers searches: its comparison need not be certified.
-            nu, eta = dominated_poisson_mean(n_slots, min(2.0 * i * r, 1.0), slack,
-                                             verified=step <= DEFAULT_STEP)
-            self._composed[i] = composed_pair(BinLaw(nu / (2.0 * i)), 1.0, i, upper=True,
-                                              step=step)
-            self._eta[i] = eta
+            nu, eta = dominated_poisson_mean(self.n_slots, min(2.0 * i * self.r, 1.0),
+                                             self.slack, verified=self.step <= DEFAULT_STEP)
+            term = self._poisson[i] = (BinLaw(nu / (2.0 * i)), eta)
+        law, eta = term
+        return composed_pair(law, 1.0, i, upper=True, step=self.step), eta
+
+    def tau_one(self, eps: float) -> float:
+        """tau_1(E): the exact lambda = 1 pair, at most 1 (the smallest tau_j)."""
+        if self.active == 0:
+            return 0.0
+        return min(delta_for(self._pair, eps), 1.0)
 
     def taus(self, eps: float) -> np.ndarray:
         """(tau_1, ..., tau_s) at E = ``eps``: non-decreasing in j, each at most 1.
@@ -210,16 +233,29 @@ class SlotBlanketBound:
         out[0] = running
         for i in range(2, self.set_size + 1):
             if i <= self.active:
-                running = max(running, self._composed[i].delta(eps) + self._eta[i])
+                composed, eta = self._composed_term(i)
+                running = max(running, composed.delta(eps) + eta)
             out[i - 1] = min(running, 1.0)
         return out
 
     def user_delta(self, eps: float, lam: float) -> float:
-        """sum_j Binom(s, lambda)(j) tau_j(E)."""
+        """sum_j Binom(s, lambda)(j) tau_j."""
         if lam == 0.0:
             return 0.0
         weights = _binomial_weights(self.set_size, lam)[1:]
         return min(1.0, float(np.dot(weights, self.taus(eps))))
+
+    def user_delta_floor(self, eps: float, lam: float) -> float:
+        """A value :meth:`user_delta` is never below, from tau_1 alone (cheap).
+
+        Every tau_j >= tau_1, so sum_j Binom(s, lambda)(j) tau_j >= (1 - (1 - lambda)^s)
+        tau_1; the factor is rounded down by a relative 1e-12, far more than the few ulps
+        that separate it from the computed sum of weights.
+        """
+        if lam == 0.0:
+            return 0.0
+        sent = -math.expm1(self.set_size * math.log1p(-lam)) if lam < 1.0 else 1.0
+        return min(1.0, sent * self.tau_one(eps)) * (1.0 - 1e-12)
 
 
 def _require_epsilon(eps: float) -> float:
@@ -303,22 +339,30 @@ class SlotAccountant:
         return self._revealed
 
     def user_delta(self, eps: float, lam: float) -> float:
-        """An upper bound on delta_user(E) at rate ``lam`` (before the certified margins)."""
+        """An upper bound on delta_user(E) at rate ``lam`` (before the certified margins).
+
+        The smallest of the bounds that apply.  The revealed-send bound is the costly one
+        (one Poisson comparison and composition per number of differing pairs); where the
+        cheaper bounds are already at or below its floor (:meth:`SlotBlanketBound.
+        user_delta_floor`), it cannot be the smallest and is not built.
+        """
         if lam == 0.0 or self.pairs == 0:
             return 0.0
         if self.joint:  # the full view itself, up to the buckets: nothing to add
             return float(max(view.delta(eps, lam) for view in self.joint))
-        value = self.revealed.user_delta(eps, lam)
         if self.estimate is not None:
             composed = composed_pair(self.estimate, lam, self.pairs, upper=True, step=self.step)
-            return float(min(value, composed.delta(eps)))
+            return float(min(self.revealed.user_delta(eps, lam), composed.delta(eps)))
+        value = math.inf
         if self.single is not None:
-            value = min(value, self.single.delta(eps, lam))
+            value = self.single.delta(eps, lam)
         # At lambda = 1 nothing is subsampled: revealing who sent costs nothing, and the
         # labelled groups (with their union bound) are not worth their loss distributions.
-        if self.groups is not None and value > 0.0 and lam < 1.0:
+        if self.groups is not None and lam < 1.0:
             value = min(value, self.groups.delta(eps, lam))
-        return float(value)
+        if value <= self.revealed.user_delta_floor(eps, lam):
+            return float(value)
+        return float(min(value, self.revealed.user_delta(eps, lam)))
 
 
 @lru_cache(maxsize=256)
@@ -468,6 +512,7 @@ def max_lambda(level: float, set_size: int, delta: float, users: int, m: float,
             return user_delta(level, lam, set_size, users, m, domain_size, mode=mode,
                               delta=delta, step=step) - delta
 
+    excess = remembered(excess)
     if excess(1.0) <= 0.0:
         return 1.0
     lo, hi = _verified_bracket(excess, *bracket)
@@ -524,6 +569,7 @@ def user_epsilon(lam: float, set_size: int, delta: float, users: int, m: float,
     if lower:
         return _lower_epsilon(lam, set_size, delta, users, m, domain_size, mode, hint)
 
+    @remembered
     def excess(level: float) -> float:
         return user_delta(level, lam, set_size, users, m, domain_size, mode=mode,
                           delta=delta) - delta
@@ -586,7 +632,8 @@ def _lower_epsilon(lam: float, set_size: int, delta: float, users: int, m: float
         return user_delta_lower(level, lam, set_size, users, m, domain_size, mode=mode,
                                 full_view=full_view) - delta
 
-    cheap = _smallest_feasible_level(lambda e: excess(e, False), hint, EPSILON_RTOL)
+    cheap = _smallest_feasible_level(remembered(lambda e: excess(e, False)), hint,
+                                     EPSILON_RTOL)
     gamma = blanket_probability(m)
     applies = mode is BlanketMode.SLOTS and 0.0 < gamma < 1.0 and (
         set_size == 1 or (set_size >= 2 and 2 * set_size <= domain_size and joint_view(
@@ -594,8 +641,8 @@ def _lower_epsilon(lam: float, set_size: int, delta: float, users: int, m: float
             set_size, lower=True).usable))
     if not applies or cheap is None:
         return cheap
-    return _smallest_feasible_level(lambda e: excess(e, True), hint, _FULL_VIEW_RTOL,
-                                    floor=cheap)
+    return _smallest_feasible_level(remembered(lambda e: excess(e, True)), hint,
+                                    _FULL_VIEW_RTOL, floor=cheap)
 
 
 def audit(users: int, domain_size: int, set_size: int, m: float, lam: float, delta: float,
@@ -625,6 +672,7 @@ def full_signal_blanket(level: float, set_size: int, delta: float, users: int,
     delta = validation.require_delta(delta)
     _check(users, 0.0, domain_size, set_size, mode)
 
+    @remembered
     def excess(m: float) -> float:
         # In logarithms the excess is close to linear in m, so the root search is short.
         value = user_delta(level, 1.0, set_size, users, m, domain_size, mode=mode,

@@ -212,8 +212,6 @@ _MIRROR_FROM = 2.0 ** -20
 #: at every mean the tests reach), allowed in :func:`poisson_tail_rtol`.
 _POISSON_MASS_RTOL = 1e-14
 
-#: A summed tail leaves out masses whose total is below 2^-60 of its first one.
-_TAIL_CUTOFF_LOG = -60.0 * math.log(2.0)
 
 
 def _tail_arguments(k: np.ndarray | int, n: np.ndarray | int
@@ -352,46 +350,6 @@ def poisson_logpmf(k: np.ndarray | int, mean: float) -> np.ndarray:
     return out
 
 
-def _log_mass(k: int, mean: float) -> float:
-    return float(poisson_logpmf(np.array([float(k)]), mean)[0])
-
-
-def _lower_window_start(k: int, mean: float) -> int:
-    """The first count a of the sum of Pr[Poisson(mean) = j], a <= j <= k (k < mean).
-
-    For j <= a the masses fall going down by f(j - 1) / f(j) = j / mean <= r = a / mean,
-    so the masses below a total at most f(a) r / (1 - r); a is moved down (doubling the
-    distance) until that is below 2^-60 f(k), or to 0 (nothing left out).
-    """
-    top = _log_mass(k, mean)
-    width = 16
-    while True:
-        a = k - width
-        if a <= 0:
-            return 0
-        r = a / mean
-        if _log_mass(a, mean) + math.log(r / (1.0 - r)) <= top + _TAIL_CUTOFF_LOG:
-            return a
-        width *= 2
-
-
-def _upper_window_end(k: int, mean: float) -> int:
-    """The last count b of the sum of Pr[Poisson(mean) = j], k < j <= b (k >= mean - 1).
-
-    For j >= b the masses fall by f(j + 1) / f(j) = mean / (j + 1) <= r = mean / (b + 1),
-    so the masses above b total at most f(b) r / (1 - r); b is moved up (doubling) until
-    that is below 2^-60 f(k + 1).
-    """
-    first = _log_mass(k + 1, mean)
-    width = 16
-    while True:
-        b = k + 1 + width
-        r = mean / (b + 1.0)
-        if r < 1.0 and _log_mass(b, mean) + math.log(r / (1.0 - r)) <= first + _TAIL_CUTOFF_LOG:
-            return b
-        width *= 2
-
-
 class Tails(NamedTuple):
     """Both tails of a law at counts k, and a bound on their relative error."""
 
@@ -446,7 +404,7 @@ def poisson_tails(k: np.ndarray | int, mean: float) -> Tails:
     gap = max(64.0, _WINDOW_GAP_SIGMAS * math.sqrt(mean))
     below = (k >= 0) & (k < mode)
     for kmin, kmax in _clusters(k[below], gap) if below.any() else ():
-        a = _lower_window_start(kmin, mean)
+        a = _portable_distributions().lower_window_start(kmin, mean)
         sums = np.cumsum(poisson_pmf(np.arange(a, kmax + 1, dtype=float), mean))
         here = below & (k >= kmin) & (k <= kmax)
         lower[here] = sums[(k[here] - a).astype(np.int64)]
@@ -454,7 +412,7 @@ def poisson_tails(k: np.ndarray | int, mean: float) -> Tails:
     upper = 1.0 - lower
     above = k >= mode
     for kmin, kmax in _clusters(k[above], gap) if above.any() else ():
-        b = _upper_window_end(kmax, mean)
+        b = _portable_distributions().upper_window_end(kmax, mean)
         masses = poisson_pmf(np.arange(kmin + 1, b + 1, dtype=float), mean)
         sums = np.cumsum(masses[::-1])[::-1]  # sums[i]: the masses from kmin + 1 + i up
         here = above & (k >= kmin) & (k <= kmax)

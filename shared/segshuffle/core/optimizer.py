@@ -69,7 +69,7 @@ from .estimator import mse_bound, variance_given_data
 from .hockey_stick import _smallest_feasible
 from .privacy_loss import DEFAULT_STEP
 from .rules import MAX_MESSAGES_PER_USER, accounting_users, honest_users
-from .scalar_search import bounded_minimum
+from .scalar_search import bounded_minimum, remembered
 
 
 class Objective(StrEnum):
@@ -525,6 +525,7 @@ def optimize(
 def _full_signal_excess(solver: _LambdaSolver, level: float) -> Callable[[float], float]:
     """m -> log delta_user(level, lambda = 1, m) - log delta, certified: <= 0 exactly where
     the level keeps its full signal at m (close to linear in m within a bucket)."""
+    @remembered
     def excess(m: float) -> float:
         value = user_delta(level, 1.0, solver.set_size, solver.users, m, solver.domain_size,
                            mode=solver.mode, delta=solver.delta)

@@ -42,12 +42,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 from scipy import fft
 
 from . import distributions
+from .memo import memory_bounded_cache
 
 #: Default grid step of the loss (the eps error is at most 2 h per composed pair).
 DEFAULT_STEP = 1e-4
@@ -239,6 +239,11 @@ class ComposedLoss:
     inherited: float
     upper: bool
 
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the suffix sums (for :mod:`segshuffle.core.memo`)."""
+        return int(self.tail_p.nbytes + self.tail_q.nbytes)
+
     def delta(self, eps: float) -> float:
         """delta(E) = Pr[L = inf] + sum_{L_i > E} p_i (1 - e^{E - L_i}) (upper or lower bound)."""
         if eps < 0.0:
@@ -311,7 +316,11 @@ def _composed(pair: LossDistribution, times: int, upper: bool) -> ComposedLoss:
                         inherited=inherited, upper=upper)
 
 
-@lru_cache(maxsize=512)
+#: Memory that kept compositions may hold (each is two arrays of its grid's size).
+COMPOSED_CACHE_BYTES = 192 << 20
+
+
+@memory_bounded_cache(COMPOSED_CACHE_BYTES, max_entries=512)
 def composed_pair(law: BinLaw, lam: float, times: int, *, upper: bool,
                   step: float = DEFAULT_STEP) -> ComposedLoss:
     """The ``times``-fold composition of the item pair of :func:`pair_loss` (cached)."""

@@ -36,6 +36,25 @@ _SQRT_EPS = math.sqrt(_EPS)
 _GOLDEN = 0.5 * (3.0 - math.sqrt(5.0))
 
 
+def remembered(function: Callable[[float], float]) -> Callable[[float], float]:
+    """``function`` with its values kept for the length of one search.
+
+    A search over a costly function (a certified bound) verifies its bracket, hands the
+    ends to :func:`bracketed_root`, which evaluates them again, and verifies its answer,
+    which the root search evaluated last: kept, each value is computed once.  One
+    search asks for a few dozen points at most, so the memory is bounded by its length.
+    """
+    values: dict[float, float] = {}
+
+    def value_at(x: float) -> float:
+        value = values.get(x)
+        if value is None:
+            value = values[x] = function(x)
+        return value
+
+    return value_at
+
+
 class NoConvergenceError(RuntimeError):
     """A root search used up its evaluations (never seen on the accountant's functions)."""
 

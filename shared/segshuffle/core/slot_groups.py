@@ -66,8 +66,9 @@ from functools import lru_cache
 import numpy as np
 
 from . import distributions
+from .memo import memory_bounded_cache
 from .multinomial_pair import PairAtoms, pair_atoms, pair_loss, pair_losses
-from .privacy_loss import DEFAULT_STEP, ComposedLoss, _composed
+from .privacy_loss import COMPOSED_CACHE_BYTES, DEFAULT_STEP, ComposedLoss, _composed
 
 #: Ladder points in standard deviations of one group's size (above k_0).
 LADDER_SIGMAS = (-6.0, -4.0, -3.0, -2.0, -1.25, -0.5, 0.25)
@@ -89,7 +90,7 @@ def group_geometry(gamma: float, domain_size: int, pairs: int) -> tuple[float, f
     return inside / pairs, min(0.5, (pairs * gamma / domain_size) / inside)
 
 
-@lru_cache(maxsize=512)
+@memory_bounded_cache(COMPOSED_CACHE_BYTES, max_entries=512)
 def _composed_groups(slots: int, r: float, lam: float, pairs: int, step: float
                      ) -> ComposedLoss | None:
     atoms = pair_atoms(slots, r)

@@ -72,6 +72,7 @@ __all__ = [
     "fsum",
     "half_tail",
     "ln_factorial",
+    "lower_window_start",
     "poisson_cdf",
     "poisson_log_pmf",
     "poisson_pmf",
@@ -79,6 +80,7 @@ __all__ = [
     "poisson_tails",
     "stirling_remainder",
     "upper_quantile",
+    "upper_window_end",
 ]
 
 _log = math.log
@@ -397,7 +399,7 @@ def poisson_log_pmf(k: float, mean: float) -> float:
     return -deviance(k, mean) - stirling_remainder(k) - 0.5 * _log(k) - LOG_SQRT_2PI
 
 
-def _lower_window_start(k: int, mean: float) -> int:
+def lower_window_start(k: int, mean: float) -> int:
     """The first count a of the lower sum f(a) + ... + f(k) (k below the mode).
 
     Below a the masses fall going down by f(j - 1) / f(j) = j / mean <= r = a / mean, so
@@ -416,7 +418,7 @@ def _lower_window_start(k: int, mean: float) -> int:
         width *= 2
 
 
-def _upper_window_end(k: int, mean: float) -> int:
+def upper_window_end(k: int, mean: float) -> int:
     """The last count b of the upper sum f(k + 1) + ... + f(b) (k at or above the mode).
 
     Above b the masses fall by f(j + 1) / f(j) = mean / (j + 1) <= r = mean / (b + 1), so
@@ -494,7 +496,7 @@ def poisson_tails(counts: Sequence[int], mean: float) -> Tails:
     for run in _clusters(list(below), gap):
         k_min = run[0]
         k_max = run[-1]
-        a = _lower_window_start(k_min, mean)
+        a = lower_window_start(k_min, mean)
         sums = list(accumulate([pmf(j, mean) for j in range(int(a), int(k_max) + 1)]))
         for c in run:
             value = sums[int(c - a)]
@@ -505,7 +507,7 @@ def poisson_tails(counts: Sequence[int], mean: float) -> Tails:
     for run in _clusters(list(above), gap):
         k_min = run[0]
         k_max = run[-1]
-        b = _upper_window_end(k_max, mean)
+        b = upper_window_end(k_max, mean)
         # sums[b - j] = f(b) + ... + f(j) for j = b down to k_min + 1.
         sums = list(accumulate([pmf(j, mean) for j in range(int(b), int(k_min), -1)]))
         for c in run:
