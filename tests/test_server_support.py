@@ -95,12 +95,13 @@ def decoded(client: Any, campaign_id: str, round_: int, batch_id: str, stream: s
 def complete_round(client: Any, campaign_id: str, round_: int, batch_id: str, *,
                    timeout: float = WAIT_SECONDS) -> Any:
     """``POST .../complete`` as the shuffler does: again after each ``unavailable`` answer
-    (chunks still being decoded, ``Retry-After``), until another answer or ``timeout``."""
+    (chunks still being decoded) and each ``202`` (the round's completion job is waiting or
+    being computed), both with ``Retry-After``, until another answer or ``timeout``."""
     url = f"/v1/campaigns/{campaign_id}/rounds/{round_}/batches/{batch_id}/complete"
     deadline = time.monotonic() + timeout
     while True:
         response = client.post(url, headers=SHUFFLER)
-        if response.status_code != 503 or time.monotonic() > deadline:
+        if response.status_code not in (202, 503) or time.monotonic() > deadline:
             return response
         assert response.headers["retry-after"], response.text
         time.sleep(0.01)

@@ -513,3 +513,88 @@ def test_shuffler_forgets_a_campaigns_tokens_after_round_two(shuffler: ShufflerS
     shuffler.finish_release(record)
     assert shuffler.token_campaign(b"t" * 32) is None
     assert shuffler.token_campaign(b"u" * 32) == "d"
+
+
+# -- completion jobs -------------------------------------------------------------------------
+
+def _pinned(server: ServerStorage, campaign_id: str = "c1", batch: str = "b1") -> None:
+    _create(server, campaign_id)
+    with server.transaction() as tx:
+        tx.pin_batch(campaign_id, 1, batch)
+
+
+def test_server_completion_job_is_requested_once(server: ServerStorage) -> None:
+    _pinned(server)
+    assert server.completion_job("c1", 1) is None
+    assert server.request_completion("c1", 1, "other") is None  # not the pinned batch
+    first = server.request_completion("c1", 1, "b1")
+    assert first is not None and (first.campaign_id, first.round, first.batch_id) == (
+        "c1", 1, "b1")
+    assert first.state == "waiting" and first.attempts == 0 and first.running is None
+    time.sleep(0.05)
+    again = server.request_completion("c1", 1, "b1")
+    assert again is not None and again.age >= first.age + 0.04  # the first request's time
+    listed = server.completion_jobs()
+    assert [(j.campaign_id, j.round, j.batch_id) for j in listed] == [("c1", 1, "b1")]
+    job = server.completion_job("c1", 1)
+    assert job is not None and job.attempts == 0 and job.owner is None
+
+
+def test_server_completion_claims_are_exclusive_and_expire(server: ServerStorage) -> None:
+    _pinned(server)
+    assert server.claim_completion("w1", 30.0) is None  # nothing requested
+    server.request_completion("c1", 1, "b1")
+    claimed = server.claim_completion("w1", 0.5)
+    assert claimed is not None and claimed.owner == "w1" and claimed.attempts == 1
+    assert claimed.state == "computing"
+    assert server.claim_completion("w2", 30.0) is None  # the lease holds
+    assert server.renew_completion("c1", 1, "w1", 0.5)
+    assert not server.renew_completion("c1", 1, "w2", 0.5)
+    time.sleep(0.7)
+    taken = server.claim_completion("w2", 30.0)  # w1 died: its lease ran out
+    assert taken is not None and taken.owner == "w2" and taken.attempts == 2
+    assert not server.renew_completion("c1", 1, "w1", 30.0)
+    assert not server.release_completion("c1", 1, "w1")
+
+
+def test_server_completion_concurrent_claimers_never_share_a_job(server: ServerStorage
+                                                                 ) -> None:
+    for name in ("a", "b", "c"):
+        _pinned(server, name)
+        server.request_completion(name, 1, "b1")
+    with ThreadPoolExecutor(6) as pool:
+        claims = list(pool.map(lambda i: server.claim_completion(f"w{i}", 30.0), range(6)))
+    won = [c.campaign_id for c in claims if c is not None]
+    assert sorted(won) == ["a", "b", "c"]
+
+
+def test_server_completion_failures_wait_and_are_kept(server: ServerStorage) -> None:
+    _pinned(server)
+    server.request_completion("c1", 1, "b1")
+    server.claim_completion("w1", 30.0)
+    assert server.release_completion("c1", 1, "w1", 0.4, error="boom")
+    job = server.completion_job("c1", 1)
+    assert job is not None and job.state == "waiting" and job.failures == 1
+    assert job.last_error == "boom"
+    assert server.claim_completion("w2", 30.0) is None  # the retry delay holds
+    time.sleep(0.5)
+    again = server.claim_completion("w2", 30.0)
+    assert again is not None and again.attempts == 2 and again.last_error == "boom"
+
+
+def test_server_completion_job_ends_with_the_completion_or_the_campaign(
+        server: ServerStorage) -> None:
+    _pinned(server)
+    server.request_completion("c1", 1, "b1")
+    server.claim_completion("w1", 30.0)
+    with server.transaction() as tx:
+        tx.complete_batch("c1", 1, {"phase": "round2"})
+    assert server.completion_job("c1", 1) is None and server.completion_jobs() == []
+    assert server.request_completion("c1", 1, "b1") is None
+    assert not server.renew_completion("c1", 1, "w1", 30.0)
+    _pinned(server, "c2")
+    server.request_completion("c2", 1, "b1")
+    with server.transaction() as tx:
+        tx.end_campaign("c2", "aborted", "stop")
+    assert server.completion_job("c2", 1) is None  # nothing left to compute
+    assert server.claim_completion("w1", 30.0) is None

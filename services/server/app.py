@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from fastapi import FastAPI, Request, Response
 from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
@@ -60,6 +61,7 @@ from segshuffle.wire.models import (
     CampaignList,
     CampaignView,
     ChunkReceipt,
+    CompletionPending,
     HpkeConfig,
     Results,
     SigningKey,
@@ -67,13 +69,14 @@ from segshuffle.wire.models import (
 
 from ..storage_calls import storage_call as call_storage
 from .backends import open_repository
+from .completion import CompletionWorkers
 from .decoding import DecodeWorkers
 from .decrypt import Decryptor
 from .keys import KeyStore
 from .service import ServerService
 from .settings import Settings
 from .signing import load_or_create
-from .storage_api import ClaimedChunk
+from .storage_api import ClaimedChunk, CompletionJob
 
 log = logging.getLogger("segshuffle.server")
 Role = Literal["admin", "shuffler"]
@@ -95,6 +98,8 @@ SECURITY: dict[tuple[str, str], str] = {
 LIST_LIMIT = 100
 MAX_LIST_LIMIT = 1000
 """Campaigns per page of ``GET /v1/campaigns`` (default, largest)."""
+COMPLETION_RETRY_AFTER = 2
+"""Seconds the shuffler is asked to wait before it asks again for a round being completed."""
 _BODIES: dict[str, type[BaseModel]] = {}
 VIEW_MAX_AGE = 1
 """Seconds a client or cache may keep a campaign view that can still change (the key
@@ -171,8 +176,25 @@ class ServerCounters:
             "decode_failures", "Attempts at decoding a queued chunk that failed in this "
             "process (the chunk is retried later; the log says why)", ["round", "stream"])
         self.completions = metrics.counter("batches_completed", "Batch completions answered "
-                                           "(the round decoded or optimized; a retried "
-                                           "completion counts again)", ["round"])
+                                           "with the finished round (a repeated request "
+                                           "counts again)", ["round"])
+        self.pending = metrics.counter("completions_pending", "Batch completion requests "
+                                       "answered 202: the round's job is waiting or being "
+                                       "computed", ["round"])
+        self.computations = metrics.counter(
+            "completion_computations", "Round completions computed by this process (round "
+            "1: optimizer runs; round 2: decodings), counted as each begins", ["round"])
+        self.computation_failures = metrics.counter(
+            "completion_failures", "Round completions that failed in this process (retried "
+            "later; the log says why)", ["round"])
+
+    def computation(self, job: CompletionJob) -> None:
+        """Count a completion job's computation as it begins."""
+        self.computations.labels(str(job.round)).inc()
+
+    def computation_failure(self, job: CompletionJob, _: BaseException) -> None:
+        """Count a completion job's computation that failed."""
+        self.computation_failures.labels(str(job.round)).inc()
 
     def decode_failure(self, claimed: ClaimedChunk) -> None:
         """Count a failed attempt at decoding a queued chunk."""
@@ -218,12 +240,19 @@ def create_app(settings: Settings) -> FastAPI:
                             idle_seconds=settings.decode_idle_seconds,
                             on_decoded=counted.chunk, on_failed=counted.decode_failure)
 
+    completions = CompletionWorkers(service, lease_seconds=settings.completion_lease_seconds,
+                                    idle_seconds=settings.completion_idle_seconds,
+                                    on_started=counted.computation,
+                                    on_failed=counted.computation_failure)
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         workers.start()
+        completions.start()
         try:
             yield
         finally:
+            await completions.stop()  # a job being computed is given back
             await workers.stop()  # each finishes the chunk it is decoding
             decryptor.close()
             repository.close()
@@ -239,6 +268,7 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.service = service
     app.state.decode_workers = workers
+    app.state.completion_workers = completions
     log.info("document-signing key %s%s", service.signing_public_key,
              " (created)" if created else "")
     app.state.settings = settings
@@ -350,14 +380,25 @@ def create_app(settings: Settings) -> FastAPI:
         return await storage_call(service.chunk_receipt, cid, round_, bid, name, index)
 
     @app.post("/v1/campaigns/{campaign_id}/rounds/{round_number}/batches/{batch_id}/complete",
-              response_model=BatchCompletion, tags=["batches"])
+              response_model=BatchCompletion, tags=["batches"],
+              responses={202: {"model": CompletionPending,
+                               "description": "The round's completion is being computed: "
+                                              "ask again after Retry-After"}})
     async def complete(request: Request, campaign_id: str, round_number: str,
-                       batch_id: str) -> BatchCompletion:
+                       batch_id: str) -> Response:
+        """Finish a round (the shuffler's token): ``200`` with the completion once it is
+        computed, ``202`` with the job's state while it is (the optimizer or the decoding
+        runs once, in the background, whatever the number of requests)."""
         authorize(settings, request, "shuffler")
         cid, round_, bid = _batch(campaign_id, round_number, batch_id)
-        completion = await run_in_threadpool(service.complete, cid, round_, bid)
+        answer = await storage_call(service.complete, cid, round_, bid)
+        if isinstance(answer, CompletionPending):
+            completions.wake()
+            counted.pending.labels(str(round_)).inc()
+            return JSONResponse(answer.model_dump(mode="json"), status_code=202,
+                                headers={"Retry-After": str(COMPLETION_RETRY_AFTER)})
         counted.completions.labels(str(round_)).inc()
-        return completion
+        return JSONResponse(answer.model_dump(mode="json"))
 
     @app.post("/v1/campaigns/{campaign_id}/abort", response_model=CampaignView,
               tags=["campaigns"], openapi_extra=_body(CampaignAbort))

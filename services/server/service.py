@@ -58,6 +58,7 @@ from segshuffle.wire.models import (
     CampaignSummary,
     CampaignView,
     ChunkReceipt,
+    CompletionPending,
     HpkeConfig,
     MessageFailure,
     PublishedParameters,
@@ -77,6 +78,7 @@ from .storage_api import (
     CampaignRecord,
     ChunkRecord,
     ClaimedChunk,
+    CompletionJob,
     ConflictError,
     QueuedChunk,
     QueueEntry,
@@ -474,23 +476,53 @@ class ServerService:
 
     # -- round completion --------------------------------------------------------------------
 
-    def complete(self, campaign_id: str, round_: int, batch_id: str) -> BatchCompletion:
-        """Finish a round once every chunk of every stream is stored (idempotent).
+    def complete(self, campaign_id: str, round_: int, batch_id: str
+                 ) -> BatchCompletion | CompletionPending:
+        """Ask for a round to be finished once every chunk of every stream is stored.
 
-        While a chunk of the round is queued or being decoded the answer is
-        ``unavailable`` with ``Retry-After`` (:meth:`_require_decoded`), checked before
-        the chunks are listed (a queued chunk is not missing) and again in the final
-        transaction.
-
-        The round's outcome (round 1: the published parameters; round 2: the results) is
-        computed outside any transaction, then written in one transaction that checks the
-        batch is still open; a concurrent ``complete`` that wrote first wins, and its
-        stored answer is returned.
+        The stored completion when the round is finished (a repeated request returns it).
+        Otherwise, once nothing of the round waits to be decoded (``unavailable`` with
+        ``Retry-After`` until then, :meth:`_require_decoded`) and every chunk is there
+        (``incomplete-batch``), the round's completion is recorded as a durable job and
+        its state returned (:class:`CompletionPending`): the work (the optimizer, the
+        decoding) runs once, in :mod:`.completion`'s workers, never in this request, and
+        a repeated request only reads the job.
         """
         record = self.campaign(campaign_id)
         pinned = self.repository.batch(campaign_id, round_)
         if pinned is None or pinned.batch_id != batch_id:
             self._require_phase(campaign_id, record.phase, round_)
+            raise errors.NotFoundError(f"no batch {batch_id!r} in round {round_}")
+        if pinned.completion is not None:
+            return BatchCompletion.model_validate(pinned.completion)
+        self._require_phase(campaign_id, record.phase, round_)
+        job = self.repository.completion_job(campaign_id, round_)
+        if job is None:
+            backlog = self.repository.decode_backlog(campaign_id, round_)
+            self._require_decoded(campaign_id, round_, backlog.queued, backlog.failing)
+            self._summaries(campaign_id, round_)  # every chunk is there, or refuse now
+            job = self.repository.request_completion(campaign_id, round_, batch_id)
+        if job is None:  # finished meanwhile by a worker
+            stored = self.repository.batch(campaign_id, round_)
+            if stored is not None and stored.completion is not None:
+                return BatchCompletion.model_validate(stored.completion)
+            raise errors.NotFoundError(f"no batch {batch_id!r} in round {round_}")
+        return pending_answer(job)
+
+    def compute_completion(self, job: CompletionJob) -> BatchCompletion:
+        """Finish a claimed job's round (the work :meth:`complete` recorded): round 1's
+        histogram, optimizer and publication, or round 2's decoding.
+
+        The outcome is computed outside any transaction, then written in one transaction
+        that checks the batch is still open and stores the completion, which ends the job;
+        when another worker wrote first (a claim that outlived its lease), its stored
+        answer is returned and nothing is written twice.  A campaign aborted meanwhile
+        raises ``wrong-phase`` (its job is closed with it: nothing is left to compute).
+        """
+        campaign_id, round_, batch_id = job.campaign_id, job.round, job.batch_id
+        record = self.campaign(campaign_id)
+        pinned = self.repository.batch(campaign_id, round_)
+        if pinned is None or pinned.batch_id != batch_id:
             raise errors.NotFoundError(f"no batch {batch_id!r} in round {round_}")
         if pinned.completion is not None:
             return BatchCompletion.model_validate(pinned.completion)
@@ -680,6 +712,16 @@ class ServerService:
         )
         Results.model_validate(results)
         return results
+
+
+def pending_answer(job: CompletionJob) -> CompletionPending:
+    """The ``202`` answer that says where a round's completion job stands."""
+    return CompletionPending(
+        campaign_id=job.campaign_id, round=job.round, batch_id=job.batch_id,
+        state=job.state,  # type: ignore[arg-type]
+        waiting_seconds=round(job.age, 3),
+        computing_seconds=None if job.running is None else round(job.running, 3),
+        attempts=job.attempts, last_error=job.last_error)
 
 
 def _queued_receipt(campaign_id: str, round_: int, batch_id: str, stream: str,

@@ -62,6 +62,15 @@ class Settings(ServiceSettings):
         1.0, gt=0, le=60, allow_inf_nan=False,
         description="longest wait of an idle decode task between two looks at the queue "
                     "(chunks queued by this process wake it at once)")
+    completion_lease_seconds: float = Field(
+        60.0, gt=0, le=3600, allow_inf_nan=False,
+        description="how long the claim of a round's completion job (the optimizer, the "
+                    "decoding) holds without renewal (renewed every third of it; the job of "
+                    "a dead process is computed again once it expires)")
+    completion_idle_seconds: float = Field(
+        1.0, gt=0, le=60, allow_inf_nan=False,
+        description="longest wait of the idle completion task between two looks for a "
+                    "requested round (a request to this process wakes it at once)")
 
     @field_validator("admin_token", "shuffler_token")
     @classmethod

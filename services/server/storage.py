@@ -42,18 +42,22 @@ from typing import Any
 
 from ..sqlite_base import Migration, SQLiteStore
 from .storage_api import (
+    JOB_COLUMNS,
     NULL_VALUE,
+    OPEN_JOB,
     QUEUE_COLUMNS,
     AcceptedMessage,
     BatchRecord,
     CampaignRecord,
     ChunkRecord,
     ClaimedChunk,
+    CompletionJob,
     ConflictError,
     DecodeBacklog,
     QueuedChunk,
     QueueEntry,
     StoredChunk,
+    job_from_row,
     pack_ciphertexts,
     queued_from_row,
     unpack_ciphertexts,
@@ -168,11 +172,24 @@ ALTER TABLE decode_queue_4 RENAME TO decode_queue;
 # read by walking the blob's overflow pages). Rows and the sequence are kept, so no
 # ``seq`` is ever used twice.
 
+_SCHEMA_5 = """
+ALTER TABLE batches ADD COLUMN completion_requested REAL;
+ALTER TABLE batches ADD COLUMN job_owner TEXT;
+ALTER TABLE batches ADD COLUMN job_lease_until REAL NOT NULL DEFAULT 0;
+ALTER TABLE batches ADD COLUMN job_started REAL;
+ALTER TABLE batches ADD COLUMN job_attempts INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE batches ADD COLUMN job_failures INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE batches ADD COLUMN job_error TEXT;
+"""
+# A round's completion job lives on its pinned batch's row: requested when the shuffler
+# first asks to complete it, done when its completion is stored (storage_api.CompletionJob).
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "campaigns, batches, chunks, counts, nonces", _SCHEMA_1),
     Migration(2, "why a failed or aborted campaign ended", _SCHEMA_2),
     Migration(3, "the decode queue", _SCHEMA_3),
     Migration(4, "failed decoding attempts of a queued chunk", _SCHEMA_4),
+    Migration(5, "durable completion jobs on the batches", _SCHEMA_5),
 )
 """The server's schema, in order (:mod:`segshuffle.services.sqlite_base`); append only."""
 
@@ -350,6 +367,69 @@ class Repository(SQLiteStore):
                 " failures = failures + ? WHERE seq = ? AND owner = ?",
                 (time.time() + max(0.0, delay_seconds), int(failed), seq, owner)
             ).rowcount == 1
+
+
+    # -- completion jobs ---------------------------------------------------------------------
+
+    def _job(self, db: sqlite3.Connection, where: str, parameters: tuple[Any, ...]
+             ) -> CompletionJob | None:
+        row = db.execute(f"SELECT {JOB_COLUMNS} FROM batches WHERE {where} AND {OPEN_JOB}",
+                         parameters).fetchone()
+        return None if row is None else job_from_row((*row, time.time()))
+
+    def request_completion(self, campaign_id: str, round_: int, batch_id: str
+                           ) -> CompletionJob | None:
+        with self._transaction() as db:
+            db.execute("UPDATE batches SET completion_requested = ? WHERE campaign_id = ?"
+                       " AND round = ? AND batch_id = ? AND completion_json IS NULL"
+                       " AND completion_requested IS NULL",
+                       (time.time(), campaign_id, round_, batch_id))
+            return self._job(db, "campaign_id = ? AND round = ? AND batch_id = ?",
+                             (campaign_id, round_, batch_id))
+
+    def completion_job(self, campaign_id: str, round_: int) -> CompletionJob | None:
+        with self._lock:
+            return self._job(self._db, "campaign_id = ? AND round = ?", (campaign_id, round_))
+
+    def completion_jobs(self) -> list[CompletionJob]:
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {JOB_COLUMNS} FROM batches WHERE {OPEN_JOB}"
+                " ORDER BY completion_requested").fetchall()
+        now = time.time()
+        return [job_from_row((*row, now)) for row in rows]
+
+    def claim_completion(self, owner: str, lease_seconds: float) -> CompletionJob | None:
+        with self._transaction() as db:
+            now = time.time()
+            row = db.execute(
+                f"SELECT campaign_id, round FROM batches WHERE {OPEN_JOB}"
+                " AND job_lease_until <= ? ORDER BY completion_requested LIMIT 1", (now,)
+            ).fetchone()
+            if row is None:
+                return None
+            db.execute("UPDATE batches SET job_owner = ?, job_lease_until = ?, job_started = ?,"
+                       " job_attempts = job_attempts + 1 WHERE campaign_id = ? AND round = ?",
+                       (owner, now + lease_seconds, now, row[0], row[1]))
+            return self._job(db, "campaign_id = ? AND round = ?", (row[0], row[1]))
+
+    def renew_completion(self, campaign_id: str, round_: int, owner: str,
+                         lease_seconds: float) -> bool:
+        with self._transaction() as db:
+            return db.execute(
+                "UPDATE batches SET job_lease_until = ? WHERE campaign_id = ? AND round = ?"
+                " AND job_owner = ? AND completion_json IS NULL",
+                (time.time() + lease_seconds, campaign_id, round_, owner)).rowcount == 1
+
+    def release_completion(self, campaign_id: str, round_: int, owner: str,
+                           delay_seconds: float = 0.0, *, error: str | None = None) -> bool:
+        with self._transaction() as db:
+            return db.execute(
+                "UPDATE batches SET job_owner = NULL, job_started = NULL, job_lease_until = ?,"
+                " job_failures = job_failures + ?, job_error = COALESCE(?, job_error)"
+                " WHERE campaign_id = ? AND round = ? AND job_owner = ?",
+                (time.time() + max(0.0, delay_seconds), int(error is not None), error,
+                 campaign_id, round_, owner)).rowcount == 1
 
 
 class SQLiteTransaction:

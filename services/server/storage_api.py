@@ -122,6 +122,60 @@ class QueuedChunk:
 
 
 @dataclass(frozen=True)
+class CompletionJob:
+    """A round whose completion was requested and is not yet computed: the durable job of
+    :mod:`..completion` (one per pinned batch; it is done when the batch's completion is
+    stored, in the transaction that stores it).
+
+    ``requested_at`` and ``started_at`` are seconds on the storage's clock (the first
+    request; the current claim, ``None`` while unclaimed); ``age`` and ``running`` are the
+    seconds since each, measured on that same clock when the job was read.  ``attempts``
+    counts claims (a claim of a process that died is an attempt), ``failures`` the attempts
+    that raised, ``last_error`` the latest failure's message.
+    """
+
+    campaign_id: str
+    round: int
+    batch_id: str
+    owner: str | None
+    attempts: int
+    failures: int
+    last_error: str | None
+    age: float
+    running: float | None
+
+    @property
+    def state(self) -> str:
+        """``computing`` while a claim holds, else ``waiting`` (for a worker, or for the
+        retry delay after a failure)."""
+        return "computing" if self.owner is not None and self.running is not None else "waiting"
+
+
+JOB_COLUMNS = ("campaign_id, round, batch_id, job_owner, job_attempts, job_failures,"
+               " job_error, completion_requested, job_started")
+"""The columns of a batch row a :class:`CompletionJob` is read from, in order (both
+backends), followed by the storage's clock."""
+
+
+OPEN_JOB = ("batches.completion_json IS NULL AND batches.completion_requested IS NOT NULL"
+            " AND EXISTS (SELECT 1 FROM campaigns WHERE campaigns.id = batches.campaign_id"
+            " AND campaigns.phase = CASE batches.round WHEN 1 THEN 'round1' ELSE 'round2' END)")
+"""The condition (SQL common to both backends) on a ``batches`` row that holds a job not
+yet done: requested, its completion not stored, and its campaign still in that round (a
+campaign aborted meanwhile leaves nothing to compute)."""
+
+
+def job_from_row(row: Sequence[Any]) -> CompletionJob:
+    """A :class:`CompletionJob` from a row of :data:`JOB_COLUMNS` and the clock's reading."""
+    now = float(row[9])
+    started = None if row[8] is None else float(row[8])
+    return CompletionJob(campaign_id=row[0], round=int(row[1]), batch_id=row[2],
+                         owner=row[3], attempts=int(row[4]), failures=int(row[5]),
+                         last_error=row[6], age=max(0.0, now - float(row[7])),
+                         running=None if started is None else max(0.0, now - started))
+
+
+@dataclass(frozen=True)
 class DecodeBacklog:
     """A round's chunks in the decode queue: ``queued`` (waiting or being decoded) and,
     of those, ``failing``: the ones whose last decoding failed at least once."""
@@ -375,4 +429,38 @@ class ServerStorage(Protocol):
         ``delay_seconds`` (a worker that could not decode it waits before the next
         attempt), its ``failures`` counted up if ``failed``; ``False`` if ``owner`` does
         not hold it."""
+        ...
+
+    # -- completion jobs (the pinned batch's row; see CompletionJob) ----------------------
+
+    def request_completion(self, campaign_id: str, round_: int, batch_id: str
+                           ) -> CompletionJob | None:
+        """Record that the round's completion is wanted (once: a repeated request changes
+        nothing) and return its job; ``None`` when the batch is not pinned under
+        ``batch_id`` or its completion is already stored."""
+        ...
+
+    def completion_job(self, campaign_id: str, round_: int) -> CompletionJob | None:
+        """The round's job, ``None`` when none was requested or its completion is stored."""
+        ...
+
+    def completion_jobs(self) -> list[CompletionJob]:
+        """Every job not yet done, oldest request first (at most one per round)."""
+        ...
+
+    def claim_completion(self, owner: str, lease_seconds: float) -> CompletionJob | None:
+        """Claim the oldest requested job that no lease holds for ``owner`` until
+        ``lease_seconds`` from now, atomically (as :meth:`claim_chunk`: replicas sharing
+        the storage never hold one job at once); ``None`` when there is none."""
+        ...
+
+    def renew_completion(self, campaign_id: str, round_: int, owner: str,
+                         lease_seconds: float) -> bool:
+        """Extend ``owner``'s claim of the job; ``False`` if it is done or held by another."""
+        ...
+
+    def release_completion(self, campaign_id: str, round_: int, owner: str,
+                           delay_seconds: float = 0.0, *, error: str | None = None) -> bool:
+        """Give back ``owner``'s claim of the job, claimable again after ``delay_seconds``;
+        with ``error`` the attempt counts as failed and the message is kept."""
         ...

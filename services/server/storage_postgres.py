@@ -69,17 +69,21 @@ import psycopg
 
 from ..postgres_base import PostgresMigration, PostgresStore, lock
 from .storage_api import (
+    JOB_COLUMNS,
     NULL_VALUE,
+    OPEN_JOB,
     QUEUE_COLUMNS,
     BatchRecord,
     CampaignRecord,
     ChunkRecord,
     ClaimedChunk,
+    CompletionJob,
     ConflictError,
     DecodeBacklog,
     QueuedChunk,
     QueueEntry,
     StoredChunk,
+    job_from_row,
     pack_ciphertexts,
     queued_from_row,
     unpack_ciphertexts,
@@ -160,15 +164,26 @@ _SCHEMA_3 = """
 ALTER TABLE decode_queue ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
 """
 
+_SCHEMA_4 = """
+ALTER TABLE batches ADD COLUMN completion_requested DOUBLE PRECISION;
+ALTER TABLE batches ADD COLUMN job_owner TEXT;
+ALTER TABLE batches ADD COLUMN job_lease_until DOUBLE PRECISION NOT NULL DEFAULT 0;
+ALTER TABLE batches ADD COLUMN job_started DOUBLE PRECISION;
+ALTER TABLE batches ADD COLUMN job_attempts INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE batches ADD COLUMN job_failures INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE batches ADD COLUMN job_error TEXT;
+"""
+
 MIGRATIONS: tuple[PostgresMigration, ...] = (
     PostgresMigration(1, "campaigns, batches, chunks, counts, nonces", _SCHEMA_1),
     PostgresMigration(2, "the decode queue", _SCHEMA_2),
     PostgresMigration(3, "failed decoding attempts of a queued chunk", _SCHEMA_3),
+    PostgresMigration(4, "durable completion jobs on the batches", _SCHEMA_4),
 )
 """The server's PostgreSQL schema, in order (:mod:`segshuffle.services.postgres_base`);
 append only. Version 1 is SQLite's versions 1 and 2 together (``end_reason`` included):
-a PostgreSQL database never held the schema before it. Versions 2 and 3 are SQLite's 3
-and 4."""
+a PostgreSQL database never held the schema before it. Versions 2, 3 and 4 are SQLite's
+3, 4 and 5."""
 
 QUEUE_CHANNEL = "segshuffle_decode_queue"
 """The ``LISTEN``/``NOTIFY`` channel on which a queued chunk is announced (at commit, to
@@ -186,6 +201,15 @@ UPDATE decode_queue SET owner = %(owner)s, lease_until = {_NOW} + %(lease)s,
 WHERE seq = (SELECT seq FROM decode_queue WHERE lease_until <= {_NOW}
              ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED)
 RETURNING {QUEUE_COLUMNS}, ciphertexts
+"""
+
+_CLAIM_COMPLETION = f"""
+UPDATE batches SET job_owner = %(owner)s, job_lease_until = {_NOW} + %(lease)s,
+    job_started = {_NOW}, job_attempts = job_attempts + 1
+WHERE (campaign_id, round) = (
+    SELECT campaign_id, round FROM batches WHERE {OPEN_JOB} AND job_lease_until <= {_NOW}
+    ORDER BY completion_requested LIMIT 1 FOR UPDATE SKIP LOCKED)
+RETURNING {JOB_COLUMNS}, {_NOW}
 """
 
 _CAMPAIGN_COLUMNS = ("id, config_json, config_hash, key_id, public_key, phase, parameters_json,"
@@ -403,6 +427,59 @@ class PostgresRepository(PostgresStore):
                 f"UPDATE decode_queue SET owner = NULL, lease_until = {_NOW} + %s,"
                 " failures = failures + %s WHERE seq = %s AND owner = %s RETURNING seq",
                 (max(0.0, delay_seconds), int(failed), seq, owner)).fetchone() is not None
+
+
+    # -- completion jobs (claims as the decode queue's: SKIP LOCKED, the database's clock) --
+
+    def request_completion(self, campaign_id: str, round_: int, batch_id: str
+                           ) -> CompletionJob | None:
+        with self._transaction() as db:
+            db.execute(f"UPDATE batches SET completion_requested = {_NOW} WHERE campaign_id = %s"
+                       " AND round = %s AND batch_id = %s AND completion_json IS NULL"
+                       " AND completion_requested IS NULL", (campaign_id, round_, batch_id))
+            row = db.execute(f"SELECT {JOB_COLUMNS}, {_NOW} FROM batches WHERE campaign_id = %s"
+                             f" AND round = %s AND batch_id = %s AND {OPEN_JOB}",
+                             (campaign_id, round_, batch_id)).fetchone()
+        return None if row is None else job_from_row(row)
+
+    def completion_job(self, campaign_id: str, round_: int) -> CompletionJob | None:
+        with self._connection() as db:
+            row = db.execute(f"SELECT {JOB_COLUMNS}, {_NOW} FROM batches WHERE campaign_id = %s"
+                             f" AND round = %s AND {OPEN_JOB}", (campaign_id, round_)
+                             ).fetchone()
+        return None if row is None else job_from_row(row)
+
+    def completion_jobs(self) -> list[CompletionJob]:
+        with self._connection() as db:
+            rows = db.execute(f"SELECT {JOB_COLUMNS}, {_NOW} FROM batches WHERE {OPEN_JOB}"
+                              " ORDER BY completion_requested").fetchall()
+        return [job_from_row(row) for row in rows]
+
+    def claim_completion(self, owner: str, lease_seconds: float) -> CompletionJob | None:
+        with self._transaction() as db:
+            row = db.execute(_CLAIM_COMPLETION, {"owner": owner, "lease": lease_seconds}
+                             ).fetchone()
+        return None if row is None else job_from_row(row)
+
+    def renew_completion(self, campaign_id: str, round_: int, owner: str,
+                         lease_seconds: float) -> bool:
+        with self._transaction() as db:
+            return db.execute(
+                f"UPDATE batches SET job_lease_until = {_NOW} + %s WHERE campaign_id = %s"
+                " AND round = %s AND job_owner = %s AND completion_json IS NULL"
+                " RETURNING round", (lease_seconds, campaign_id, round_, owner)
+            ).fetchone() is not None
+
+    def release_completion(self, campaign_id: str, round_: int, owner: str,
+                           delay_seconds: float = 0.0, *, error: str | None = None) -> bool:
+        with self._transaction() as db:
+            return db.execute(
+                f"UPDATE batches SET job_owner = NULL, job_started = NULL,"
+                f" job_lease_until = {_NOW} + %s, job_failures = job_failures + %s,"
+                " job_error = COALESCE(%s, job_error) WHERE campaign_id = %s AND round = %s"
+                " AND job_owner = %s RETURNING round",
+                (max(0.0, delay_seconds), int(error is not None), error, campaign_id, round_,
+                 owner)).fetchone() is not None
 
 
 class PostgresTransaction:

@@ -77,7 +77,7 @@ from .storage_api import (
     ShufflerStorage,
     StorageError,
 )
-from .upstream import ServerLink, UpstreamError
+from .upstream import PendingCompletion, ServerLink, UpstreamError
 from .vault import RoundKeyMissingError, RoundKeys
 
 log = logging.getLogger("segshuffle.shuffler")
@@ -539,6 +539,12 @@ class Releaser:
                 await self._wait(record, "complete", exc, backoff, deadline,
                                  reason=_decoding_reason(exc))
                 continue
+            if isinstance(completion, PendingCompletion):
+                # The server computes the round in the background: a wait, not a failure,
+                # bounded by the same retry_seconds, at the pace the server asked for.
+                await self._pause(record, completion.describe(), completion.retry_after,
+                                  backoff, deadline)
+                continue
             if completion.phase == "failed":
                 return FAILED, completion.end_reason
             return RELEASED, None
@@ -570,15 +576,24 @@ class Releaser:
         message = f"{what}: {reason or exc}"
         if not exc.transient:
             raise _StoppedError(f"{message} (not retried)")
+        log.info("forwarding %s of campaign=%s round=%d failed (%s)", what,
+                 record.campaign_id, record.round, exc)
+        await self._pause(record, message, exc.retry_after, backoff, deadline)
+
+    async def _pause(self, record: RoundRecord, message: str, retry_after: float | None,
+                     backoff: Backoff, deadline: float) -> None:
+        """Show ``message`` as the round's ``last_error`` and sleep before the next attempt:
+        the backoff's delay, or the server's ``retry_after`` within [MIN_RETRY_AFTER_SECONDS,
+        the backoff's ceiling]; :class:`_StoppedError` when that would pass ``deadline``."""
         delay = backoff.next_delay()
-        if exc.retry_after is not None:
-            delay = min(max(exc.retry_after, MIN_RETRY_AFTER_SECONDS), backoff.maximum)
+        if retry_after is not None:
+            delay = min(max(retry_after, MIN_RETRY_AFTER_SECONDS), backoff.maximum)
         if time.monotonic() + delay > deadline:
             raise _StoppedError(f"{message} (retried for {self.retry_seconds:g} s)")
         self.last_error[(record.campaign_id, record.round)] = message
         self._changed(record.campaign_id, record.round)
-        log.info("forwarding %s of campaign=%s round=%d failed (%s); retry in %.2fs",
-                 what, record.campaign_id, record.round, exc, delay)
+        log.info("campaign=%s round=%d: %s; asking again in %.2fs", record.campaign_id,
+                 record.round, message, delay)
         await asyncio.sleep(delay)
 
 

@@ -20,7 +20,10 @@ the shuffler's bearer credential, so the server can tell them from anything else
   server queues it for decoding (``202``, a receipt in ``state: "queued"``) or answers
   a repeat with its receipt, either way an acknowledgement.
 - ``POST .../batches/{batch_id}/complete``: ``unavailable`` (503, with the number of
-  ``queued_chunks``) while the server is still decoding chunks of the round, retried.
+  ``queued_chunks``) while the server is still decoding chunks of the round, retried;
+  then ``202`` while the server computes the round's completion in the background (its
+  job's state, :class:`PendingCompletion`), asked again after ``Retry-After``, until the
+  completion itself.
 
 The connection pool is bounded (``max_connections``) and waiting for a connection is
 bounded too (``pool_timeout``): a dead or saturated server makes requests fail fast
@@ -55,6 +58,7 @@ from segshuffle.wire.models import (
     BatchCompletion,
     CampaignView,
     ChunkReceipt,
+    CompletionPending,
     HpkeConfig,
 )
 
@@ -66,6 +70,29 @@ from .cache import Fetched, SingleFlightCache
 def server_path(*segments: str | int) -> str:
     """``/v1/campaigns/...`` from raw segments, each percent-escaped (no ``/ ? # %``)."""
     return "/v1/campaigns/" + "/".join(quote(str(s), safe="") for s in segments)
+
+
+@dataclass(frozen=True)
+class PendingCompletion:
+    """A ``202`` answer to a completion request: the server's job is waiting or being
+    computed (``job``), and the server asked for ``retry_after`` seconds (``None``: no
+    usable header) before the next request."""
+
+    job: CompletionPending
+    retry_after: float | None
+
+    def describe(self) -> str:
+        """The round's ``last_error`` meanwhile: what the server is doing, for how long."""
+        job = self.job
+        what = "optimizing round 2's parameters" if job.round == 1 else "decoding the round"
+        if job.state == "computing":
+            text = f"the server is {what} ({job.computing_seconds or 0.0:.0f} s so far"
+        else:
+            text = f"the server has queued the round's completion ({job.waiting_seconds:.0f} s"
+        text += f", attempt {job.attempts})" if job.attempts > 1 else ")"
+        if job.last_error:
+            text += f"; the last attempt failed: {job.last_error}"
+        return text
 
 
 class UpstreamError(Exception):
@@ -311,16 +338,23 @@ class ServerLink:
         return receipt
 
     async def complete(self, campaign_id: str, round_number: int,
-                       batch_id: str) -> BatchCompletion:
+                       batch_id: str) -> BatchCompletion | PendingCompletion:
+        """Ask the server to finish a round: its completion once computed, else (``202``)
+        the state of the server's completion job and how long the server asked to wait."""
         response = await self._request(
             "POST",
             server_path(campaign_id, "rounds", round_number, "batches", batch_id, "complete"),
         )
-        self.forget(campaign_id)  # the phase has moved on
         try:
-            return BatchCompletion.model_validate(response.json())
+            if response.status_code == 202:
+                return PendingCompletion(
+                    CompletionPending.model_validate(response.json()),
+                    retry_after_seconds(response.headers.get("retry-after")))
+            completion = BatchCompletion.model_validate(response.json())
         except (ValueError, ValidationError):
             raise UpstreamError("server sent an invalid completion") from None
+        self.forget(campaign_id)  # the phase has moved on
+        return completion
 
     async def alive(self) -> bool:
         try:

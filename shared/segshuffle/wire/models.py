@@ -685,6 +685,28 @@ class BatchCompletion(ResponseModel):
     """With phase ``failed``: why the round could not be finished."""
 
 
+class CompletionPending(ResponseModel):
+    """``202`` answer to ``POST .../batches/{batch_id}/complete``: the round's completion
+    is a job the server computes once, in the background (round 1: the optimizer; round
+    2: the decoding); ask again after ``Retry-After`` for the :class:`BatchCompletion`."""
+
+    campaign_id: str
+    round: int
+    batch_id: str
+    state: Literal["waiting", "computing"]
+    """``computing`` while a server process holds the job, ``waiting`` before (or between
+    attempts, after a failure)."""
+    waiting_seconds: float
+    """Seconds since the completion was first requested."""
+    computing_seconds: float | None = None
+    """Seconds the current attempt has run (``None`` while waiting)."""
+    attempts: int
+    """Attempts begun, the current one included (one more after a server process died
+    while computing)."""
+    last_error: str | None = None
+    """Why the last attempt failed, if one did (it is retried)."""
+
+
 # --- results --------------------------------------------------------------------------------
 
 
