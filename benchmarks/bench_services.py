@@ -75,6 +75,8 @@ from typing import Any
 
 import numpy as np
 
+from segshuffle.testing.localstack import RELEASE_SECONDS, harness_seconds
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from loadgen import BatchResult, Senders, encode_request, tree_cpu_seconds
@@ -89,7 +91,7 @@ MIN_MEASURED = 2000
 WARMUP = 200
 """Unmeasured requests before the GET and bare phases (first-request costs)."""
 SEAL_CHUNK = 250
-PHASE_WAIT_SECONDS = 600.0
+PHASE_WAIT_SECONDS = harness_seconds("release", RELEASE_SECONDS)
 DEFAULT_POSTGRES = "postgresql://segshuffle:segshuffle@127.0.0.1:5432/postgres"
 BARE_APP = Path(__file__).resolve().parent / "bare_app.py"
 LEVELS = (1.0, 2.0, 4.0)

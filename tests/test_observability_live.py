@@ -57,7 +57,7 @@ def test_metrics_and_json_logs_of_real_processes(stack: LocalStack) -> None:
         finally:
             for user in users:
                 user.close()
-        stack.release(CID, 1, timeout=60)
+        stack.release(CID, 1)
         traced = http.get(f"{stack.shuffler_url}/v1/campaigns/{CID}/rounds/1",
                           headers={"X-Request-ID": "trace-42.live"})
         assert traced.headers["x-request-id"] == "trace-42.live"

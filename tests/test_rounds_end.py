@@ -66,7 +66,7 @@ def test_garbage_below_the_threshold_fails_the_campaign_instead_of_wedging(
             headers={"Authorization": f"Bearer {token}"}, timeout=30)
         assert answer.status_code == 201
     with pytest.raises(ServiceError, match="ended without results") as refused:
-        stack.release(cid, 1, timeout=60)
+        stack.release(cid, 1)
     assert refused.value.problem == "wrong-phase"
     status = _status(stack, cid, 1)
     assert status["state"] == "failed" and "10 valid level messages" in str(status["reason"])
@@ -98,7 +98,7 @@ def test_an_aborted_campaign_is_forgotten_by_the_shuffler(stack: LocalStack) -> 
         late.enroll(stack.invitations(cid, 1)[0])
     assert refused.value.problem == "wrong-phase"
     with pytest.raises(ServiceError) as refused:
-        stack.release(cid, 1, timeout=30)
+        stack.release(cid, 1)
     assert refused.value.problem == "wrong-phase"
     for user in [*users, late]:
         user.close()

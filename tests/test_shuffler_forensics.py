@@ -75,7 +75,7 @@ def submissions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Loca
                 user.campaign()
                 user.enroll(invitations[index])
                 user.submit_level(index % 2)
-            stack.release(CID, 1, timeout=60)
+            stack.release(CID, 1)
             for index, user in enumerate(users):
                 user.submit_data([index % 16, (index + 1) % 16, (index + 5) % 16])
             yield stack, recorded
@@ -139,7 +139,7 @@ def _mid_round(submissions: tuple[LocalStack, list], tmp_path: Path) -> None:
 def _after_release(submissions: tuple[LocalStack, list], tmp_path: Path) -> None:
     stack, recorded = submissions
     flat = [text for body in recorded for text in [body["level"], *body["data"]]]
-    stack.release(CID, 2, timeout=60)
+    stack.release(CID, 2)
     assert stack.results(CID).round2_messages == len(flat) - USERS
     copy = _copy_files(stack, tmp_path / "after")
     assert _leaks(_raw(copy), flat) == []

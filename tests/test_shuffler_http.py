@@ -145,7 +145,7 @@ def test_round_two_checks_the_submission_size(stack: LocalStack, http: httpx.Cli
                             json={"invitation": invitations[-1]}).json()["token"]
         ct = b64url_encode(bytes(80))
         assert _submit(stack, http, garbage, cid=cid, json={"level": ct}).status_code == 201
-        stack.release(cid, 1, timeout=60)
+        stack.release(cid, 1)
         user = users[0]
         parameters = user.fetch_parameters()
         expected = parameters.messages_per_user
@@ -210,7 +210,7 @@ def test_independent_campaign_takes_s_plus_d_messages(stack: LocalStack,
             user.campaign()
             user.enroll(invitations[index])
             user.submit_level(index % 2)
-        stack.release(cid, 1, timeout=60)
+        stack.release(cid, 1)
         parameters = users[0].fetch_parameters()
         assert parameters.blanket_mode == "independent"
         assert parameters.blanket_slots == parameters.privacy_domain_size == 10

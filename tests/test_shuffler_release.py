@@ -261,3 +261,38 @@ def test_a_failed_completion_finishes_the_round_as_failed(tmp_path: Path) -> Non
     asyncio.run(main())
     assert storage.pending_count("c", 2, "data") == 0
     assert list((tmp_path / "keys").glob("round-*.key")) == []
+
+
+def test_a_completion_being_computed_is_waited_for_at_the_servers_pace(tmp_path: Path
+                                                                        ) -> None:
+    """The server answers 202 while its completion job runs (the optimizer, the decoding):
+    the shuffler asks again after Retry-After, shows the job as the round's last error
+    meanwhile, and the round ends with the completion, however long the job took."""
+    storage, _ = _filled(tmp_path)
+    server = ScriptedServer()
+    pending = iter(range(3))
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/complete") and next(pending, None) is not None:
+            return httpx.Response(202, headers={"Retry-After": "0"}, json={
+                "campaign_id": "c", "round": 2, "batch_id": "b", "state": "computing",
+                "waiting_seconds": 12.0, "computing_seconds": 11.0, "attempts": 2,
+                "last_error": "RuntimeError: the disk is full"})
+        return server(request)
+
+    async def main() -> None:
+        link = ServerLink("http://server", "shuffler-credential",
+                          transport=httpx.MockTransport(handler))
+        releaser = _releaser(storage, link, backoff_initial=0.001, backoff_max=0.01)
+        releaser.on_change = lambda cid, rnd: seen.append(
+            releaser.last_error.get((cid, rnd), ""))
+        record = releaser.start("c", 2, required=23)
+        finished = await releaser.forward(record)
+        assert finished.state == RELEASED
+        await link.aclose()
+
+    asyncio.run(main())
+    assert server.completes == 1  # the three 202s were answered by the handler
+    assert any("decoding the round (11 s so far, attempt 2)" in text
+               and "the disk is full" in text for text in seen), seen

@@ -57,6 +57,35 @@ SERVICES = ("server", "shuffler")
 _PORT_LINE = re.compile(r"(server|shuffler) listening on port (\d+)")
 
 
+def harness_seconds(name: str, default: float) -> float:
+    """A wait of the test harness and the benchmarks, in seconds, from the environment
+    variable ``SEGSHUFFLE_HARNESS_<NAME>_SECONDS`` or ``default``.
+
+    The defaults hold on a busy 2-core host (a service starting beside a test suite; a
+    round whose optimizer runs for minutes); a slower machine raises them without a code
+    change.  A value that is not a positive number is refused (ValueError) rather than
+    taken as no wait."""
+    variable = f"SEGSHUFFLE_HARNESS_{name.upper()}_SECONDS"
+    text = os.environ.get(variable)
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{variable} must be a number of seconds, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise ValueError(f"{variable} must be a positive number of seconds, got {text!r}")
+    return value
+
+
+STARTUP_SECONDS = 120.0
+"""Default wait for a service to report its port and answer ready
+(``SEGSHUFFLE_HARNESS_STARTUP_SECONDS``)."""
+RELEASE_SECONDS = 1800.0
+"""Default wait for a released round to be acknowledged by the server, optimizer included
+(``SEGSHUFFLE_HARNESS_RELEASE_SECONDS``)."""
+
+
 class LocalStack:
     """Both services as subprocesses (see the module docstring); use as a context manager."""
 
@@ -69,7 +98,7 @@ class LocalStack:
         server_env: Mapping[str, str] | None = None,
         shuffler_env: Mapping[str, str] | None = None,
         rate_limits: bool = False,
-        startup_timeout: float = 30.0,
+        startup_timeout: float | None = None,
         python: str = sys.executable,
     ) -> None:
         self._tempdir: tempfile.TemporaryDirectory[str] | None = None
@@ -86,7 +115,9 @@ class LocalStack:
         self.issuer_key = generate_issuer_key()
         """The app operator's invitation issuer key (its public key configures the shuffler)."""
         self.allow_insecure = allow_insecure
-        self.startup_timeout = startup_timeout
+        self.startup_timeout = (harness_seconds("startup", STARTUP_SECONDS)
+                                if startup_timeout is None else startup_timeout)
+        """How long a service may take to report its port, then to answer ready."""
         self.python = python
         self._extra = {"server": dict(server_env or {}), "shuffler": dict(shuffler_env or {})}
         self.upstream_url: str | None = None
@@ -291,10 +322,13 @@ class LocalStack:
         return self.operator.create_campaign(body)
 
     def release(self, campaign_id: str, round_number: int, *, wait: bool = True,
-                timeout: float = 300.0) -> dict[str, Any]:
+                timeout: float | None = None) -> dict[str, Any]:
         """Ask the shuffler to release a round (operator); with ``wait``, until the server
         has acknowledged it (raises :class:`ServiceError` with the shuffler's last delivery
-        error after ``timeout`` seconds)."""
+        error after ``timeout`` seconds: by default the harness's release wait,
+        :func:`harness_seconds`)."""
+        if timeout is None:
+            timeout = harness_seconds("release", RELEASE_SECONDS)
         answer, _ = self.operator.release(campaign_id, round_number, wait=wait,
                                           timeout=timeout, interval=0.2)
         return answer
