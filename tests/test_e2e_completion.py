@@ -1,0 +1,110 @@
+"""Round completion over real processes: computed once, off the request path, on a busy
+host and across a server killed while it computes round 2's parameters."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from segshuffle.testing.localstack import LocalStack, harness_seconds
+from segshuffle.testing.population import Population
+
+from .test_e2e_support import decoded_counts, run_rounds
+
+pytestmark = pytest.mark.slow  # real service processes end to end
+
+ITEMS = 12
+
+
+def _status(stack: LocalStack, campaign_id: str, round_number: int) -> dict[str, object]:
+    url = f"{stack.shuffler_url}/v1/campaigns/{campaign_id}/rounds/{round_number}"
+    return dict(httpx.get(url, timeout=30).json())
+
+
+def _population(stack: LocalStack, campaign_id: str, users: int, seed: int) -> Population:
+    rng = np.random.default_rng(seed)
+    sets = [list(rng.choice(ITEMS, size=2, replace=False)) for _ in range(users)]
+    stack.create_campaign({"id": campaign_id, "domain_size": ITEMS, "set_size": 2,
+                           "levels": [1.0, 2.0], "min_users": 20})
+    return Population.with_shares(stack.shuffler_url, campaign_id, sets, [0.5, 0.5],
+                                  seed=seed, server_key=stack.server_key,
+                                  invitations=stack.invitations(campaign_id, users))
+
+
+def _computations(stack: LocalStack) -> dict[str, float]:
+    """completion_computations_total per round, from the server's /metrics."""
+    text = httpx.get(f"{stack.server_url}/metrics", timeout=30).text
+    return {m.group(1): float(m.group(2)) for m in re.finditer(
+        r'completion_computations_total\{round="(\d)"\} ([0-9.e+]+)', text)}
+
+
+def _check_exact(stack: LocalStack, population: Population, campaign_id: str,
+                 users: int) -> None:
+    results = stack.results(campaign_id)
+    parameters = stack.campaign(campaign_id).parameters
+    assert parameters is not None
+    assert results.privacy.users == users and results.privacy.round2_users == users
+    expected = population.sent_item_counts(parameters.privacy_domain_size)
+    assert decoded_counts(results, parameters).tolist() == expected.tolist()
+
+
+@contextmanager
+def _busy_cores(count: int, seconds: float) -> Iterator[None]:
+    """``count`` CPU-bound processes beside the services (a shared host), each ending by
+    itself after ``seconds`` and killed when the block ends."""
+    burn = f"import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass"
+    burners = [subprocess.Popen([sys.executable, "-c", burn]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait(timeout=30)
+
+
+def test_a_campaign_completes_on_a_busy_host_computing_each_round_once(tmp_path: Path
+                                                                        ) -> None:
+    users = 200
+    with _busy_cores(2, harness_seconds("release", 1800.0)), \
+            LocalStack(tmp_path, min_users=10) as stack:
+        population = _population(stack, "busy", users, seed=3)
+        run_rounds(population, 1)
+        stack.release("busy", 1)
+        run_rounds(population, 2)
+        stack.release("busy", 2)
+        _check_exact(stack, population, "busy", users)
+        assert _computations(stack) == {"1": 1.0, "2": 1.0}
+
+
+def test_a_server_killed_while_it_computes_the_parameters_completes_after_restart(
+        tmp_path: Path) -> None:
+    users = 120
+    with LocalStack(tmp_path, min_users=10) as stack:
+        population = _population(stack, "killed", users, seed=4)
+        run_rounds(population, 1)
+        stack.release("killed", 1, wait=False)
+        deadline = time.monotonic() + harness_seconds("release", 1800.0)
+        while "the server is optimizing" not in str(_status(stack, "killed", 1)["last_error"]):
+            assert time.monotonic() < deadline, _status(stack, "killed", 1)
+            time.sleep(0.05)
+        stack.kill("server")  # SIGKILL while the optimizer runs
+        stack.start_service("server")
+        while _status(stack, "killed", 1)["state"] != "released":
+            assert time.monotonic() < deadline, _status(stack, "killed", 1)
+            time.sleep(0.2)
+        assert stack.campaign("killed").phase == "round2"
+        log = stack.log_path("server").read_text()
+        attempts = re.findall(r"completing campaign killed round 1 \(attempt (\d+)\)", log)
+        assert attempts == ["1", "2"], attempts  # computed once more, not again and again
+        run_rounds(population, 2)
+        stack.release("killed", 2)
+        _check_exact(stack, population, "killed", users)
