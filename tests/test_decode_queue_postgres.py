@@ -29,7 +29,7 @@ from segshuffle.services.server.decrypt import Decryptor
 from segshuffle.services.server.keys import KeyStore
 from segshuffle.services.server.service import ServerService
 from segshuffle.services.server.storage_postgres import PostgresRepository
-from segshuffle.wire.models import BatchChunk, CampaignCreate
+from segshuffle.wire.models import BatchChunk, CampaignCreate, CompletionPending
 
 from .postgres_support import postgres_url  # noqa: F401  (the fixture)
 from .test_server_support import Sealer
@@ -104,8 +104,13 @@ def test_replicas_claim_concurrently_and_decode_every_chunk_once(
     assert all(r is not None for r in receipts)
     replays = [r.receipt["replays"] for r in receipts if r is not None]
     assert sum(replays) == 1 and sum(replays[4:6]) == 1  # whichever of the two came second
-    completion = replicas[1].complete("pg", 1, "b1")
+    pending = replicas[1].complete("pg", 1, "b1")  # a job, computed by any replica
+    assert isinstance(pending, CompletionPending) and pending.state == "waiting"
+    job = replicas[0].repository.claim_completion("worker-0", 60.0)
+    assert job is not None and replicas[2].repository.claim_completion("other", 60.0) is None
+    completion = replicas[0].compute_completion(job)
     assert completion.phase == "round2"
+    assert replicas[1].complete("pg", 1, "b1") == completion
     assert completion.streams["levels"].accepted == CHUNKS * PER_CHUNK - 1
 
 
