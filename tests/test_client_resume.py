@@ -54,7 +54,7 @@ def test_state_needs_an_enrolled_session() -> None:
 
 def test_state_round_trips_through_json() -> None:
     saved = _saved_session(min_fake_tolerance=0.1)
-    assert saved["version"] == STATE_VERSION == 1
+    assert saved["version"] == STATE_VERSION == 2
     restored = UserSession.from_state(json.dumps(saved), campaign_id=CID)
     assert restored.token == "token-1"
     assert (restored.level_index, restored.reported_level) == (1, 1)
@@ -79,7 +79,7 @@ def test_a_whole_number_written_without_its_fraction_is_the_same_document() -> N
 @pytest.mark.parametrize(("change", "message"), [
     ({"level_index": 0}, "checksum"),
     ({"token": "someone-else"}, "checksum"),
-    ({"version": 2}, "version 2 is not supported"),
+    ({"version": 3}, "version 3 is not supported"),
     ({"format": "other"}, "not a segshuffle-client-state"),
     ({"extra": 1}, "unexpected or missing fields extra"),
 ])

@@ -3,7 +3,9 @@
 // server's view, key config and, once round 1 is "released", its parameters), signs the
 // views with a key of its own, enrolls against invitations idempotently, and opens every
 // submission with the vectors' private key, as the services would, so a test can see
-// exactly what a client sent. Faults are injected per route.
+// exactly what a client sent. Faults are injected per route. Time is the test's clock
+// (`now`, which the sessions are given too): it decides when the round-1 status says
+// released and when an outage ends.
 
 import { fromBase64url, fromHex, toBase64url } from "../src/bytes.js";
 import { buildInfo, open } from "../src/hpke.js";
@@ -26,20 +28,29 @@ function problem(status, name, detail, headers = {}) {
 
 /** A campaign of the vectors behind a fake fetch (see the module comment). */
 export class FakeShuffler {
-  /** @param {object} vector an entry of VECTORS.parameters @param {{ invitations?: string[] }} [options] */
+  /**
+   * @param {object} vector an entry of VECTORS.parameters
+   * @param {{ invitations?: string[], now?: () => number }} [options]
+   */
   static async create(vector, options = {}) {
     const pair = await crypto.subtle.generateKey({ name: "Ed25519" }, true, ["sign", "verify"]);
     const serverKey = toBase64url(new Uint8Array(await crypto.subtle.exportKey("raw", pair.publicKey)));
-    return new FakeShuffler(vector, pair.privateKey, serverKey, options.invitations ?? ["invite-1"]);
+    return new FakeShuffler(vector, pair.privateKey, serverKey, options.invitations ?? ["invite-1"],
+      options.now ?? Date.now);
   }
 
-  constructor(vector, signingKey, serverKey, invitations) {
+  constructor(vector, signingKey, serverKey, invitations, now = Date.now) {
     this.vector = vector;
     this.signingKey = signingKey;
     /** The server's document-signing key, as an app ships it. */
     this.serverKey = serverKey;
     this.id = vector.config.id;
-    this.phase = "round1";
+    this.now = now;
+    this.publishedAt = null;
+    this.round1ReleasedAt = null;
+    /** route -> the time until which it answers 503 (see outage()). */
+    this.outages = new Map();
+    this.ended = null;
     this.endReason = null;
     this.invitations = new Map(invitations.map((code) => [code, null]));
     this.tokens = new Set();
@@ -52,26 +63,52 @@ export class FakeShuffler {
     /** route name -> list of faults to apply to its next requests (see fault()). */
     this.faults = new Map();
     /** Changes a test makes to what the relay serves (a dishonest relay). */
-    this.tamper = { view: (view) => view, keyConfig: (config) => config };
+    this.tamper = {
+      view: (view) => view, keyConfig: (config) => config, parameters: (parameters) => parameters,
+    };
     this.fetch = this.fetch.bind(this);
   }
 
   /**
    * The next request on `route` (`view`, `key`, `enroll`, `submit1`, `submit2`,
-   * `status1`, `status2`) meets `fault`: `lost` (handled, answer lost), `down` (never
-   * arrives), or a Response to answer instead.
+   * `status1`, `status2`) meets `fault`: `lost` (handled, answer lost), `stored-503`
+   * (handled, then a 503 instead of the answer, as a proxy that timed out says), `down`
+   * (never arrives), `refused` (the connection is refused: certainly never arrives), or a
+   * Response to answer instead.
    */
   fault(route, ...faults) {
     this.faults.set(route, [...(this.faults.get(route) ?? []), ...faults]);
   }
 
-  release1() {
-    this.phase = "round2";
+  /** Every request on `route` is answered 503 (Retry-After: 1) until `now()` reaches `untilMs`. */
+  outage(route, untilMs) {
+    this.outages.set(route, untilMs);
+  }
+
+  /**
+   * Round 1 released: the view says round 2, with the parameters, `afterMs` from now; the
+   * round-1 status says released `statusLagMs` after that, as a shuffler still recording
+   * the server's acknowledgement does.
+   */
+  release1({ statusLagMs = 0, afterMs = 0 } = {}) {
+    this.publishedAt = this.now() + afterMs;
+    this.round1ReleasedAt = this.publishedAt + statusLagMs;
   }
 
   abort(reason) {
-    this.phase = "aborted";
+    this.ended = "aborted";
     this.endReason = reason;
+  }
+
+  get phase() {
+    if (this.ended !== null) return this.ended;
+    return this.publishedAt !== null && this.now() >= this.publishedAt ? "round2" : "round1";
+  }
+
+  /** The bodies of the submission requests of a round that reached the shuffler. */
+  posts(round) {
+    return this.requests.filter((r) => r.method === "POST" && r.path.endsWith(`/rounds/${round}/submissions`))
+      .map((r) => r.body);
   }
 
   async #sign(message) {
@@ -79,7 +116,8 @@ export class FakeShuffler {
   }
 
   async view() {
-    const { config, config_hash: configHash, parameters, parameters_hash: parametersHash } = this.vector;
+    const { config, config_hash: configHash, parameters_hash: parametersHash } = this.vector;
+    const parameters = this.tamper.parameters(this.vector.parameters);
     const published = this.phase !== "round1";
     const view = {
       id: this.id, phase: this.phase, config, config_hash: configHash, key_id: KEY_CONFIG.key_id,
@@ -100,13 +138,20 @@ export class FakeShuffler {
     const { pathname } = new URL(url);
     const method = init.method ?? "GET";
     const body = init.body === undefined ? undefined : JSON.parse(init.body);
-    this.requests.push({ method, path: pathname, headers: init.headers ?? {}, body });
     const route = this.#route(method, pathname);
     const fault = this.faults.get(route)?.shift();
+    if (fault === "refused") {
+      throw Object.assign(new TypeError("fetch failed"), { cause: { code: "ECONNREFUSED" } });
+    }
+    this.requests.push({ method, path: pathname, headers: init.headers ?? {}, body });
     if (fault === "down") throw new TypeError("fetch failed");
     if (fault instanceof Response) return fault;
+    if (this.now() < (this.outages.get(route) ?? -Infinity)) {
+      return problem(503, "unavailable", "restarting", { "retry-after": "1" });
+    }
     const response = await this.#handle(route, init, body);
     if (fault === "lost") throw new TypeError("fetch failed: the connection was reset");
+    if (fault === "stored-503") return problem(503, "unavailable", "the answer timed out at a proxy");
     return response;
   }
 
@@ -136,7 +181,8 @@ export class FakeShuffler {
         return answer(200, {
           campaign_id: this.id, round: 1, participants: this.round1Participants
             ?? Math.max(this.submissions[1].size, this.vector.parameters.users),
-          required: this.vector.config.min_users, released: this.phase !== "round1",
+          required: this.vector.config.min_users,
+          released: this.round1ReleasedAt !== null && this.now() >= this.round1ReleasedAt,
         });
       case "status2":
         return answer(200, {

@@ -3,7 +3,8 @@
 // (VerificationError, CampaignEndedError), a service's answer (HttpError), no answer
 // (NetworkError, RetryBudgetExceeded), an answer that is not what the protocol says
 // (ProtocolError), or a mistake of the calling code or its saved state (UsageError,
-// StateError).
+// StateError). A submission that did not end stored says whether it certainly is not
+// (SubmissionRefusedError) or whether that is not known yet (SubmissionUnknownError).
 
 /** Base class of every error this package throws. */
 export class SegshuffleError extends Error {
@@ -124,5 +125,63 @@ export class CampaignEndedError extends SegshuffleError {
   }
 }
 
-/** A wait for a campaign phase ran out of time (the campaign is still running). */
-export class WaitTimeoutError extends SegshuffleError {}
+/**
+ * A wait ran out of its time budget before what it waited for came; nothing was sent and
+ * waiting again later is safe. `waitingFor` says what: `phase` (waitForPhase), or, in
+ * fetchParameters, `parameters` (not published yet), `round1-release` (the shuffler's
+ * round-1 status does not say released yet) or `service` (the shuffler kept failing:
+ * `cause` is the last failure).
+ */
+export class WaitTimeoutError extends SegshuffleError {
+  /** @param {string} message @param {{ waitingFor?: string, cause?: unknown }} [details] */
+  constructor(message, { waitingFor = "phase", cause } = {}) {
+    super(message, cause === undefined ? undefined : { cause });
+    /** @type {string} */
+    this.waitingFor = waitingFor;
+  }
+}
+
+/**
+ * The shuffler refused a submission: it is certainly not stored (`stored` is false). An
+ * HttpError with the refusal's problem (`wrong-phase`, `wrong-submission-size`,
+ * `replay`...). `already-submitted` is a refusal only when no try of this session may
+ * have arrived: the round then holds a submission of this token that the session has no
+ * record of (its saved state was not kept), and this one was not stored.
+ */
+export class SubmissionRefusedError extends HttpError {
+  /** The refusal `error` (an HttpError) as a SubmissionRefusedError. @param {HttpError} error */
+  static of(error) {
+    const refused = new SubmissionRefusedError(`${error.message} (not stored)`, {
+      status: error.status, document: error.document, retryAfterMs: error.retryAfterMs,
+    });
+    return refused;
+  }
+
+  /** @type {false} */
+  get stored() {
+    return false;
+  }
+}
+
+/**
+ * Whether a submission is stored is not known (`stored` is null): a try may have arrived
+ * (its answer was lost) and the wait budget ran out before a retry could tell, or the
+ * shuffler, asked again, answered that the round or the token has ended (`wrong-phase`,
+ * `unauthorized`), as it does once a round that may hold it has been released. The
+ * session's saved state records the round as "unknown" with the sealed submission: the
+ * same submit call again, on this session or on one resumed from the state, sends the
+ * very same submission with the same token, and the answer settles it (stored, or
+ * already-submitted: stored before). `lastError` is the last failure.
+ */
+export class SubmissionUnknownError extends SegshuffleError {
+  /** @param {string} message @param {{ lastError: HttpError | NetworkError }} details */
+  constructor(message, { lastError }) {
+    super(message, { cause: lastError });
+    this.lastError = lastError;
+  }
+
+  /** @type {null} */
+  get stored() {
+    return null;
+  }
+}

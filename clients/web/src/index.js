@@ -15,9 +15,10 @@ export * from "./signatures.js";
 
 export {
   CampaignEndedError, HttpError, NetworkError, PROBLEM_PREFIX, ProtocolError, RetryBudgetExceeded,
-  SegshuffleError, StateError, UsageError, VerificationError, WaitTimeoutError,
+  SegshuffleError, StateError, SubmissionRefusedError, SubmissionUnknownError, UsageError,
+  VerificationError, WaitTimeoutError,
 } from "./errors.js";
-export { Session } from "./session.js";
+export { DEFAULT_WAIT_BUDGET_MS, Session } from "./session.js";
 export { DEFAULT_RETRY, Transport, retryAfterMs } from "./transport.js";
 export { deltaLimit, makePolicy, usersFloor, withFakeTolerance } from "./policy.js";
 export {

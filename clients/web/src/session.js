@@ -23,6 +23,22 @@
 // a retry after a lost answer gets the same token back; a submission body is sealed
 // once and sent again as it is, and an already-submitted answer after an ambiguous
 // failure counts as done (the earlier try arrived).
+//
+// Two steps are bounded by a time, the session's `waitBudgetMs` (default 120 s), because
+// only time ends them:
+// - fetchParameters waits while the parameters are not published yet, while the
+//   shuffler's round-1 status does not say released yet (the view can say round 2 a
+//   moment before the shuffler records round 1's release as acknowledged) and across
+//   transient failures (5xx, 429, no answer), with backoff and Retry-After; any check
+//   that fails still refuses at once (VerificationError);
+// - a submission is retried, same token and same sealed body, until the answer says
+//   whether it is stored: submitLevel and submitData resolve only once it is, and reject
+//   with SubmissionRefusedError (certainly not stored), RetryBudgetExceeded (no try
+//   reached the shuffler: not stored) or SubmissionUnknownError (a try may have arrived
+//   and no answer could tell in time). The saved state records each round before
+//   anything of it leaves (`outcome(round)`: null, "unknown", "stored"), so a session
+//   resumed after a reload never sends a stored round again and sends one of unknown
+//   outcome again as it was, which settles it.
 
 import {
   readEnrollment, readKeyConfig, readRoundStatus, readView,
@@ -30,7 +46,8 @@ import {
 import { fromBase64url, toBase64url } from "./bytes.js";
 import { ID_PATTERN } from "./configuration.js";
 import {
-  CampaignEndedError, ProtocolError, UsageError, VerificationError, WaitTimeoutError,
+  CampaignEndedError, ProtocolError, RetryBudgetExceeded, SubmissionRefusedError, UsageError,
+  VerificationError, WaitTimeoutError,
 } from "./errors.js";
 import { dataSlots, reportLevel, round1Body, round2Body } from "./messages.js";
 import { makePolicy, withFakeTolerance } from "./policy.js";
@@ -45,6 +62,13 @@ const PHASE_ORDER = { round1: 0, round2: 1, done: 2 };
 const MAX_LISTED_NAMES = 12;
 
 /**
+ * The milliseconds a session keeps at a step that only takes time (`waitBudgetMs`): a
+ * submission whose answer was lost, and the wait for the round-2 parameters. A service
+ * restarted on a busy two-core host took 40 to 70 s to answer again; 120 s covers that.
+ */
+export const DEFAULT_WAIT_BUDGET_MS = 120000;
+
+/**
  * @typedef {object} SessionOptions
  * @property {string} shufflerUrl the shuffler's base URL
  * @property {string} campaignId
@@ -55,6 +79,8 @@ const MAX_LISTED_NAMES = 12;
  * @property {number} [minFakeTolerance] shortcut tightening the policy's
  * @property {boolean} [allowInsecure] accept a test server's unaccounted parameters
  * @property {typeof globalThis.fetch} [fetch] @property {import("./transport.js").RetryOptions} [retry]
+ * @property {number} [waitBudgetMs] how long fetchParameters waits for what it needs and a
+ *   submission is retried until its outcome is known (default DEFAULT_WAIT_BUDGET_MS)
  * @property {(ms: number, signal?: AbortSignal) => Promise<void>} [sleep]
  * @property {() => number} [now]
  * @property {AbortSignal} [signal] cancels every request of the session and the guarantee
@@ -66,7 +92,9 @@ const MAX_LISTED_NAMES = 12;
  * @property {import("./verify.js").UserDelta} [userDelta] the accountant (tests)
  * @property {(state: import("./state.js").SavedState) => void | Promise<void>} [onStateChange]
  *   called with the new saved document whenever it changes (after the first campaign
- *   fetch, the enrollment and round 1): the moments an app should store it
+ *   fetch and the enrollment, and before and after each submission: a round is recorded
+ *   as sent before anything of it leaves): the moments an app should store it. The
+ *   session waits for it (a promise is awaited) before it sends.
  */
 
 /** What a user sent in round 1 (for the app's records; never leaves the device). */
@@ -100,6 +128,11 @@ export class Session {
   #reportedLevel = null;
   #parameters = null;
   #state = null;
+  #waitBudgetMs;
+  #outcomes = { 1: null, 2: null };
+  #bodies = { 1: null, 2: null };
+  #sent2 = null;
+  #before = {};
 
   /** @param {SessionOptions} options */
   constructor(options) {
@@ -129,6 +162,10 @@ export class Session {
       throw new UsageError("keyId must be 16 lowercase hex digits");
     }
     this.#allowInsecure = options.allowInsecure === true;
+    this.#waitBudgetMs = options.waitBudgetMs ?? DEFAULT_WAIT_BUDGET_MS;
+    if (!(Number.isFinite(this.#waitBudgetMs) && this.#waitBudgetMs >= 0)) {
+      throw new UsageError("waitBudgetMs must be a number of milliseconds >= 0");
+    }
     this.#random = options.random ?? secureRandom;
     this.#userDelta = options.userDelta;
     this.#onStateChange = options.onStateChange;
@@ -142,8 +179,9 @@ export class Session {
   /**
    * A session for the user whose saved document is `state` (the object or its JSON
    * text). It keeps every pin of the saved one (key, configuration hash, level report,
-   * trust settings): every view fetched later must match them. The options may only add
-   * to those (a `campaignId`, `keyId` or `serverKey` given must equal the saved one; the
+   * trust settings): every view fetched later must match them, and its record of the
+   * rounds: a round it records as stored is never sent again, one of unknown outcome is
+   * sent again as it was by the same submit call. The options may only add to those (a `campaignId`, `keyId` or `serverKey` given must equal the saved one; the
    * stricter fake tolerance applies). A malformed, altered or mismatched document is a
    * StateError; nothing is fetched.
    * @param {import("./state.js").SavedState | string} state
@@ -165,6 +203,9 @@ export class Session {
     session.#hpkeConfig = restored.hpkeConfig;
     session.#key = restored.key;
     session.#configHash = restored.configHash;
+    session.#outcomes = { ...restored.outcomes };
+    session.#bodies = { ...restored.bodies };
+    session.#sent2 = restored.sent2;
     session.#state = await session.#document();
     return session;
   }
@@ -201,12 +242,27 @@ export class Session {
     return { levelIndex: this.#levelIndex, reportedLevel: this.#reportedLevel };
   }
 
+  /**
+   * What is known of a round's submission: null (not sent, or certainly not stored),
+   * "unknown" (sent, its answer lost: the same submit call again finds out) or "stored"
+   * (the shuffler holds it; it is never sent again).
+   * @param {1 | 2} round @returns {"unknown" | "stored" | null}
+   */
+  outcome(round) {
+    if (round !== 1 && round !== 2) throw new UsageError(`rounds are 1 and 2, not ${round}`);
+    return this.#outcomes[round];
+  }
+
   // -- the protocol ---------------------------------------------------------------------
 
   /** Fetch the campaign view and key config, verify them, pin key and configuration hash. */
   async campaign() {
-    const view = await this.#fetchView();
-    const hpke = readKeyConfig((await this.#get("/hpke-config", "key config")).body);
+    return this.#campaign();
+  }
+
+  async #campaign(deadline = undefined) {
+    const view = await this.#fetchView(false, deadline);
+    const hpke = readKeyConfig((await this.#get("/hpke-config", "key config", false, deadline)).body);
     const key = await verifyCampaign(view, hpke, this.campaignId,
       { policy: this.#policy, allowInsecure: this.#allowInsecure });
     await this.#checkSignatures(view);
@@ -254,19 +310,29 @@ export class Session {
   }
 
   /**
-   * Round 1: send the level (randomized when the campaign sets level_privacy), sealed.
+   * Round 1: send the level (randomized when the campaign sets level_privacy), sealed;
+   * resolves once the shuffler holds it (outcomes in the module comment). A round 1 the
+   * session records as stored is not sent again; one of unknown outcome is sent again as
+   * it was (the same level report), which settles it.
    * @param {number} levelIndex @returns {Promise<SentRound1>}
    */
   async submitLevel(levelIndex) {
     this.#requireToken();
-    if (this.#view === null) await this.campaign();
-    const reportedLevel = reportLevel(levelIndex, this.#view.config, this.#random);
-    const body = await round1Body(this.#view, this.#key, reportedLevel);
-    await this.#submit(1, body);
-    this.#levelIndex = levelIndex;
-    this.#reportedLevel = reportedLevel;
-    await this.#changed();
-    return { levelIndex, reportedLevel };
+    const known = this.#outcomes[1];
+    if (known !== null && levelIndex !== this.#levelIndex) {
+      throw new UsageError(`round 1 was sent with level index ${this.#levelIndex}, not ${levelIndex}`);
+    }
+    if (known !== "stored") {
+      let body = this.#bodies[1];
+      if (known === null) {
+        if (this.#view === null) await this.campaign();
+        const reportedLevel = reportLevel(levelIndex, this.#view.config, this.#random);
+        body = await round1Body(this.#view, this.#key, reportedLevel);
+        this.#begin(1, body, levelIndex, reportedLevel);
+      }
+      await this.#deliver(1, body, known === "unknown");
+    }
+    return { levelIndex: this.#levelIndex, reportedLevel: this.#reportedLevel };
   }
 
   /**
@@ -274,41 +340,90 @@ export class Session {
    * @param {1 | 2} round @param {{ fresh?: boolean }} [options]
    */
   async roundStatus(round, { fresh = false } = {}) {
-    const answer = await this.#get(`/rounds/${round}`, "round status", fresh);
-    return readRoundStatus(answer.body);
+    return this.#status(round, fresh);
   }
 
   /**
    * Fetch the round-2 parameters and verify them (every level's guarantee, and the
    * shuffler's own round-1 count and release threshold); a VerificationError refuses
-   * them and nothing is sent. The accountant runs in a Web Worker in a browser: the page
-   * stays responsive, `onProgress` hears of each level and `signal` cancels the check.
+   * them at once and nothing is sent. Waits, for at most `waitBudgetMs` (backoff between
+   * tries, or a Retry-After), while the parameters are not published yet, while the
+   * shuffler's round-1 status does not say released yet and across transient failures,
+   * then rejects with WaitTimeoutError (`waitingFor` says which). The accountant runs
+   * once per view, in a Web Worker in a browser: the page stays responsive, `onProgress`
+   * hears of each level and `signal` cancels the check.
    * `levelIndex` is needed only by a session that did not send round 1 itself.
    * @param {number} [levelIndex]
    */
   async fetchParameters(levelIndex) {
     if (levelIndex !== undefined) this.#levelIndex = levelIndex;
     if (this.#levelIndex === null) throw new UsageError("no level chosen: submitLevel() comes first");
-    if (this.#view === null) await this.campaign();
-    let view = await this.#fetchView();
-    if (view.parameters === null) view = await this.#fetchView(true);
+    const deadline = this.#transport.now() + this.#waitBudgetMs;
+    let verified = null;
+    for (let attempt = 0, fresh = false; ; attempt += 1, fresh = true) {
+      let found;
+      try {
+        found = await this.#published(fresh, deadline, verified);
+      } catch (error) {
+        if (!(error instanceof RetryBudgetExceeded)) throw error;
+        throw new WaitTimeoutError(`round-2 parameters: the shuffler kept failing for `
+          + `${this.#waitBudgetMs} ms: ${error.lastError.message}`, { waitingFor: "service", cause: error });
+      }
+      if (found.parameters) {
+        this.#view = found.view;
+        this.#parameters = found.parameters;
+        await this.#changed();
+        return found.parameters;
+      }
+      verified = found.verified ?? verified;
+      const wait = this.#transport.waitUntil(attempt, deadline);
+      if (wait === null) {
+        throw new WaitTimeoutError(`round-2 parameters: ${found.why} after ${this.#waitBudgetMs} ms`,
+          { waitingFor: found.waitingFor });
+      }
+      await this.#transport.sleep(wait, this.#signal);
+    }
+  }
+
+  /**
+   * One look at what the round-2 check needs: `{ view, parameters }` once everything is
+   * there and verified, else what is not there yet (`{ waitingFor, why }`, with the
+   * verdict on the view so far); a failed check throws. A view is verified once: the
+   * accountant is not run again on the same view while the loop waits.
+   */
+  async #published(fresh, deadline, verified) {
+    if (this.#view === null) await this.#campaign(deadline); // not fetched yet, or resumed
+    let view = await this.#fetchView(fresh, deadline);
+    if (!fresh && view.parameters === null) view = await this.#fetchView(true, deadline);
+    this.#checkCampaign(view);
     await this.#checkSignatures(view, view.parameters !== null);
+    if (view.phase === "failed" || view.phase === "aborted") {
+      throw new CampaignEndedError(view.phase, view.end_reason);
+    }
+    if (view.parameters === null) {
+      return { waitingFor: "parameters", why: "the parameters are not published yet" };
+    }
     this.#checkLevel(view);
-    const parameters = await verifyParameters(view, {
+    const key = `${this.#levelIndex}|${JSON.stringify(view)}`;
+    const parameters = verified?.key === key ? verified.parameters : await verifyParameters(view, {
       levelIndex: this.#levelIndex, keyId: this.#key.keyId, configHash: this.#configHash,
       policy: this.#policy, allowInsecure: this.#allowInsecure, userDelta: this.#userDelta,
       signal: this.#signal, onProgress: this.#onProgress,
     });
     // The claimed round-1 n against the shuffler's own count, re-fetched if a cached
-    // status predates the release.
-    let status = await this.roundStatus(1);
-    if (!status.released) status = await this.roundStatus(1, { fresh: true });
+    // status predates the release. A status that does not say released yet is a wait:
+    // the server may publish a moment before the shuffler records the release.
+    let status = await this.#status(1, fresh, deadline);
+    if (!status.released && !fresh) status = await this.#status(1, true, deadline);
+    if (status.campaign_id === this.campaignId && status.round === 1 && !status.released) {
+      return {
+        waitingFor: "round1-release", why: "the shuffler's round-1 status does not say released yet",
+        verified: { key, parameters },
+      };
+    }
     verifyRound1Count(parameters, status);
-    verifyReleaseThreshold(parameters, await this.roundStatus(2));
-    this.#view = view;
-    this.#parameters = parameters;
-    await this.#changed();
-    return parameters;
+    verifyReleaseThreshold(parameters, await this.#status(2, false, deadline));
+    return { view, parameters };
   }
 
   /**
@@ -350,26 +465,38 @@ export class Session {
   }
 
   /**
-   * Round 2: randomize the item set with the verified parameters, seal, send. `items`
-   * are ids or names (itemIds); anything else is a UsageError and nothing is sent.
+   * Round 2: randomize the item set with the verified parameters, seal, send; resolves
+   * once the shuffler holds it (outcomes in the module comment). `items` are ids or names
+   * (itemIds); anything else is a UsageError and nothing is sent. A round 2 the session
+   * records as stored is not sent again (its record is returned); one of unknown outcome
+   * is sent again as it was (`items` are not drawn again), which settles it.
    * @param {Iterable<number | string>} items @returns {Promise<SentRound2>}
    */
   async submitData(items) {
     this.#requireToken();
-    if (this.#parameters === null) await this.fetchParameters();
-    const ids = this.itemIds(items);
-    const reportedLevel = this.#reportedLevel
-      ?? reportLevel(this.#levelIndex, this.#view.config, this.#random);
-    const { items: fitted, slots } = dataSlots(ids, this.#parameters, this.#levelIndex, this.#random);
-    const body = await round2Body(this.#view, this.#key, reportedLevel, slots);
-    await this.#submit(2, body);
-    return { levelIndex: this.#levelIndex, reportedLevel, items: fitted, slots };
+    const known = this.#outcomes[2];
+    if (known !== "stored") {
+      let body = this.#bodies[2];
+      if (known === null) {
+        if (this.#parameters === null) await this.fetchParameters();
+        const ids = this.itemIds(items);
+        const reportedLevel = this.#reportedLevel
+          ?? reportLevel(this.#levelIndex, this.#view.config, this.#random);
+        const { items: fitted, slots } = dataSlots(ids, this.#parameters, this.#levelIndex, this.#random);
+        body = await round2Body(this.#view, this.#key, reportedLevel, slots);
+        this.#begin(2, body, this.#levelIndex, reportedLevel, { items: fitted, slots });
+      }
+      await this.#deliver(2, body, known === "unknown");
+    }
+    const { items: fitted, slots } = this.#sent2;
+    return { levelIndex: this.#levelIndex, reportedLevel: this.#reportedLevel, items: [...fitted], slots: [...slots] };
   }
 
   /**
    * Poll the campaign until it reaches `phase` (round2 or done). A campaign that ended
    * without results is a CampaignEndedError (only once its end is signed, with a server
-   * key); running out of time a WaitTimeoutError.
+   * key); running out of time a WaitTimeoutError, transient failures of the shuffler
+   * included.
    * @param {"round2" | "done"} phase
    * @param {{ timeoutMs?: number, intervalMs?: number }} [options]
    */
@@ -377,11 +504,15 @@ export class Session {
     if (!(phase in PHASE_ORDER)) throw new UsageError(`phase must be round2 or done, got ${phase}`);
     const deadline = this.#transport.now() + timeoutMs;
     for (;;) {
-      const view = await this.#fetchView(true);
-      if (view.id !== this.campaignId) {
-        throw new VerificationError(`the answer is for campaign ${JSON.stringify(view.id)}, not `
-          + `${JSON.stringify(this.campaignId)}`, { check: "campaign" });
+      let view;
+      try {
+        view = await this.#fetchView(true, deadline);
+      } catch (error) {
+        if (!(error instanceof RetryBudgetExceeded)) throw error;
+        throw new WaitTimeoutError(`campaign: the shuffler kept failing for ${timeoutMs} ms: `
+          + `${error.lastError.message}`, { waitingFor: "service", cause: error });
       }
+      this.#checkCampaign(view);
       await this.#checkSignatures(view);
       if (view.phase === "failed" || view.phase === "aborted") {
         throw new CampaignEndedError(view.phase, view.end_reason);
@@ -400,19 +531,76 @@ export class Session {
     return `/v1/campaigns/${this.campaignId}`;
   }
 
-  #get(suffix, what, fresh = false) {
-    return this.#transport.request(this.#path + suffix, { what, fresh, signal: this.#signal });
+  #get(suffix, what, fresh = false, deadline = undefined) {
+    return this.#transport.request(this.#path + suffix, { what, fresh, deadline, signal: this.#signal });
   }
 
-  async #fetchView(fresh = false) {
-    return readView((await this.#get("", "campaign", fresh)).body);
+  async #fetchView(fresh = false, deadline = undefined) {
+    return readView((await this.#get("", "campaign", fresh, deadline)).body);
   }
 
-  async #submit(round, body) {
-    await this.#transport.request(`${this.#path}/rounds/${round}/submissions`, {
-      method: "POST", json: body, token: this.#token, submission: true,
-      what: `round-${round} submission`, signal: this.#signal,
-    });
+  async #status(round, fresh = false, deadline = undefined) {
+    return readRoundStatus((await this.#get(`/rounds/${round}`, "round status", fresh, deadline)).body);
+  }
+
+  #checkCampaign(view) {
+    if (view.id !== this.campaignId) {
+      throw new VerificationError(`the answer is for campaign ${JSON.stringify(view.id)}, not `
+        + `${JSON.stringify(this.campaignId)}`, { check: "campaign" });
+    }
+  }
+
+  /**
+   * Record a submission about to be sent: "unknown" from now until the answer settles it,
+   * with its sealed body and what it sends, so that a document saved now sends the very
+   * same submission again.
+   */
+  #begin(round, body, levelIndex, reportedLevel, sent2 = null) {
+    this.#before[round] = { levelIndex: this.#levelIndex, reportedLevel: this.#reportedLevel, sent2: this.#sent2 };
+    this.#levelIndex = levelIndex;
+    this.#reportedLevel = reportedLevel;
+    if (round === 2) this.#sent2 = sent2;
+    this.#outcomes[round] = "unknown";
+    this.#bodies[round] = body;
+  }
+
+  /** The answer settled a round: stored, or certainly not (then as before #begin). */
+  #settle(round, stored) {
+    this.#bodies[round] = null;
+    this.#outcomes[round] = stored ? "stored" : null;
+    const before = this.#before[round];
+    delete this.#before[round];
+    if (stored) return;
+    if (round === 2) this.#sent2 = null;
+    if (before) {
+      this.#levelIndex = before.levelIndex;
+      this.#reportedLevel = before.reportedLevel;
+      if (round === 2) this.#sent2 = before.sent2;
+    }
+  }
+
+  /**
+   * Send a submission recorded as begun until its outcome is known; the app is told the
+   * document before anything leaves and after the answer. A rejection other than a
+   * refusal (SubmissionUnknownError, the signal's abort) leaves the round "unknown".
+   */
+  async #deliver(round, body, maybeSent) {
+    await this.#changed();
+    try {
+      await this.#transport.request(`${this.#path}/rounds/${round}/submissions`, {
+        method: "POST", json: body, token: this.#token, submission: true, maybeSent,
+        deadline: this.#transport.now() + this.#waitBudgetMs,
+        what: `round-${round} submission`, signal: this.#signal,
+      });
+    } catch (error) {
+      if (error instanceof SubmissionRefusedError || error instanceof RetryBudgetExceeded) {
+        this.#settle(round, false); // certainly not stored
+        await this.#changed();
+      }
+      throw error;
+    }
+    this.#settle(round, true);
+    await this.#changed();
   }
 
   async #checkSignatures(view, parameters = false) {
@@ -440,6 +628,10 @@ export class Session {
       reported_level: this.#reportedLevel, hpke_config: this.#hpkeConfig,
       config_hash: this.#configHash, server_key: this.#serverKeyText,
       key_id_pin: this.#keyIdPin, min_fake_tolerance: this.#policy.minFakeTolerance,
+      round1: this.#outcomes[1], round1_body: this.#bodies[1],
+      round2: this.#outcomes[2], round2_body: this.#bodies[2],
+      round2_sent: this.#sent2 === null ? null
+        : { items: [...this.#sent2.items], slots: [...this.#sent2.slots] },
     });
   }
 

@@ -4,9 +4,19 @@
 //
 // It is the document the Python SDK saves, field for field and with the same checksum,
 // so a session may be saved by one client and resumed by the other:
-//   format "segshuffle-client-state", version 1, campaign_id, token, level_index,
+//   format "segshuffle-client-state", version 2, campaign_id, token, level_index,
 //   reported_level, hpke_config, config_hash, server_key, key_id_pin,
-//   min_fake_tolerance, checksum.
+//   min_fake_tolerance, round1, round1_body, round2, round2_body, round2_sent, checksum.
+// round1 and round2 say what is known of each round's submission: null (not sent, or
+// certainly not stored), "unknown" (about to be sent or sent, its outcome not known yet)
+// or "stored". A round is recorded "unknown" before anything of it leaves the device,
+// with its sealed request body (round1_body, round2_body, null otherwise), which a
+// resumed session sends again as it is to find the outcome out; a stored round is never
+// sent again. level_index and reported_level are recorded with round 1's body;
+// round2_sent ({ items, slots }: the fitted item set and each data slot's item id, null
+// for a null slot) with round 2's. Version 1 documents (without the round fields) are
+// read too: their round 1 is stored when they have a reported_level, and nothing is
+// known of round 2.
 // The checksum is SHA-256 of the other fields as Python's json.dumps writes them (sorted
 // keys, no spaces, ASCII escapes, floats in repr form). It catches a damaged or edited
 // document; it is not a signature. Python reads a number written without a fraction as
@@ -23,9 +33,14 @@ import { ProtocolError, StateError } from "./errors.js";
 import { pinnedKeyOf } from "./verify.js";
 
 export const STATE_FORMAT = "segshuffle-client-state";
-export const STATE_VERSION = 1;
-const FIELDS = ["format", "version", "campaign_id", "token", "level_index", "reported_level",
+export const STATE_VERSION = 2;
+const FIELDS_V1 = ["format", "version", "campaign_id", "token", "level_index", "reported_level",
   "hpke_config", "config_hash", "server_key", "key_id_pin", "min_fake_tolerance", "checksum"];
+const FIELDS = [...FIELDS_V1, "round1", "round1_body", "round2", "round2_body", "round2_sent"];
+const FIELDS_OF_VERSION = { 1: FIELDS_V1, 2: FIELDS };
+const OUTCOMES = [null, "unknown", "stored"];
+const CIPHERTEXT = /^[A-Za-z0-9_-]{1,256}$/;
+const MAX_MESSAGES = 4096; // rules.js MAX_MESSAGES_PER_USER
 /** Fields whose numbers are floats in the saved form (written 0.0, not 0). */
 const FLOAT_FIELDS = new Set(["min_fake_tolerance"]);
 const MAX_TOKEN_CHARS = 4096;
@@ -38,6 +53,10 @@ const MAX_TOKEN_CHARS = 4096;
  * @property {import("./answers.js").KeyConfig | null} hpke_config
  * @property {string | null} config_hash @property {string | null} server_key
  * @property {string | null} key_id_pin @property {number} min_fake_tolerance
+ * @property {"unknown" | "stored" | null} round1 @property {{ level: string } | null} round1_body
+ * @property {"unknown" | "stored" | null} round2
+ * @property {{ level: string, data: string[] } | null} round2_body
+ * @property {{ items: number[], slots: (number | null)[] } | null} round2_sent
  * @property {string} checksum
  */
 
@@ -107,8 +126,76 @@ export async function saveState(fields) {
     hpke_config: fields.hpke_config, config_hash: fields.config_hash,
     server_key: fields.server_key, key_id_pin: fields.key_id_pin,
     min_fake_tolerance: fields.min_fake_tolerance,
+    round1: fields.round1 ?? null, round1_body: fields.round1_body ?? null,
+    round2: fields.round2 ?? null, round2_body: fields.round2_body ?? null,
+    round2_sent: fields.round2_sent ?? null,
   };
   return { ...document, checksum: await stateChecksum(document) };
+}
+
+/** A saved round body checked for its shape (`{ level }`, or `{ level, data }` in round 2). */
+function readBody(value, round) {
+  const names = round === 1 ? ["level"] : ["data", "level"];
+  if (!(value !== null && typeof value === "object" && !Array.isArray(value)
+        && Object.keys(value).sort().join() === names.join())) {
+    throw new StateError(`saved state: round${round}_body is not a round-${round} submission`);
+  }
+  const texts = [value.level];
+  if (round === 2) {
+    if (!(Array.isArray(value.data) && value.data.length > 0 && value.data.length <= MAX_MESSAGES)) {
+      throw new StateError("saved state: round2_body has no valid data list");
+    }
+    texts.push(...value.data);
+  }
+  if (!texts.every((text) => typeof text === "string" && CIPHERTEXT.test(text))) {
+    throw new StateError(`saved state: round${round}_body holds a value that is not a ciphertext`);
+  }
+  return round === 1 ? { level: value.level } : { level: value.level, data: [...value.data] };
+}
+
+function readIds(value, name, nulls) {
+  if (!(Array.isArray(value) && value.length <= MAX_MESSAGES)) {
+    throw new StateError(`saved state: round2_sent ${name} must be a list`);
+  }
+  for (const entry of value) {
+    if (entry === null && nulls) continue;
+    if (!(Number.isInteger(entry) && entry >= 0 && entry < 2 ** 32)) {
+      throw new StateError(`saved state: round2_sent ${name} must hold item ids`);
+    }
+  }
+  return [...value];
+}
+
+/** The rounds' records of a saved document, checked against each other. */
+function readRounds(document, levelIndex, reportedLevel) {
+  const rounds = { outcomes: { 1: null, 2: null }, bodies: { 1: null, 2: null }, sent2: null };
+  for (const round of [1, 2]) {
+    const outcome = document[`round${round}`];
+    const body = document[`round${round}_body`];
+    if (!OUTCOMES.includes(outcome)) {
+      throw new StateError(`saved state: round${round} must be null, "unknown" or "stored"`);
+    }
+    if (outcome !== null && (levelIndex === null || reportedLevel === null)) {
+      throw new StateError(`saved state: a sent round ${round} needs the level_index and reported_level`);
+    }
+    if ((outcome === "unknown") !== (body !== null)) {
+      throw new StateError(`saved state: round${round}_body goes with an unknown outcome, and only with one`);
+    }
+    rounds.outcomes[round] = outcome;
+    rounds.bodies[round] = body === null ? null : readBody(body, round);
+  }
+  const sent = document.round2_sent;
+  if ((sent === null) !== (rounds.outcomes[2] === null)) {
+    throw new StateError("saved state: round2_sent goes with a sent round 2, and only with one");
+  }
+  if (sent !== null) {
+    if (!(typeof sent === "object" && !Array.isArray(sent)
+          && Object.keys(sent).sort().join() === "items,slots")) {
+      throw new StateError("saved state: round2_sent must have items and slots");
+    }
+    rounds.sent2 = { items: readIds(sent.items, "items", false), slots: readIds(sent.slots, "slots", true) };
+  }
+  return rounds;
 }
 
 function optionalIndex(document, field) {
@@ -136,6 +223,10 @@ function optionalText(document, field) {
  * @property {import("./verify.js").PinnedKey | null} key @property {string | null} configHash
  * @property {string | null} serverKey @property {string | null} keyIdPin
  * @property {number} minFakeTolerance
+ * @property {{ 1: "unknown" | "stored" | null, 2: "unknown" | "stored" | null }} outcomes
+ * @property {{ 1: object | null, 2: object | null }} bodies the sealed bodies of rounds of
+ *   unknown outcome
+ * @property {{ items: number[], slots: (number | null)[] } | null} sent2 what round 2 sent
  */
 
 /**
@@ -161,12 +252,13 @@ export async function restoreState(input, options = {}) {
     throw new StateError("saved state: expected a JSON object");
   }
   if (document.format !== STATE_FORMAT) throw new StateError(`saved state: not a ${STATE_FORMAT} document`);
-  if (document.version !== STATE_VERSION) {
+  const fields = Number.isInteger(document.version) ? FIELDS_OF_VERSION[document.version] : undefined;
+  if (fields === undefined) {
     throw new StateError(`saved state: version ${JSON.stringify(document.version)} is not `
-      + `supported (this client reads version ${STATE_VERSION})`);
+      + `supported (this client reads versions 1 and ${STATE_VERSION})`);
   }
   const names = Object.keys(document);
-  const odd = [...names.filter((n) => !FIELDS.includes(n)), ...FIELDS.filter((n) => !names.includes(n))];
+  const odd = [...names.filter((n) => !fields.includes(n)), ...fields.filter((n) => !names.includes(n))];
   if (odd.length) throw new StateError(`saved state: unexpected or missing fields ${odd.sort().join(", ")}`);
   if (document.checksum !== await stateChecksum(document)) {
     throw new StateError("saved state: the checksum does not match (the document was altered or damaged)");
@@ -203,6 +295,10 @@ export async function restoreState(input, options = {}) {
   if (reportedLevel !== null && levelIndex === null) {
     throw new StateError("saved state: a reported_level needs a level_index");
   }
+  // A version-1 client recorded the level report only once round 1 was stored.
+  const rounds = document.version === 1
+    ? { outcomes: { 1: reportedLevel === null ? null : "stored", 2: null }, bodies: { 1: null, 2: null }, sent2: null }
+    : readRounds(document, levelIndex, reportedLevel);
   const { hpke_config: hpke, config_hash: configHash } = document;
   if ((hpke === null) !== (configHash === null)) {
     throw new StateError("saved state: hpke_config and config_hash go together");
@@ -230,5 +326,6 @@ export async function restoreState(input, options = {}) {
     configHash: hpke === null ? null : configHash,
     serverKey: serverKey ?? savedServerKey, keyIdPin: expectedKeyId,
     minFakeTolerance: Math.max(options.minFakeTolerance ?? 0, tolerance),
+    ...rounds,
   };
 }

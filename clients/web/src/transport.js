@@ -6,14 +6,25 @@
 // retry waits an
 // exponential backoff with jitter, or the answer's Retry-After where that is longer (a
 // rate limit knows when a token is free again), capped, and no request ever makes more
-// than `attempts` tries or runs past `budgetMs` in total. Every other failure is final
+// than `attempts` tries or runs past `budgetMs` in total. A request given a `deadline`
+// (submissions, and the checks of the round-2 parameters: the session's wait budget) is
+// bounded by that time alone, whatever the number of tries. Every other failure is final
 // at once and surfaces as an HttpError carrying the service's RFC 9457 problem document.
+//
+// A submission knows its outcome: it resolves once stored (an already-submitted answer
+// after a try that may have arrived means an earlier try got through), and otherwise
+// rejects with SubmissionRefusedError (certainly not stored), SubmissionUnknownError (a
+// try may have arrived and no answer could tell), or RetryBudgetExceeded (no try reached
+// the shuffler).
 //
 // Requests carry nothing the shuffler does not need: no cookies, no referrer, no
 // redirects followed (a redirect could carry the bearer token elsewhere), and only the
 // Content-Type and Authorization headers the shuffler's CORS consent lists.
 
-import { HttpError, NetworkError, ProtocolError, RetryBudgetExceeded } from "./errors.js";
+import {
+  HttpError, NetworkError, ProtocolError, RetryBudgetExceeded, SubmissionRefusedError,
+  SubmissionUnknownError,
+} from "./errors.js";
 
 /**
  * @typedef {object} RetryOptions
@@ -39,6 +50,12 @@ export const DEFAULT_RETRY = Object.freeze({
 /** @param {number} status */
 const transient = (status) => status === 429 || status >= 500; // HttpError.transient
 
+/** Refusals that may come after a round (or its tokens) ended with a submission stored. */
+const ROUND_ENDED = new Set(["wrong-phase", "unauthorized"]);
+
+/** Backoff exponents stop growing here (2^30 times the first delay is past any ceiling). */
+const MAX_DOUBLINGS = 30;
+
 /**
  * @typedef {object} TransportOptions
  * @property {typeof globalThis.fetch} [fetch] the fetch to use (tests inject one)
@@ -54,8 +71,13 @@ const transient = (status) => status === 429 || status >= 500; // HttpError.tran
  * @property {unknown} [json] the request body, sent as JSON
  * @property {string} [token] the user's bearer token
  * @property {string} [what] what the request is, for error messages
- * @property {boolean} [submission] an already-submitted answer after an ambiguous failure
- *   (an earlier try may have arrived) counts as success
+ * @property {boolean} [submission] a submission: an already-submitted answer after a try
+ *   that may have arrived counts as success, and a failure says what is known of the
+ *   outcome (the module comment)
+ * @property {boolean} [maybeSent] a submission an earlier call may have delivered (its
+ *   outcome was recorded as unknown): already-submitted means stored from the first try
+ * @property {number} [deadline] retry transient failures until this time (on the
+ *   transport's clock, `now()`) instead of counting tries
  * @property {boolean} [fresh] revalidate with the service instead of using a cached answer
  * @property {AbortSignal} [signal] cancels the request and its retries
  */
@@ -168,12 +190,26 @@ export class Transport {
   }
 
   /**
-   * Send one request, retrying transient failures within the budget.
+   * The wait before try `attempt + 1` of a request bounded by `deadline` (on `now()`):
+   * the backoff, or a longer Retry-After (`askedMs`), the last wait shortened to end at the
+   * deadline; null once the deadline has passed or the service asks for longer than is left.
+   * @param {number} attempt @param {number} deadline @param {number | null} [askedMs]
+   * @returns {number | null}
+   */
+  waitUntil(attempt, deadline, askedMs = null) {
+    const left = deadline - this.now();
+    if (left <= 0 || (askedMs !== null && askedMs > left)) return null;
+    return Math.min(Math.max(this.backoffMs(Math.min(attempt, MAX_DOUBLINGS)), askedMs ?? 0), left);
+  }
+
+  /**
+   * Send one request, retrying transient failures within the budget (or until its
+   * `deadline`).
    * @param {string} path @param {RequestOptions} [options] @returns {Promise<Answer>}
    */
   async request(path, options = {}) {
     const { method = "GET", json, token, what = `${method} ${path}`, submission = false,
-      fresh = false, signal } = options;
+      maybeSent = false, deadline, fresh = false, signal } = options;
     const headers = {};
     if (json !== undefined) headers["content-type"] = "application/json";
     if (token !== undefined) headers.authorization = `Bearer ${token}`;
@@ -183,10 +219,10 @@ export class Transport {
       cache: fresh ? "no-cache" : "default",
     };
     const started = this.now();
-    let ambiguous = false;
+    let ambiguous = submission && maybeSent;
     let lastError;
     let tries = 0;
-    for (let attempt = 0; attempt < this.retry.attempts; attempt += 1) {
+    for (let attempt = 0; ; attempt += 1) {
       tries += 1;
       const outcome = await this.#attempt(this.baseUrl + path, init, what, signal);
       if (outcome.response) {
@@ -195,23 +231,37 @@ export class Transport {
         if (submission && ambiguous && error.problem === "already-submitted") {
           return { status, body, alreadySubmitted: true };
         }
-        if (!transient(status)) throw error;
+        if (!transient(status)) throw submission ? refusal(error, ambiguous) : error;
         ambiguous ||= status >= 500; // a 5xx may come after the request was taken
         lastError = error;
       } else {
         ambiguous ||= !neverSent(outcome.networkError.cause);
         lastError = outcome.networkError;
       }
-      if (attempt + 1 >= this.retry.attempts) break;
-      let wait = this.backoffMs(attempt);
       const asked = lastError instanceof HttpError ? lastError.retryAfterMs : null;
-      if (asked !== null) wait = Math.max(wait, asked);
-      if (this.now() - started + wait > this.retry.budgetMs) break;
+      let wait;
+      if (deadline !== undefined) {
+        wait = this.waitUntil(attempt, deadline, asked);
+      } else if (attempt + 1 < this.retry.attempts) {
+        wait = Math.max(this.backoffMs(attempt), asked ?? 0);
+        if (this.now() - started + wait > this.retry.budgetMs) wait = null;
+      } else {
+        wait = null;
+      }
+      if (wait === null) break;
       await this.sleep(wait, signal);
     }
+    const waitedMs = this.now() - started;
+    if (submission && ambiguous) {
+      throw new SubmissionUnknownError(`${what}: whether it is stored is not known yet (its `
+        + `answer was lost and ${tries} tries over ${waitedMs} ms could not tell; submit `
+        + `again, here or resumed from the saved state, to find out): ${lastError.message}`,
+      { lastError });
+    }
+    const budget = deadline !== undefined ? "its deadline"
+      : `${this.retry.attempts} tries within ${this.retry.budgetMs} ms`;
     throw new RetryBudgetExceeded(`${what}: gave up after ${tries} tries (the budget is `
-      + `${this.retry.attempts} tries within ${this.retry.budgetMs} ms): ${lastError.message}`,
-    { lastError, attempts: tries, waitedMs: this.now() - started });
+      + `${budget}): ${lastError.message}`, { lastError, attempts: tries, waitedMs });
   }
 
   async #attempt(url, init, what, outer) {
@@ -256,6 +306,18 @@ export class Transport {
     error.message = message;
     return error;
   }
+}
+
+/**
+ * The error of a submission's final refusal: not stored, unless a try may have arrived
+ * before the round or its token ended (then not known).
+ */
+function refusal(error, ambiguous) {
+  if (ambiguous && ROUND_ENDED.has(error.problem)) {
+    return new SubmissionUnknownError(`${error.message} (whether the submission is stored is `
+      + "not known: a try may have arrived before the round or its token ended)", { lastError: error });
+  }
+  return SubmissionRefusedError.of(error);
 }
 
 function describe(cause) {

@@ -4,7 +4,10 @@ it relays the server's public documents, which the client verifies).
 - :class:`Client` / :class:`AsyncClient`: one user in one campaign, both rounds
   (:mod:`.sync`, :mod:`.aio`), with verification of everything the server
   publishes (:mod:`.verify`) before any data leaves the client.  ``client.state()``
-  and ``Client.resume(...)`` carry a user from one process to the next between rounds.
+  and ``Client.resume(...)`` carry a user from one process to the next between rounds;
+  a submit call returns only once its submission is stored, and the session records
+  each round's outcome (``client.outcome(round)``: stored, not stored, or unknown
+  until the same submission is sent again).
 - :class:`ClientPolicy` (:mod:`.policy`): what the app accepts from a campaign (delta
   ceiling, smallest ``min_users`` and fake tolerance, opt-ins for campaigns without
   padding or with variable-size submissions), fixed by the app, never by a server.
@@ -28,7 +31,16 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .aio import AsyncClient
-    from .errors import CampaignEndedError, ClientError, ServiceError, VerificationError
+    from .errors import (
+        CampaignEndedError,
+        ClientError,
+        ServiceError,
+        SubmissionError,
+        SubmissionRefusedError,
+        SubmissionUnknownError,
+        VerificationError,
+        WaitTimeoutError,
+    )
     from .messages import SentRound1, SentRound2
     from .policy import ClientPolicy
     from .retry import RetryPolicy
@@ -46,7 +58,11 @@ _WHERE = {
     "SentRound1": ".messages",
     "SentRound2": ".messages",
     "ServiceError": ".errors",
+    "SubmissionError": ".errors",
+    "SubmissionRefusedError": ".errors",
+    "SubmissionUnknownError": ".errors",
     "VerificationError": ".errors",
+    "WaitTimeoutError": ".errors",
 }
 
 __all__ = [
@@ -60,7 +76,11 @@ __all__ = [
     "SentRound1",
     "SentRound2",
     "ServiceError",
+    "SubmissionError",
+    "SubmissionRefusedError",
+    "SubmissionUnknownError",
     "VerificationError",
+    "WaitTimeoutError",
 ]
 
 

@@ -73,3 +73,83 @@ class CampaignEndedError(ClientError):
         super().__init__(f"the campaign {phase}: {reason or 'no reason given'}")
         self.phase = phase
         self.reason = reason
+
+
+class WaitTimeoutError(ServiceError):
+    """A wait ran out of its time budget before what it waited for came: nothing was sent.
+
+    Raised by ``wait_for_phase`` (the campaign is still in an earlier phase) and by
+    ``fetch_parameters`` (the client's ``wait_budget``), which waits while the parameters
+    are not published yet, while the shuffler's round-1 status does not say released yet
+    (the server can publish a moment before the shuffler has recorded its release as
+    acknowledged), and across transient failures of the services (no answer, 5xx, 429).
+    ``waiting_for`` says which: ``"phase"``, ``"parameters"``, ``"round1-release"`` or
+    ``"service"``; with ``"service"``, ``status``, ``problem`` and ``retry_after`` are
+    those of the last failure.  Waiting again later is safe.
+    """
+
+    def __init__(self, message: str, *, waiting_for: str, status: int | None = None,
+                 problem: str | None = None, detail: str | None = None,
+                 retry_after: float | None = None) -> None:
+        super().__init__(message, status=status, problem=problem, detail=detail,
+                         retry_after=retry_after)
+        self.waiting_for = waiting_for
+
+    @property
+    def transient(self) -> bool:
+        """A wait that ran out is not retried by the SDK: the app decides when to wait again."""
+        return False
+
+
+class SubmissionError(ServiceError):
+    """A submission did not end stored: ``submit_level`` and ``submit_data`` return only
+    once the shuffler holds the submission, and raise one of the two subclasses otherwise.
+
+    ``stored`` is ``False`` (:class:`SubmissionRefusedError`: certainly not stored) or
+    ``None`` (:class:`SubmissionUnknownError`: not known).  ``status``, ``problem``,
+    ``detail`` and ``retry_after`` are those of the last failure, as in
+    :class:`ServiceError`.
+    """
+
+    stored: bool | None = False
+
+    @property
+    def transient(self) -> bool:
+        """The SDK has already retried within its budget: the outcome is final for the call."""
+        return False
+
+    @classmethod
+    def after(cls, error: ServiceError, message: str) -> SubmissionError:
+        """This error for the last failure ``error``, with ``message`` in front of it."""
+        return cls(f"{message}: {error}", status=error.status, problem=error.problem,
+                   detail=error.detail, certificate=error.certificate,
+                   retry_after=error.retry_after)
+
+
+class SubmissionRefusedError(SubmissionError):
+    """The submission is certainly not stored (``stored`` is ``False``).
+
+    The shuffler refused it (``wrong-phase``, ``wrong-submission-size``, ``replay``...:
+    ``problem`` names the refusal), or no try reached the shuffler (every connection was
+    refused).  ``already-submitted`` is a refusal only when no try of this session may
+    have arrived: the round then holds a submission of this token that the session has
+    no record of (its saved state was not kept), and this one was not stored.
+    """
+
+    stored = False
+
+
+class SubmissionUnknownError(SubmissionError):
+    """Whether the submission is stored is not known (``stored`` is ``None``).
+
+    A try may have arrived (its answer was lost: no answer, a 5xx) and the client's
+    ``wait_budget`` ran out before a retry could tell, or the shuffler, asked again,
+    answered that the round or the token has ended (``wrong-phase``, ``unauthorized``),
+    which it also does once a round that may hold the submission has been released.
+    The session records the round as ``"unknown"`` (``outcome``), with the sealed
+    submission: calling the same submit method again, on this client or on one resumed
+    from its saved state, sends the very same submission with the same token, and the
+    shuffler's answer (stored, or ``already-submitted``: stored before) settles it.
+    """
+
+    stored = None

@@ -7,6 +7,8 @@ protocol's numerical stack.
 from __future__ import annotations
 
 import random
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 MAX_RETRY_AFTER_SECONDS = 3600
@@ -66,4 +68,54 @@ class RetryPolicy:
             wait = max(wait, min(retry_after, self.max_retry_after))
         if waited + wait > self.budget:
             return None
+        return wait
+
+
+DEFAULT_WAIT_BUDGET = 120.0
+"""Seconds a client keeps at a step that only takes time (``wait_budget``): a submission
+whose answer was lost (it resends it with the same token until the shuffler's answer tells
+whether it is stored), and the wait for the round-2 parameters (not published yet, round 1
+not acknowledged as released yet, a service answering 5xx or not at all).  A service
+restarted on a busy two-core host took 40 to 70 s to answer again; 120 s covers that with
+room to spare."""
+
+_MAX_DOUBLINGS = 30
+"""Backoff exponents stop growing here (2^30 times the first delay is past any ceiling)."""
+
+
+class Tries:
+    """The retries of one request or wait, without I/O: how long to wait before the next
+    try, or ``None`` to give up.
+
+    Without ``until`` they are the :class:`RetryPolicy`'s (``attempts`` tries within its
+    ``budget``).  With ``until`` (a time on ``clock``, :func:`time.monotonic` by default)
+    they are bounded by that time alone: tries go on, with the policy's backoff, until
+    the next wait would end past ``until`` (the last wait is shortened to end at
+    ``until``), or the service's ``Retry-After`` asks for a wait longer than the time
+    left.
+    """
+
+    def __init__(self, retry: RetryPolicy, *, until: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.retry = retry
+        self.until = until
+        self.clock = clock
+        self.tries = 0
+        self.waited = 0.0
+
+    def wait(self, retry_after: float | None = None) -> float | None:
+        """The wait before the next try, after a try that failed transiently (or found
+        nothing yet); ``retry_after`` is that answer's ``Retry-After`` (None: none)."""
+        attempt, self.tries = self.tries, self.tries + 1
+        if self.until is None:
+            wait = self.retry.wait(attempt, retry_after, self.waited)
+        else:
+            left = self.until - self.clock()
+            wait = self.retry.delay(min(attempt, _MAX_DOUBLINGS))
+            asked = None if retry_after is None else min(retry_after, self.retry.max_retry_after)
+            if left <= 0 or (asked is not None and asked > left):
+                return None
+            wait = min(max(wait, asked or 0.0), left)
+        if wait is not None:
+            self.waited += wait
         return wait

@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel, ValidationError
 
 from segshuffle.core.randomness import as_source
+from segshuffle.core.rules import MAX_MESSAGES_PER_USER
 from segshuffle.crypto import PinnedKey, public_key_from_config
 from segshuffle.crypto.documents import (
     SignatureError,
@@ -49,7 +50,15 @@ from segshuffle.wire.models import (
 )
 
 from . import accountant
-from .errors import CampaignEndedError, ClientError, ServiceError, VerificationError
+from .errors import (
+    CampaignEndedError,
+    ClientError,
+    ServiceError,
+    SubmissionError,
+    SubmissionRefusedError,
+    SubmissionUnknownError,
+    VerificationError,
+)
 from .messages import (
     SentRound1,
     SentRound2,
@@ -74,26 +83,45 @@ from .verify import (
 PHASE_ORDER = {"round1": 0, "round2": 1, "done": 2}
 
 STATE_FORMAT = "segshuffle-client-state"
-STATE_VERSION = 1
+STATE_VERSION = 2
 """Version of the saved-session document of :meth:`UserSession.state`: a JSON object with
 
-- ``format`` (``"segshuffle-client-state"``) and ``version`` (1);
+- ``format`` (``"segshuffle-client-state"``) and ``version`` (2);
 - ``campaign_id``; ``token``: the user's bearer token at the shuffler;
 - ``level_index`` and ``reported_level``: the level the user chose and the level report
-  sent in round 1 (round 2 repeats it), ``null`` before round 1;
+  of round 1 (round 2 repeats it), recorded before round 1 is sent; ``null`` before;
 - ``hpke_config`` (the pinned key config) and ``config_hash``: the round-1 pins,
   ``null`` if the campaign was not fetched yet;
 - ``server_key``, ``key_id_pin``, ``min_fake_tolerance``: the app's trust settings;
+- ``round1`` and ``round2``: what is known of each round's submission: ``null`` (not
+  sent, or certainly not stored), ``"unknown"`` (about to be sent or sent, its outcome
+  not known yet) or ``"stored"`` (the shuffler holds it).  A round is recorded
+  ``"unknown"`` before anything of it leaves the client;
+- ``round1_body`` and ``round2_body``: the sealed request body of a round whose outcome
+  is ``"unknown"`` (``{"level": ct}``, ``{"level": ct, "data": [ct, ...]}``), resent as
+  it is to find the outcome out; ``null`` otherwise;
+- ``round2_sent``: ``{"items": [...], "slots": [...]}``, what round 2 sent (the fitted
+  item set and each data slot's item id, ``null`` for a null slot), once round 2 is
+  begun; ``null`` before;
 - ``checksum``: SHA-256 of the canonical JSON of every other field.  It catches a
   corrupted or edited document; it is not a signature.
 
-A document of another format or version, with other fields, or whose checksum does
-not match is refused with a :class:`ClientError`.
+Version 1 documents (the same without the five ``round`` fields) are read as well: their
+round 1 is stored when they have a ``reported_level``, and nothing is known of round 2.
+A document of another format or version, with other fields, or whose checksum does not
+match is refused with a :class:`ClientError`.
 """
-_STATE_FIELDS = frozenset({
+_STATE_FIELDS_V1 = frozenset({
     "format", "version", "campaign_id", "token", "level_index", "reported_level",
     "hpke_config", "config_hash", "server_key", "key_id_pin", "min_fake_tolerance",
     "checksum"})
+_STATE_FIELDS = _STATE_FIELDS_V1 | {"round1", "round1_body", "round2", "round2_body",
+                                    "round2_sent"}
+_FIELDS_OF_VERSION = {1: _STATE_FIELDS_V1, 2: _STATE_FIELDS}
+UNKNOWN, STORED = "unknown", "stored"
+"""The outcomes of a round's submission a session records (``None``: not sent)."""
+_OUTCOMES = (None, UNKNOWN, STORED)
+_CIPHERTEXT = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
 _HASH = re.compile(r"^[0-9a-f]{64}$")
 MAX_TOKEN_CHARS = 4096
 MAX_LISTED_NAMES = 12
@@ -134,7 +162,8 @@ def _optional_text(state: Mapping[str, Any], field: str) -> str | None:
 
 def load_state(state: Mapping[str, Any] | str | bytes) -> dict[str, Any]:
     """The saved-session document as a dict, its structure and checksum checked
-    (:data:`STATE_VERSION`; :class:`ClientError` on any mismatch)."""
+    (:data:`STATE_VERSION`; :class:`ClientError` on any mismatch), a version-1 document
+    brought to the fields of the current version (:func:`_upgraded`)."""
     if isinstance(state, (str, bytes, bytearray)):
         try:
             state = json.loads(state)
@@ -145,11 +174,14 @@ def load_state(state: Mapping[str, Any] | str | bytes) -> dict[str, Any]:
     document = dict(state)
     if document.get("format") != STATE_FORMAT:
         raise ClientError(f"saved state: not a {STATE_FORMAT} document")
-    if document.get("version") != STATE_VERSION:
-        raise ClientError(f"saved state: version {document.get('version')!r} is not supported "
-                          f"(this SDK reads version {STATE_VERSION})")
-    if set(document) != _STATE_FIELDS:
-        odd = sorted(set(document) ^ _STATE_FIELDS)
+    version = document.get("version")
+    fields = _FIELDS_OF_VERSION.get(version) if isinstance(version, int) \
+        and not isinstance(version, bool) else None
+    if fields is None:
+        raise ClientError(f"saved state: version {version!r} is not supported "
+                          f"(this SDK reads versions 1 and {STATE_VERSION})")
+    if set(document) != fields:
+        odd = sorted(set(document) ^ fields)
         raise ClientError(f"saved state: unexpected or missing fields {', '.join(odd)}")
     try:
         expected = _checksum(document)
@@ -158,7 +190,48 @@ def load_state(state: Mapping[str, Any] | str | bytes) -> dict[str, Any]:
     if document["checksum"] != expected:
         raise ClientError("saved state: the checksum does not match (the document was "
                           "altered or damaged)")
-    return document
+    return _upgraded(document)
+
+
+def _upgraded(document: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 document with the fields of version 2: a version-1 client recorded the
+    level report only once round 1 was stored, and nothing of round 2."""
+    if document["version"] == STATE_VERSION:
+        return document
+    return {**document, "version": STATE_VERSION,
+            "round1": STORED if document["reported_level"] is not None else None,
+            "round1_body": None, "round2": None, "round2_body": None, "round2_sent": None}
+
+
+def _body(value: Any, round_number: int) -> dict[str, Any]:
+    """A saved round body, checked for its shape: ``{"level": ct}`` in round 1,
+    ``{"level": ct, "data": [ct, ...]}`` in round 2."""
+    names = {"level"} if round_number == 1 else {"level", "data"}
+    if not (isinstance(value, dict) and set(value) == names):
+        raise ClientError(f"saved state: round{round_number}_body is not a round-"
+                          f"{round_number} submission")
+    texts = [value["level"]]
+    if round_number == 2:
+        data = value["data"]
+        if not (isinstance(data, list) and 0 < len(data) <= MAX_MESSAGES_PER_USER):
+            raise ClientError("saved state: round2_body has no valid data list")
+        texts += data
+    if not all(isinstance(text, str) and _CIPHERTEXT.match(text) for text in texts):
+        raise ClientError(f"saved state: round{round_number}_body holds a value that is not "
+                          "a ciphertext")
+    return {"level": value["level"], "data": list(value["data"])} if round_number == 2 \
+        else {"level": value["level"]}
+
+
+def _slot_ids(value: Any, name: str, *, nulls: bool) -> tuple[Any, ...]:
+    if not (isinstance(value, list) and len(value) <= MAX_MESSAGES_PER_USER):
+        raise ClientError(f"saved state: round2_sent {name} must be a list")
+    for entry in value:
+        if entry is None and nulls:
+            continue
+        if isinstance(entry, bool) or not isinstance(entry, int) or not 0 <= entry < 1 << 32:
+            raise ClientError(f"saved state: round2_sent {name} must hold item ids")
+    return tuple(value)
 
 
 def phase_reached(view: CampaignView, phase: str) -> bool:
@@ -272,6 +345,66 @@ def _settle(key: Hashable | None, check: Callable[[], T]) -> T:
     return check() if key is None else VERDICTS.settle(key, check)
 
 
+def _round(round_number: int) -> int:
+    if round_number not in (1, 2):
+        raise ClientError(f"rounds are 1 and 2, not {round_number!r}")
+    return round_number
+
+
+_NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+"""Failures of a request that certainly did not leave the client: no connection."""
+_ROUND_ENDED = ("wrong-phase", "unauthorized")
+"""Refusals that may come after the round (or its tokens) ended with a submission stored."""
+
+
+class Delivery:
+    """What is known of one submission while a client sends it (no I/O).
+
+    ``maybe_sent``: a try may have reached the shuffler (in this call, or in an earlier
+    one whose outcome the session recorded as unknown).  Only then does
+    ``already-submitted`` mean "stored": the shuffler refuses a token's second submission
+    of a round, and the first one was this one.
+    """
+
+    def __init__(self, round_number: int, *, maybe_sent: bool) -> None:
+        self.round = round_number
+        self.maybe_sent = maybe_sent
+
+    def no_answer(self, exc: httpx.HTTPError) -> None:
+        """A try got no answer: it may have arrived, unless it never connected."""
+        if not isinstance(exc, _NEVER_SENT):
+            self.maybe_sent = True
+
+    def failed(self, error: ServiceError) -> None:
+        """A try was answered with a transient failure: a 5xx may come after the
+        submission was stored (a proxy's timeout, a service stopped while answering)."""
+        if error.status is not None and error.status >= 500:
+            self.maybe_sent = True
+
+    def stored_by(self, error: ServiceError) -> bool:
+        """Whether the refusal ``error`` says the submission is stored."""
+        return self.maybe_sent and error.problem == "already-submitted"
+
+    def refusal(self, error: ServiceError) -> SubmissionError:
+        """The error for a final refusal: not stored, unless an earlier try may have
+        arrived and the round or its token has ended since (then unknown)."""
+        if self.maybe_sent and error.problem in _ROUND_ENDED:
+            return SubmissionUnknownError.after(
+                error, f"round {self.round}: whether the submission is stored is not known "
+                       "(a try may have arrived before the round or its token ended)")
+        return SubmissionRefusedError.after(error, f"round {self.round}: not stored")
+
+    def gave_up(self, error: ServiceError) -> SubmissionError:
+        """The error once the time budget is spent on transient failures."""
+        if self.maybe_sent:
+            return SubmissionUnknownError.after(
+                error, f"round {self.round}: whether the submission is stored is not known "
+                       "yet (its answer was lost and the wait budget ran out; submit again, "
+                       "here or resumed from the saved state, to find out)")
+        return SubmissionRefusedError.after(
+            error, f"round {self.round}: not stored (no try reached the shuffler)")
+
+
 class UserSession:
     """One user's protocol state in one campaign."""
 
@@ -313,11 +446,20 @@ class UserSession:
         self.allow_insecure = allow_insecure
         self.view: CampaignView | None = None
         self.key: PinnedKey | None = None
+        self.key_config: HpkeConfig | None = None
+        """The pinned key's config, as fetched (saved with the state)."""
         self.config_hash: str | None = None
         self.token: str | None = None
         self.level_index: int | None = None
         self.reported_level: int | None = None
         self.parameters: PublishedParameters | None = None
+        self.outcomes: dict[int, str | None] = {1: None, 2: None}
+        """What is known of each round's submission: ``None`` (not sent, or certainly
+        not stored), ``"unknown"`` or ``"stored"`` (:data:`STATE_VERSION`)."""
+        self.bodies: dict[int, dict[str, Any] | None] = {1: None, 2: None}
+        """The sealed body of a round whose outcome is ``"unknown"``, resent as it is."""
+        self.sent2: SentRound2 | None = None
+        self._before: dict[int, tuple[int | None, int | None, SentRound2 | None]] = {}
         self._names: dict[str, int] | None = None
         self._proposed_token: str | None = None
         self._campaign_path: tuple[str, str] | None = None
@@ -332,17 +474,17 @@ class UserSession:
         """The session as a JSON-serialisable dict (:data:`STATE_VERSION`), to resume it in
         another process with :meth:`from_state`.
 
-        It holds the user's bearer token at the shuffler and the level the user chose:
-        whoever reads it can submit as this user and learns their privacy level.  Store it
-        like a secret (the platform's keystore, an encrypted file), never in logs.
-        Raises :class:`ClientError` before enrollment (there is nothing to resume).
+        It holds the user's bearer token at the shuffler and the level the user chose
+        (and, once round 2 is begun, what it sends): whoever reads it can submit as this
+        user and learns their privacy level.  Store it like a secret (the platform's
+        keystore, an encrypted file), never in logs.  It records each round's submission
+        from before anything of it leaves (:meth:`begin`): save it again after every
+        change.  Raises :class:`ClientError` before enrollment (there is nothing to
+        resume).
         """
         if self.token is None:
             raise ClientError("not enrolled: there is no session to save yet")
-        hpke = None
-        if self.key is not None:
-            assert self.view is not None
-            hpke = self.view.hpke_config.model_dump(mode="json")
+        hpke = None if self.key_config is None else self.key_config.model_dump(mode="json")
         document: dict[str, Any] = {
             "format": STATE_FORMAT, "version": STATE_VERSION,
             "campaign_id": self.campaign_id, "token": self.token,
@@ -350,6 +492,10 @@ class UserSession:
             "hpke_config": hpke, "config_hash": self.config_hash,
             "server_key": self.server_key_text, "key_id_pin": self.expected_key_id,
             "min_fake_tolerance": self.policy.min_fake_tolerance,
+            "round1": self.outcomes[1], "round1_body": self.bodies[1],
+            "round2": self.outcomes[2], "round2_body": self.bodies[2],
+            "round2_sent": None if self.sent2 is None else {
+                "items": list(self.sent2.items), "slots": list(self.sent2.slots)},
         }
         document["checksum"] = _checksum(document)
         return document
@@ -405,6 +551,7 @@ class UserSession:
         if reported is not None and level is None:
             raise ClientError("saved state: a reported_level needs a level_index")
         session.level_index, session.reported_level = level, reported
+        session._restore_rounds(doc)
         hpke, config_hash = doc["hpke_config"], doc["config_hash"]
         if (hpke is None) != (config_hash is None):
             raise ClientError("saved state: hpke_config and config_hash go together")
@@ -412,7 +559,8 @@ class UserSession:
             if not (isinstance(config_hash, str) and _HASH.match(config_hash)):
                 raise ClientError("saved state: config_hash is not a SHA-256 hex digest")
             try:
-                pinned = public_key_from_config(HpkeConfig.model_validate(hpke))
+                saved_config = HpkeConfig.model_validate(hpke)
+                pinned = public_key_from_config(saved_config)
             except (ValueError, ValidationError) as exc:  # pydantic's error is a ValueError
                 reason = "not a key config" if isinstance(exc, ValidationError) else exc
                 raise ClientError(f"saved state: hpke_config: {reason}") from None
@@ -420,7 +568,88 @@ class UserSession:
                 raise ClientError(f"saved state: its key {pinned.key_id} is not the expected "
                                   f"key {session.expected_key_id}")
             session.key, session.config_hash = pinned, config_hash
+            session.key_config = saved_config
         return session
+
+    def _restore_rounds(self, doc: Mapping[str, Any]) -> None:
+        """The saved rounds' outcomes, bodies and round-2 record, checked for their shape
+        and against each other (:class:`ClientError`)."""
+        for round_number in (1, 2):
+            outcome, body = doc[f"round{round_number}"], doc[f"round{round_number}_body"]
+            if outcome not in _OUTCOMES:
+                raise ClientError(f"saved state: round{round_number} must be null, "
+                                  f"{UNKNOWN!r} or {STORED!r}")
+            if outcome is not None and (self.level_index is None or self.reported_level is None):
+                raise ClientError(f"saved state: a sent round {round_number} needs the "
+                                  "level_index and reported_level")
+            if (outcome == UNKNOWN) != (body is not None):
+                raise ClientError(f"saved state: round{round_number}_body goes with an "
+                                  "unknown outcome, and only with one")
+            self.outcomes[round_number] = outcome
+            self.bodies[round_number] = None if body is None else _body(body, round_number)
+        sent = doc["round2_sent"]
+        if (sent is None) != (self.outcomes[2] is None):
+            raise ClientError("saved state: round2_sent goes with a sent round 2, and only "
+                              "with one")
+        if sent is not None:
+            if not (isinstance(sent, dict) and set(sent) == {"items", "slots"}):
+                raise ClientError("saved state: round2_sent must have items and slots")
+            assert self.level_index is not None and self.reported_level is not None
+            self.sent2 = SentRound2(
+                level_index=self.level_index, reported_level=self.reported_level,
+                items=_slot_ids(sent["items"], "items", nulls=False),
+                slots=_slot_ids(sent["slots"], "slots", nulls=True))
+
+    # -- what was sent -------------------------------------------------------------------
+    def outcome(self, round_number: int) -> str | None:
+        """What is known of the round's submission: ``None`` (not sent, or certainly not
+        stored), ``"unknown"`` (sent, the answer lost: sending it again finds out) or
+        ``"stored"`` (the shuffler holds it)."""
+        return self.outcomes[_round(round_number)]
+
+    def begin(self, round_number: int, body: dict[str, Any],
+              sent: SentRound1 | SentRound2) -> Delivery:
+        """Record a submission about to be sent: its outcome is ``"unknown"`` from now
+        until the shuffler's answer settles it (:meth:`settle`), its sealed body and
+        what it sends (the level report, round 2's slots) are kept, so that a session
+        saved now resends the very same submission.  Returns its :class:`Delivery`."""
+        self._before[round_number] = (self.level_index, self.reported_level, self.sent2)
+        self.level_index, self.reported_level = sent.level_index, sent.reported_level
+        if isinstance(sent, SentRound2):
+            self.sent2 = sent
+        self.outcomes[round_number], self.bodies[round_number] = UNKNOWN, body
+        return Delivery(round_number, maybe_sent=False)
+
+    def pending(self, round_number: int) -> tuple[dict[str, Any], Delivery]:
+        """The recorded body of a round whose outcome is unknown, to send again, and its
+        :class:`Delivery` (an earlier try may have arrived)."""
+        body = self.bodies[round_number]
+        if self.outcomes[round_number] != UNKNOWN or body is None:
+            raise ClientError(f"round {round_number} has no submission of unknown outcome")
+        return body, Delivery(round_number, maybe_sent=True)
+
+    def sent_round1(self) -> SentRound1:
+        """What round 1 sent, from the record (its ciphertext while it is kept)."""
+        assert self.level_index is not None and self.reported_level is not None
+        body = self.bodies[1]
+        return SentRound1(level_index=self.level_index, reported_level=self.reported_level,
+                          level_ciphertext="" if body is None else str(body["level"]))
+
+    def settle(self, round_number: int, stored: bool) -> None:
+        """The shuffler's answer settled the round: ``stored``, or certainly not stored
+        (the round is then as before :meth:`begin` in this session: it may be sent anew)."""
+        self.bodies[round_number] = None
+        if stored:
+            self.outcomes[round_number] = STORED
+            return
+        self.outcomes[round_number] = None
+        before = self._before.pop(round_number, None)
+        if round_number == 2:
+            self.sent2 = None
+        if before is not None:
+            self.level_index, self.reported_level = before[0], before[1]
+            if round_number == 2:
+                self.sent2 = before[2]
 
     # -- items ---------------------------------------------------------------------------
     def item_ids(self, items: Iterable[int | str]) -> list[int]:
@@ -558,6 +787,7 @@ class UserSession:
                                     f"key {self.expected_key_id}", check="key")
         if self.key is None:
             self.key, self.config_hash = key, view.config_hash
+            self.key_config = view.hpke_config
         elif key.key_id != self.key.key_id or view.config_hash != self.config_hash:
             raise VerificationError("the campaign's key or configuration changed since it "
                                     "was first fetched", check="config_hash")
@@ -610,6 +840,14 @@ class UserSession:
         self.view = view
         return self.parameters
 
+    def round1_pending(self, status: RoundStatus) -> bool:
+        """Whether the shuffler's round-1 status of this campaign does not say released
+        yet: the server may publish the parameters a moment before the shuffler records
+        the release as acknowledged, so that is a wait, not a refusal (a status of
+        another campaign or round is refused by :meth:`check_round1_count`)."""
+        return (status.campaign_id == self.campaign_id and status.round == 1
+                and not status.released)
+
     def check_round1_count(self, status: RoundStatus) -> None:
         """The server's claimed round-1 n is at most what the shuffler released in round 1."""
         assert self.parameters is not None
@@ -631,10 +869,6 @@ class UserSession:
         body = round1_body(self.view, self.key, reported)
         return body, SentRound1(level_index=level_index, reported_level=reported,
                                 level_ciphertext=body["level"])
-
-    def round1_sent(self, sent: SentRound1) -> None:
-        self.level_index = sent.level_index
-        self.reported_level = sent.reported_level
 
     def round2(self, items: Iterable[int | str]) -> tuple[dict[str, object], SentRound2]:
         if self.parameters is None or self.view is None or self.key is None:

@@ -21,16 +21,33 @@ a key id known out of band).
 
 Every request that fails transiently (no answer, 5xx, 429) is retried with
 exponential backoff, or after the service's ``Retry-After`` where that is longer (a rate
-limit on enrollment or submissions), within the :class:`RetryPolicy`'s budget.  A
-submission retried after an ambiguous failure (the request may have arrived) that then
-meets ``already-submitted`` counts as done: the earlier attempt got through.
+limit on enrollment or submissions), within the :class:`RetryPolicy`'s budget.
+
+Two steps are bounded by a time instead, the client's ``wait_budget`` (default
+:data:`~segshuffle.client.retry.DEFAULT_WAIT_BUDGET`, 120 s), because only time ends
+them:
+
+- ``fetch_parameters`` waits while the parameters are not published yet, while the
+  shuffler's round-1 status does not say released yet (the campaign's view can say round
+  2 a moment before the shuffler records round 1's release as acknowledged) and across
+  transient failures; a check that fails still refuses at once (``VerificationError``);
+- a submission is retried with the same token and the same sealed body until the
+  shuffler's answer says whether it is stored: ``submit_level`` and ``submit_data``
+  return only once it is (``already-submitted`` after a try that may have arrived means
+  it is: the earlier try got through), and raise
+  :class:`~segshuffle.client.errors.SubmissionRefusedError` when it certainly is not, or
+  :class:`~segshuffle.client.errors.SubmissionUnknownError` when the budget ran out
+  before an answer could tell.  The session records each round's outcome
+  (:meth:`Client.outcome`, and the saved state), so calling again, or resuming, resends
+  a submission of unknown outcome as it was and never sends a stored one again.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import httpx
@@ -43,10 +60,19 @@ from segshuffle.wire.models import (
     RoundStatus,
 )
 
-from .errors import ServiceError
+from .errors import (
+    ClientError,
+    ServiceError,
+    SubmissionRefusedError,
+    WaitTimeoutError,
+)
 from .messages import SentRound1, SentRound2
 from .policy import ClientPolicy
+from .retry import DEFAULT_WAIT_BUDGET, Tries
 from .session import (
+    STORED,
+    UNKNOWN,
+    Delivery,
     M,
     PublicCache,
     Received,
@@ -79,17 +105,34 @@ class Client:
         http: httpx.Client | None = None,
         cache: PublicCache | None = None,
         ca_file: str | os.PathLike[str] | None = None,
+        wait_budget: float = DEFAULT_WAIT_BUDGET,
+        on_state_change: Callable[[dict[str, Any]], object] | None = None,
     ) -> None:
         """``ca_file``: PEM certificates of the private CA that signed the shuffler's
         certificate, trusted instead of the system's store (:mod:`.tls`); ``http``: a
         client to share, which brings its own trust settings (not both).  Clients without
         ``http`` share one verifying TLS context per process (per CA file with
-        ``ca_file``) instead of building their own."""
+        ``ca_file``) instead of building their own.
+
+        ``wait_budget``: the seconds :meth:`fetch_parameters` waits for what it needs and
+        a submission is retried until its outcome is known (the module docstring).
+        ``on_state_change``: called with the new saved document (:meth:`state`) whenever
+        it changes once enrolled: after the enrollment, the campaign's pins, and before
+        and after each submission (the document records a submission as sent before
+        anything of it leaves): the moments an app stores it."""
         self.session = UserSession(campaign_id, rng, policy=policy, allow_insecure=allow_insecure,
                                    min_fake_tolerance=min_fake_tolerance, key_id=key_id,
                                    server_key=server_key)
         self.shuffler_url = shuffler_url.rstrip("/")
         self.retry = retry or RetryPolicy()
+        if not (math.isfinite(wait_budget) and wait_budget >= 0):
+            raise ValueError("wait_budget must be a number of seconds >= 0")
+        self.wait_budget = float(wait_budget)
+        self.on_state_change = on_state_change
+        self._told: str | None = None  # the checksum of the document last told
+        # looked up at each call, so that a test's patch of the time module applies
+        self._clock: Callable[[], float] = lambda: time.monotonic()
+        self._sleep: Callable[[float], object] = lambda seconds: time.sleep(seconds)
         self.cache = cache
         self._own_http = http is None
         if http is not None and ca_file is not None:
@@ -113,11 +156,28 @@ class Client:
         used twice).  The document is versioned (``segshuffle.client.STATE_VERSION``).
 
         **It holds the user's bearer token and their privacy level**: anyone who reads it
-        can submit as this user and learns the level they chose.  Store it like a secret
-        (the platform's keystore or an encrypted file), never in logs or analytics.
-        Save it after :meth:`enroll` and again after :meth:`submit_level`.
+        can submit as this user and learns the level they chose (and, once round 2 is
+        begun, what it sends).  Store it like a secret (the platform's keystore or an
+        encrypted file), never in logs or analytics.  Save it whenever it changes
+        (``on_state_change`` says when): after :meth:`enroll`, and before and after each
+        submission, which it records as sent before anything of it leaves.
         """
         return self.session.state()
+
+    def outcome(self, round_number: int) -> str | None:
+        """What is known of the round's submission: ``None`` (not sent, or certainly not
+        stored), ``"unknown"`` (sent, its answer lost: calling the submit method again
+        finds out) or ``"stored"`` (the shuffler holds it; it is never sent again)."""
+        return self.session.outcome(round_number)
+
+    def _changed(self) -> None:
+        """Tell ``on_state_change`` the saved document, when it changed."""
+        if self.on_state_change is None or self.session.token is None:
+            return
+        state = self.session.state()
+        if state["checksum"] != self._told:
+            self._told = state["checksum"]
+            self.on_state_change(state)
 
     @classmethod
     def resume(
@@ -137,14 +197,19 @@ class Client:
         http: httpx.Client | None = None,
         cache: PublicCache | None = None,
         ca_file: str | os.PathLike[str] | None = None,
+        wait_budget: float = DEFAULT_WAIT_BUDGET,
+        on_state_change: Callable[[dict[str, Any]], object] | None = None,
     ) -> Client:
         """A client for the user whose :meth:`state` is ``state`` (the dict, or its JSON).
 
         The restored client keeps every check: the round-1 pins (key and configuration
         hash) come from the state and every view it fetches must match them, with the
         server's signatures when the state or ``server_key`` carries the server's key;
-        the round-2 parameters are fetched and verified for the saved level.  Give
-        ``campaign_id`` to refuse a state saved for another campaign.  A state that is
+        the round-2 parameters are fetched and verified for the saved level.  The rounds'
+        outcomes come from the state too: a round it records as stored is never sent
+        again, one of unknown outcome is sent again as it was, with the same token, by
+        the same submit method.  Give ``campaign_id`` to refuse a state saved for
+        another campaign.  A state that is
         malformed, altered (checksum), of another version, for another campaign, or at
         odds with ``key_id`` / ``server_key`` is refused with a
         :class:`~segshuffle.client.errors.ClientError`; nothing is fetched here.
@@ -155,67 +220,80 @@ class Client:
             min_fake_tolerance=min_fake_tolerance, key_id=key_id, server_key=server_key)
         client = cls(shuffler_url, session.campaign_id, rng=session.rng, retry=retry,
                      timeout=timeout, allow_insecure=allow_insecure, http=http, cache=cache,
-                     ca_file=ca_file)
+                     ca_file=ca_file, wait_budget=wait_budget,
+                     on_state_change=on_state_change)
         client.session = session
+        client._told = session.state()["checksum"]
         return client
 
     # -- transport -----------------------------------------------------------------------
-    def _request(self, method: str, url: str, what: str, *, submission: bool = False,
-                 **kwargs: Any) -> httpx.Response:
-        ambiguous, waited = False, 0.0
-        for attempt in range(self.retry.attempts):
+    def _request(self, method: str, url: str, what: str, *, delivery: Delivery | None = None,
+                 until: float | None = None, **kwargs: Any) -> httpx.Response:
+        """One request, its transient failures retried (:class:`~.retry.Tries`: the retry
+        policy's tries, or until the time ``until`` on the client's clock).  With
+        ``delivery`` it is a submission: it returns once the submission is stored and
+        raises a :class:`~.errors.SubmissionError` otherwise."""
+        tries = Tries(self.retry, until=until, clock=self._clock)
+        while True:
             try:
                 response = self._http.request(method, url, **kwargs)
             except httpx.HTTPError as exc:
                 error = network_error(exc, what)
                 if error.certificate:
-                    raise error from None
-                ambiguous = ambiguous or not isinstance(exc, httpx.ConnectError)
+                    raise (error if delivery is None else delivery.gave_up(error)) from None
+                if delivery is not None:
+                    delivery.no_answer(exc)
             else:
                 if response.status_code < 400:
                     return response
                 error = service_error(response, what)
-                if submission and ambiguous and error.problem == "already-submitted":
-                    return response  # an earlier attempt arrived
+                if delivery is not None and delivery.stored_by(error):
+                    return response  # an earlier try arrived
                 if not error.transient:
-                    raise error
-                ambiguous = ambiguous or response.status_code >= 500
-            wait = self.retry.wait(attempt, error.retry_after, waited)
+                    raise error if delivery is None else delivery.refusal(error)
+                if delivery is not None:
+                    delivery.failed(error)
+            wait = tries.wait(error.retry_after)
             if wait is None:
-                break
-            time.sleep(wait)
-            waited += wait
-        raise error
+                raise error if delivery is None else delivery.gave_up(error)
+            self._sleep(wait)
 
     def _fetch(self, model: type[M], url: str, what: str, *,
-               fresh: bool = False) -> Received[M]:
+               fresh: bool = False, until: float | None = None) -> Received[M]:
         """GET a public document, through the shared cache unless ``fresh``; with the
         digest of its bytes, which lets the session share verdicts on it."""
         if self.cache is not None and not fresh:
             cached = self.cache.get(url)
             if cached is not None:
                 return cached  # type: ignore[no-any-return]
-        value = receive(model, self._request("GET", url, what), what)
+        value = receive(model, self._request("GET", url, what, until=until), what)
         if self.cache is not None:
             self.cache.put(url, value)
         return value
 
-    def _get(self, model: type[M], url: str, what: str, *, fresh: bool = False) -> M:
+    def _get(self, model: type[M], url: str, what: str, *, fresh: bool = False,
+             until: float | None = None) -> M:
         """:meth:`_fetch`'s document alone."""
-        return self._fetch(model, url, what, fresh=fresh).value
+        return self._fetch(model, url, what, fresh=fresh, until=until).value
 
     # -- API -----------------------------------------------------------------------------
-    def _view(self, *, fresh: bool = False) -> Received[CampaignView]:
+    def _view(self, *, fresh: bool = False,
+              until: float | None = None) -> Received[CampaignView]:
         url = self.shuffler_url + self.session.campaign_path
-        return self._fetch(CampaignView, url, "campaign", fresh=fresh)
+        return self._fetch(CampaignView, url, "campaign", fresh=fresh, until=until)
 
     def campaign(self) -> CampaignView:
         """Fetch the campaign view and key config, verify them, pin key id and config hash."""
+        return self._campaign()
+
+    def _campaign(self, until: float | None = None) -> CampaignView:
         s = self.session
-        view = self._view()
+        view = self._view(until=until)
         hpke = self._fetch(HpkeConfig, self.shuffler_url + s.campaign_path + "/hpke-config",
-                           "key config")
-        return s.accept_campaign(view, hpke)
+                           "key config", until=until)
+        accepted = s.accept_campaign(view, hpke)
+        self._changed()
+        return accepted
 
     def enroll(self, invitation: str | None = None) -> str:
         """Obtain a one-time user token from the shuffler with the user's invitation (None
@@ -224,48 +302,135 @@ class Client:
         body = self.session.enrollment_body(invitation)  # the same body on every retry
         url = self.shuffler_url + self.session.campaign_path + "/enrollments"
         response = self._request("POST", url, "enrollment", json=body)
-        return self.session.accept_enrollment(
+        token = self.session.accept_enrollment(
             parse(EnrollmentResponse, response, "enrollment"))
+        self._changed()
+        return token
 
     def submit_level(self, level_index: int) -> SentRound1:
-        """Round 1: send the (possibly randomized) level, sealed."""
+        """Round 1: send the (possibly randomized) level, sealed; returns once the shuffler
+        holds it.
+
+        Raises :class:`~segshuffle.client.errors.SubmissionRefusedError` when it is
+        certainly not stored and :class:`~segshuffle.client.errors.SubmissionUnknownError`
+        when that is not known within ``wait_budget``.  A round 1 the session records as
+        stored is not sent again (its record is returned); one of unknown outcome is sent
+        again as it was (same token, same sealed level report), which settles it."""
         s = self.session
-        if s.view is None:
-            self.campaign()
-        body, sent = s.round1(level_index)
-        url = self.shuffler_url + s.round_path(1) + "/submissions"
-        self._request("POST", url, "round-1 submission", submission=True,
-                      json=body, headers=s.auth())
-        s.round1_sent(sent)
+        outcome = s.outcome(1)
+        if outcome is not None and level_index != s.level_index:
+            raise ClientError(f"round 1 was sent with level index {s.level_index}, "
+                              f"not {level_index}")
+        if outcome == STORED:
+            return s.sent_round1()
+        if outcome == UNKNOWN:
+            body, delivery = s.pending(1)
+        else:
+            if s.view is None:
+                self.campaign()
+            body, draft = s.round1(level_index)
+            delivery = s.begin(1, body, draft)
+        sent = s.sent_round1()
+        self._deliver(delivery, body)
         return sent
+
+    def _deliver(self, delivery: Delivery, body: dict[str, Any]) -> None:
+        """Send a submission the session recorded as begun until its outcome is known,
+        and record the outcome (the app is told before anything leaves and after)."""
+        s = self.session
+        self._changed()
+        url = self.shuffler_url + s.round_path(delivery.round) + "/submissions"
+        try:
+            self._request("POST", url, f"round-{delivery.round} submission",
+                          delivery=delivery, until=self._clock() + self.wait_budget,
+                          json=body, headers=s.auth())
+        except SubmissionRefusedError:
+            s.settle(delivery.round, stored=False)
+            self._changed()
+            raise
+        s.settle(delivery.round, stored=True)
+        self._changed()
 
     def round_status(self, round_number: int, *, fresh: bool = False) -> RoundStatus:
         """The shuffler's view of a round: participants, threshold, release state."""
+        return self._status(round_number, fresh=fresh)
+
+    def _status(self, round_number: int, *, fresh: bool = False,
+                until: float | None = None) -> RoundStatus:
         url = self.shuffler_url + self.session.round_path(round_number)
-        return self._get(RoundStatus, url, "round status", fresh=fresh)
+        return self._get(RoundStatus, url, "round status", fresh=fresh, until=until)
 
     def fetch_parameters(self, level_index: int | None = None) -> PublishedParameters:
         """Fetch the round-2 parameters and verify them for this user's level.
 
-        Raises :class:`~segshuffle.client.errors.VerificationError` if they do not
-        give the level its guarantee (nothing is sent then).
+        Waits, for at most ``wait_budget`` seconds (backoff between tries, or a 5xx or
+        429's ``Retry-After``), while the parameters are not published yet, while the
+        shuffler's round-1 status does not say released yet, and across transient
+        failures; then raises :class:`~segshuffle.client.errors.WaitTimeoutError`.  A
+        check that fails refuses at once with
+        :class:`~segshuffle.client.errors.VerificationError` (nothing is sent then),
+        a round-1 status that says released with fewer participants than the parameters
+        claim included; a campaign that ended raises
+        :class:`~segshuffle.client.errors.CampaignEndedError`.
         """
         s = self.session
         if level_index is not None:
             s.level_index = level_index
-        if s.view is None:  # not fetched yet, or resumed from a saved state
-            self.campaign()
-        view = self._view()
-        if view.value.parameters is None:  # a cached view from before the publication
-            view = self._view(fresh=True)
+        try:
+            parameters = self._await_parameters()
+        except BaseException:
+            s.parameters = None  # nothing half-checked stays for submit_data
+            raise
+        self._changed()
+        return parameters
+
+    def _await_parameters(self) -> PublishedParameters:
+        tries = Tries(self.retry, until=self._clock() + self.wait_budget, clock=self._clock)
+        assert tries.until is not None
+        fresh = False
+        while True:
+            try:
+                if self.session.view is None:  # not fetched yet, or resumed from a state
+                    self._campaign(tries.until)
+                found = self._published(tries.until, fresh)
+            except ServiceError as exc:
+                if not exc.transient:
+                    raise
+                raise WaitTimeoutError(
+                    f"round-2 parameters: the services kept failing for "
+                    f"{self.wait_budget:g} s: {exc}", waiting_for="service", status=exc.status,
+                    problem=exc.problem, detail=exc.detail, retry_after=exc.retry_after,
+                ) from exc
+            if isinstance(found, PublishedParameters):
+                return found
+            wait = tries.wait()
+            if wait is None:
+                raise WaitTimeoutError(f"round-2 parameters: {found[1]} after "
+                                       f"{self.wait_budget:g} s", waiting_for=found[0])
+            self._sleep(wait)
+            fresh = True
+
+    def _published(self, until: float,
+                   fresh: bool) -> PublishedParameters | tuple[str, str]:
+        """One look at what the round-2 check needs: the verified parameters, or what is
+        not there yet (``(waiting_for, why)``); a failed check raises."""
+        s = self.session
+        view = self._view(fresh=fresh, until=until)
+        if view.value.parameters is None and not fresh:  # a cached view from before
+            view = self._view(fresh=True, until=until)
+        s.reached(view.value, "round1")  # a campaign that ended raises
+        if view.value.parameters is None:
+            return "parameters", "the parameters are not published yet"
         parameters = s.accept_parameters(view)
         # The claimed round-1 n against the shuffler's own count (a status cached from
         # before the release of round 1 is fetched again).
-        status = self.round_status(1)
-        if not status.released:
-            status = self.round_status(1, fresh=True)
+        status = self._status(1, fresh=fresh, until=until)
+        if not status.released and not fresh:
+            status = self._status(1, fresh=True, until=until)
+        if s.round1_pending(status):
+            return "round1-release", "the shuffler's round-1 status does not say released yet"
         s.check_round1_count(status)
-        s.check_release_threshold(self.round_status(2))
+        s.check_release_threshold(self._status(2, until=until))
         return parameters
 
     def item_ids(self, items: Iterable[int | str]) -> list[int]:
@@ -277,18 +442,29 @@ class Client:
         return self.session.item_ids(items)
 
     def submit_data(self, items: Iterable[int | str]) -> SentRound2:
-        """Round 2: randomize the item set with the verified parameters, seal, send.
+        """Round 2: randomize the item set with the verified parameters, seal, send;
+        returns once the shuffler holds it.
 
         ``items``: the user's items as ids (0..d-1) or, when the campaign has item names,
         as names (:meth:`item_ids`); anything else is a ``ClientError`` and nothing is
-        sent."""
+        sent.  Outcomes as :meth:`submit_level`: a round 2 the session records as stored
+        is not sent again (its record is returned), one of unknown outcome is sent again
+        as it was (``items`` are not drawn again)."""
         s = self.session
-        if s.parameters is None:
-            self.fetch_parameters()
-        body, sent = s.round2(items)
-        url = self.shuffler_url + s.round_path(2) + "/submissions"
-        self._request("POST", url, "round-2 submission", submission=True,
-                      json=body, headers=s.auth())
+        outcome = s.outcome(2)
+        if outcome == STORED:
+            assert s.sent2 is not None
+            return s.sent2
+        if outcome == UNKNOWN:
+            body, delivery = s.pending(2)
+        else:
+            if s.parameters is None:
+                self.fetch_parameters()
+            body, draft = s.round2(items)
+            delivery = s.begin(2, body, draft)
+        sent = s.sent2
+        assert sent is not None
+        self._deliver(delivery, body)
         return sent
 
     def wait_for_phase(self, phase: str, timeout: float = 60.0,
@@ -296,13 +472,23 @@ class Client:
         """Poll the campaign until it reaches ``phase`` (``round2`` or ``done``).
 
         Raises :class:`~segshuffle.client.errors.CampaignEndedError` if it ends without
-        results, and ``ServiceError`` after ``timeout`` seconds.
+        results, and :class:`~segshuffle.client.errors.WaitTimeoutError` (a
+        ``ServiceError``) after ``timeout`` seconds, transient failures of the shuffler
+        included.
         """
-        deadline = time.monotonic() + timeout
+        deadline = self._clock() + timeout
         while True:
-            view = self._view(fresh=True).value
+            try:
+                view = self._view(fresh=True, until=deadline).value
+            except ServiceError as exc:
+                if not exc.transient:
+                    raise
+                raise WaitTimeoutError(f"campaign: the shuffler kept failing for {timeout}s: "
+                                       f"{exc}", waiting_for="service", status=exc.status,
+                                       problem=exc.problem, detail=exc.detail) from exc
             if self.session.reached(view, phase):
                 return view
-            if time.monotonic() > deadline:
-                raise ServiceError(f"campaign still in phase {view.phase!r} after {timeout}s")
-            time.sleep(interval)
+            if self._clock() > deadline:
+                raise WaitTimeoutError(f"campaign still in phase {view.phase!r} after "
+                                       f"{timeout}s", waiting_for="phase")
+            self._sleep(interval)
