@@ -72,10 +72,28 @@ async def _checks(site: StaticSite, indices: list[int]) -> list[dict[str, Any]]:
     return results
 
 
+#: Checks of one document tried at most, keeping the least late: a shared 2-core host can
+#: delay a timer by itself (another test's processes beside this one), while a check on the
+#: page's main thread delays every attempt by seconds.
+ATTEMPTS = 3
+
+
+def _least_late(site: StaticSite, index: int) -> dict[str, Any]:
+    best: dict[str, Any] | None = None
+    for _ in range(ATTEMPTS):
+        (result,) = asyncio.run(_checks(site, [index]))
+        if best is None or result["worstLateMs"] < best["worstLateMs"]:
+            best = result
+        if best["worstLateMs"] <= MAX_LATE_MS:
+            break
+    assert best is not None
+    return best
+
+
 def test_a_heavy_check_leaves_the_page_responsive_and_gives_the_vectors_verdicts(
         site: StaticSite) -> None:
     indices = [_index(HEAVIEST), _index(HEAVIEST, tampered="lambdas")]
-    for index, result in zip(indices, asyncio.run(_checks(site, indices)), strict=True):
+    for index, result in zip(indices, [_least_late(site, i) for i in indices], strict=True):
         vector = VECTORS["parameters"][index]
         label = f"{vector['description']}: {result}"
         assert result["checks"] == vector["client_checks"], label

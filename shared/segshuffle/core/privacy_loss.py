@@ -317,7 +317,7 @@ def _composed(pair: LossDistribution, times: int, upper: bool) -> ComposedLoss:
 
 
 #: Memory that kept compositions may hold (each is two arrays of its grid's size).
-COMPOSED_CACHE_BYTES = 192 << 20
+COMPOSED_CACHE_BYTES = 64 << 20
 
 
 @memory_bounded_cache(COMPOSED_CACHE_BYTES, max_entries=512)
