@@ -36,7 +36,7 @@ from typing import Any
 
 from segshuffle.wire.models import BatchCompletion
 
-from .decoding import IDLE_MIN_SECONDS, owner_name, retry_delay
+from .decoding import IDLE_MIN_SECONDS, owner_name, poll, retry_delay
 from .service import ServerService
 from .storage_api import CompletionJob
 
@@ -94,23 +94,8 @@ class CompletionWorkers:
             loop.call_soon_threadsafe(event.set)
 
     async def _run(self) -> None:
-        idle = IDLE_MIN_SECONDS
-        while True:
-            try:
-                worked = await self.finish_one()
-            except Exception as exc:  # the storage is away: look again after the backoff
-                log.warning("completion worker: claiming a job failed: %s", exc)
-                worked = False
-            if worked:
-                idle = IDLE_MIN_SECONDS
-                continue
-            event = self._wakeup
-            if event is not None:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(idle):
-                        await event.wait()
-                event.clear()
-            idle = min(idle * 2, self.idle_seconds)
+        await poll(self.finish_one, lambda: self._wakeup, self.idle_seconds,
+                   "completion worker: claiming a job")
 
     async def finish_one(self) -> bool:
         """Claim one job and compute it; whether there was one to claim."""

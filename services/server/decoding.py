@@ -49,7 +49,7 @@ import os
 import secrets
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -81,6 +81,34 @@ def retry_delay(failures: int) -> float:
         raise ValueError(f"failures must be at least 1, got {failures}")
     exponent = min(failures - 1, 32)  # 2**32 * 5 s is far past the cap already
     return min(RETRY_DELAY_SECONDS * 2.0 ** exponent, MAX_RETRY_DELAY_SECONDS)
+
+
+async def poll(step: Callable[[], Awaitable[bool]],
+               wakeup: Callable[[], asyncio.Event | None], idle_seconds: float,
+               what: str) -> None:
+    """Run ``step`` until cancelled: again at once after it worked (returned True), else
+    after an idle wait that doubles from IDLE_MIN_SECONDS to ``idle_seconds`` and ends
+    early when the ``wakeup`` event is set.  A step that raises (the storage is away) is
+    logged as ``what`` failing and counts as idle."""
+    idle = IDLE_MIN_SECONDS
+    while True:
+        try:
+            worked = await step()
+        except Exception as exc:
+            log.warning("%s failed: %s", what, exc)
+            worked = False
+        if worked:
+            idle = IDLE_MIN_SECONDS
+            continue
+        event = wakeup()
+        if event is None:
+            await asyncio.sleep(idle)
+        else:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(idle):  # unlike wait_for, never loses a cancel
+                    await event.wait()
+            event.clear()
+        idle = min(idle * 2, idle_seconds)
 
 
 def owner_name() -> str:
@@ -190,29 +218,8 @@ class DecodeWorkers:
 
     async def _run(self) -> None:
         """Claim and decode until cancelled; wait with a growing backoff while idle."""
-        idle = IDLE_MIN_SECONDS
-        while True:
-            try:
-                worked = await self.decode_one()
-            except Exception as exc:  # the storage is away: poll again after the backoff
-                log.warning("decode worker: claiming a chunk failed: %s", exc)
-                worked = False
-            if worked:
-                idle = IDLE_MIN_SECONDS
-                continue
-            await self._idle(idle)
-            idle = min(idle * 2, self.idle_seconds)
-
-    async def _idle(self, seconds: float) -> None:
-        """Sleep ``seconds`` or until :meth:`wake`, whichever comes first."""
-        event = self._wakeup
-        if event is None:
-            await asyncio.sleep(seconds)
-            return
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):  # unlike wait_for, never loses a cancel
-                await event.wait()
-        event.clear()
+        await poll(self.decode_one, lambda: self._wakeup, self.idle_seconds,
+                   "decode worker: claiming a chunk")
 
     async def decode_one(self) -> bool:
         """Claim one chunk and decode it; whether there was one to claim.
