@@ -125,4 +125,29 @@ def test_server_queue_upgrade_keeps_rows_sequence_and_blob_last(tmp_path: Path) 
     with sqlite3.connect(path) as db:
         columns = [row[1] for row in db.execute("PRAGMA table_info(decode_queue)")]
     assert columns[-2:] == ["failures", "ciphertexts"]
-    assert _versions(path)[-1] == 4
+    assert _versions(path)[-1] == server_storage.MIGRATIONS[-1].version
+
+
+def test_server_batches_upgrade_to_completion_jobs(tmp_path: Path) -> None:
+    """Version 5 adds the completion job's columns to the batches: a round pinned before the
+    upgrade can be completed as a job, a completed one stays completed."""
+    path = tmp_path / "server.sqlite3"
+    with sqlite3.connect(path, isolation_level=None) as db:
+        sqlite_base.migrate(db, server_storage.MIGRATIONS[:4], service="server")
+        for campaign, completion in (("open", None), ("done", '{"phase":"round2"}')):
+            db.execute("INSERT INTO campaigns (id, config_json, config_hash, key_id,"
+                       " public_key, phase, created_at) VALUES (?, '{}', 'h', 'k', x'00',"
+                       " 'round1', 0)", (campaign,))
+            db.execute("INSERT INTO batches (campaign_id, round, batch_id, completion_json)"
+                       " VALUES (?, 1, 'b', ?)", (campaign, completion))
+    repository = server_storage.Repository(path)
+    try:
+        assert repository.completion_jobs() == []
+        job = repository.request_completion("open", 1, "b")
+        assert job is not None and job.attempts == 0 and job.state == "waiting"
+        assert repository.request_completion("done", 1, "b") is None
+        batch = repository.batch("done", 1)
+        assert batch is not None and batch.completion == {"phase": "round2"}
+    finally:
+        repository.close()
+    assert _versions(path)[-1] == 5

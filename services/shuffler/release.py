@@ -576,24 +576,36 @@ class Releaser:
         message = f"{what}: {reason or exc}"
         if not exc.transient:
             raise _StoppedError(f"{message} (not retried)")
-        log.info("forwarding %s of campaign=%s round=%d failed (%s)", what,
-                 record.campaign_id, record.round, exc)
-        await self._pause(record, message, exc.retry_after, backoff, deadline)
+        delay = self._delay(message, exc.retry_after, backoff, deadline)
+        log.info("forwarding %s of campaign=%s round=%d failed (%s); retry in %.2fs",
+                 what, record.campaign_id, record.round, exc, delay)
+        await self._show_and_sleep(record, message, delay)
 
     async def _pause(self, record: RoundRecord, message: str, retry_after: float | None,
                      backoff: Backoff, deadline: float) -> None:
-        """Show ``message`` as the round's ``last_error`` and sleep before the next attempt:
-        the backoff's delay, or the server's ``retry_after`` within [MIN_RETRY_AFTER_SECONDS,
-        the backoff's ceiling]; :class:`_StoppedError` when that would pass ``deadline``."""
+        """Wait for work the server reported in progress (``message``), as :meth:`_wait`
+        does for a failure: the same delays, the same deadline."""
+        delay = self._delay(message, retry_after, backoff, deadline)
+        log.info("campaign=%s round=%d: %s; asking again in %.2fs", record.campaign_id,
+                 record.round, message, delay)
+        await self._show_and_sleep(record, message, delay)
+
+    def _delay(self, message: str, retry_after: float | None, backoff: Backoff,
+               deadline: float) -> float:
+        """The wait before the next attempt: the backoff's delay, or the server's
+        ``retry_after`` within [MIN_RETRY_AFTER_SECONDS, the backoff's ceiling];
+        :class:`_StoppedError` (with ``message``) when it would pass ``deadline``."""
         delay = backoff.next_delay()
         if retry_after is not None:
             delay = min(max(retry_after, MIN_RETRY_AFTER_SECONDS), backoff.maximum)
         if time.monotonic() + delay > deadline:
             raise _StoppedError(f"{message} (retried for {self.retry_seconds:g} s)")
+        return delay
+
+    async def _show_and_sleep(self, record: RoundRecord, message: str, delay: float) -> None:
+        """Show ``message`` as the round's ``last_error``, then sleep ``delay`` seconds."""
         self.last_error[(record.campaign_id, record.round)] = message
         self._changed(record.campaign_id, record.round)
-        log.info("campaign=%s round=%d: %s; asking again in %.2fs", record.campaign_id,
-                 record.round, message, delay)
         await asyncio.sleep(delay)
 
 
