@@ -14,17 +14,18 @@ def test_the_defaults_hold_on_a_busy_host(monkeypatch) -> None:
     monkeypatch.delenv("SEGSHUFFLE_HARNESS_RELEASE_SECONDS", raising=False)
     assert harness_seconds("startup", localstack.STARTUP_SECONDS) >= 120
     assert harness_seconds("release", localstack.RELEASE_SECONDS) >= 1800
-    with LocalStack() as stack:  # not started: only its settings are read
-        assert stack.startup_timeout == localstack.STARTUP_SECONDS
+    monkeypatch.setenv("SEGSHUFFLE_HARNESS_STARTUP_SECONDS", "300")
+    for stack, expected in ((LocalStack(), 300.0),  # not started: its settings only
+                            (LocalStack(startup_timeout=5.0), 5.0)):  # an argument wins
+        try:
+            assert stack.startup_timeout == expected
+        finally:
+            stack.close()
 
 
 def test_an_environment_variable_sets_a_wait(monkeypatch) -> None:
     monkeypatch.setenv("SEGSHUFFLE_HARNESS_STARTUP_SECONDS", "300")
     assert harness_seconds("startup", 1.0) == 300.0
-    with LocalStack() as stack:
-        assert stack.startup_timeout == 300.0
-    with LocalStack(startup_timeout=5.0) as stack:  # an explicit argument wins
-        assert stack.startup_timeout == 5.0
 
 
 @pytest.mark.parametrize("text", ["soon", "0", "-3", "inf", "nan"])
