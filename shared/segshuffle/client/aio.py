@@ -28,7 +28,6 @@ from segshuffle.wire.models import (
 )
 
 from .errors import (
-    ClientError,
     ServiceError,
     SubmissionRefusedError,
     WaitTimeoutError,
@@ -37,8 +36,6 @@ from .messages import SentRound1, SentRound2
 from .policy import ClientPolicy
 from .retry import DEFAULT_WAIT_BUDGET, Tries
 from .session import (
-    STORED,
-    UNKNOWN,
     Delivery,
     M,
     PublicCache,
@@ -283,21 +280,13 @@ class AsyncClient:
         holds it (outcomes as :meth:`Client.submit_level
         <segshuffle.client.sync.Client.submit_level>`)."""
         s = self.session
-        outcome = s.outcome(1)
-        if outcome is not None and level_index != s.level_index:
-            raise ClientError(f"round 1 was sent with level index {s.level_index}, "
-                              f"not {level_index}")
-        if outcome == STORED:
-            return s.sent_round1()
-        if outcome == UNKNOWN:
-            body, delivery = s.pending(1)
-        else:
-            if s.view is None:
-                await self.campaign()
-            body, draft = s.round1(level_index)
-            delivery = s.begin(1, body, draft)
+        s.require_round1_level(level_index)
+        if s.outcome(1) is None and s.view is None:
+            await self.campaign()
+        prepared = s.submission(1, lambda: s.round1(level_index))
         sent = s.sent_round1()
-        await self._deliver(delivery, body)
+        if prepared is not None:
+            await self._deliver(prepared[1], prepared[0])
         return sent
 
     async def _deliver(self, delivery: Delivery, body: dict[str, Any]) -> None:
@@ -407,20 +396,13 @@ class AsyncClient:
         returns once the shuffler holds it (items and outcomes as :meth:`Client.submit_data
         <segshuffle.client.sync.Client.submit_data>`)."""
         s = self.session
-        outcome = s.outcome(2)
-        if outcome == STORED:
-            assert s.sent2 is not None
-            return s.sent2
-        if outcome == UNKNOWN:
-            body, delivery = s.pending(2)
-        else:
-            if s.parameters is None:
-                await self.fetch_parameters()
-            body, draft = s.round2(items)
-            delivery = s.begin(2, body, draft)
+        if s.outcome(2) is None and s.parameters is None:
+            await self.fetch_parameters()
+        prepared = s.submission(2, lambda: s.round2(items))
         sent = s.sent2
         assert sent is not None
-        await self._deliver(delivery, body)
+        if prepared is not None:
+            await self._deliver(prepared[1], prepared[0])
         return sent
 
     async def wait_for_phase(self, phase: str, timeout: float = 60.0,

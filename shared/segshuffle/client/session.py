@@ -620,6 +620,28 @@ class UserSession:
         self.outcomes[round_number], self.bodies[round_number] = UNKNOWN, body
         return Delivery(round_number, maybe_sent=False)
 
+    def submission(self, round_number: int,
+                   draft: Callable[[], tuple[dict[str, Any], SentRound1 | SentRound2]]
+                   ) -> tuple[dict[str, Any], Delivery] | None:
+        """What to send for a round, the one decision both clients make before sending:
+        ``None`` when it is stored (nothing is sent again), the recorded body of a round of
+        unknown outcome (:meth:`pending`: sent again as it was), else a new submission from
+        ``draft()`` (sealed body and record), begun here (:meth:`begin`)."""
+        outcome = self.outcome(round_number)
+        if outcome == STORED:
+            return None
+        if outcome == UNKNOWN:
+            return self.pending(round_number)
+        body, sent = draft()
+        return body, self.begin(round_number, body, sent)
+
+    def require_round1_level(self, level_index: int) -> None:
+        """A round 1 already begun was for one level index: asking for another is a
+        :class:`ClientError` (nothing is sent)."""
+        if self.outcome(1) is not None and level_index != self.level_index:
+            raise ClientError(f"round 1 was sent with level index {self.level_index}, "
+                              f"not {level_index}")
+
     def pending(self, round_number: int) -> tuple[dict[str, Any], Delivery]:
         """The recorded body of a round whose outcome is unknown, to send again, and its
         :class:`Delivery` (an earlier try may have arrived)."""

@@ -61,7 +61,6 @@ from segshuffle.wire.models import (
 )
 
 from .errors import (
-    ClientError,
     ServiceError,
     SubmissionRefusedError,
     WaitTimeoutError,
@@ -70,8 +69,6 @@ from .messages import SentRound1, SentRound2
 from .policy import ClientPolicy
 from .retry import DEFAULT_WAIT_BUDGET, Tries
 from .session import (
-    STORED,
-    UNKNOWN,
     Delivery,
     M,
     PublicCache,
@@ -317,21 +314,13 @@ class Client:
         stored is not sent again (its record is returned); one of unknown outcome is sent
         again as it was (same token, same sealed level report), which settles it."""
         s = self.session
-        outcome = s.outcome(1)
-        if outcome is not None and level_index != s.level_index:
-            raise ClientError(f"round 1 was sent with level index {s.level_index}, "
-                              f"not {level_index}")
-        if outcome == STORED:
-            return s.sent_round1()
-        if outcome == UNKNOWN:
-            body, delivery = s.pending(1)
-        else:
-            if s.view is None:
-                self.campaign()
-            body, draft = s.round1(level_index)
-            delivery = s.begin(1, body, draft)
+        s.require_round1_level(level_index)
+        if s.outcome(1) is None and s.view is None:
+            self.campaign()
+        prepared = s.submission(1, lambda: s.round1(level_index))
         sent = s.sent_round1()
-        self._deliver(delivery, body)
+        if prepared is not None:
+            self._deliver(prepared[1], prepared[0])
         return sent
 
     def _deliver(self, delivery: Delivery, body: dict[str, Any]) -> None:
@@ -451,20 +440,13 @@ class Client:
         is not sent again (its record is returned), one of unknown outcome is sent again
         as it was (``items`` are not drawn again)."""
         s = self.session
-        outcome = s.outcome(2)
-        if outcome == STORED:
-            assert s.sent2 is not None
-            return s.sent2
-        if outcome == UNKNOWN:
-            body, delivery = s.pending(2)
-        else:
-            if s.parameters is None:
-                self.fetch_parameters()
-            body, draft = s.round2(items)
-            delivery = s.begin(2, body, draft)
+        if s.outcome(2) is None and s.parameters is None:
+            self.fetch_parameters()
+        prepared = s.submission(2, lambda: s.round2(items))
         sent = s.sent2
         assert sent is not None
-        self._deliver(delivery, body)
+        if prepared is not None:
+            self._deliver(prepared[1], prepared[0])
         return sent
 
     def wait_for_phase(self, phase: str, timeout: float = 60.0,
