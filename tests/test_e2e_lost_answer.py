@@ -6,14 +6,15 @@ and tells the app "stored"; the round counts that user once."""
 from __future__ import annotations
 
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from collections.abc import Callable
 
 import httpx
 import pytest
 
 from segshuffle.client import Client
 from segshuffle.testing.localstack import LocalStack
+
+from .test_e2e_support import Recorded, RecordingProxy
 
 pytestmark = pytest.mark.slow  # real service processes
 
@@ -24,63 +25,20 @@ OUTAGE_SECONDS = 20.0
 40-70 s to come back in the measured incident), well within the client's time budget."""
 
 
-class AnswerLosingProxy:
-    """Forwards to the shuffler; the first round-1 submission is forwarded (and stored), then
-    the shuffler is killed and restarted, and the user's connection closed unanswered."""
+def _lose_the_first_stored_round1(stack: LocalStack, lost: list[str]
+                                  ) -> Callable[[Recorded, httpx.Response], bool]:
+    """A proxy's ``deliver``: the first round-1 submission the shuffler stored loses its
+    answer with the shuffler (killed, and restarted OUTAGE_SECONDS later)."""
+    def deliver(request: Recorded, response: httpx.Response) -> bool:
+        if (lost or request.method != "POST" or response.status_code != 201
+                or not request.path.endswith("/rounds/1/submissions")):
+            return True
+        lost.append(request.path)
+        stack.kill("shuffler")
+        threading.Timer(OUTAGE_SECONDS, stack.start_service, ("shuffler",)).start()
+        return False
 
-    def __init__(self, stack: LocalStack) -> None:
-        self.stack = stack
-        self.lost = 0
-        proxy = self
-        client = httpx.Client(timeout=120.0)
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                return
-
-            def _forward(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                headers = {k: v for k, v in self.headers.items()
-                           if k.lower() not in ("host", "connection", "content-length")}
-                try:
-                    response = client.request(self.command, proxy.stack.shuffler_url + self.path,
-                                              headers=headers, content=body)
-                except httpx.HTTPError:
-                    self.close_connection = True
-                    return
-                if (self.command == "POST" and self.path.endswith("/rounds/1/submissions")
-                        and response.status_code == 201 and proxy.lost == 0):
-                    proxy.lost += 1  # stored; the answer is lost with the shuffler
-                    proxy.stack.kill("shuffler")
-                    threading.Timer(OUTAGE_SECONDS, proxy.stack.start_service,
-                                    ("shuffler",)).start()
-                    self.close_connection = True
-                    return
-                self.send_response(response.status_code)
-                for key, value in response.headers.items():
-                    if key.lower() not in ("connection", "content-length",
-                                           "transfer-encoding"):
-                        self.send_header(key, value)
-                self.send_header("Content-Length", str(len(response.content)))
-                self.end_headers()
-                self.wfile.write(response.content)
-
-            do_GET = do_PUT = do_POST = _forward  # noqa: N815
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+    return deliver
 
 
 def test_a_submission_stored_before_a_shuffler_restart_is_reported_stored_once(
@@ -89,7 +47,9 @@ def test_a_submission_stored_before_a_shuffler_restart_is_reported_stored_once(
         stack.create_campaign({"id": CID, "domain_size": 8, "set_size": 2,
                                "levels": [1.0, 2.0], "min_users": 10})
         invitations = stack.invitations(CID, USERS)
-        proxy = AnswerLosingProxy(stack)
+        lost: list[str] = []
+        proxy = RecordingProxy(stack.shuffler_url,
+                               deliver=_lose_the_first_stored_round1(stack, lost))
         try:
             with Client(proxy.url, CID, server_key=stack.server_key) as user:
                 user.enroll(invitations[0])
@@ -98,7 +58,7 @@ def test_a_submission_stored_before_a_shuffler_restart_is_reported_stored_once(
                 assert sent.reported_level == 1
         finally:
             proxy.close()
-        assert proxy.lost == 1
+        assert len(lost) == 1
         for invitation in invitations[1:]:
             with Client(stack.shuffler_url, CID, server_key=stack.server_key) as user:
                 user.enroll(invitation)

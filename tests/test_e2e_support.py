@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,10 +31,16 @@ class Recorded:
 
 
 class RecordingProxy:
-    """An HTTP proxy on loopback that forwards to ``target`` and records every request."""
+    """An HTTP proxy on loopback that forwards to ``target`` and records every request.
 
-    def __init__(self, target: str) -> None:
+    ``deliver(request, response)``, if given, is asked before each answer is passed on:
+    ``False`` loses it (the connection is closed unanswered), as a crash between storing
+    and answering would."""
+
+    def __init__(self, target: str,
+                 deliver: Callable[[Recorded, httpx.Response], bool] | None = None) -> None:
         self.target = target.rstrip("/")
+        self.deliver = deliver
         self.requests: list[Recorded] = []
         self._lock = threading.Lock()
         proxy = self
@@ -51,8 +57,9 @@ class RecordingProxy:
                 body = self.rfile.read(length) if length else b""
                 headers = {k: v for k, v in self.headers.items()
                            if k.lower() not in _HOP_BY_HOP}
+                recorded = Recorded(self.command, self.path, dict(headers), body)
                 with proxy._lock:
-                    proxy.requests.append(Recorded(self.command, self.path, dict(headers), body))
+                    proxy.requests.append(recorded)
                 try:
                     response = client.request(self.command, proxy.target + self.path,
                                               headers=headers, content=body)
@@ -60,6 +67,9 @@ class RecordingProxy:
                     self.send_response(502)
                     self.send_header("Content-Length", "0")
                     self.end_headers()
+                    return
+                if proxy.deliver is not None and not proxy.deliver(recorded, response):
+                    self.close_connection = True
                     return
                 self.send_response(response.status_code)
                 for key, value in response.headers.items():
