@@ -239,7 +239,7 @@ class SlotBlanketBound:
         return out
 
     def user_delta(self, eps: float, lam: float) -> float:
-        """sum_j Binom(s, lambda)(j) tau_j."""
+        """sum_j Binom(s, lambda)(j) tau_j(E)."""
         if lam == 0.0:
             return 0.0
         weights = _binomial_weights(self.set_size, lam)[1:]
