@@ -488,14 +488,9 @@ class ServerService:
         decoding) runs once, in :mod:`.completion`'s workers, never in this request, and
         a repeated request only reads the job.
         """
-        record = self.campaign(campaign_id)
-        pinned = self.repository.batch(campaign_id, round_)
-        if pinned is None or pinned.batch_id != batch_id:
-            self._require_phase(campaign_id, record.phase, round_)
-            raise errors.NotFoundError(f"no batch {batch_id!r} in round {round_}")
-        if pinned.completion is not None:
-            return BatchCompletion.model_validate(pinned.completion)
-        self._require_phase(campaign_id, record.phase, round_)
+        _, stored = self._open_or_completed(campaign_id, round_, batch_id)
+        if stored is not None:
+            return stored
         job = self.repository.completion_job(campaign_id, round_)
         if job is None:
             backlog = self.repository.decode_backlog(campaign_id, round_)
@@ -503,11 +498,26 @@ class ServerService:
             self._summaries(campaign_id, round_)  # every chunk is there, or refuse now
             job = self.repository.request_completion(campaign_id, round_, batch_id)
         if job is None:  # finished meanwhile by a worker
-            stored = self.repository.batch(campaign_id, round_)
-            if stored is not None and stored.completion is not None:
-                return BatchCompletion.model_validate(stored.completion)
+            _, stored = self._open_or_completed(campaign_id, round_, batch_id)
+            if stored is not None:
+                return stored
             raise errors.NotFoundError(f"no batch {batch_id!r} in round {round_}")
         return pending_answer(job)
+
+    def _open_or_completed(self, campaign_id: str, round_: int, batch_id: str
+                           ) -> tuple[CampaignRecord, BatchCompletion | None]:
+        """The campaign and the round's stored completion (``None`` while the round is open,
+        after checking the campaign is in that round); ``not-found`` unless ``batch_id`` is
+        the round's pinned batch."""
+        record = self.campaign(campaign_id)
+        pinned = self.repository.batch(campaign_id, round_)
+        if pinned is None or pinned.batch_id != batch_id:
+            self._require_phase(campaign_id, record.phase, round_)
+            raise errors.NotFoundError(f"no batch {batch_id!r} in round {round_}")
+        if pinned.completion is not None:
+            return record, BatchCompletion.model_validate(pinned.completion)
+        self._require_phase(campaign_id, record.phase, round_)
+        return record, None
 
     def compute_completion(self, job: CompletionJob) -> BatchCompletion:
         """Finish a claimed job's round (the work :meth:`complete` recorded): round 1's
@@ -520,13 +530,9 @@ class ServerService:
         raises ``wrong-phase`` (its job is closed with it: nothing is left to compute).
         """
         campaign_id, round_, batch_id = job.campaign_id, job.round, job.batch_id
-        record = self.campaign(campaign_id)
-        pinned = self.repository.batch(campaign_id, round_)
-        if pinned is None or pinned.batch_id != batch_id:
-            raise errors.NotFoundError(f"no batch {batch_id!r} in round {round_}")
-        if pinned.completion is not None:
-            return BatchCompletion.model_validate(pinned.completion)
-        self._require_phase(campaign_id, record.phase, round_)
+        record, stored = self._open_or_completed(campaign_id, round_, batch_id)
+        if stored is not None:
+            return stored
         backlog = self.repository.decode_backlog(campaign_id, round_)
         self._require_decoded(campaign_id, round_, backlog.queued, backlog.failing)
         summaries, failures, omitted = self._summaries(campaign_id, round_)
