@@ -24,6 +24,8 @@ STARTUP_SECONDS = 20.0
 REPO = Path(__file__).resolve().parents[1]
 SCALE = REPO / "deploy" / "scale"
 TLS = REPO / "deploy" / "tls"
+DOCKER_POOLS = "set_real_ip_from 172.16.0.0/12;\n    set_real_ip_from 192.168.0.0/16;\n    "
+"""The balancer's trusted sources of X-Forwarded-For in deploy/scale/shuffler.conf."""
 
 
 def nginx_binary() -> str:
@@ -98,12 +100,19 @@ def running_nginx(conf: Path, state: Path, ports: Sequence[int]) -> Iterator[Non
 
 
 def render_balancer(state: Path, *, servers: list[int], shufflers: list[int],
-                    server_port: int, shuffler_port: int) -> Path:
-    """deploy/scale/nginx.conf and its two site files rendered into ``state``: upstreams on
+                    server_port: int, shuffler_port: int, source_limits: str = "on",
+                    real_ip_from: Sequence[str] | None = None) -> Path:
+    """deploy/scale/nginx.conf and its site files rendered into ``state``: upstreams on
     127.0.0.1 at ``servers`` and ``shufflers``, listening on ``server_port`` and
-    ``shuffler_port``, pid file and temporary paths in ``state``.  Returns the main file."""
+    ``shuffler_port``, pid file and temporary paths in ``state``, the per-source limits
+    of ``source-limits-<source_limits>.conf`` (``on`` or ``off``, as compose's
+    SEGSHUFFLE_SCALE_SOURCE_LIMITS chooses) and, with ``real_ip_from``, those networks
+    trusted for X-Forwarded-For instead of Docker's address pools.  Returns the main
+    file."""
     sites = state / "sites"
     sites.mkdir(parents=True)
+    limits = (SCALE / f"source-limits-{source_limits}.conf").read_text()
+    (sites / "source-limits.conf").write_text(limits)
     (state / "nginx.conf").write_text(substitute((SCALE / "nginx.conf").read_text(), {
         "user www-data;": "user root root;" if os.geteuid() == 0 else "",
         "pid /tmp/nginx.pid;": f"pid {state}/nginx.pid;",
@@ -115,6 +124,9 @@ def render_balancer(state: Path, *, servers: list[int], shufflers: list[int],
         replacements = {f"server {name}-{i + 1}:{default} ": f"server 127.0.0.1:{port} "
                         for i, port in enumerate(ports)}
         replacements[f"listen {default};"] = f"listen 127.0.0.1:{listen};"
+        if name == "shuffler" and real_ip_from is not None:
+            replacements[DOCKER_POOLS] = "".join(f"set_real_ip_from {network};\n    "
+                                                 for network in real_ip_from)
         text = substitute((SCALE / f"{name}.conf").read_text(), replacements,
                            f"{name}.conf")
         (sites / f"{name}.conf").write_text(text)

@@ -230,8 +230,10 @@ def test_shufflers_reach_the_server_through_the_balancer_and_trust_only_private_
 def test_balancer_mounts_deploy_scale_and_balances_over_the_replica_services(
         services: dict[str, Any]) -> None:
     lb = services["lb"]
-    mounts = dict(entry.rsplit(":", 1)[0].split(":", 1) for entry in lb["volumes"])
-    assert all(entry.endswith(":ro") for entry in lb["volumes"])
+    # the source of the per-source limits is chosen by a variable: its default counts here
+    volumes = [INTERPOLATION.sub(lambda m: m[3] or "", entry) for entry in lb["volumes"]]
+    mounts = dict(entry.rsplit(":", 1)[0].split(":", 1) for entry in volumes)
+    assert all(entry.endswith(":ro") for entry in volumes)
     assert mounts["./scale/nginx.conf"] == "/etc/nginx/nginx.conf"
     nginx = (SCALE / "nginx.conf").read_text()
     included = re.search(r"^\s*include\s+(\S+)/\*\.conf;", nginx, re.MULTILINE)
@@ -248,12 +250,35 @@ def test_balancer_mounts_deploy_scale_and_balances_over_the_replica_services(
         for host, port in re.findall(r"^\s*server\s+([\w.-]+):(\d+)\b", text, re.MULTILINE):
             upstreams.setdefault(port, set()).add(host)
     assert upstreams == {"8080": set(SERVERS), "8081": set(SHUFFLERS)}
+    assert mounts["./scale/source-limits-on.conf"] == f"{included[1]}/source-limits.conf"
     assert listens == {"8080", "8081"}
     for name in SERVERS + SHUFFLERS:
         condition = lb["depends_on"][name]["condition"]
         # nginx resolves the names at start; the shufflers are ready only once it runs
         assert condition == ("service_healthy" if name in SERVERS else "service_started")
     assert "/dev/tcp/127.0.0.1/8080" in " ".join(lb["healthcheck"]["test"])
+
+
+def test_the_balancer_counts_the_per_source_limits_and_the_replicas_do_not(
+        services: dict[str, Any]) -> None:
+    """A replica's own count would see only its share of a source's requests (N replicas:
+    N budgets), so the limits are the balancer's, switched by one variable."""
+    for name in SHUFFLERS:
+        env = _environment(services[name])
+        for limit in ("ENROLL", "SUBMIT", "READ"):
+            assert env[f"SEGSHUFFLE_SHUFFLER_{limit}_RATE"] == "0", (name, limit)
+    (entry,) = [v for v in services["lb"]["volumes"] if "source-limits" in v]
+    assert entry.startswith("./scale/source-limits-${SEGSHUFFLE_SCALE_SOURCE_LIMITS:-on}.conf:")
+    site = (SCALE / "shuffler.conf").read_text()
+    for switch in ("on", "off"):
+        text = (SCALE / f"source-limits-{switch}.conf").read_text()
+        key = re.search(r"map \$binary_remote_addr \$segshuffle_source \{\s*default (\S+);",
+                        text)
+        assert key and key[1] == {"on": "$binary_remote_addr", "off": '""'}[switch]
+    for zone in ("enrollments", "submissions", "reads"):
+        assert f"zone=segshuffle_{zone}:" in site and f"limit_req zone=segshuffle_{zone} " in site
+    upstream = re.search(r"upstream segshuffle_shufflers \{(.*?)\}", site, re.DOTALL)
+    assert upstream and "least_conn;" in upstream[1] and "hash " not in upstream[1]
 
 
 # --- the database ---------------------------------------------------------------------------

@@ -7,9 +7,9 @@ limits off) it reuses.  It builds the images with ``--postgres``, brings up Post
 replicas of each service and the balancer (``--profile scale up -d lb``), checks that the
 two parties' database roles cannot reach each other's database, then runs the load test
 (``loadtest/loadtest.py``, as tests/test_deploy_docker.py does) against the balancer's ports
-and, mid-campaign, ``docker kill``s the shuffler replica that is serving the load test's
-users (all from one address, so the balancer hashes them to one replica) during round 1
-and server replica ``server-1`` as round 1 is released.  The campaign must end with every
+and, mid-campaign, ``docker kill``s the shuffler replica that has taken the most of the
+load test's enrollments (the balancer spreads the users over both) during round 1 and
+server replica ``server-1`` as round 1 is released.  The campaign must end with every
 user counted in both rounds.  Then ``down -v``.
 """
 
@@ -55,8 +55,10 @@ class ScaleDeployment(Deployment):
     def __init__(self, tmp: Path) -> None:
         super().__init__(tmp)
         server_port, shuffler_port = _free_port(), _free_port()
+        # the balancer counts the per-source limits; the load test's users share one source
         self.env.update({"SEGSHUFFLE_SCALE_SERVER_PORT": str(server_port),
-                         "SEGSHUFFLE_SCALE_SHUFFLER_PORT": str(shuffler_port)})
+                         "SEGSHUFFLE_SCALE_SHUFFLER_PORT": str(shuffler_port),
+                         "SEGSHUFFLE_SCALE_SOURCE_LIMITS": "off"})
         self.server_url = f"http://127.0.0.1:{server_port}"
         self.shuffler_url = f"http://127.0.0.1:{shuffler_port}"
         self.timings: dict[str, float] = {}
@@ -189,7 +191,7 @@ def test_campaign_completes_through_the_balancer_while_replicas_are_killed(
                 progress = [PROGRESS.match(line.strip()) for line in lines]
                 done = max((int(m[1]) for m in progress if m), default=0)
                 if "shuffler" not in killed and done >= USERS // 3:
-                    # the replica the balancer hashes the load test's address to
+                    # the replica that has taken the most users so far
                     counts = {name: deployment.enrollments(name)
                               for name in ("shuffler-1", "shuffler-2")}
                     victim = max(counts, key=lambda name: counts[name])
