@@ -14,6 +14,10 @@ addresses, and nothing is logged or stored.
 Behind a reverse proxy every request comes from the proxy's address; :class:`SourceResolver`
 then takes the client address from ``X-Forwarded-For``, but only when the direct peer is
 one of the configured trusted proxies (otherwise anyone could choose their own source).
+
+:class:`WindowCap` is the other shape of limit: one budget for all callers together, a
+hard ceiling on what passes in any window of time (a token bucket lets its burst *and*
+its refill through in one window, up to twice its nominal figure).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import math
 import secrets
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -71,6 +75,45 @@ class TokenBucketLimiter:
             while len(self._buckets) > self.max_sources:
                 self._buckets.popitem(last=False)
         return wait
+
+
+class WindowCap:
+    """At most ``limit`` admissions in any ``window`` seconds, all callers together.
+
+    The times of the last ``limit`` admissions are kept (a ring of ``limit`` floats, so
+    memory is bounded by the setting); a request is admitted only if the oldest of them
+    is at least ``window`` seconds old, or fewer than ``limit`` were ever admitted.  So
+    no half-open interval of ``window`` seconds holds more than ``limit`` admissions (if
+    ``limit + 1`` did, the last would have been admitted less than ``window`` after the
+    admission ``limit`` before it), and any interval of ``T`` seconds at most
+    ``limit * ceil(T / window)``: a ceiling, not an average.  A refusal costs nothing
+    and records nothing, so refused requests never postpone the next admission.
+    """
+
+    def __init__(self, limit: int, window: float = 60.0, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if limit < 1:
+            raise ValueError(f"the cap must admit at least 1 request, got {limit!r}")
+        if not window > 0 or not math.isfinite(window):
+            raise ValueError(f"the window must be a positive number of seconds, got {window!r}")
+        self.limit = int(limit)
+        self.window = float(window)
+        self._clock = clock
+        self._admitted: deque[float] = deque(maxlen=self.limit)
+        self._lock = threading.Lock()
+
+    def acquire(self) -> float:
+        """Admit one request: 0.0 if admitted (and counted), else the seconds until the
+        oldest admission in the window leaves it (when one will be admitted again)."""
+        now = self._clock()
+        with self._lock:
+            admitted = self._admitted
+            if len(admitted) == self.limit:
+                wait = admitted[0] + self.window - now
+                if wait > 0:
+                    return wait
+            admitted.append(now)  # the ring drops the oldest admission
+        return 0.0
 
 
 def parse_networks(text: str) -> list[Network]:

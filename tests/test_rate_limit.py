@@ -6,7 +6,12 @@ import sys
 
 import pytest
 
-from segshuffle.services.rate_limit import SourceResolver, TokenBucketLimiter, parse_networks
+from segshuffle.services.rate_limit import (
+    SourceResolver,
+    TokenBucketLimiter,
+    WindowCap,
+    parse_networks,
+)
 
 
 class Clock:
@@ -89,3 +94,38 @@ def test_forwarded_for_is_trusted_only_from_configured_proxies() -> None:
     assert behind.source("::1", None) == "::1"
     assert behind.source("10.1.2.3", "10.0.0.1, 10.0.0.2") == "10.1.2.3"
     assert behind.source(None, None) == "unknown"
+
+
+def test_window_cap_admits_at_most_its_limit_in_any_window() -> None:
+    clock = Clock()
+    cap = WindowCap(3, 60.0, clock=clock)
+    for _ in range(3):  # at 0, 5 and 10 s
+        assert cap.acquire() == 0.0
+        clock.now += 5.0
+    assert cap.acquire() == pytest.approx(45.0)  # at 15 s; the first leaves at 60 s
+    clock.now += 44.0
+    assert cap.acquire() == pytest.approx(1.0)  # refusals postpone nothing
+    clock.now += 1.0
+    assert cap.acquire() == 0.0  # 60 s after the first: one place again
+    assert cap.acquire() == pytest.approx(5.0)  # the next leaves at 65 s
+
+
+def test_window_cap_is_a_ceiling_not_a_rate() -> None:
+    """A request every 0.1 s for 10 minutes: exactly the limit in every minute, where a
+    token bucket of the same nominal figure admits its burst and its refill in one."""
+    clock = Clock()
+    cap = WindowCap(50, 60.0, clock=clock)
+    admitted = []
+    for _ in range(6000):
+        clock.now += 0.1
+        if cap.acquire() == 0.0:
+            admitted.append(clock.now)
+    assert len(admitted) == 50 * 10
+    assert all(later - earlier >= 60.0 - 1e-9
+               for earlier, later in zip(admitted, admitted[50:], strict=False))
+
+
+@pytest.mark.parametrize(("limit", "window"), [(0, 60.0), (1, 0.0), (1, float("nan"))])
+def test_window_cap_refuses_a_meaningless_configuration(limit: int, window: float) -> None:
+    with pytest.raises(ValueError):
+        WindowCap(limit, window)

@@ -142,6 +142,9 @@ class ShufflerCounters(LinkObserver):
         self.upstream_errors = metrics.counter("upstream_errors", "Failed requests to the "
                                                "server, by problem type (unreachable: none)",
                                                ["status", "problem"])
+        self.unknown_lookups_refused = metrics.counter(
+            "unknown_lookups_refused", "Lookups of campaigns the shuffler holds nothing for, "
+            "refused by the cap (SEGSHUFFLE_SHUFFLER_UNKNOWN_LOOKUPS_PER_MINUTE)")
 
     def upstream_error(self, status: int | None, problem: str | None) -> None:
         self.upstream_errors.labels(str(status) if status else "unreachable",
@@ -152,6 +155,9 @@ class ShufflerCounters(LinkObserver):
 
     def chunk_acknowledged(self, receipt: ChunkReceipt) -> None:
         self.acknowledged.labels(str(receipt.round)).inc()
+
+    def unknown_lookup_refused(self) -> None:
+        self.unknown_lookups_refused.inc()
 
 
 def counters_of(request: Request) -> ShufflerCounters:
@@ -500,7 +506,8 @@ def create_app(
                                 cache_entries=settings.document_cache_entries,
                                 max_connections=settings.upstream_connections,
                                 pool_timeout=settings.upstream_pool_timeout,
-                                ca_file=settings.server_ca_file or None)
+                                ca_file=settings.server_ca_file or None,
+                                unknown_lookups_per_minute=settings.unknown_lookups_per_minute)
     keys = RoundKeys(settings.round_key_directory)
     releaser = Releaser(storage, server, keys, chunk_size=settings.chunk_size,
                         retry_seconds=settings.release_retry_seconds,

@@ -43,7 +43,7 @@ from .storage_api import (
     ShufflerStorage,
     UnknownTokenError,
 )
-from .upstream import Document, ServerLink, UpstreamError
+from .upstream import Document, LookupBudgetError, ServerLink, UpstreamError
 from .vault import RoundKeyMissingError, RoundKeys, seal_submission
 
 T = TypeVar("T")
@@ -87,8 +87,12 @@ REFUSALS: dict[str, type[errors.DomainError]] = {
 
 def upstream_refusal(exc: UpstreamError) -> errors.DomainError:
     """A failed upstream request as the client's problem: ``unavailable`` (503, retry in a
-    second) when the server cannot be reached or is saturated, ``upstream-failed`` (502)
-    when it gave a wrong answer."""
+    second) when the server cannot be reached or is saturated, or (retry when the cap
+    has room again) when the cap on lookups of unknown campaigns refused the request;
+    ``upstream-failed`` (502) when the server gave a wrong answer."""
+    if isinstance(exc, LookupBudgetError):
+        return errors.UnavailableError(str(exc),
+                                       headers={"Retry-After": str(exc.seconds)})
     if exc.status is None or exc.status in (429, 503):
         return errors.UnavailableError("the server cannot be reached right now",
                                        headers={"Retry-After": "1"})
@@ -222,6 +226,9 @@ class ShufflerService:
         it (cached by the link, one upstream request per miss whoever asks)."""
         try:
             document = await self.server.document(kind, campaign_id, fresh=fresh)
+        except LookupBudgetError as exc:  # counted in the metrics: one line per flood request
+            log.debug("campaign %s refused: campaign=%s (%s)", kind, campaign_id, exc)
+            raise upstream_refusal(exc) from None
         except UpstreamError as exc:
             log.warning("campaign %s unavailable: campaign=%s (%s)", kind, campaign_id, exc)
             raise upstream_refusal(exc) from None

@@ -12,7 +12,10 @@ as a warning at startup and shown in every round status.
 
 Rate limits apply per source address; a rate of 0 switches that limit off, and refusals
 are 429 ``rate-limited`` with ``Retry-After``. Behind a reverse proxy, ``TRUSTED_PROXIES``
-names the proxies whose ``X-Forwarded-For`` names the source.
+names the proxies whose ``X-Forwarded-For`` names the source. Lookups at the server of
+campaigns the shuffler holds nothing for have one cap for all routes and sources together,
+``UNKNOWN_LOOKUPS_PER_MINUTE`` in any 60 seconds per process (so the server sees at most
+that times the replicas); refusals are 503 ``unavailable`` with ``Retry-After``.
 
 ``KEY_DIRECTORY`` holds the per-round keys that seal stored messages; point it at
 memory-backed storage (tmpfs) so that a key never reaches a disk (docs/architecture.md,
@@ -40,6 +43,7 @@ from ..configuration import (
 )
 from ..cors import parse_origins
 from ..rate_limit import parse_networks
+from .upstream import UNKNOWN_LOOKUPS_PER_MINUTE
 
 PREFIX = "SEGSHUFFLE_SHUFFLER_"
 ENROLLMENT_MODES = ("invitations", "open")
@@ -91,6 +95,11 @@ class Settings(ServiceSettings):
     trusted_proxies: str = Field(
         "", description="addresses or networks of reverse proxies whose X-Forwarded-For "
                         "names the source, comma separated")
+    unknown_lookups_per_minute: int = Field(
+        UNKNOWN_LOOKUPS_PER_MINUTE, ge=1, le=100_000,
+        description="requests to the server, in any 60 seconds, that look up campaigns this "
+                    "process holds nothing for (all routes and sources together; each "
+                    "replica has its own); beyond it 503 with Retry-After")
     min_users: int = Field(10, ge=1, description="the shuffler's own floor on participants "
                                                  "per release, on top of the campaign's")
     auto_release: int = Field(0, ge=0, description="release a round automatically at this many "

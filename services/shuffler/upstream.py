@@ -8,9 +8,12 @@ the shuffler's bearer credential, so the server can tell them from anything else
   bounded single-flight cache (:mod:`.cache`).  The key config is immutable; the view
   is immutable once the campaign has ended (``done``, ``failed``, ``aborted``) and
   otherwise kept ``cache_seconds``.  An unknown campaign (404) is remembered for
-  ``UNKNOWN_SECONDS`` in a table of its own, and lookups of ids the shuffler holds
-  nothing for share one budget (``UNKNOWN_LOOKUP_RATE``), so a flood of made-up ids
-  costs the server at most that many requests per second and evicts no real campaign.
+  ``UNKNOWN_SECONDS`` in a table of its own, and lookups of campaigns the shuffler
+  holds no document of share one hard cap, whatever the route and the source:
+  at most ``unknown_lookups_per_minute`` in any 60 seconds (beyond it a 503 with
+  ``Retry-After``, :class:`LookupBudgetError`), so a flood of made-up ids costs the
+  server at most that many requests a minute per shuffler process and evicts no real
+  campaign.
   A burst of requests costs at most one upstream request per document and TTL; while
   the server cannot be reached an expired document is served (configuration, key and
   published parameters never change, only the phase moves forward, and the storage,
@@ -42,8 +45,10 @@ signed it (deploy/tls/); a refused certificate is reported as such in the round'
 
 from __future__ import annotations
 
+import math
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -63,7 +68,7 @@ from segshuffle.wire.models import (
 )
 
 from ..http_cache import strong_etag
-from ..rate_limit import TokenBucketLimiter
+from ..rate_limit import WindowCap
 from .cache import Fetched, SingleFlightCache
 
 
@@ -120,6 +125,16 @@ class UpstreamError(Exception):
         return self.status is None or self.status >= 500 or self.status == 429
 
 
+class LookupBudgetError(UpstreamError):
+    """A lookup of a campaign the shuffler holds nothing for, refused without a request
+    to the server: the cap on such lookups (:data:`UNKNOWN_LOOKUPS_PER_MINUTE`) is spent
+    for ``retry_after`` more seconds.  A transient 503, like a saturated server."""
+
+    def __init__(self, retry_after: float) -> None:
+        self.seconds = max(1, math.ceil(retry_after))
+        """``retry_after`` in whole seconds, at least 1 (the ``Retry-After`` header)."""
+        super().__init__(UNKNOWN_LOOKUPS_REFUSED.format(seconds=self.seconds), status=503,
+                         retry_after=self.seconds)
 
 
 MAX_PROBLEM_MEMBERS = 16
@@ -156,16 +171,22 @@ class Document:
 KEY_CONFIG = "hpke-config"
 VIEW = "view"
 FINAL_PHASES = frozenset({"done", "failed", "aborted"})
+"""Phases a campaign never leaves: its view is immutable from then on."""
 
 UNKNOWN_SECONDS = 2.0
 """How long the server's "no such campaign" is believed (a campaign created meanwhile is
 seen at most this late)."""
 UNKNOWN_ENTRIES = 4096
 """Unknown campaign ids remembered at most (least recently seen forgotten first)."""
-UNKNOWN_LOOKUP_RATE = 20.0
-"""Lookups per second, all together, of campaign ids the shuffler holds nothing for."""
-UNKNOWN_LOOKUP_BURST = 100
-"""Phases a campaign never leaves: its view is immutable from then on."""
+UNKNOWN_LOOKUPS_PER_MINUTE = 120
+"""The default cap: lookups, all routes and sources together, of campaigns the shuffler
+holds no document of, in any 60 seconds.  A real campaign costs one when the shuffler
+first serves it (its other document is then fetched as a known campaign's), and an id
+polled before its campaign exists one per :data:`UNKNOWN_SECONDS`."""
+UNKNOWN_LOOKUP_WINDOW = 60.0
+"""The window of the cap, in seconds."""
+UNKNOWN_LOOKUPS_REFUSED = ("too many lookups of campaigns this shuffler does not know; "
+                           "retry in {seconds} s")
 
 
 class LinkObserver:
@@ -179,6 +200,9 @@ class LinkObserver:
 
     def chunk_acknowledged(self, receipt: ChunkReceipt) -> None:
         """The server answered a chunk with a valid receipt."""
+
+    def unknown_lookup_refused(self) -> None:
+        """A lookup of a campaign the shuffler holds nothing for was refused (the cap)."""
 
 
 class ServerLink:
@@ -199,10 +223,15 @@ class ServerLink:
         document_timeout: float = 10.0,
         transport: httpx.AsyncBaseTransport | None = None,
         ca_file: str | None = None,
+        unknown_lookups_per_minute: int = UNKNOWN_LOOKUPS_PER_MINUTE,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``ca_file``: PEM certificates of the CA trusted for an ``https://`` server URL
         instead of the system's store (``SEGSHUFFLE_SHUFFLER_SERVER_CA_FILE``); a file
-        that cannot be read or holds no certificate is a ``ValueError`` here, at startup."""
+        that cannot be read or holds no certificate is a ``ValueError`` here, at startup.
+        ``unknown_lookups_per_minute``: the cap of :meth:`document`
+        (``SEGSHUFFLE_SHUFFLER_UNKNOWN_LOOKUPS_PER_MINUTE``).  ``clock``: the monotonic
+        clock of the document cache, the unknown ids' table and the cap."""
         self._http = httpx.AsyncClient(
             base_url=base_url.rstrip("/"),
             verify=trust(ca_file),
@@ -216,12 +245,15 @@ class ServerLink:
                                                connect=min(5.0, document_timeout),
                                                pool=pool_timeout)
         self.cache_seconds = cache_seconds
+        self._clock = clock
         self.documents: SingleFlightCache[Document | None] = SingleFlightCache(
             max_entries=cache_entries, ttl=cache_seconds,
-            min_refresh=min(0.25, cache_seconds))
+            min_refresh=min(0.25, cache_seconds), clock=clock)
         self._unknown: OrderedDict[str, float] = OrderedDict()
         """Campaign ids the server did not know, and until when that answer holds."""
-        self._lookups = TokenBucketLimiter(UNKNOWN_LOOKUP_RATE, UNKNOWN_LOOKUP_BURST, 1)
+        self.unknown_lookups = WindowCap(unknown_lookups_per_minute, UNKNOWN_LOOKUP_WINDOW,
+                                         clock=clock)
+        """The cap on lookups of campaigns the shuffler holds no document of."""
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -273,20 +305,25 @@ class ServerLink:
 
         Unknown ids cost the server little: the answer "unknown" is remembered for
         :data:`UNKNOWN_SECONDS` (at most :data:`UNKNOWN_ENTRIES` ids, apart from the
-        documents so that a flood of unknown ids evicts no real campaign), and lookups of
-        ids the shuffler holds nothing for share one budget of
-        :data:`UNKNOWN_LOOKUP_RATE` per second (bursts of :data:`UNKNOWN_LOOKUP_BURST`);
-        beyond it the answer is a transient 503 without a request to the server.
+        documents so that a flood of unknown ids evicts no real campaign), and a lookup
+        of a campaign the shuffler holds neither document of (nor a fetch of one in
+        flight) passes the cap :attr:`unknown_lookups` first, one budget for every route
+        and every source.  Beyond it the answer is :class:`LookupBudgetError` (a 503
+        with ``Retry-After``) without a request to the server.
+
+        The cap is this process's own, not counted in the shared database: a refusal
+        must cost less than the lookup it saves, and a count in the database would make
+        every made-up id a write to the store that every submission waits on.  The
+        server's cost is therefore at most the cap times the number of replicas, which
+        the operator sets the cap for.
         """
         if kind not in (VIEW, KEY_CONFIG):
             raise ValueError(f"unknown document kind {kind!r}")
         key = (kind, campaign_id)
-        if not self.documents.knows(key):
+        if not self._holds(campaign_id):
             if self._still_unknown(campaign_id):
                 return None
-            if self._lookups.acquire("lookups") > 0.0:
-                raise UpstreamError("too many lookups of campaigns this shuffler does not "
-                                    "know yet", status=503)
+            self._admit_lookup()
         fetched = await self.documents.get(
             key, lambda: self._fetch_document(kind, campaign_id),
             fresh=fresh, stale_on_error=_serve_stale)
@@ -295,17 +332,31 @@ class ServerLink:
             self._remember_unknown(campaign_id)
         return fetched.value
 
+    def _holds(self, campaign_id: str) -> bool:
+        """Whether the cache holds a document of the campaign (fresh or not) or fetches
+        one: then the campaign exists, and its documents are fetched outside the cap
+        (at most one fetch per document and TTL, for at most ``cache_entries``)."""
+        documents = self.documents
+        return documents.knows((VIEW, campaign_id)) or documents.knows((KEY_CONFIG, campaign_id))
+
+    def _admit_lookup(self) -> None:
+        """Take one lookup of the cap, or raise :class:`LookupBudgetError`."""
+        wait = self.unknown_lookups.acquire()
+        if wait > 0:
+            self.observer.unknown_lookup_refused()
+            raise LookupBudgetError(wait)
+
     def _still_unknown(self, campaign_id: str) -> bool:
         until = self._unknown.get(campaign_id)
         if until is None:
             return False
-        if time.monotonic() < until:
+        if self._clock() < until:
             return True
         del self._unknown[campaign_id]
         return False
 
     def _remember_unknown(self, campaign_id: str) -> None:
-        self._unknown[campaign_id] = time.monotonic() + UNKNOWN_SECONDS
+        self._unknown[campaign_id] = self._clock() + UNKNOWN_SECONDS
         self._unknown.move_to_end(campaign_id)
         while len(self._unknown) > UNKNOWN_ENTRIES:
             self._unknown.popitem(last=False)
