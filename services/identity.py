@@ -12,12 +12,19 @@ its application id) and decides:
 
 - ``new``: nothing there (a PostgreSQL database the operator created for the service;
   a SQLite file is only ever created at a path that did not exist, by the service);
+  "nothing" means nothing in the whole database: no table, view, materialized view,
+  sequence, function or type in any schema, and no schema besides ``public`` and the
+  service's own (:class:`DatabaseObject`; what an extension installs is not counted);
 - ``ours``: tagged as this service's: migrations may run;
 - ``adopt``: a database from before identities, recognised by its tables (every table
-  of this service's first schema, none of the other service's): it is tagged, then
-  migrated;
+  of this service's first schema, none of the other service's) and holding nothing
+  else but what the service made (:data:`OWN_OBJECTS`): it is tagged, then migrated;
 - anything else is refused with :class:`DatabaseIdentityError`, naming what the
-  database is: empty, another service's, or foreign (its first tables are listed).
+  database is: empty, another service's, or foreign (the first objects found are
+  listed, such as ``schema app; table app.customers``).
+
+A tagged database is the service's whatever else it holds: the tag is only ever
+written by the service, after it found the database new or its own.
 
 Nothing here does I/O; :mod:`.sqlite_base` and :mod:`.postgres_base` read the facts and
 write the tag.
@@ -26,8 +33,8 @@ write the tag.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection
-from typing import Literal
+from collections.abc import Collection, Iterable
+from typing import Literal, NamedTuple
 
 from .database import UnusableDatabaseError
 
@@ -42,6 +49,28 @@ FIRST_SCHEMA_TABLES: dict[str, frozenset[str]] = {
 
 #: Tables every database may have besides a service's own.
 BOOKKEEPING_TABLES = frozenset({IDENTITY_TABLE, "schema_version"})
+
+
+class DatabaseObject(NamedTuple):
+    """Something a database holds besides the tables of the service's schema: its kind
+    (``schema``, ``table``, ``view``, ``materialized view``, ``sequence``, ``function``,
+    ``type``, ...) and its name, qualified by its schema when it lies outside the
+    service's (``app.customers``), so a message names it as ``psql`` would find it."""
+
+    kind: str
+    name: str
+
+
+#: What a service's schema held besides tables before databases were tagged: an
+#: untagged database holding these (and no other object) may still be the service's.
+OWN_OBJECTS: dict[str, frozenset[DatabaseObject]] = {
+    "server": frozenset(),
+    "shuffler": frozenset({DatabaseObject("function", "shuffler_submit"),
+                           DatabaseObject("function", "shuffler_submit_as")}),
+}
+
+LISTED_NAMES = 5
+"""How many names a refusal lists (the rest are counted)."""
 
 Verdict = Literal["new", "ours", "adopt"]
 
@@ -65,20 +94,40 @@ def service_of_application_id(value: int) -> str | None:
     return None
 
 
-def _listed(tables: Collection[str]) -> str:
-    names = sorted(tables)
-    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-    return f"tables {shown}"
+def _listed(objects: Iterable[DatabaseObject], unlisted: int = 0) -> str:
+    """``objects`` for a message, grouped by kind in the order first met:
+    ``schema app; tables app.customers, t``; past :data:`LISTED_NAMES` names (and the
+    ``unlisted`` ones never read) only counted."""
+    groups: dict[str, list[str]] = {}
+    for kind, name in objects:
+        groups.setdefault(kind, []).append(name)
+    parts: list[str] = []
+    shown = 0
+    for kind, names in groups.items():
+        room = LISTED_NAMES - shown
+        if room <= 0:
+            break
+        listed = names[:room]
+        shown += len(listed)
+        parts.append(f"{kind}{'s' if len(names) > 1 else ''} {', '.join(listed)}")
+    more = sum(len(names) for names in groups.values()) - shown + unlisted
+    text = "; ".join(parts)
+    if more:
+        text = f"{text} and {more} more" if text else f"{more} objects"
+    return text
 
 
 def classify(service: str, where: str, *, tables: Collection[str], tag: str | None,
-             header_id: int = 0, empty_is_new: bool) -> Verdict:
+             header_id: int = 0, others: Collection[DatabaseObject] = (),
+             unlisted: int = 0, empty_is_new: bool) -> Verdict:
     """What to do with the database at ``where`` (a path, or a redacted URL) for
-    ``service``, from what it holds: its user ``tables``, the service name in its
-    identity table (``tag``, None without one) and its SQLite ``header_id`` (0: none).
+    ``service``, from what it holds: the user ``tables`` of the service's schema, the
+    service name in its identity table (``tag``, None without one), its SQLite
+    ``header_id`` (0: none), every ``other`` object of the database, and how many more
+    objects it holds that were not read (``unlisted``: reading is bounded).
 
-    ``empty_is_new``: a database without tables is new (PostgreSQL, created empty by the
-    operator); otherwise it is refused as empty (a SQLite file that exists but holds
+    ``empty_is_new``: a database holding nothing is new (PostgreSQL, created empty by
+    the operator); otherwise it is refused as empty (a SQLite file that exists but holds
     nothing: a truncated file, a failed restore).
     """
     refusal = (f"the {service} database {where} is {{}}; refusing to start without "
@@ -96,7 +145,7 @@ def classify(service: str, where: str, *, tables: Collection[str], tag: str | No
     if header_id:  # ours by its header, the tag not written yet
         return "adopt"
     own = set(tables) - BOOKKEEPING_TABLES
-    if not own:
+    if not own and not others and not unlisted:
         if empty_is_new and not tables:
             return "new"
         raise DatabaseIdentityError(refusal.format(
@@ -105,8 +154,10 @@ def classify(service: str, where: str, *, tables: Collection[str], tag: str | No
         if other != service and marks <= own:
             raise DatabaseIdentityError(refusal.format(
                 f"the {other}'s database (from before databases were tagged)"))
+    foreign = [found for found in others if found not in OWN_OBJECTS.get(service, ())]
     marks = FIRST_SCHEMA_TABLES.get(service)
-    if marks is not None and marks <= own:
+    if marks is not None and marks <= own and not foreign and not unlisted:
         return "adopt"
+    found = foreign + [DatabaseObject("table", name) for name in sorted(own)] or list(others)
     raise DatabaseIdentityError(refusal.format(
-        f"not a {service} database ({_listed(own)})"))
+        f"not a {service} database ({_listed(found, unlisted)})"))

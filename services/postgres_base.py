@@ -11,7 +11,8 @@ process-local lock:
   such as ``"shuffler:round:c1:2"``; the lock is released at commit or rollback, so a
   crashed replica never leaves one behind.
 - :func:`identify` refuses a database that is not this service's (another service's, or
-  one with foreign tables) before anything is written, and tags a new one;
+  one holding anything foreign, in any schema: :func:`inventory`) before anything is
+  written, and tags a new one;
 - :func:`migrate` applies pending migrations under an exclusive advisory lock, so
   replicas starting together apply each step exactly once; ``schema_version`` records
   them as in SQLite, and a database newer than the code is refused.
@@ -117,6 +118,83 @@ def migrate(db: psycopg.Connection, migrations: Sequence[PostgresMigration], *,
     return version
 
 
+INVENTORY_LIMIT = 200
+"""How many objects :func:`inventory` reads at most (the rest are only counted): a
+service's own database holds about a dozen, so a longer list is foreign anyway, and a
+database with millions of objects costs no more to identify than one with 200."""
+
+_INVENTORY = """
+WITH user_schemas AS (
+    SELECT oid, nspname FROM pg_namespace
+    WHERE nspname NOT IN ('pg_catalog', 'information_schema')
+      AND nspname NOT LIKE 'pg\\_toast%%' AND nspname NOT LIKE 'pg\\_temp\\_%%'
+), parts AS (
+    SELECT classid, objid FROM pg_depend
+    WHERE deptype IN ('i', 'a', 'e') AND (refclassid, refobjid) <> (classid, objid)
+), found AS (
+    SELECT 'schema' AS kind, s.nspname AS schema, s.nspname AS name
+    FROM user_schemas s
+    WHERE s.nspname <> 'public' AND s.nspname IS DISTINCT FROM current_schema()
+      AND NOT EXISTS (SELECT 1 FROM parts WHERE classid = 'pg_namespace'::regclass
+                                            AND objid = s.oid)
+    UNION ALL
+    SELECT CASE c.relkind WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view'
+                          WHEN 'S' THEN 'sequence' WHEN 'f' THEN 'foreign table'
+                          ELSE 'table' END, s.nspname, c.relname
+    FROM pg_class c JOIN user_schemas s ON s.oid = c.relnamespace
+    WHERE c.relkind IN ('r', 'p', 'f', 'v', 'm', 'S')
+      AND NOT EXISTS (SELECT 1 FROM parts WHERE classid = 'pg_class'::regclass
+                                            AND objid = c.oid)
+    UNION ALL
+    SELECT CASE p.prokind WHEN 'p' THEN 'procedure' WHEN 'a' THEN 'aggregate'
+                          ELSE 'function' END, s.nspname, p.proname
+    FROM pg_proc p JOIN user_schemas s ON s.oid = p.pronamespace
+    WHERE NOT EXISTS (SELECT 1 FROM parts WHERE classid = 'pg_proc'::regclass
+                                            AND objid = p.oid)
+    UNION ALL
+    SELECT 'type', s.nspname, t.typname
+    FROM pg_type t JOIN user_schemas s ON s.oid = t.typnamespace
+    WHERE NOT EXISTS (SELECT 1 FROM parts WHERE classid = 'pg_type'::regclass
+                                            AND objid = t.oid)
+)
+SELECT kind, schema IS NOT DISTINCT FROM current_schema() AND kind <> 'schema',
+       CASE WHEN kind = 'schema' OR schema IS NOT DISTINCT FROM current_schema()
+            THEN name ELSE schema || '.' || name END,
+       count(*) OVER ()
+FROM found
+ORDER BY 2 DESC, array_position(ARRAY['schema', 'table', 'foreign table', 'view',
+    'materialized view', 'sequence', 'function', 'procedure', 'aggregate', 'type'], kind), 3
+LIMIT %(limit)s
+"""
+"""Everything a database holds, as :func:`inventory` reads it: the schemas besides
+``public`` and the service's own (``current_schema()``, where its tables are made), and
+in every schema but the system ones the tables, views, materialized views, sequences,
+functions and types.  An object that is part of another is not listed on its own (a
+table's row type and indexes, an array type, the sequence of a ``serial`` column, a
+partition: ``pg_depend`` kinds internal and auto), nor is what an extension installed
+(kind ``e``: ``plpgsql``, ``pgcrypto``), so a database the operator just created, from
+a template with extensions or not, is empty.  The service schema's own tables come
+first, so :data:`INVENTORY_LIMIT` never hides one of them; then schemas, tables,
+views and so on, as a refusal lists them."""
+
+
+def inventory(db: psycopg.Connection
+              ) -> tuple[set[str], list[identity.DatabaseObject], int]:
+    """What the database holds (:data:`_INVENTORY`): the names of the tables in the
+    service's schema, every other object (named with its schema when outside it), and
+    how many more objects there are than :data:`INVENTORY_LIMIT` let it read."""
+    rows = db.execute(_INVENTORY, {"limit": INVENTORY_LIMIT}).fetchall()
+    tables: set[str] = set()
+    others: list[identity.DatabaseObject] = []
+    for kind, in_service_schema, name, _ in rows:
+        if in_service_schema and kind == "table":
+            tables.add(str(name))
+        else:
+            others.append(identity.DatabaseObject(str(kind), str(name)))
+    unlisted = int(rows[0][3]) - len(rows) if rows else 0
+    return tables, others, unlisted
+
+
 def identify(db: psycopg.Connection, *, service: str, where: str) -> identity.Verdict:
     """Decide whose database this is before anything else is written (:mod:`.identity`),
     and tag a new or adopted one, under an advisory lock that every service takes for
@@ -124,16 +202,14 @@ def identify(db: psycopg.Connection, *, service: str, where: str) -> identity.Ve
     claim it).  Raises :class:`~.identity.DatabaseIdentityError`, having written nothing."""
     with db.transaction():
         lock(db, "segshuffle:identity")
-        tables = {str(row[0]) for row in db.execute(
-            "SELECT table_name FROM information_schema.tables "
-            "WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'")}
+        tables, others, unlisted = inventory(db)
         tag = None
         if identity.IDENTITY_TABLE in tables:
             row = db.execute(
                 f"SELECT service FROM {identity.IDENTITY_TABLE} LIMIT 1").fetchone()
             tag = None if row is None else str(row[0])
-        verdict = identity.classify(service, where, tables=tables, tag=tag,
-                                    empty_is_new=True)
+        verdict = identity.classify(service, where, tables=tables, tag=tag, others=others,
+                                    unlisted=unlisted, empty_is_new=True)
         if verdict != "ours":
             db.execute(f"CREATE TABLE IF NOT EXISTS {identity.IDENTITY_TABLE} "
                        "(service TEXT PRIMARY KEY)")

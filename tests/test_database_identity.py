@@ -51,7 +51,7 @@ def test_a_foreign_sqlite_file_is_refused_untouched(tmp_path: Path, service: str
         db.execute("CREATE TABLE t (x)")
     db.close()
     before = _fingerprint(tmp_path)
-    with pytest.raises(DatabaseIdentityError, match=rf"not a {service} database \(tables t\)"):
+    with pytest.raises(DatabaseIdentityError, match=rf"not a {service} database \(table t\)"):
         OPENERS[service](str(path))
     assert _fingerprint(tmp_path) == before
 
@@ -131,7 +131,7 @@ def test_postgres_refuses_the_other_services_database(postgres_url: str,
 def test_postgres_refuses_a_foreign_database(postgres_url: str, service: str) -> None:
     with psycopg.connect(postgres_url, autocommit=True) as db:
         db.execute("CREATE TABLE t (x integer)")
-    with pytest.raises(DatabaseIdentityError, match=rf"not a {service} database \(tables t\)"):
+    with pytest.raises(DatabaseIdentityError, match=rf"not a {service} database \(table t\)"):
         OPENERS[service](postgres_url)
     assert _tables(postgres_url) == {"t"}
 
