@@ -4,7 +4,7 @@ Real processes on loopback: each kind shares one fresh PostgreSQL database and o
 directory; a real nginx runs deploy/scale/ rendered with loopback upstreams and free ports
 (as tests/test_tls.py renders deploy/tls/); the shufflers reach the servers through it.
 A campaign of a few hundred simulated users (the SDK population, from several loopback
-addresses so that the hashed shuffler upstream spreads them) runs through the balancer
+addresses; the balancer's per-source limits off, as for a load test) runs through the balancer
 while replicas are killed with SIGKILL:
 
 - a shuffler replica that is taking submissions, during round 1 (then restarted);
@@ -113,7 +113,8 @@ def deployment(tmp_path: Path) -> Iterator[Deployment]:
             conf = render_balancer(state, servers=[stack.ports["server"],
                                                    stack.ports["server-2"]],
                                    shufflers=[shuffler_1, shuffler_2],
-                                   server_port=server_lb, shuffler_port=shuffler_lb)
+                                   server_port=server_lb, shuffler_port=shuffler_lb,
+                                   source_limits="off")
             with running_nginx(conf, state, (server_lb, shuffler_lb)):
                 stack.start_service("shuffler")
                 stack.start_service("shuffler-2")
