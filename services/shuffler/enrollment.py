@@ -18,17 +18,23 @@ holders of a one-time invitation signed by the app operator's issuer key
 Both issue one random token per enrollment, bound to one campaign, and store only
 ``SHA-256(domain || token)``: a copy of the database does not let anyone submit as a
 user.  A used invitation is stored as a hash in a table of its own, with nothing that
-links it to the token it bought.
+links it to the token it bought.  A client may propose the token itself (it then knows
+the answer to a retried enrollment); :func:`token_weakness` refuses a proposal that is
+plainly not 32 bytes of a CSPRNG's output, since whoever guesses a token submits as its
+user.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import math
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from itertools import pairwise
 from typing import Protocol
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -48,6 +54,14 @@ MAX_ISSUER_KEYS = 16
 """Issuer keys tried per invitation (old and new keys during a rotation)."""
 PURGE_INTERVAL = 3600.0
 """Seconds between purges of the hashes of used invitations that have expired."""
+MAX_PATTERN_PERIOD = 16
+"""A proposed token whose bytes repeat with a period up to this many bytes is refused."""
+MIN_DISTINCT_VALUES = 13
+"""A proposed token needs at least this many distinct byte values, and as many distinct
+steps between consecutive bytes (:func:`token_weakness`)."""
+MIN_DISTINCT_TEXT = 18
+"""A proposed token of printable ASCII bytes only needs at least this many distinct ones."""
+_PRINTABLE = frozenset(range(0x20, 0x7F))
 
 
 class EnrollmentRefusedError(Exception):
@@ -72,7 +86,8 @@ class EnrollmentPolicy(Protocol):
     def enroll(self, campaign_id: str, credential: str | None,
                proposed: str | None = None) -> str:
         """A bearer token for ``campaign_id``: the client's ``proposed`` one (validated
-        as 32 bytes of base64url by the request model) or a fresh one; raises
+        as 32 bytes of base64url by the request model, and as random by
+        :func:`token_weakness` before the policy is asked) or a fresh one; raises
         :class:`EnrollmentRefusedError`.  With a proposal, a repeated enrollment that
         the first attempt already recorded answers the same token (idempotent)."""
         ...
@@ -80,6 +95,73 @@ class EnrollmentPolicy(Protocol):
     def authenticate(self, campaign_id: str, token: str) -> bytes:
         """The participant key of ``token``; raises :class:`AuthenticationError`."""
         ...
+
+
+def token_weakness(token: str) -> tuple[str, str] | None:
+    """Why a proposed token is refused as not random, as (check, explanation), or ``None``.
+
+    A token is 43 base64url characters, 32 bytes (the 2 spare bits of the last character
+    are ignored, as the decoder does).  It carries the 256 bits a user's credential needs
+    only if it was drawn at random, and no test of one string can measure the process
+    that drew it.  These checks refuse what hand-made tokens and broken generators look
+    like: a repeated byte or pattern leaves at most 128 bits to guess (16 free bytes);
+    few byte values or few steps are the crude estimate, what text, counters and a
+    generator stuck on a few outputs produce and a CSPRNG practically never does:
+
+    - ``encoding``: not 43 base64url characters (the request model refuses those first);
+    - ``repeated-byte``: all 32 bytes equal (43 times ``A`` is 32 zero bytes);
+    - ``repeating-pattern``: the bytes repeat with a period of 2 to
+      :data:`MAX_PATTERN_PERIOD` bytes (``abcabc...``);
+    - ``few-byte-values``: fewer than :data:`MIN_DISTINCT_VALUES` distinct byte values
+      (a few bytes shuffled);
+    - ``text``: printable ASCII only, with fewer than :data:`MIN_DISTINCT_TEXT` distinct
+      values (a passphrase's bytes);
+    - ``few-steps``: fewer than :data:`MIN_DISTINCT_VALUES` distinct differences modulo
+      256 between consecutive bytes (a counter, an arithmetic sequence, a sequential run
+      over most of the token).
+
+    False refusals of a CSPRNG's token, 32 independent uniform bytes: a period p <= 16
+    fixes 32 - p bytes, so probability at most sum_p 2^-8(32-p) < 2^-127; at most 12
+    distinct values among 32 uniform bytes has probability sum_{d<=12} C(256, d) S(32, d)
+    d! / 256^32 = 2^-75.7 (S: Stirling numbers of the second kind); 32 printable bytes
+    (probability (95/256)^32) with at most 17 distinct values (then uniform over the 95)
+    2^-68.7; the 31 differences of uniform bytes are themselves independent and uniform
+    (the map from the bytes to the first byte and the differences is a bijection), so at
+    most 12 distinct steps has probability 2^-71.4.  Together under 2^-68: no client
+    with a working CSPRNG is ever refused (``secrets.token_urlsafe(32)`` in the Python
+    client, ``crypto.getRandomValues`` in the web client).
+    """
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(token) != 43 or len(raw) != TOKEN_BYTES:
+        return "encoding", f"a proposed token is {TOKEN_BYTES} bytes as 43 base64url characters"
+    period = _shortest_period(raw)
+    if period == 1:
+        return "repeated-byte", "all the bytes of the proposed token are equal"
+    if period is not None:
+        return "repeating-pattern", f"the proposed token repeats a pattern of {period} bytes"
+    values = set(raw)
+    if len(values) < MIN_DISTINCT_VALUES:
+        return "few-byte-values", (f"the proposed token has {len(values)} distinct byte "
+                                   f"values (random bytes have about 30)")
+    if values <= _PRINTABLE and len(values) < MIN_DISTINCT_TEXT:
+        return "text", "the proposed token's bytes are text, not random bytes"
+    steps = {(later - earlier) % 256 for earlier, later in pairwise(raw)}
+    if len(steps) < MIN_DISTINCT_VALUES:
+        return "few-steps", (f"the proposed token has {len(steps)} distinct steps between "
+                             f"consecutive bytes (a counter or a sequence, not random bytes)")
+    return None
+
+
+def _shortest_period(raw: bytes) -> int | None:
+    """The shortest period p <= :data:`MAX_PATTERN_PERIOD` of ``raw`` (every byte equals
+    the one p before it), or ``None``."""
+    for period in range(1, MAX_PATTERN_PERIOD + 1):
+        if raw[period:] == raw[:-period]:
+            return period
+    return None
 
 
 def token_hash(token: str) -> bytes:

@@ -28,7 +28,12 @@ from segshuffle.wire.submissions import DecodedSubmission
 
 from ..storage_calls import storage_call
 from .cache import Fetched, SingleFlightCache
-from .enrollment import AuthenticationError, EnrollmentPolicy, EnrollmentRefusedError
+from .enrollment import (
+    AuthenticationError,
+    EnrollmentPolicy,
+    EnrollmentRefusedError,
+    token_weakness,
+)
 from .release import DATA, LEVELS, Releaser, required_participants, threshold_reason
 from .settings import Settings
 from .storage_api import (
@@ -97,6 +102,18 @@ def upstream_refusal(exc: UpstreamError) -> errors.DomainError:
         return errors.UnavailableError("the server cannot be reached right now",
                                        headers={"Retry-After": "1"})
     return errors.UpstreamFailedError("the server could not answer")
+
+
+def require_random_token(proposed: str) -> None:
+    """Refuse a proposed user token that is plainly not random (:func:`token_weakness`):
+    ``invalid-field`` (422) naming the check in its ``check`` member, before the campaign
+    is looked up or an invitation used, so the client can draw a proper token and retry."""
+    weakness = token_weakness(proposed)
+    if weakness is not None:
+        check, why = weakness
+        raise errors.InvalidRequestError(
+            f"token: {why}; propose 32 bytes from a cryptographic random generator",
+            extra={"check": check, "errors": [{"loc": ["body", "token"], "msg": why}]})
 
 
 def unauthorized(detail: str) -> errors.UnauthorizedError:
@@ -290,7 +307,10 @@ class ShufflerService:
     async def enroll(self, campaign_id: str, invitation: str | None,
                      proposed: str | None = None) -> str:
         """A one-time user token for the campaign, if the enrollment policy agrees (the
-        client's ``proposed`` token, which makes a repeated request idempotent)."""
+        client's ``proposed`` token, which makes a repeated request idempotent, if it
+        looks random: :func:`require_random_token`)."""
+        if proposed is not None:
+            require_random_token(proposed)
         view = await self.campaign_view(campaign_id)
         if view.phase in TERMINAL_PHASES:
             raise errors.WrongPhaseError(f"campaign {campaign_id!r} has ended ({view.phase})",
