@@ -200,8 +200,8 @@ def _create(path: Path, service: str) -> None:
 
 
 def _identify(db: sqlite3.Connection, path: str, service: str) -> identity.Verdict:
-    """What the open file at ``path`` is, for ``service`` (:func:`identity.classify`);
-    reads only."""
+    """What the database open as ``db`` at ``path`` is, for ``service``
+    (:func:`identity.classify`); reads only."""
     header_id = int(db.execute("PRAGMA application_id").fetchone()[0])
     tables = {str(row[0]) for row in db.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
@@ -211,6 +211,65 @@ def _identify(db: sqlite3.Connection, path: str, service: str) -> identity.Verdi
         tag = None if row is None else str(row[0])
     return identity.classify(service, path, tables=tables, tag=tag, header_id=header_id,
                              empty_is_new=path == ":memory:")
+
+
+WAL_HEADER_BYTES = 32
+"""The size of a ``-wal`` file that holds no transaction (its header alone)."""
+
+
+def _reader(path: Path, *, with_wal: bool) -> sqlite3.Connection:
+    """A connection that reads the database at ``path`` and cannot change any file.
+
+    Without ``with_wal``: the main file as it lies (``immutable``: no lock, no ``-wal``,
+    ``-shm`` or ``-journal`` looked at).  With it: also the transactions committed to a
+    ``-wal`` beside it, read through an index in the connection's own memory
+    (``locking_mode=EXCLUSIVE`` before the first read) instead of the ``-shm`` file, on
+    a VFS without locks (``unix-none``; the exclusive lock would need a writable file),
+    read-only, so that no ``-shm`` is made, no checkpoint copies the ``-wal`` into the
+    file and closing does not delete it.  Neither waits for, nor blocks, another
+    process."""
+    options = "mode=ro&vfs=unix-none" if with_wal else "mode=ro&immutable=1"
+    db = sqlite3.connect(f"{path.absolute().as_uri()}?{options}", uri=True,
+                         isolation_level=None)
+    try:
+        if with_wal:
+            db.execute("PRAGMA locking_mode=EXCLUSIVE")
+        return db
+    except BaseException:
+        db.close()
+        raise
+
+
+def _identify_file(path: Path, service: str) -> identity.Verdict:
+    """What the file at ``path`` is, for ``service``, decided without writing to it or to
+    anything beside it (a ``-wal``, ``-shm`` or ``-journal`` stays byte for byte).
+
+    The main file alone decides first: a database is tagged when it is created (and the
+    tag checkpointed into the file before it is linked into place), and a tag is never
+    taken away, so a file that is the service's by its main file is the service's.  Only
+    when the main file says otherwise, and a ``-wal`` beside it holds transactions, is
+    the database read again with them: that file's schema (or tag) may still be in its
+    ``-wal`` alone.  A ``-journal`` is never read: a file with one is not the service's
+    (its databases keep a ``-wal``), and a rollback would write."""
+    try:
+        return _classified(path, service, with_wal=False)
+    except identity.DatabaseIdentityError:
+        wal = Path(f"{path}-wal")
+        if not (wal.is_file() and wal.stat().st_size > WAL_HEADER_BYTES):
+            raise
+    return _classified(path, service, with_wal=True)
+
+
+def _classified(path: Path, service: str, *, with_wal: bool) -> identity.Verdict:
+    """:func:`_identify` on a :func:`_reader` of ``path``."""
+    try:
+        db = _reader(path, with_wal=with_wal)
+        try:
+            return _identify(db, str(path), service)
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as exc:
+        raise _corrupt(path, service, exc) from None
 
 
 def _check_file(path: Path, service: str) -> None:
@@ -234,19 +293,21 @@ def _check_file(path: Path, service: str) -> None:
 
 def open_database(path: str | Path, migrations: Sequence[Migration], *, service: str,
                   synchronous: str = "NORMAL") -> sqlite3.Connection:
-    """Open ``service``'s database at ``path``: created (with its identity) only when the
-    path does not exist; otherwise identified (:mod:`.identity`) before anything is
-    written, then configured, checked (``PRAGMA quick_check``) and migrated.  The
-    connection is closed if any step fails.  An empty, foreign or other service's file is
-    :class:`~.identity.DatabaseIdentityError`; one SQLite cannot read, or that fails the
-    integrity check, :class:`CorruptDatabaseError`."""
+    """Open ``service``'s database at ``path``: created (with its identity) only
+    when the path does not exist; otherwise identified (:mod:`.identity`) without writing
+    to it (:func:`_identify_file`), then opened, configured, checked (``PRAGMA
+    quick_check``) and migrated.  The connection is closed if any step fails.  An empty,
+    foreign or other service's file is :class:`~.identity.DatabaseIdentityError`; one
+    SQLite cannot read, or that fails the integrity check, :class:`CorruptDatabaseError`."""
     mode = _synchronous(synchronous)
     name = str(path)
+    verdict: identity.Verdict | None = None
     if name != ":memory:":
         file = Path(name)
         if not file.exists():
             _create(file, service)
         _check_file(file, service)
+        verdict = _identify_file(file, service)
     try:
         db = sqlite3.connect(name, isolation_level=None, check_same_thread=False)
     except sqlite3.DatabaseError as exc:
@@ -254,7 +315,8 @@ def open_database(path: str | Path, migrations: Sequence[Migration], *, service:
     try:
         try:
             db.execute("PRAGMA busy_timeout=10000")
-            verdict = _identify(db, name, service)
+            if verdict is None:
+                verdict = _identify(db, name, service)
             _configure(db, mode)
             check_integrity(db, path, service=service)
         except sqlite3.DatabaseError as exc:
