@@ -54,7 +54,10 @@ REPLICA = re.compile(r"^(?P<service>[a-z]+)-\d+$")
 """Compose service names of replicas: ``shuffler-1``, ``server-2``."""
 PORTS = {"shuffler": 8081, "server": 8080}
 """Where each service listens inside its container (deploy/compose.yaml)."""
-REQUESTS = re.compile(r"^segshuffle_http_requests_total\{[^}]*\} ([0-9.e+]+)$", re.MULTILINE)
+REQUESTS = re.compile(r'^segshuffle_http_requests_total\{(?P<labels>.*)\} (?P<count>\S+)$',
+                      re.MULTILINE)
+PROBES = re.compile(r'route="/(readyz|healthz|metrics)"')
+"""Requests of the health checks and of this script, which are not the load."""
 
 
 def containers(project: str) -> dict[str, str]:
@@ -87,9 +90,9 @@ def container_cpu_seconds(container_id: str) -> float:
 
 
 def replica_requests(container_id: str, port: int) -> float | None:
-    """The HTTP requests a replica has answered so far (the sum of its
-    ``segshuffle_http_requests_total``), or None when its /metrics cannot be read: the
-    replicas publish no port, so it is read from inside the container."""
+    """The HTTP requests a replica has answered so far (:func:`answered`), or None when
+    its /metrics cannot be read: the replicas publish no port, so it is read from inside
+    the container."""
     script = ("import urllib.request; print(urllib.request.urlopen("
               f"'http://127.0.0.1:{port}/metrics', timeout=5).read().decode())")
     try:
@@ -99,7 +102,14 @@ def replica_requests(container_id: str, port: int) -> float | None:
         return None
     if result.returncode != 0:
         return None
-    return sum(float(value) for value in REQUESTS.findall(result.stdout))
+    return answered(result.stdout)
+
+
+def answered(metrics: str) -> float:
+    """The requests a replica's ``/metrics`` text counts, health checks and metrics reads
+    left out."""
+    return sum(float(match["count"]) for match in REQUESTS.finditer(metrics)
+               if not PROBES.search(match["labels"]))
 
 
 def requests_by_replica(ids: Mapping[str, str]) -> dict[str, float | None]:

@@ -29,6 +29,8 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from segshuffle.wire.validation import reason
+
 from .database import DatabaseTarget, parse_database
 
 MAX_SECRET_FILE_BYTES = 4096
@@ -188,11 +190,12 @@ class ServiceSettings(BaseSettings):
 
 
 def describe(error: ValidationError, prefix: str) -> str:
-    """One line for a settings refusal: the variable, pydantic's reason and, unless the
-    field is a secret, the value that was refused."""
+    """One line for a settings refusal: the variable, the rule it broke in the project's
+    words (:func:`segshuffle.wire.validation.reason`) and, unless the field is a secret,
+    the value that was refused."""
     parts = []
     for item in error.errors(include_url=False):
-        message = str(item["msg"]).removeprefix("Value error, ")
+        message = reason(item)
         location = [str(part) for part in item.get("loc", ())]
         if not location:
             parts.append(message)

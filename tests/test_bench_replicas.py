@@ -57,10 +57,16 @@ def test_request_counts_are_the_differences_over_the_run(bench: ModuleType) -> N
     assert bench.differences({"shuffler-1": 50.0, "shuffler-2": 7.0},
                              {"shuffler-1": 10.0, "shuffler-2": None}) == {
         "shuffler-1": 40.0, "shuffler-2": None}
-    metrics = ('segshuffle_http_requests_total{method="GET",route="/readyz",status="200"} 3.0\n'
-               'segshuffle_http_requests_created{method="GET",route="/readyz"} 1.7e9\n'
-               'segshuffle_http_requests_total{method="POST",route="/x",status="201"} 4e+01\n')
-    assert sum(float(v) for v in bench.REQUESTS.findall(metrics)) == 43.0
+    route = "/v1/campaigns/{campaign_id}/rounds/{round_number}/submissions"
+    metrics = (
+        '# TYPE segshuffle_http_requests_total counter\n'
+        'segshuffle_http_requests_total{method="GET",route="/readyz",status="200"} 3.0\n'
+        'segshuffle_http_requests_total{method="GET",route="/metrics",status="200"} 2.0\n'
+        f'segshuffle_http_requests_total{{method="POST",route="{route}",status="201"}} 4914.0\n'
+        f'segshuffle_http_requests_created{{method="POST",route="{route}"}} 1.79e+09\n'
+        'segshuffle_http_requests_total{method="GET",route="/v1/campaigns/{campaign_id}",'
+        'status="200"} 1e+01\n')
+    assert bench.answered(metrics) == 4924.0  # the health checks and metrics reads left out
 
 
 @pytest.mark.parametrize("arguments", [["--users", "5"], ["--max-share", "0"],

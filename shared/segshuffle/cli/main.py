@@ -83,6 +83,18 @@ def missing_module_message(exc: ModuleNotFoundError) -> str:
             f"pip install 'segshuffle[{extra}]'")
 
 
+def error_line(exc: Exception) -> str:
+    """The one line a refusal prints: its message, or for a validation error of a model
+    (pydantic's ``ValidationError`` is a ``ValueError``, and its text spans several lines
+    in the library's words) its first refusal in the project's words."""
+    pydantic_core = sys.modules.get("pydantic_core")  # loaded if such an error exists
+    if pydantic_core is not None and isinstance(exc, pydantic_core.ValidationError):
+        from segshuffle.wire.validation import summary
+
+        return summary(exc)
+    return str(exc)
+
+
 def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     """The parser; only the ``selected`` subcommand's module is imported (none without
     one: ``segshuffle --version`` and ``--help`` import no protocol or web code)."""
@@ -134,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"segshuffle: error: {missing_module_message(exc)}\n")
         return EXIT_USAGE
     except (ValueError, CommandError) as exc:
-        sys.stderr.write(f"segshuffle: error: {exc}\n")
+        sys.stderr.write(f"segshuffle: error: {error_line(exc)}\n")
         return EXIT_USAGE
     except KeyboardInterrupt:
         sys.stderr.write("segshuffle: interrupted\n")
