@@ -23,7 +23,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, FastAPI, Request
@@ -38,6 +38,7 @@ from segshuffle import __version__
 from segshuffle.services import errors
 from segshuffle.wire.models import ID_PATTERN
 from segshuffle.wire.problems import PROBLEM_MEDIA_TYPE, SERVICE_HEADER, Problem, ProblemType
+from segshuffle.wire.validation import at, reason
 
 _log = logging.getLogger("segshuffle.problems")
 
@@ -135,11 +136,8 @@ def parse_json(raw: bytes, model: type[ModelT]) -> ModelT:
             raise errors.InvalidRequestError(
                 "the request body must be a JSON object",
                 extra={"errors": [{"loc": ["body"], "msg": "must be a JSON object"}]}) from None
-        listed = [{"loc": ["body", *(str(p) for p in e["loc"])], "msg": str(e["msg"])}
-                  for e in found[:20]]
-        where = ".".join(listed[0]["loc"][1:]) or "body"
-        raise errors.InvalidRequestError(f"{where}: {listed[0]['msg']}",
-                                         extra={"errors": listed}) from None
+        detail, listed = field_errors(found, root=("body",))
+        raise errors.InvalidRequestError(detail, extra={"errors": listed}) from None
 
 
 _ID = re.compile(ID_PATTERN)
@@ -188,13 +186,27 @@ def validation_problem(exc: RequestValidationError) -> Problem:
            for e in errors):
         return Problem("invalid-field", "the request body must be a JSON object",
                        extra={"errors": [{"loc": ["body"], "msg": "must be a JSON object"}]})
-    listed = [
-        {"loc": [str(part) for part in e.get("loc", ())], "msg": str(e.get("msg", "invalid"))}
-        for e in errors[:20]
-    ]
-    first = listed[0] if listed else {"loc": [], "msg": "invalid"}
-    where = ".".join(p for p in first["loc"] if p != "body") or "body"
-    return Problem("invalid-field", f"{where}: {first['msg']}", extra={"errors": listed})
+    detail, listed = field_errors(errors)
+    return Problem("invalid-field", detail, extra={"errors": listed})
+
+
+MAX_LISTED_ERRORS = 20
+"""The most (location, reason) pairs an invalid-field problem lists."""
+
+
+def field_errors(found: Sequence[Mapping[str, Any]], root: Sequence[str] = ()
+                 ) -> tuple[str, list[dict[str, Any]]]:
+    """The ``detail`` and the ``errors`` member of an invalid-field problem, from the
+    validation errors ``found`` (their locations below ``root``): at most
+    :data:`MAX_LISTED_ERRORS` pairs ``{"loc": [...], "msg": reason}``, each reason in the
+    project's words (:func:`segshuffle.wire.validation.reason`: "must be at least 2", never
+    the validation library's phrasing) and never the refused input; the detail is the
+    first pair as ``where: reason``."""
+    listed = [{"loc": [*root, *(str(part) for part in error.get("loc", ()))],
+               "msg": reason(error)} for error in found[:MAX_LISTED_ERRORS]]
+    first = listed[0] if listed else {"loc": list(root), "msg": "is not valid"}
+    where = at(first["loc"], skip=("body",)) or "body"
+    return f"{where}: {first['msg']}", listed
 
 
 #: The problem type of every domain error the service layers raise.

@@ -105,7 +105,7 @@ def test_an_invalid_campaign_is_said_in_the_command_lines_words(
                           "--set-size", "1", "--levels", "1,2", "--fake-tolerance", "1.5"],
                          capsys)
     assert status == 2 and error.startswith("segshuffle: error: invalid campaign: "
-                                            "--fake-tolerance: Input should be less than 1")
+                                            "--fake-tolerance: must be less than 1")
 
 
 def test_signing_key_defaults_its_server_like_every_admin_command(

@@ -270,7 +270,7 @@ def test_the_client_refuses_a_campaign_with_an_impossible_fake_tolerance(campaig
     config = campaign.config.model_copy(update={"fake_tolerance": bad})
     view = campaign.view().model_copy(update={"config": config,
                                               "config_hash": config.hash_hex()})
-    with pytest.raises(VerificationError, match=r"fake_tolerance: Input should be") as refused:
+    with pytest.raises(VerificationError, match=r"fake_tolerance: must be") as refused:
         verify_campaign(view, campaign.hpke, view.id)
     assert refused.value.check == "fake_tolerance"
 

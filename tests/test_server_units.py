@@ -40,9 +40,9 @@ def test_settings_from_environment(environment):
     ({"SEGSHUFFLE_SERVER_ADMIN_TOKEN": "short"}, "at least 16"),
     ({"SEGSHUFFLE_SERVER_ADMIN_TOKEN": ADMIN_TOKEN,
       "SEGSHUFFLE_SERVER_SHUFFLER_TOKEN": ADMIN_TOKEN}, "differ"),
-    ({"SEGSHUFFLE_SERVER_PORT": "http"}, "SEGSHUFFLE_SERVER_PORT .* valid integer"),
+    ({"SEGSHUFFLE_SERVER_PORT": "http"}, "SEGSHUFFLE_SERVER_PORT .* must be an integer"),
     ({"SEGSHUFFLE_SERVER_PORT": "70000"}, "65535"),
-    ({"SEGSHUFFLE_SERVER_ALLOW_INSECURE_PARAMETERS": "maybe"}, "valid boolean"),
+    ({"SEGSHUFFLE_SERVER_ALLOW_INSECURE_PARAMETERS": "maybe"}, "must be true or false"),
     ({"SEGSHUFFLE_SERVER_SYNCHRONOUS": "OFF"}, "SYNCHRONOUS .*'NORMAL', 'FULL' or 'EXTRA'"),
 ])
 def test_settings_refuse_bad_values(env, message, environment):

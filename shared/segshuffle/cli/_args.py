@@ -10,13 +10,21 @@ from typing import Any
 def field_message(error: Mapping[str, Any], flags: Mapping[str, str] | None = None) -> str:
     """One validation error of a request model in the words of the command line: the flag
     of the field it concerns (``--field-name`` unless ``flags`` names another; none for a
-    rule across fields) and the rule, without the validation library's prefixes."""
-    message = str(error["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
-    field = str(error["loc"][0]) if error["loc"] else ""
-    if not field:
+    rule across fields), which of its values when it takes several, and the rule in the
+    project's words (:func:`segshuffle.wire.validation.reason`), never pydantic's.
+
+    pydantic is imported here, not at the top: building the parser stays light."""
+    from segshuffle.wire.validation import reason
+
+    message = reason(error)
+    location = list(error.get("loc") or ())
+    if not location:
         return message
-    flag = (flags or {}).get(field, "--" + field.replace("_", "-"))
-    return f"{flag}: {message}"
+    field, *inside = location
+    flag = (flags or {}).get(str(field), "--" + str(field).replace("_", "-"))
+    where = ", ".join(f"value {part + 1}" if isinstance(part, int) else str(part)
+                      for part in inside)
+    return f"{flag}{f' ({where})' if where else ''}: {message}"
 
 
 def float_list(text: str) -> list[float]:

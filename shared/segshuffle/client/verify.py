@@ -74,6 +74,7 @@ from segshuffle.wire.models import (
     PublishedParameters,
     RoundStatus,
 )
+from segshuffle.wire.validation import reason
 
 from . import accountant
 from .errors import VerificationError
@@ -132,7 +133,7 @@ def _well_formed(config: CampaignConfig) -> list[Problem]:
         problems = []
         for error in exc.errors():
             where = error["loc"][0] if error["loc"] else "configuration"
-            problems.append((str(where), f"{where}: {error['msg']}"))
+            problems.append((str(where), f"{where}: {reason(error)}"))
         return problems
     except (TypeError, ValueError) as exc:  # a value the model cannot even dump
         return [("configuration", f"malformed configuration ({exc})")]
