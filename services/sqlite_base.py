@@ -31,6 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+from segshuffle.private_files import (
+    create_private_file,
+    make_private_folder,
+    open_private_append,
+    report_open,
+)
+
 from . import identity
 from .database import (
     CorruptDatabaseError,
@@ -181,10 +188,16 @@ def _tag(db: sqlite3.Connection, service: str) -> None:
 def _create(path: Path, service: str) -> None:
     """A new database at ``path``, which does not exist: made under a temporary name with
     its identity, then linked into place, so that no start ever sees a half-made file
-    there (a crash leaves at most the temporary file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    there (a crash leaves at most the temporary file).
+
+    Private under any umask (:mod:`segshuffle.private_files`): missing folders are made
+    0700, and the file is made 0600 before SQLite opens it (an empty file is an empty
+    database), so its ``-wal`` and ``-shm``, which SQLite creates with the database's
+    own mode, are 0600 too."""
+    make_private_folder(path.parent)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.new")
     try:
+        os.close(create_private_file(temporary))
         db = sqlite3.connect(str(temporary), isolation_level=None)
         try:
             db.execute("PRAGMA journal_mode=WAL")
@@ -272,6 +285,13 @@ def _classified(path: Path, service: str, *, with_wal: bool) -> identity.Verdict
         raise _corrupt(path, service, exc) from None
 
 
+def database_files(path: str | Path) -> list[Path]:
+    """The folder and files of the SQLite database at ``path``: its folder, the file,
+    its ``-wal`` and its ``-shm``."""
+    file = Path(path)
+    return [file.absolute().parent, file, Path(f"{file}-wal"), Path(f"{file}-shm")]
+
+
 def _check_file(path: Path, service: str) -> None:
     """Refuse, without opening it, a file that is empty or not a SQLite database."""
     try:
@@ -293,12 +313,14 @@ def _check_file(path: Path, service: str) -> None:
 
 def open_database(path: str | Path, migrations: Sequence[Migration], *, service: str,
                   synchronous: str = "NORMAL") -> sqlite3.Connection:
-    """Open ``service``'s database at ``path``: created (with its identity) only
+    """Open ``service``'s database at ``path``: created (with its identity, private) only
     when the path does not exist; otherwise identified (:mod:`.identity`) without writing
     to it (:func:`_identify_file`), then opened, configured, checked (``PRAGMA
     quick_check``) and migrated.  The connection is closed if any step fails.  An empty,
     foreign or other service's file is :class:`~.identity.DatabaseIdentityError`; one
-    SQLite cannot read, or that fails the integrity check, :class:`CorruptDatabaseError`."""
+    SQLite cannot read, or that fails the integrity check, :class:`CorruptDatabaseError`.
+    Once open, the database's folder and files that others may use are reported
+    (:func:`~segshuffle.private_files.report_open`)."""
     mode = _synchronous(synchronous)
     name = str(path)
     verdict: identity.Verdict | None = None
@@ -327,6 +349,8 @@ def open_database(path: str | Path, migrations: Sequence[Migration], *, service:
     except BaseException:
         db.close()
         raise
+    if name != ":memory:":
+        report_open(database_files(name))
     return db
 
 
@@ -358,7 +382,7 @@ def hold_single_process(path: str, service: str) -> IO[bytes]:
     are untouched, and the kernel drops the lock when the process ends, however it ends
     (the empty lock file stays; it holds nothing).
     """
-    lock = open(path + ".lock", "ab")  # noqa: SIM115 - held open as the lock itself
+    lock = open_private_append(path + ".lock")  # held open as the lock itself
     try:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

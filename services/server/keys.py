@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from segshuffle.crypto import generate_private_key, load_private_key, save_private_key
 from segshuffle.crypto.hpke import key_id_for
+from segshuffle.private_files import make_private_folder, report_open
 
 SEPARATOR = "~"
 """Between the campaign id and the key id in a key file's name (never in a campaign id)."""
@@ -40,8 +41,11 @@ class KeyStore:
     """Creates, stores and caches per-campaign private keys, each under its key id."""
 
     def __init__(self, directory: str | Path) -> None:
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        """Keys in ``directory``, made private (0700, with any missing parent) if missing;
+        an existing one that others may use is reported: its file names are the
+        campaigns' ids."""
+        self.directory = make_private_folder(directory)
+        report_open([self.directory])
         self._cache: dict[tuple[str, str], X25519PrivateKey] = {}
         self._lock = threading.Lock()
 

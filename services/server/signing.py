@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from segshuffle.crypto.invitations import issuer_key_pem, write_private_file
+from segshuffle.private_files import make_private_folder, report_open
 
 DEFAULT_DIRECTORY = "signing"
 DEFAULT_NAME = "document-signing-key.pem"
@@ -35,13 +36,14 @@ def load_or_create(path: str | os.PathLike[str]) -> tuple[Ed25519PrivateKey, boo
 
     Raises :class:`SigningKeyError` with a one-line message when the file exists but is
     unreadable or holds anything but an unencrypted Ed25519 private key; a missing file
-    is never a reason to replace one that exists.
+    is never a reason to replace one that exists.  Its missing folders are made private
+    (0700); an existing file that others may read is reported, not refused.
     """
     target = Path(path)
     if not target.exists():
         key = Ed25519PrivateKey.generate()
         try:
-            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            make_private_folder(target.parent)
             write_private_file(target, [issuer_key_pem(key)])
             return key, True
         except FileExistsError:
@@ -61,4 +63,5 @@ def load_or_create(path: str | os.PathLike[str]) -> tuple[Ed25519PrivateKey, boo
                               "private key") from None
     if not isinstance(key, Ed25519PrivateKey):
         raise SigningKeyError(f"the document-signing key {target} is not an Ed25519 key")
+    report_open([target])  # a private key others may read
     return key, False

@@ -36,6 +36,8 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from segshuffle.private_files import make_private_folder, report_open
+
 from .storage_api import StoredMessage
 
 ROOT_KEY_BYTES = 32
@@ -215,8 +217,8 @@ class RoundKeys:
                  recheck_seconds: float = KEY_RECHECK_SECONDS) -> None:
         if recheck_seconds < 0:
             raise ValueError(f"recheck_seconds must not be negative, got {recheck_seconds}")
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.directory = make_private_folder(directory)  # 0700, any missing parent too
+        report_open([self.directory])
         self.recheck_seconds = recheck_seconds
         self._keys: dict[tuple[str, int], _CachedKey] = {}
         self._lock = threading.Lock()

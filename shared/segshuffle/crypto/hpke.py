@@ -30,6 +30,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.hpke import AEAD, KDF, KEM, Suite
 
+from segshuffle.private_files import make_private_folder
 from segshuffle.wire.models import (
     AEAD_ID_AES_128_GCM,
     CIPHERTEXT_LENGTH,
@@ -170,7 +171,7 @@ def save_private_key(path: str | os.PathLike[str], key: X25519PrivateKey) -> Non
     target = Path(path)
     if target.exists():
         raise FileExistsError(f"refusing to overwrite key file {target}")
-    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    make_private_folder(target.parent)
     pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),

@@ -49,6 +49,7 @@ from segshuffle.crypto.invitations import (
     public_key_text,
     sign_invitation,
 )
+from segshuffle.private_files import make_private_folder, open_private_append
 from segshuffle.wire.models import CampaignView, Results
 
 from .operator import OperatorClient
@@ -105,8 +106,7 @@ class LocalStack:
         if directory is None:
             self._tempdir = tempfile.TemporaryDirectory(prefix="segshuffle-")
             directory = self._tempdir.name
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory = make_private_folder(directory)  # 0700: databases, keys, logs
         self.admin_token = secrets.token_urlsafe(32)
         self.shuffler_token = secrets.token_urlsafe(32)
         self.operator_token = secrets.token_urlsafe(32)
@@ -224,7 +224,7 @@ class LocalStack:
         log = self.log_path(service)
         offset = log.stat().st_size if log.exists() else 0
         self._log_offsets[service] = offset
-        with log.open("ab") as sink:
+        with open_private_append(log) as sink:  # 0600 when new
             process = subprocess.Popen(
                 [self.python, "-m", "segshuffle.cli.main", "serve", self.kind(service)],
                 env=self._environment(service, port), stdout=sink, stderr=subprocess.STDOUT,
