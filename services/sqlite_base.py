@@ -233,24 +233,17 @@ WAL_HEADER_BYTES = 32
 def _reader(path: Path, *, with_wal: bool) -> sqlite3.Connection:
     """A connection that reads the database at ``path`` and cannot change any file.
 
-    Without ``with_wal``: the main file as it lies (``immutable``: no lock, no ``-wal``,
-    ``-shm`` or ``-journal`` looked at).  With it: also the transactions committed to a
-    ``-wal`` beside it, read through an index in the connection's own memory
-    (``locking_mode=EXCLUSIVE`` before the first read) instead of the ``-shm`` file, on
-    a VFS without locks (``unix-none``; the exclusive lock would need a writable file),
-    read-only, so that no ``-shm`` is made, no checkpoint copies the ``-wal`` into the
-    file and closing does not delete it.  Neither waits for, nor blocks, another
-    process."""
-    options = "mode=ro&vfs=unix-none" if with_wal else "mode=ro&immutable=1"
-    db = sqlite3.connect(f"{path.absolute().as_uri()}?{options}", uri=True,
-                         isolation_level=None)
-    try:
-        if with_wal:
-            db.execute("PRAGMA locking_mode=EXCLUSIVE")
-        return db
-    except BaseException:
-        db.close()
-        raise
+    Without ``with_wal``: the main file as it lies (``immutable``: no lock, and no
+    ``-wal``, ``-shm`` or ``-journal`` looked at).  With it: also the transactions
+    committed to the ``-wal`` beside it, through the ``-shm`` beside it opened read-only
+    (``readonly_shm``; SQLite rebuilds an index it cannot trust in its own memory), with
+    the database file read-only: a checkpoint, which would copy the ``-wal`` into the
+    file and delete it when the connection closes, first needs an exclusive lock, which
+    a read-only file cannot take.  Both keep SQLite's own locking VFS, so closing them
+    leaves the locks of any other connection of this process in place."""
+    options = "mode=ro&readonly_shm=1" if with_wal else "mode=ro&immutable=1"
+    return sqlite3.connect(f"{path.absolute().as_uri()}?{options}", uri=True,
+                           isolation_level=None)
 
 
 def _identify_file(path: Path, service: str) -> identity.Verdict:
@@ -260,17 +253,22 @@ def _identify_file(path: Path, service: str) -> identity.Verdict:
     The main file alone decides first: a database is tagged when it is created (and the
     tag checkpointed into the file before it is linked into place), and a tag is never
     taken away, so a file that is the service's by its main file is the service's.  Only
-    when the main file says otherwise, and a ``-wal`` beside it holds transactions, is
-    the database read again with them: that file's schema (or tag) may still be in its
-    ``-wal`` alone.  A ``-journal`` is never read: a file with one is not the service's
-    (its databases keep a ``-wal``), and a rollback would write."""
+    when the main file says otherwise, and a ``-wal`` beside it holds transactions (with
+    its ``-shm``: without one, reading the ``-wal`` would create it), is the database
+    read again with them, since that file's schema (or tag) may still be in its ``-wal``
+    alone.  If that read fails, the first refusal stands.  A ``-journal`` is never read:
+    a file with one is not the service's (its databases keep a ``-wal``), and a rollback
+    would write."""
     try:
         return _classified(path, service, with_wal=False)
-    except identity.DatabaseIdentityError:
-        wal = Path(f"{path}-wal")
-        if not (wal.is_file() and wal.stat().st_size > WAL_HEADER_BYTES):
+    except identity.DatabaseIdentityError as refusal:
+        wal, shm = Path(f"{path}-wal"), Path(f"{path}-shm")
+        if not (wal.is_file() and wal.stat().st_size > WAL_HEADER_BYTES and shm.is_file()):
             raise
-    return _classified(path, service, with_wal=True)
+        try:
+            return _classified(path, service, with_wal=True)
+        except CorruptDatabaseError:
+            raise refusal from None
 
 
 def _classified(path: Path, service: str, *, with_wal: bool) -> identity.Verdict:

@@ -84,14 +84,16 @@ def _assert_wal_beside(path: Path, *, shm: bool) -> None:
     assert Path(f"{path}-shm").exists() == shm
 
 
-@pytest.mark.parametrize("shm", [True, False], ids=["with-shm", "without-shm"])
+@pytest.mark.parametrize("shm", ["as-left", "missing", "garbage"])
 @pytest.mark.parametrize("service", sorted(OPENERS))
 def test_a_foreign_file_with_a_wal_is_refused_byte_for_byte(tmp_path: Path, service: str,
-                                                            shm: bool) -> None:
+                                                            shm: str) -> None:
     path = _foreign_with_wal(tmp_path, schema_in_file=True)
-    if not shm:
+    if shm == "missing":
         Path(f"{path}-shm").unlink()
-    _assert_wal_beside(path, shm=shm)
+    elif shm == "garbage":
+        Path(f"{path}-shm").write_bytes(b"\xaa" * 32768)
+    _assert_wal_beside(path, shm=shm != "missing")
     before = _fingerprint(path.parent)
     with pytest.raises(DatabaseIdentityError, match=rf"not a {service} database \(tables? t\)"):
         OPENERS[service](str(path))
@@ -106,6 +108,19 @@ def test_a_foreign_schema_only_in_the_wal_is_named_and_left_alone(tmp_path: Path
     path = _foreign_with_wal(tmp_path, schema_in_file=False)
     before = _fingerprint(path.parent)
     with pytest.raises(DatabaseIdentityError, match=rf"not a {service} database \(tables? t\)"):
+        OPENERS[service](str(path))
+    assert _fingerprint(path.parent) == before
+
+
+@pytest.mark.parametrize("service", sorted(OPENERS))
+def test_a_foreign_schema_only_in_a_wal_without_shm_is_refused_untouched(
+        tmp_path: Path, service: str) -> None:
+    """Without a ``-shm`` the ``-wal`` cannot be read without making one: the file is
+    refused by what it holds itself, and no ``-shm`` appears."""
+    path = _foreign_with_wal(tmp_path, schema_in_file=False)
+    Path(f"{path}-shm").unlink()
+    before = _fingerprint(path.parent)
+    with pytest.raises(DatabaseIdentityError, match="refusing to start without touching it"):
         OPENERS[service](str(path))
     assert _fingerprint(path.parent) == before
 
@@ -162,3 +177,14 @@ def test_the_services_own_file_with_a_wal_opens_and_keeps_its_data(tmp_path: Pat
             assert store.token_campaign(TOKEN) == "c1"
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("service", sorted(OPENERS))
+def test_an_unreadable_wal_beside_a_foreign_file_leaves_its_refusal(tmp_path: Path,
+                                                                   service: str) -> None:
+    path = _foreign_with_wal(tmp_path, schema_in_file=True)
+    Path(f"{path}-wal").write_bytes(b"\x37\x7f\x06\x82" + b"\xff" * 4096)
+    before = _fingerprint(path.parent)
+    with pytest.raises(DatabaseIdentityError, match=rf"not a {service} database \(tables? t\)"):
+        OPENERS[service](str(path))
+    assert _fingerprint(path.parent) == before
