@@ -23,6 +23,7 @@ import argparse
 import os
 import types
 import typing
+from pathlib import Path
 from typing import Annotated, Any, Literal, Self, get_args, get_origin
 
 from pydantic import Field, ValidationError, field_validator
@@ -32,6 +33,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from segshuffle.wire.validation import reason
 
 from .database import DatabaseTarget, parse_database
+from .state_paths import StateDirectory
 
 MAX_SECRET_FILE_BYTES = 4096
 SECRET_SUFFIX = "_token"
@@ -152,6 +154,22 @@ class ServiceSettings(BaseSettings):
             raise SettingsError(f"{self.prefix()}{setting.upper()} is required with a "
                                 "PostgreSQL database (a directory every replica shares)")
         return f"{target.location}.keys"
+
+    @classmethod
+    def label(cls, setting: str) -> str:
+        """A setting as an operator gives it: ``SEGSHUFFLE_SERVER_KEY_DIR (--key-dir)``."""
+        return f"{cls.prefix()}{setting.upper()} (--{setting.replace('_', '-')})"
+
+    def state_directories(self) -> list[StateDirectory]:
+        """The directories this service creates files in, checked before it starts
+        (:func:`..state_paths.require_writable`). Here a SQLite database's directory,
+        which must exist (the database, its -wal and -shm files go there); each service
+        adds its own."""
+        target = self.database_target
+        if target.kind != "sqlite" or target.location == ":memory:":
+            return []
+        return [StateDirectory(self.label("database"), Path(target.location).parent,
+                               made_when_missing=False)]
 
     @field_validator("synchronous", mode="before")
     @classmethod

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .database import require_sqlite_directory
 from .heap import freeze_start_up_heap
 from .observability import configure_logging
+from .state_paths import require_writable
 from .timeouts import bounded_protocol, event_loop
 
 if TYPE_CHECKING:
@@ -61,7 +62,8 @@ def serve(name: str, settings: SettingsT, create_app: Callable[[SettingsT], Any]
     """Run one service until interrupted; returns the exit status.
 
     The start-up order both services share: logging, a SQLite directory that must exist,
-    the port bound *before* ``create_app`` makes anything (a signing key, a database), so
+    every directory of its state able to take new files (:mod:`.state_paths`; nothing is
+    made yet), the port bound *before* ``create_app`` makes anything (a signing key, a database), so
     a port in use leaves nothing behind; then ``NAME listening on port N`` (N the real
     port, also for port 0, so a supervisor can find it), start-up's heap frozen
     (:mod:`.heap`) and uvicorn on that socket.
@@ -70,6 +72,7 @@ def serve(name: str, settings: SettingsT, create_app: Callable[[SettingsT], Any]
 
     configure_logging(settings.log_level, settings.log_format)
     require_sqlite_directory(settings.database)
+    require_writable(settings.state_directories())
     sock = listening_socket(settings.host, settings.port)
     try:
         app = create_app(settings)

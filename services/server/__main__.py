@@ -1,20 +1,19 @@
-"""``python -m segshuffle.services.server``: run the server with settings from the environment."""
+"""``python -m segshuffle.services.server``: run the server with settings from the environment.
+
+A refused start is one line and exit status 2 or 1, as ``segshuffle serve server``
+(:mod:`..exit_status`)."""
 
 from __future__ import annotations
 
-import sys
-
+from ..exit_status import run_or_refuse
 from .runner import run
 from .settings import Settings
+from .signing import SigningKeyError
 
 
 def main() -> int:
-    try:
-        settings = Settings.from_env()
-    except ValueError as exc:
-        sys.stderr.write(f"segshuffle server: error: {exc}\n")
-        return 2
-    return run(settings)
+    return run_or_refuse("segshuffle server", lambda: run(Settings.from_env()),
+                         unusable=(SigningKeyError,))
 
 
 if __name__ == "__main__":

@@ -8,10 +8,13 @@ come from the environment or a file only, never from a flag.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from ..configuration import ServiceSettings, database_field, port_field
+from ..state_paths import StateDirectory
 from . import signing
 
 PREFIX = "SEGSHUFFLE_SERVER_"
@@ -103,3 +106,17 @@ class Settings(ServiceSettings):
         if self.signing_key_file:
             return self.signing_key_file
         return str(signing.default_path(self.key_directory))
+
+    def state_directories(self) -> list[StateDirectory]:
+        """The database's directory, the key directory (made when missing) and, for a
+        signing key file named outside it that does not exist yet, that file's directory
+        (the key is created there at first start; an existing one is only read, so its
+        directory may be read-only, e.g. a mounted secret)."""
+        directories = [*super().state_directories(),
+                       StateDirectory(self.label("key_dir"), Path(self.key_directory),
+                                      made_when_missing=True)]
+        if self.signing_key_file and not Path(self.signing_key_file).exists():
+            directories.append(StateDirectory(self.label("signing_key_file"),
+                                              Path(self.signing_key_file).parent,
+                                              made_when_missing=True))
+        return directories

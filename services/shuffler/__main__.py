@@ -1,20 +1,17 @@
-"""``python -m segshuffle.services.shuffler``: serve with settings from the environment."""
+"""``python -m segshuffle.services.shuffler``: serve with settings from the environment.
+
+A refused start is one line and exit status 2 or 1, as ``segshuffle serve shuffler``
+(:mod:`..exit_status`)."""
 
 from __future__ import annotations
 
-import sys
-
+from ..exit_status import run_or_refuse
 from .main import run
 from .settings import Settings
 
 
 def main() -> int:
-    try:
-        settings = Settings.from_env()
-    except ValueError as exc:
-        sys.stderr.write(f"segshuffle shuffler: error: {exc}\n")
-        return 2
-    return int(run(settings) or 0)
+    return run_or_refuse("segshuffle shuffler", lambda: run(Settings.from_env()))
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ from ..configuration import (
 )
 from ..cors import parse_origins
 from ..rate_limit import parse_networks
+from ..state_paths import StateDirectory
 from .upstream import UNKNOWN_LOOKUPS_PER_MINUTE
 
 PREFIX = "SEGSHUFFLE_SHUFFLER_"
@@ -187,6 +188,19 @@ class Settings(ServiceSettings):
     def round_key_directory(self) -> str:
         """``key_directory``, or the SQLite database path with ``.keys`` appended."""
         return self.state_directory(self.key_directory, "key_directory")
+
+    def state_directories(self) -> list[StateDirectory]:
+        """The database's directory, the round key directory (made when missing) and the
+        spill directory if one is set (it must exist: a release makes its unnamed spill
+        files there)."""
+        directories = [*super().state_directories(),
+                       StateDirectory(self.label("key_directory"),
+                                      Path(self.round_key_directory), made_when_missing=True)]
+        if self.spill_directory:
+            directories.append(StateDirectory(self.label("spill_directory"),
+                                              Path(self.spill_directory),
+                                              made_when_missing=False))
+        return directories
 
     def issuer_keys(self) -> list[Ed25519PublicKey]:
         """The issuer public keys of ``INVITATION_KEYS`` and ``INVITATION_KEYS_FILE``."""

@@ -11,7 +11,6 @@ not show in process listings.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 
@@ -56,24 +55,17 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Start the service; a store or signing key it cannot use is one line on stderr and
-    exit status 1; a database that is not the service's (empty, foreign, the other
-    service's) and unusable settings (a ``ValueError``) are one line and exit status 2."""
+    """Start the service. A refused start is one line on stderr: exit status 2 for bad
+    input (unusable settings, a directory that cannot hold the service's state, a port
+    that cannot be bound, a database that is not the service's), 1 for a store or signing
+    key that is there but cannot be used (:mod:`segshuffle.services.exit_status`)."""
     import fastapi  # noqa: F401  (both services need the server extra)
     import uvicorn  # noqa: F401
 
-    from segshuffle.services.identity import DatabaseIdentityError
+    from segshuffle.services.exit_status import run_or_refuse
     from segshuffle.services.server.signing import SigningKeyError
-    from segshuffle.services.sqlite_base import UnusableDatabaseError
 
-    try:
-        return _run(args)
-    except DatabaseIdentityError as exc:
-        sys.stderr.write(f"segshuffle: error: {exc}\n")
-        return 2
-    except (UnusableDatabaseError, SigningKeyError) as exc:
-        sys.stderr.write(f"segshuffle: error: {exc}\n")
-        return 1
+    return run_or_refuse("segshuffle", lambda: _run(args), unusable=(SigningKeyError,))
 
 
 def _run(args: argparse.Namespace) -> int:
