@@ -132,6 +132,10 @@ class ServiceSettings(BaseSettings):
         10.0, description="seconds a client may take to send a request's headers")
     body_timeout: Duration = Field(
         30.0, description="seconds a client may take to send a request's body")
+    lifeline_fd: int | None = Field(
+        None, ge=0, description="a pipe's read end inherited from the process that started "
+                                "this one: the service stops when it reads end of file (that "
+                                "process is gone; services.lifeline)")
 
     @field_validator("database")
     @classmethod

@@ -7,6 +7,7 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from . import lifeline
 from .database import require_sqlite_directory
 from .heap import freeze_start_up_heap
 from .observability import configure_logging
@@ -61,7 +62,8 @@ def uvicorn_config(app: Any, *, header_timeout: float, body_timeout: float) -> u
 def serve(name: str, settings: SettingsT, create_app: Callable[[SettingsT], Any]) -> int:
     """Run one service until interrupted; returns the exit status.
 
-    The start-up order both services share: logging, a SQLite directory that must exist,
+    The start-up order both services share: the supervisor's lifeline watched (if
+    ``lifeline_fd`` is set, :mod:`.lifeline`), logging, a SQLite directory that must exist,
     every directory of its state able to take new files (:mod:`.state_paths`; nothing is
     made yet), the port bound *before* ``create_app`` makes anything (a signing key, a database), so
     a port in use leaves nothing behind; then ``NAME listening on port N`` (N the real
@@ -70,6 +72,8 @@ def serve(name: str, settings: SettingsT, create_app: Callable[[SettingsT], Any]
     """
     import uvicorn
 
+    if settings.lifeline_fd is not None:
+        lifeline.watch(settings.lifeline_fd)
     configure_logging(settings.log_level, settings.log_format)
     require_sqlite_directory(settings.database)
     require_writable(settings.state_directories())

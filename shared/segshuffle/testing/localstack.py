@@ -24,6 +24,10 @@ database and key directory (give a shared PostgreSQL URL in ``server_env`` /
 The shuffler runs with its default settings (invitation enrollment) except that the
 per-source rate limits are off unless ``rate_limits=True``: every simulated user of one
 process connects from the same loopback address.
+
+Every service started here dies with the process that started it, however that process
+ends (``SIGKILL`` included): each watches the read end of the stack's lifeline pipe
+(:mod:`segshuffle.services.lifeline`) and stops when it reads end of file.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from segshuffle.crypto.invitations import (
     sign_invitation,
 )
 from segshuffle.private_files import make_private_folder, open_private_append
+from segshuffle.services.lifeline import Lifeline
 from segshuffle.wire.models import CampaignView, Results
 
 from .operator import OperatorClient
@@ -125,6 +130,9 @@ class LocalStack:
         self.server_key: str | None = None
         """The server's document-signing public key (base64url), read after it starts."""
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self._lifeline: Lifeline | None = None
+        """The pipe every service watches (its ``lifeline_fd``): a service stops when this
+        process is gone, however it ended (:mod:`segshuffle.services.lifeline`)."""
         self.ports: dict[str, int] = {}
         self._log_offsets: dict[str, int] = {}
         self._http = httpx.Client(timeout=120.0)
@@ -192,8 +200,15 @@ class LocalStack:
                 env.update({"SEGSHUFFLE_SHUFFLER_ENROLL_RATE": "0",
                             "SEGSHUFFLE_SHUFFLER_SUBMIT_RATE": "0",
                             "SEGSHUFFLE_SHUFFLER_READ_RATE": "0"})
+        env[f"SEGSHUFFLE_{kind.upper()}_LIFELINE_FD"] = str(self._lifeline_fd())
         env.update(self._extra[kind])
         return env
+
+    def _lifeline_fd(self) -> int:
+        """The read end of this stack's lifeline, opened on first use."""
+        if self._lifeline is None or self._lifeline.closed:
+            self._lifeline = Lifeline()
+        return self._lifeline.child_fd
 
     def start(self) -> LocalStack:
         """Start the server, then the shuffler (which needs the server's URL)."""
@@ -228,7 +243,7 @@ class LocalStack:
             process = subprocess.Popen(
                 [self.python, "-m", "segshuffle.cli.main", "serve", self.kind(service)],
                 env=self._environment(service, port), stdout=sink, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL, pass_fds=(self._lifeline_fd(),),
             )
         self.processes[service] = process
         self.ports[service] = self._wait_for_port(service, process, offset)
@@ -294,6 +309,8 @@ class LocalStack:
 
     def close(self) -> None:
         self.stop()
+        if self._lifeline is not None:
+            self._lifeline.close()
         self._http.close()
         if self._tempdir is not None:
             self._tempdir.cleanup()
