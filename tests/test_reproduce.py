@@ -150,7 +150,33 @@ def test_malformed_and_too_small_data_files(tmp_path, capsys):
 
 
 def test_missing_figure_flag_is_a_usage_error(capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(["reproduce"])
-    assert exit_info.value.code == 2
-    assert "--figure" in capsys.readouterr().err
+    assert main(["reproduce"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--figure is required" in err and "--quick" in err
+
+
+class _StopError(Exception):
+    """Raised by the stand-in for the experiments: the test has seen what it needs."""
+
+
+def test_quick_alone_runs_the_documented_default_figure(tmp_path, monkeypatch):
+    """``reproduce --quick`` without ``--figure`` (a smoke run) runs QUICK_FIGURE with the
+    quick repeats and grid; it used to be a usage error."""
+    from segshuffle.cli import reproduce
+    from segshuffle.experiments.settings import QUICK_GRID, QUICK_REPEATS
+
+    asked = {}
+
+    def run_figures(figures, **options):
+        asked.update(options, figures=[figure.name for figure in figures])
+        raise _StopError
+
+    monkeypatch.setattr(reproduce, "run_figures", run_figures)
+    with pytest.raises(_StopError):
+        main(["reproduce", "--quick", "--out", str(tmp_path / "o")])
+    assert asked["figures"] == [reproduce.QUICK_FIGURE] == ["msnbc-s1"]
+    assert asked["repeats"] == QUICK_REPEATS and asked["grid"] == QUICK_GRID
+    asked.clear()
+    with pytest.raises(_StopError):  # --figure still chooses
+        main(["reproduce", "--quick", "--figure", "synthetic-s2", "--out", str(tmp_path / "o")])
+    assert asked["figures"] == ["synthetic-s2"]

@@ -5,7 +5,8 @@
 writes ``results/msnbc-s1.csv``, ``results/msnbc-s1.png`` and
 ``results/msnbc-s1-summary.md``.  ``--figure all`` writes every figure's files and
 ``all.csv`` / ``all-summary.md`` covering them all.  ``--quick`` uses a few repeats
-and a coarse m grid (a smoke run).  Results are deterministic for a given
+and a coarse m grid (a smoke run); without ``--figure`` it runs :data:`QUICK_FIGURE`.
+Results are deterministic for a given
 ``--seed`` whatever ``--jobs`` is.  Progress and the elapsed time go to stderr;
 the summary table goes to stdout.
 """
@@ -31,6 +32,10 @@ from ..experiments.settings import (
     with_user_counts,
 )
 
+QUICK_FIGURE = "msnbc-s1"
+"""The figure ``--quick`` runs when no ``--figure`` is given: the bundled data, one panel
+per n, the smallest of the paper's figures to compute."""
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -39,8 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Reproduce the paper's experiments: the five baselines and the segmented "
                     "protocol over a sweep of the blanket rate m, for MSNBC and synthetic data.",
     )
-    parser.add_argument("--figure", required=True, metavar="NAME",
-                        help=f"one of {', '.join(FIGURE_NAMES)}")
+    parser.add_argument("--figure", default=None, metavar="NAME",
+                        help=f"one of {', '.join(FIGURE_NAMES)} (required, except with "
+                             f"--quick, which runs {QUICK_FIGURE} by default)")
     parser.add_argument("--repeats", default=None, metavar="R",
                         help=f"repeats per panel (default {DEFAULT_REPEATS}; "
                              f"{QUICK_REPEATS} with --quick)")
@@ -48,7 +54,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="output directory (created if missing; default ./results)")
     parser.add_argument("--quick", action="store_true",
                         help=f"smoke run: {QUICK_REPEATS} repeats, m grid "
-                             f"{','.join(f'{m:g}' for m in QUICK_GRID)}")
+                             f"{','.join(f'{m:g}' for m in QUICK_GRID)}, figure "
+                             f"{QUICK_FIGURE} unless --figure names another")
     parser.add_argument("--grid", default=None, metavar="M1,M2,..",
                         help="blanket rates to sweep (default: 21 points from 0.1 to 10)")
     parser.add_argument("--seed", default="0", metavar="SEED", help="master seed (default 0)")
@@ -73,8 +80,19 @@ def _grid(text: str) -> tuple[float, ...]:
     return tuple(sorted({require_positive("every --grid value", v) for v in values}))
 
 
+def chosen_figure(args: argparse.Namespace) -> str:
+    """The ``--figure`` value, or :data:`QUICK_FIGURE` for a ``--quick`` run without one."""
+    if args.figure is not None:
+        return str(args.figure)
+    if args.quick:
+        return QUICK_FIGURE
+    raise ValueError(f"--figure is required (one of {', '.join(FIGURE_NAMES)}), except with "
+                     f"--quick, which runs {QUICK_FIGURE}")
+
+
 def run(args: argparse.Namespace) -> int:
-    figures = resolve_figures(args.figure)
+    name = chosen_figure(args)
+    figures = resolve_figures(name)
     if args.users is not None:
         counts = tuple(require_int("every --users value", _integer("--users", part), 2)
                        for part in args.users.split(",") if part.strip())
@@ -108,12 +126,12 @@ def run(args: argparse.Namespace) -> int:
         plot_figure(rows, out / f"{figure.name}.png", title)
         (out / f"{figure.name}-summary.md").write_text(summary_markdown(summarize_rows(rows)))
     summary = summary_markdown(summarize_rows(all_rows))
-    if args.figure == "all":
+    if name == "all":
         write_csv(out / "all.csv", all_rows)
         (out / "all-summary.md").write_text(summary)
     elapsed = time.perf_counter() - started
     sys.stdout.write(summary)
-    sys.stderr.write(f"reproduce: {args.figure} with {repeats} repeats finished in "
+    sys.stderr.write(f"reproduce: {name} with {repeats} repeats finished in "
                      f"{elapsed:.1f} s; wrote {out}\n")
     return 0
 
