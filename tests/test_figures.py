@@ -124,3 +124,38 @@ def test_checker_accepts_a_legend_beside_the_data() -> None:
     ax.plot([0, 1], [0, 1], label="diagonal")
     figure.legend(loc="outside lower center")
     assert collisions(figure) == []
+
+
+def _panel_rows(optimum_m: float, optimum_mse: float) -> list[dict[str, str]]:
+    """One panel's CSV rows: both segmented variants swept over m, their optima at the
+    same (m*, MSE), and a baseline whose line runs right through that point."""
+    rows = []
+    base = {"figure": "f", "dataset": "msnbc", "shares": "S1", "n": "5000", "s": "4",
+            "repeats": "4", "detail": ""}
+    for method in (plotting.OURS, plotting.OURS_INDEPENDENT):
+        for m in (0.1, 1.0, 10.0):
+            rows.append({**base, "method": method, "m": str(m), "mse": str(0.001 / m + 0.001),
+                         "mse_bound": str(0.002 / m + 0.002), "optimal": "false"})
+        rows.append({**base, "method": method, "m": str(optimum_m), "mse": str(optimum_mse),
+                     "mse_bound": str(2 * optimum_mse), "optimal": "true"})
+    rows.append({**base, "method": "sepmm-shuffle", "m": "", "mse": str(optimum_mse),
+                 "mse_bound": "", "optimal": ""})
+    return rows
+
+
+def test_the_optimum_markers_of_ours_are_drawn_on_top() -> None:
+    """Where the two segmented variants share m* (and a baseline runs through it), the
+    slot-blanket star is drawn last, above every line and above the independent marker,
+    which is hollow and larger so that the star shows inside it; it used to be drawn
+    first and disappear under the independent marker and the baselines."""
+    fig = plotting.figure_of(_panel_rows(1.0, 0.002), "title")
+    ax = fig.axes[0]
+    lines = list(ax.lines)
+    drawn = sorted(range(len(lines)), key=lambda i: (lines[i].get_zorder(), i))  # stable
+    (star,) = [line for line in lines if line.get_marker() == "*"]
+    (plus,) = [line for line in lines if line.get_marker() == "P"]
+    curves = [line for line in lines if line not in (star, plus)]
+    assert lines[drawn[-1]] is star and lines[drawn[-2]] is plus
+    assert all(star.get_zorder() > plus.get_zorder() > line.get_zorder() for line in curves)
+    assert plus.get_markerfacecolor() == "none"
+    assert plus.get_markersize() > star.get_markersize()

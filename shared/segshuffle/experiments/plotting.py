@@ -2,7 +2,10 @@
 
 ``ours`` (slot blanket) and ``ours-independent`` (independent blanket) are lines
 over the swept m (each with the paper's MSE bound dotted and its optimizer's m*
-as a star); every baseline is a horizontal line at its measured MSE.  Rendering
+as a marker); every baseline is a horizontal line at its measured MSE.  The m* markers
+are drawn above every line (:data:`LINE_ZORDER`, :data:`OPTIMUM_ZORDER`), ``ours``' star
+last and filled, ``ours-independent``'s plus hollow and larger, so that neither hides
+the other where the two optima (nearly) coincide, and no baseline crosses them.  Rendering
 uses matplotlib's Agg backend (no display needed); one legend below the panels serves
 them all, so no legend covers a curve.
 """
@@ -28,10 +31,21 @@ _STYLE = {
     "weighted-sepmm-shuffle": ("tab:green", "-."),
 }
 
-#: Colour, star marker and label of each segmented variant.
+#: Colour, m* marker and label of each segmented variant.
 _OURS_STYLE = {
     OURS: ("tab:red", "*", "ours (slot blanket)"),
     OURS_INDEPENDENT: ("tab:purple", "P", "ours-independent"),
+}
+
+#: Every curve and baseline is drawn at this zorder (matplotlib's default for lines).
+LINE_ZORDER = 2.0
+
+#: How each variant's m* marker is drawn: above every line, ``ours`` on top of all; the
+#: independent marker hollow and larger, so that ``ours``' star shows inside it.
+OPTIMUM_ZORDER = {OURS: 4.0, OURS_INDEPENDENT: 3.0}
+_OPTIMUM_LOOK = {  # edge and face colours (None: the variant's colour), size, edge width
+    OURS: {"mec": "black", "mfc": None, "ms": 13, "mew": 1.0},
+    OURS_INDEPENDENT: {"mec": None, "mfc": "none", "ms": 15, "mew": 2.0},
 }
 
 #: Resolution of the saved PNG files.
@@ -76,21 +90,23 @@ def figure_of(rows: list[dict[str, str]], title: str) -> Figure:
                            key=lambda r: float(r["m"]))
             ms = [float(r["m"]) for r in sweep]
             (measured,) = ax.plot(ms, [float(r["mse"]) for r in sweep], "o-", color=color,
-                                  lw=2, ms=4)
+                                  lw=2, ms=4, zorder=LINE_ZORDER)
             (bound,) = ax.plot(ms, [float(r["mse_bound"]) for r in sweep], ":", color=color,
-                               lw=1, alpha=0.7)
+                               lw=1, alpha=0.7, zorder=LINE_ZORDER)
             legend.setdefault(f"{label} (measured)", measured)
             legend.setdefault(f"{label} (MSE bound)", bound)
             for r in mine:
                 if r["method"] == method and r["optimal"] == "true":
                     (star,) = ax.plot([float(r["m"])], [float(r["mse"])], marker,
-                                      color="black", mfc=color, ms=12)
+                                      ls="none", color=color, zorder=OPTIMUM_ZORDER[method],
+                                      **_optimum_look(method, color))
                     legend.setdefault(f"{label} at the optimizer's m*", star)
                     optima.append(f"{_SHORT[method]} {float(r['m']):.2g}")
         for r in mine:
             if r["method"] in BASELINES:
                 color, style = _STYLE[r["method"]]
-                line = ax.axhline(float(r["mse"]), color=color, ls=style, lw=1.6)
+                line = ax.axhline(float(r["mse"]), color=color, ls=style, lw=1.6,
+                                  zorder=LINE_ZORDER)
                 legend.setdefault(r["method"], line)
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -105,6 +121,13 @@ def figure_of(rows: list[dict[str, str]], title: str) -> Figure:
         fig.legend(list(legend.values()), list(legend.keys()), loc="outside lower center",
                    ncols=4, fontsize=8, frameon=False)
     return fig
+
+
+def _optimum_look(method: str, color: str) -> dict[str, object]:
+    """The m* marker's edge, face and size of ``method`` (its own colour where
+    :data:`_OPTIMUM_LOOK` gives None)."""
+    return {key: color if value is None else value
+            for key, value in _OPTIMUM_LOOK[method].items()}
 
 
 def plot_figure(rows: list[dict[str, str]], path: Path, title: str) -> None:
