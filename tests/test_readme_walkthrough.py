@@ -13,10 +13,13 @@ that reader's terminal:
 - any other ``python`` block runs in place, as a file, with the test's interpreter (the
   virtualenv's).
 
-The script runs with ``set -euo pipefail``, so the first failing command stops it.  The
-slow test runs it on two free loopback ports (``SERVER_PORT`` / ``SHUFFLER_PORT``, which
-the README's blocks read), under a bounded timeout, in its own process group, which is
-killed at the end whatever happened, so no service outlives the test.
+Every ``sh`` block starts with ``set -euo pipefail`` itself, so that a reader's shell stops
+at the first failing command instead of piling errors on it, and every wait in the blocks
+is bounded by ``$WAIT`` (the README's default is generous) rather than a fixed number of
+seconds that a busy machine overruns; the fast tests check both.  The slow test runs the
+blocks on two free loopback ports (``SERVER_PORT`` / ``SHUFFLER_PORT``, which the
+README's blocks read), under a bounded timeout, in its own process group, which is killed
+at the end whatever happened, so no service outlives the test.
 """
 
 from __future__ import annotations
@@ -42,8 +45,17 @@ from .nginx_support import free_ports
 README = Path(__file__).resolve().parents[1] / "README.md"
 SECTION = "Walkthrough"
 LANGUAGES = ("sh", "python")
-RUN_TIMEOUT = 240.0
-"""Seconds the whole walkthrough may take here (it takes well under a minute when idle)."""
+RUN_TIMEOUT = float(os.environ.get("SEGSHUFFLE_TEST_WALKTHROUGH_TIMEOUT", "1800"))
+"""Seconds the whole walkthrough may take here (it takes well under a minute when idle;
+the blocks' own waits are bounded by ``$WAIT``, which the README defaults)."""
+STRICT_MODE = "set -euo pipefail"
+"""The first command of every ``sh`` block."""
+WAIT_VARIABLE = "WAIT"
+"""The one variable that bounds every wait of the blocks."""
+_FIXED_WAIT = re.compile(
+    r"(?:--timeout|--retry-max-time|--retry|--max-time|--connect-timeout)[ =]+[\d.]"
+    r"|\bsleep\s+[\d.]|\btimeout\s+[\d.]|wait_for_\w+\([^)]*timeout\s*=\s*[\d.]")
+"""A wait of a fixed number of seconds: a flag or an argument given a literal number."""
 STOP_GRACE = 5.0
 """Seconds the services get to exit on SIGTERM before the process group is killed."""
 
@@ -254,6 +266,60 @@ def test_extractor_reads_only_the_section(tmp_path: Path) -> None:
         extract_blocks("## Elsewhere\n")
 
 
+def _first_command(text: str) -> str:
+    """The first line of a shell block that is neither blank nor a comment."""
+    return next((line.strip() for line in text.splitlines()
+                 if line.strip() and not line.lstrip().startswith("#")), "")
+
+
+def test_every_shell_block_stops_at_its_first_failure() -> None:
+    """A reader copies the blocks into a shell, which does not stop at a failure unless
+    told: each ``sh`` block begins with ``set -euo pipefail``."""
+    blocks = extract_blocks(README.read_text(encoding="utf-8"))
+    shell = [block for block in blocks if block.language == "sh"]
+    assert shell
+    for block in shell:
+        assert _first_command(block.text) == STRICT_MODE, (
+            f"README.md line {block.line}: the block does not begin with {STRICT_MODE!r}")
+
+
+def test_no_wait_is_a_fixed_number_of_seconds() -> None:
+    """Every wait of the blocks is bounded by ``$WAIT``, which the first block sets with a
+    default; a literal timeout (``--timeout 120``, ``timeout=120``, ``--retry 30``) would
+    fail the walkthrough on a busy machine."""
+    blocks = extract_blocks(README.read_text(encoding="utf-8"))
+    for block in blocks:
+        found = _FIXED_WAIT.search(block.text)
+        assert found is None, (f"README.md block at line {block.line}: a fixed wait "
+                               f"{found.group(0)!r}; use ${WAIT_VARIABLE}")
+    first = next(block for block in blocks if block.language == "sh")
+    assert re.search(rf"^export {WAIT_VARIABLE}=\$\{{{WAIT_VARIABLE}:-(\d+)\}}",
+                     first.text, re.MULTILINE), "the first block must default WAIT"
+    waits = [line for block in blocks if block.language == "sh"
+             for line in _joined_lines(block.text)
+             if re.search(r"--when-ready|--wait\b|--retry\b", line)]
+    assert len(waits) >= 3
+    for line in waits:
+        assert f"${WAIT_VARIABLE}" in line, f"a wait not bounded by ${WAIT_VARIABLE}: {line}"
+    users = next(block for block in blocks if block.saved_as == "users.py")
+    assert "wait_for_phase(" in users.text and f'os.environ["{WAIT_VARIABLE}"]' in users.text
+
+
+def test_the_fixed_wait_pattern_finds_what_it_should() -> None:
+    for fixed in ("release x --timeout 120", "curl --retry 30 url", "sleep 5",
+                  "user.wait_for_phase('round2', timeout=120)", "--retry-max-time=60"):
+        assert _FIXED_WAIT.search(fixed), fixed
+    for bounded in ('release x --timeout "$WAIT"', 'curl --retry "$WAIT" url',
+                    "user.wait_for_phase('round2', timeout=wait)",
+                    "http = httpx.Client(timeout=30.0)"):
+        assert not _FIXED_WAIT.search(bounded), bounded
+
+
+def _joined_lines(text: str) -> list[str]:
+    """A shell block's commands, continuation lines (ending in a backslash) joined."""
+    return text.replace("\\\n", " ").splitlines()
+
+
 # -- slow: run it --------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -354,7 +420,7 @@ def test_services_stopped_when_a_step_fails(tmp_path: Path) -> None:
     starting = next(index for index, block in enumerate(blocks)
                     if "segshuffle serve shuffler" in block.text)
     failing = Block("sh", "curl -fs \"$SHUFFLER_URL/readyz\"\nfalse\necho unreachable\n", 0)
-    run = run_blocks([*blocks[: starting + 1], failing], tmp_path, timeout=90.0)
+    run = run_blocks([*blocks[: starting + 1], failing], tmp_path)
     assert run.status not in (None, 0), run.transcript
     assert '"status":"ready"' in run.transcript, run.transcript
     assert "unreachable" not in run.transcript
