@@ -21,6 +21,9 @@
 #                                 base image; installs the wheelhouse with --require-hashes.
 #   5. deploy/.env                random service tokens (deploy/init-secrets.sh), kept if present.
 #
+# It ends by printing the command that starts the deployment with the Docker Compose this
+# machine has: `docker compose` (the plugin) or `docker-compose` (deploy/compose-command.sh).
+#
 # Idempotent: run it again after changing the code; only steps 3 and 4 are redone.
 #
 # Prerequisites (each is checked; `deploy/build-images.sh --check` checks them all and exits):
@@ -58,6 +61,8 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "${here}/.." && pwd)"
+# shellcheck source=deploy/compose-command.sh
+. "${here}/compose-command.sh"
 base_image="segshuffle-base:bookworm"
 proxy_image="segshuffle-proxy:bookworm"
 postgres_image="segshuffle-postgres:bookworm"
@@ -491,7 +496,7 @@ main() {
     build_wheelhouse
     build_app
     "$here/init-secrets.sh"
-    log "done: docker compose -f deploy/compose.yaml up -d"
+    log "done: $(compose_up_hint deploy/compose.yaml)"
 }
 
 main
