@@ -98,6 +98,42 @@ def test_every_refused_flag_is_one_line_in_the_projects_words(
     _assert_own_words(error)
 
 
+OTHER_COMMANDS: list[list[str]] = [
+    ["admin", "invitations", "c1", "--count", "0", "--out", "x", "--issuer-key", "k"],
+    ["admin", "invitations", "c1", "--count", "5", "--expires-in", "0", "--out", "x",
+     "--issuer-key", "k"],
+    ["admin", "status", "c1", "--interval", "0"],
+    ["admin", "status", "bad id"],
+    ["admin", "release", "c1", "--round", "1", "--timeout", "0"],
+    ["admin", "release", "c1", "--round", "3"],
+    ["admin", "results", "c1", "--format", "csv"],
+    ["optimize", "--users", "1", "--domain-size", "10", "--set-size", "1", "--levels", "1",
+     "--shares", "1", "--delta", "1e-5"],
+    ["optimize", "--users", "100", "--domain-size", "10", "--set-size", "1", "--levels", "1",
+     "--shares", "1", "--delta", "0"],
+    ["audit", "--users", "100", "--domain-size", "10", "--set-size", "1", "--blanket", "-1",
+     "--lam", "0.5", "--delta", "1e-5"],
+    ["serve", "shuffler", "--port", "70000"],
+    ["serve", "server", "--port", "http"],
+]
+"""Other commands' refused flags: each is refused before any request or computation."""
+
+
+@pytest.mark.parametrize("argv", OTHER_COMMANDS, ids=lambda argv: " ".join(argv)[:40])
+def test_other_commands_refuse_in_the_projects_words(
+        argv: list[str], capsys: pytest.CaptureFixture[str],
+        environment: Callable[[Mapping[str, str]], None]) -> None:
+    environment({})
+    try:
+        status = cli.main(argv)
+    except SystemExit as stopped:  # argparse's own refusals exit
+        status = stopped.code
+    error = capsys.readouterr().err
+    assert status == 2, error
+    assert error.count("\n") == 1, error
+    _assert_own_words(error)
+
+
 @pytest.mark.parametrize("lines", [["apple"], ["apple", "x" * 300], ["apple", "apple"],
                                    [f"item{i}" for i in range(2)] + ["é" * 201]])
 def test_every_refused_items_file_is_one_line_in_the_projects_words(
