@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Per-request CPU cost of the server and the shuffler, against a bare FastAPI baseline.
+"""Per-request CPU cost of the server and the shuffler, against bare baselines on the same server.
 
     python benchmarks/bench_services.py --users 2000,10000
     python benchmarks/bench_services.py --users 2000 --databases sqlite,postgresql --json
@@ -7,7 +7,7 @@
 Per configuration (user count x database) it starts both services as real processes
 (:class:`segshuffle.testing.localstack.LocalStack`: ``segshuffle serve``, invitation
 enrollment as deployed, per-source rate limits off since every request comes from one
-loopback address) and a bare FastAPI app under uvicorn started the same way
+loopback address) and the bare app under the services' uvicorn configuration
 (``benchmarks/bare_app.py``), then drives N users through one campaign:
 
 1. ``enroll``: N ``POST .../enrollments``, each with its own signed invitation;
@@ -19,12 +19,17 @@ loopback address) and a bare FastAPI app under uvicorn started the same way
 5. ``bare_get``: N GETs of a body of the same size at the bare app.
 
 The baselines of the submissions are measured beside them: after every slice of
-``round1`` and ``round2``, the same bodies, byte for byte, are POSTed to the bare app as
-one slice of ``bare_post``, then to its endpoint that also appends each body to a table
-of the configuration's database (SQLite or PostgreSQL) as one slice of ``bare_stored``,
-the floor of any request that stores what it receives.  A shared machine drifts by tens
-of percent over a minute, so a baseline taken after the campaign compared the shuffler
-with a machine in another state; slice by slice, each ratio's two sides see the same one.
+``round1`` and ``round2``, the same bodies, byte for byte, are POSTed to each of the
+bare app's four endpoints as one slice of its phase (:data:`BASELINES`): a FastAPI route
+that parses the body (``bare_post``) and one that also appends it to a table of the
+configuration's database, SQLite or PostgreSQL (``bare_stored``, the floor of any
+request that stores what it receives), and the same two as plain ASGI callables ahead
+of FastAPI (``raw_post``, ``raw_stored``).  The shuffler serves its user routes without
+FastAPI's router (``UserRoutes``), so the raw-ASGI pair is the floor of the stack those
+routes run on; the FastAPI pair leaves the router's cost on the baseline's side.  A
+shared machine drifts by tens of percent over a minute, so a baseline taken after the
+campaign compared the shuffler with a machine in another state; slice by slice, each
+ratio's two sides see the same one.
 
 Every body is prepared before its phase in a process pool, as real clients would with the
 SDK (:mod:`loadgen`: campaign and signatures verified, parameters verified per level,
@@ -36,17 +41,20 @@ the slices; the generator's own CPU is shown so one can tell it is not the bottl
 Latencies (p50/p95) are per request, from writing it to reading the whole answer.
 
 Summary figures: ``shuffler_cpu_ms_per_submission`` (both rounds), ``server_cpu_ms_per_get``,
-``bare_cpu_ms_per_request`` (a bare POST of the same bodies), ``bare_cpu_ms_per_get``, and
-``shuffler_rate_vs_bare`` = bare / shuffler CPU per request (the fraction of the bare app's
-throughput per core the shuffler reaches), ``server_get_rate_vs_bare`` likewise, and
-``bare_stored_cpu_ms_per_request`` with ``shuffler_rate_vs_bare_stored`` (the same against
-the storing endpoint).  On a PostgreSQL server of this machine its process tree is metered
-too (``database``: every backend, the WAL writer, the checkpointer), with
-``database_cpu_ms_per_submission``, ``..._per_enrollment``,
-``bare_stored_database_cpu_ms_per_request`` and their ratio ``database_vs_bare_stored``;
-a server elsewhere is not.  With
-several user counts, the flatness check prints CPU-ms per submission at the largest N over
-that at the smallest (1.0: cost per user independent of the campaign's size).
+``bare_cpu_ms_per_request`` (a bare FastAPI POST of the same bodies), ``bare_cpu_ms_per_get``,
+and ``shuffler_rate_vs_bare`` = bare / shuffler CPU per request (the fraction of the bare
+app's throughput per core the shuffler reaches), ``server_get_rate_vs_bare`` likewise;
+``bare_stored_cpu_ms_per_request``, ``raw_cpu_ms_per_request`` and
+``raw_stored_cpu_ms_per_request`` with ``shuffler_rate_vs_bare_stored``,
+``shuffler_rate_vs_raw`` and ``shuffler_rate_vs_raw_stored``; and ``baselines``, per
+baseline its CPU-ms per request and ``shuffler_cost_ratio`` = shuffler / baseline CPU per
+request (how many baseline requests one submission costs), printed for each.  On a
+PostgreSQL server of this machine its process tree is metered too (``database``: every
+backend, the WAL writer, the checkpointer), with ``database_cpu_ms_per_submission``,
+``..._per_enrollment``, ``bare_stored_database_cpu_ms_per_request`` and their ratio
+``database_vs_bare_stored``; a server elsewhere is not.  With several user counts, the
+flatness check prints CPU-ms per submission at the largest N over that at the smallest
+(1.0: cost per user independent of the campaign's size).
 
 The machine is shared: wall-time figures (requests/s, latencies) are noisy; CPU per
 request is the figure to compare between runs.
@@ -79,6 +87,7 @@ from segshuffle.testing.localstack import RELEASE_SECONDS, harness_seconds
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bare_app import RAW_SUBMIT, RAW_SUBMIT_STORED
 from loadgen import BatchResult, Senders, encode_request, tree_cpu_seconds
 
 MAX_USERS = 200_000
@@ -98,6 +107,14 @@ LEVELS = (1.0, 2.0, 4.0)
 SHARES = (0.3, 0.4, 0.3)
 DOMAIN = 64
 SET_SIZE = 2
+BASELINES = {
+    "raw_post": (RAW_SUBMIT, "raw-ASGI POST"),
+    "raw_stored": (RAW_SUBMIT_STORED, "raw-ASGI storing POST"),
+    "bare_post": ("/submit", "FastAPI POST"),
+    "bare_stored": ("/submit-stored", "FastAPI storing POST"),
+}
+"""The submissions' baselines: phase name -> (the bare app's route, its name in the
+report), each measured slice by slice beside the rounds."""
 
 
 class BenchError(RuntimeError):
@@ -436,14 +453,13 @@ def run_configuration(args: argparse.Namespace, database: str, users: int) -> di
                 store = urls.get("bare", f"sqlite:///{directory / 'bare.sqlite3'}")
                 bare_posts = closing.enter_context(bare_app(16, directory / "posts", store))
                 meter.processes["bare"] = bare_posts[0]
-                baselines = {name: Phase(name) for name in ("bare_post", "bare_stored")}
+                baselines = {name: Phase(name) for name in BASELINES}
 
                 def companions(bodies: Sequence[bytes]) -> list[Companion]:
                     """The bare POSTs of ``bodies``, each phase's slice beside the round's."""
                     host = f"127.0.0.1:{bare_posts[1]}"
                     answer = []
-                    for name, route in (("bare_post", "/submit"),
-                                        ("bare_stored", "/submit-stored")):
+                    for name, (route, _) in BASELINES.items():
                         posts = [encode_request("POST", host, route, body) for body in bodies]
                         meter.warm_up(bare_posts[1], posts[-1])
                         answer.append(Companion(baselines[name], bare_posts[1], posts))
@@ -536,6 +552,8 @@ def summarize(database: str, users: int, args: argparse.Namespace,
     bare_post = phases["bare_post"].cpu_ms_per_request("bare")
     bare_get = phases["bare_get"].cpu_ms_per_request("bare")
     bare_stored = phases["bare_stored"].cpu_ms_per_request("bare")
+    raw_post = phases["raw_post"].cpu_ms_per_request("bare")
+    raw_stored = phases["raw_stored"].cpu_ms_per_request("bare")
     return {
         "database": database, "users": users, "concurrency": args.concurrency,
         "senders": args.senders, "loadavg": _loadavg(),
@@ -548,11 +566,27 @@ def summarize(database: str, users: int, args: argparse.Namespace,
         "server_get_rate_vs_bare": bare_get / server_get,
         "bare_stored_cpu_ms_per_request": bare_stored,
         "shuffler_rate_vs_bare_stored": bare_stored / shuffler,
+        "raw_cpu_ms_per_request": raw_post,
+        "raw_stored_cpu_ms_per_request": raw_stored,
+        "shuffler_rate_vs_raw": raw_post / shuffler,
+        "shuffler_rate_vs_raw_stored": raw_stored / shuffler,
+        "baselines": baseline_figures(phases, shuffler),
         **_database_figures(phases, submissions),
         "sizes": sizes,
         "phases": {name: phase.summary() for name, phase in phases.items()},
         "releases": operations,
     }
+
+
+def baseline_figures(phases: dict[str, Phase], shuffler: float) -> dict[str, dict[str, float]]:
+    """Per baseline of :data:`BASELINES`: its CPU-ms per request and the shuffler's
+    cost in those requests (``shuffler`` CPU-ms per submission over it)."""
+    answer = {}
+    for name in BASELINES:
+        cost = phases[name].cpu_ms_per_request("bare")
+        answer[name] = {"cpu_ms_per_request": cost,
+                        "shuffler_cost_ratio": shuffler / cost if cost else math.nan}
+    return answer
 
 
 def _database_figures(phases: dict[str, Phase], submissions: Phase) -> dict[str, Any]:
@@ -606,16 +640,18 @@ def format_configuration(figures: dict[str, Any]) -> str:
         f"shuffler CPU-ms per submission  {figures['shuffler_cpu_ms_per_submission']:.3f}",
         f"shuffler CPU-ms per enrollment  {figures['shuffler_cpu_ms_per_enrollment']:.3f}",
         f"server CPU-ms per GET           {figures['server_cpu_ms_per_get']:.3f}",
-        f"bare CPU-ms per request (POST)  {figures['bare_cpu_ms_per_request']:.3f}",
         f"bare CPU-ms per GET             {figures['bare_cpu_ms_per_get']:.3f}",
-        f"bare storing POST CPU-ms        {figures['bare_stored_cpu_ms_per_request']:.3f}",
-        f"shuffler rate vs bare (bare_cpu/shuffler_cpu)  "
-        f"{figures['shuffler_rate_vs_bare']:.3f}",
         f"server GET rate vs bare (bare_cpu/server_cpu)  "
         f"{figures['server_get_rate_vs_bare']:.3f}",
-        f"shuffler rate vs bare storing POST             "
-        f"{figures['shuffler_rate_vs_bare_stored']:.3f}",
+        "shuffler submission against each baseline, measured beside the rounds:",
+        f"  {'baseline':<24} {'CPU-ms':>8} {'shuffler / baseline':>20} "
+        f"{'rate vs baseline':>17}",
     ]
+    for name, (_, title) in BASELINES.items():
+        baseline = figures["baselines"][name]
+        ratio = baseline["shuffler_cost_ratio"]
+        lines.append(f"  {title:<24} {_cell(baseline['cpu_ms_per_request']):>8} "
+                     f"{_cell(ratio, 2) + 'x':>20} {_cell(1 / ratio if ratio else None):>17}")
     if "database_cpu_ms_per_submission" in figures:
         lines += [
             f"database CPU-ms per submission  {figures['database_cpu_ms_per_submission']:.3f}",

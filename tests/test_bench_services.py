@@ -7,6 +7,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -38,7 +39,7 @@ def test_tiny_run_prints_one_json_object_with_positive_figures(database: str) ->
     assert report["users"] == 60 and report["database"] == database
     phases = report["phases"]
     assert set(phases) == {"enroll", "round1", "round2", "server_get", "bare_get",
-                           "bare_post", "bare_stored"}
+                           "bare_post", "bare_stored", "raw_post", "raw_stored"}
     assert phases["round1"]["requests"] == phases["round2"]["requests"] == 60
     for phase in phases.values():
         assert _positive(phase["requests_per_s"])
@@ -134,3 +135,116 @@ def test_the_bare_baselines_are_measured_slice_by_slice_beside_the_rounds() -> N
               companions=[bench_services.Companion(bare_post, 2, plain[:10])])
     assert [(port, len(batch)) for port, batch in senders.batches] == [(1, 10), (2, half)]
     assert senders.batches[1][1][:12] == plain[:10] + plain[:2]
+
+
+def _bench_services() -> ModuleType:
+    """The benchmark module, imported from its directory."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import bench_services
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    return bench_services
+
+
+@pytest.mark.slow
+def test_the_report_sets_the_submission_against_raw_asgi_and_fastapi_baselines() -> None:
+    """The shuffler's user routes bypass FastAPI's router, so a FastAPI route is not the
+    floor of the stack they run on: the report has a raw-ASGI POST and a raw-ASGI storing
+    POST beside the FastAPI pair, each measured slice by slice with the rounds, and the
+    shuffler's cost over each, in JSON and in the printed table."""
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--users", "40", "--concurrency", "8",
+         "--seal-workers", "2", "--databases", "sqlite"],
+        capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    for title in ("raw-ASGI POST", "raw-ASGI storing POST", "FastAPI POST",
+                  "FastAPI storing POST"):
+        line = next((line for line in result.stdout.splitlines()
+                     if line.strip().startswith(title + " ")), None)
+        assert line is not None, (title, result.stdout)
+        cost, ratio, rate = line.split()[-3:]
+        assert float(cost) > 0 and ratio.endswith("x") and float(ratio[:-1]) > 0
+        assert float(rate) == pytest.approx(1 / float(ratio[:-1]), rel=0.02, abs=0.002)
+
+
+def test_each_baseline_reports_the_shuffler_cost_over_it() -> None:
+    bench_services = _bench_services()
+    assert set(bench_services.BASELINES) == {"raw_post", "raw_stored", "bare_post",
+                                             "bare_stored"}
+    phases = {}
+    for name, cost in (("raw_post", 0.08), ("raw_stored", 0.1), ("bare_post", 0.16),
+                       ("bare_stored", 0.2)):
+        phase = bench_services.Phase(name)
+        phase.slice_sizes = [2000, 2000]
+        phase.slice_cpu = {"bare": [2.0 * cost, 2.0 * cost]}
+        phases[name] = phase
+    figures = bench_services.baseline_figures(phases, shuffler=0.4)
+    assert figures["raw_post"] == pytest.approx({"cpu_ms_per_request": 0.08,
+                                                 "shuffler_cost_ratio": 5.0})
+    assert figures["bare_post"]["shuffler_cost_ratio"] == pytest.approx(2.5)
+    assert figures["raw_stored"]["shuffler_cost_ratio"] == pytest.approx(4.0)
+    assert figures["bare_stored"]["shuffler_cost_ratio"] == pytest.approx(2.0)
+
+
+def _bare_app() -> ModuleType:
+    """The bare app's module, imported from its directory."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import bare_app
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    return bare_app
+
+
+async def _post(app: object, path: str, body: bytes) -> tuple[int, bytes]:
+    """One ASGI POST of ``body`` (in two parts) to ``app``: (status, answer)."""
+    parts = [{"type": "http.request", "body": body[:3], "more_body": True},
+             {"type": "http.request", "body": body[3:], "more_body": False}]
+    sent: list[dict[str, object]] = []
+
+    async def receive() -> dict[str, object]:
+        return parts.pop(0) if parts else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+             "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
+             "query_string": b"", "root_path": "", "server": ("bench", 80), "client": None,
+             "headers": [(b"content-type", b"application/json")]}
+    await app(scope, receive, send)  # type: ignore[operator]
+    return int(sent[0]["status"]), b"".join(m.get("body", b"") for m in sent[1:])
+
+
+def test_the_raw_routes_parse_and_store_a_body_without_the_framework(tmp_path: Path) -> None:
+    """The raw-ASGI POSTs answer ahead of FastAPI (which never sees them), parse the
+    body, and the storing one appends it as one row; other paths go to FastAPI."""
+    import asyncio
+
+    bare_app = _bare_app()
+    sink = bare_app.SQLiteSink(str(tmp_path / "bare.sqlite3"))
+    seen: list[str] = []
+    fastapi_app = bare_app.create_app(64, sink)
+
+    async def framework(scope: dict[str, object], receive: object, send: object) -> None:
+        seen.append(str(scope["path"]))
+        await fastapi_app(scope, receive, send)  # type: ignore[arg-type]
+
+    app = bare_app.RawRoutes(framework, sink)
+
+    async def scenario() -> list[tuple[int, bytes]]:
+        return [await _post(app, bare_app.RAW_SUBMIT, b'{"levels": ["x"]}'),
+                await _post(app, bare_app.RAW_SUBMIT_STORED, b'{"data": [1, 2]}'),
+                await _post(app, bare_app.RAW_SUBMIT, b"not json"),
+                await _post(app, "/submit", b'{"levels": []}')]
+
+    answers = asyncio.run(scenario())
+    assert answers[0] == (201, b'{"accepted":true}')
+    assert answers[1] == (201, b'{"accepted":true}')
+    assert answers[2][0] == 400
+    assert answers[3][0] == 201
+    assert seen == ["/submit"]  # the raw routes never reached the framework
+    rows = sink.db.execute("SELECT body FROM bodies").fetchall()
+    assert rows == [(b'{"data": [1, 2]}',)]
+    sink.db.close()
