@@ -1,4 +1,4 @@
-"""Parameters that are useless say so (issue 25): estimates that are noise, looser levels
+"""Parameters that are useless say so: estimates that are noise, looser levels
 that cannot get more signal, rates so small their users are barely seen, a capped m."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One error path for the command line (issue 25): every subcommand given bad input answers
+"""One error path for the command line: every subcommand given bad input answers
 with one line on stderr and exit status 2, never a traceback (an exception escaping here
 fails the test), and the demo refuses bad flags before it starts any service."""
 

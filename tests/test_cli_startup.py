@@ -1,4 +1,4 @@
-"""The command line's first impression (issue 25): ``--version`` and ``--help`` import no
+"""The command line's first impression: ``--version`` and ``--help`` import no
 protocol or web code, and a closed output pipe is one line, not a traceback."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The client accepts only campaigns its guarantee covers (issue 22).
+"""The client accepts only campaigns its guarantee covers.
 
 Every test here is offline: the parameters are the server's own
 (:func:`publish_parameters`), the views are assembled as the server assembles them, and

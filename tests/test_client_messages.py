@@ -66,7 +66,7 @@ def test_fixed_size_sends_s_plus_ceil_m_slots_with_padding() -> None:
 
 
 def test_without_padding_a_set_smaller_than_s_is_refused_before_sealing() -> None:
-    """Nulls in place of missing items would reveal the set's size (issue 22, finding 1)."""
+    """Nulls in place of missing items would reveal the set's size."""
     view, _ = _view(padding=False)
     p = view.parameters
     assert p is not None

@@ -109,7 +109,7 @@ def test_projection_onto_the_simplex() -> None:
 
 
 def test_the_projection_keeps_every_share_at_most_one() -> None:
-    """A share is at most 1 (issue 25: the demo's projected column showed 3.8)."""
+    """A share is at most 1 (the demo's projected column once showed 3.8)."""
     assert project_to_simplex([3.8, 0.1, -0.2], 1.0).tolist() == pytest.approx([1, 0, 0])
     capped = project_to_simplex([1.5, 1.2, 0.1, 0.0], 2.0)  # unconstrained: 1.15, 0.85
     assert capped.tolist() == pytest.approx([1.0, 1.0, 0.0, 0.0])

@@ -1,4 +1,4 @@
-"""Each service opens only its own database (issue 23, findings 1-3): an empty, foreign or
+"""Each service opens only its own database: an empty, foreign or
 other service's database is refused before anything is written to it, on SQLite and on
 PostgreSQL; a new one is created only where nothing exists yet."""
 

@@ -1,4 +1,4 @@
-"""The decrypt pool dies with a killed server (issue 23, finding 5): after ``SIGKILL`` of
+"""The decrypt pool dies with a killed server: after ``SIGKILL`` of
 the process that owns it, the fork server, the workers and the resource tracker are gone
 within seconds (they used to stay 30 s and more)."""
 

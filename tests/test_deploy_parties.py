@@ -150,7 +150,7 @@ def test_docker_compose_accepts_both_party_files(tmp_path: Path) -> None:
 
 
 def test_the_issuer_key_stays_with_the_shuffler_party() -> None:
-    """Issue 23, finding 9: whoever holds the issuer key can mint tokens, and with the
+    """Whoever holds the issuer key can mint tokens, and with the
     server that is the n-1 attack; the docs say who holds it and the server party's file
     never sees it."""
     assert "ISSUER" not in PARTIES["server"]["file"].read_text()

@@ -1,4 +1,4 @@
-"""Fault injection over real processes (issue 23, acceptance): 1,000 users through both
+"""Fault injection over real processes: 1,000 users through both
 rounds while each service is killed (``SIGKILL``) at a random point of every phase and
 restarted at once.  Every campaign ends exact (the server's counts equal what the users
 sent, nothing dropped), and no process, the decrypt pool's included, outlives the run.

@@ -1,4 +1,4 @@
-"""Simulated users from many loopback source addresses (issue 24): a load test from one host
+"""Simulated users from many loopback source addresses: a load test from one host
 used to reach a balancer from a single address, so per-address hashing sent every user to
 one shuffler replica and per-source rate limits treated them all as one client."""
 

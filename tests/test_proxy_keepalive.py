@@ -1,4 +1,4 @@
-"""The deployed nginx configurations keep their upstream connections alive (issue 24).
+"""The deployed nginx configurations keep their upstream connections alive.
 
 nginx passes a ``proxy_set_header`` of the ``http`` block on only to blocks that set none
 of their own.  A ``location`` that sets ``X-Forwarded-For`` therefore loses the

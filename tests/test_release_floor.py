@@ -1,5 +1,5 @@
 """A campaign no deployment could release as asked is refused at creation, and a round held
-by the shuffler's floor says so (issue 22, finding 6)."""
+by the shuffler's floor says so."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Each service names itself (issue 25): a client pointed at the wrong one says so instead
+"""Each service names itself: a client pointed at the wrong one says so instead
 of "HTTP 404 not-found: no such resource"."""
 
 from __future__ import annotations

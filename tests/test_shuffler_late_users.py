@@ -1,4 +1,4 @@
-"""A user who comes back after the campaign ended is told so (issue 25): its token was
+"""A user who comes back after the campaign ended is told so: its token was
 forgotten with the campaign, and the answer used to be "401 token is not valid".  Both
 ends count: a campaign aborted, and one that finished normally (phase ``done``)."""
 

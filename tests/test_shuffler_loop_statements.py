@@ -1,4 +1,4 @@
-"""On PostgreSQL the shuffler runs a submission's statements on the event loop (issue 24):
+"""On PostgreSQL the shuffler runs a submission's statements on the event loop:
 no worker-thread hand-off per submission or enrollment once the application has started,
 one statement for a plain submission, and the same answers as before."""
 

@@ -1,5 +1,5 @@
-"""The shuffler is not ready while a round holding messages has lost its key (issue 23,
-finding 4): ``/readyz`` answers 503 naming the campaign and round, and the round's status
+"""The shuffler is not ready while a round holding messages has lost its key:
+``/readyz`` answers 503 naming the campaign and round, and the round's status
 says why."""
 
 from __future__ import annotations

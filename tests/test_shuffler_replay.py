@@ -1,4 +1,4 @@
-"""A ciphertext already stored in a round is refused (issue 23, finding 8): another token
+"""A ciphertext already stored in a round is refused: another token
 resending a ciphertext it saw would raise the round's participant count, and with it the
 round-2 threshold, while the server drops the copy as a replay."""
 

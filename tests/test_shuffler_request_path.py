@@ -1,4 +1,4 @@
-"""The shuffler's submission path stays cheap without changing its answers (issue 24):
+"""The shuffler's submission path stays cheap without changing its answers:
 FastAPI's own telemetry is off, the receipt is the model's serialization, and SQLite
 checkpoints its WAL in large steps."""
 

@@ -1,4 +1,4 @@
-"""On SQLite a plain submission checks its token inside its own transaction (issue 24):
+"""On SQLite a plain submission checks its token inside its own transaction:
 one storage call where the token's lookup was a call of its own, and every answer as in
 the usual order (tests/submit_as_support.py; the PostgreSQL twin is in
 tests/test_shuffler_loop_statements.py)."""

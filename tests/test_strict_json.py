@@ -1,4 +1,4 @@
-"""Request bodies must be I-JSON (issue 23, finding 6): a duplicate member, an integer
+"""Request bodies must be I-JSON: a duplicate member, an integer
 beyond 2^53 - 1, an overflowing number or NaN is a 400 problem, not a silent choice."""
 
 from __future__ import annotations
