@@ -7,13 +7,21 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+from segshuffle.testing.localstack import RELEASE_SECONDS, STARTUP_SECONDS, harness_seconds
+
 pytestmark = pytest.mark.slow  # real service processes end to end
+
+PHASE_SECONDS = harness_seconds("release", RELEASE_SECONDS)
+"""The longest a test waits for the demo to reach a phase (its optimizer included)."""
+DEMO_SECONDS = harness_seconds("startup", STARTUP_SECONDS) + 2 * PHASE_SECONDS
+"""The longest a whole demo may take: its services' start and both releases."""
 
 
 def _demo_environment(marker: str) -> dict[str, str]:
@@ -25,10 +33,11 @@ def _demo_environment(marker: str) -> dict[str, str]:
     return environment
 
 
-def _demo(*args: str, marker: str = "", timeout: float = 120
-          ) -> subprocess.CompletedProcess[str]:
+def _demo(*args: str, marker: str = "") -> subprocess.CompletedProcess[str]:
+    """Run a demo to its end; the bound is against a hang, not a speed requirement (both
+    releases include the server's optimizer or decoding, minutes on a busy machine)."""
     return subprocess.run([sys.executable, "-m", "segshuffle.cli.main", "demo", *args],
-                          capture_output=True, text=True, timeout=timeout,
+                          capture_output=True, text=True, timeout=DEMO_SECONDS,
                           env=_demo_environment(marker or uuid.uuid4().hex))
 
 
@@ -140,23 +149,107 @@ def test_demo_bad_arguments_fail_in_one_line() -> None:
     assert result.returncode == 2 and "shares" in result.stderr
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_demo_interrupted_shuts_everything_down(sig: int) -> None:
-    marker = uuid.uuid4().hex
-    # A runner started in the background may ignore SIGINT, and the child would inherit
-    # that (Python then installs no KeyboardInterrupt handler): restore the default.
-    process = subprocess.Popen(
-        [sys.executable, "-m", "segshuffle.cli.main", "demo", "--users", "3000"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=_demo_environment(marker),
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    assert process.stderr is not None
-    deadline = time.monotonic() + 60
-    for line in process.stderr:  # wait until users are being simulated
-        if line.startswith("round 1:") or time.monotonic() > deadline:
-            break
-    process.send_signal(sig)
-    _, err = process.communicate(timeout=60)
-    assert process.returncode == 130, err[-2000:]
-    assert "interrupted" in err
-    assert _children_gone(marker)
+class RunningDemo:
+    """A demo started in the background, its stderr read line by line by a thread (so a
+    wait for a line is bounded even if the demo hangs)."""
+
+    def __init__(self, *args: str) -> None:
+        self.marker = uuid.uuid4().hex
+        # A runner started in the background may ignore SIGINT, and the child would inherit
+        # that (Python then installs no KeyboardInterrupt handler): restore the default.
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "segshuffle.cli.main", "demo", *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=_demo_environment(self.marker),
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            with self._changed:
+                self.lines.append(line.rstrip("\n"))
+                self._changed.notify_all()
+        with self._changed:
+            self.lines.append(EOF)
+            self._changed.notify_all()
+
+    def wait_for_line(self, prefix: str, timeout: float) -> int:
+        """The index of the first stderr line starting with ``prefix``, once it is there."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                found = [i for i, line in enumerate(self.lines) if line.startswith(prefix)]
+                if found:
+                    return found[0]
+                if EOF in self.lines:
+                    raise AssertionError(f"the demo ended before {prefix!r}: {self.lines}")
+                if not self._changed.wait(max(0.0, deadline - time.monotonic())):
+                    raise AssertionError(f"no {prefix!r} line within {timeout} s")
+
+    def finish(self, timeout: float) -> list[str]:
+        """Wait for the demo to exit; its whole stderr."""
+        self.process.wait(timeout)
+        self._reader.join(timeout)
+        assert self.process.stdout is not None
+        self.process.stdout.close()
+        return [line for line in self.lines if line is not EOF]
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(60)
+
+
+EOF = "\0end of stderr"
+STOP_SECONDS = 120.0
+"""The longest a test waits for the demo, or a service whose demo died, to be gone."""
+
+
+def _is_progress(line: str) -> bool:
+    return line.startswith(("round ", "demo: "))
+
+
+@pytest.mark.parametrize(("sig", "phase"), [
+    (signal.SIGINT, "round 1:"),  # users enrolling and sending their levels
+    (signal.SIGTERM, "round 1:"),
+    (signal.SIGTERM, "round 2:"),  # users sending their data (or round 2 being released)
+])
+def test_demo_stopped_by_a_signal_says_one_line_and_stops_its_services(
+        sig: int, phase: str) -> None:
+    """SIGINT or SIGTERM at any phase: the services are stopped, stderr ends with exactly
+    one line (no traceback, no asyncio "Task exception was never retrieved"), and the exit
+    status is 128 + the signal's number."""
+    demo = RunningDemo("--users", "1500" if phase == "round 1:" else "400")
+    try:
+        signalled_after = demo.wait_for_line(phase, PHASE_SECONDS)
+        demo.process.send_signal(sig)
+        lines = demo.finish(STOP_SECONDS)
+    finally:
+        demo.kill()
+    name = signal.Signals(sig).name
+    assert demo.process.returncode == 128 + sig, lines[-20:]
+    after = [line for line in lines[signalled_after + 1:] if not _is_progress(line)]
+    assert after == [f"segshuffle: interrupted by {name}"], lines[-20:]
+    assert lines[-1] == after[0]
+    assert not [line for line in lines if "Traceback" in line or "exception" in line]
+    assert _children_gone(demo.marker, STOP_SECONDS)
+
+
+def test_demo_killed_outright_takes_its_services_with_it() -> None:
+    """SIGKILL gives the demo no chance to clean up: its services notice that it is gone
+    (their lifeline pipe reads end of file) and stop by themselves, in bounded time."""
+    demo = RunningDemo("--users", "3000")
+    try:
+        demo.wait_for_line("round 1:", PHASE_SECONDS)  # both services are up
+        services = [pid for pid in _marked_processes(demo.marker) if pid != demo.process.pid]
+        assert len(services) >= 2, services  # the server and the shuffler
+        demo.process.kill()
+        demo.finish(STOP_SECONDS)
+    finally:
+        demo.kill()
+    assert demo.process.returncode == -signal.SIGKILL
+    assert _children_gone(demo.marker, STOP_SECONDS), _marked_processes(demo.marker)

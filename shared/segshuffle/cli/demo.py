@@ -11,20 +11,25 @@ m and the lambda_k), runs round 2, releases it, and reads the server's estimates
 The truth is the share of users holding each item of the privacy domain after the
 users fitted their sets to s items (what the estimator is unbiased for,
 docs/protocol.md section 2); ``mse`` is sum_j (W^_j - w_j)^2 over that domain, the quantity
-the paper's bound ``mse_bound`` controls.  Everything is shut down on exit, on
-error and on Ctrl-C.
+the paper's bound ``mse_bound`` controls.
+
+Progress goes to stderr (stdout holds only the report, one JSON object with ``--json``):
+a line per tenth of the users of each round, and one every few seconds while a release
+waits for the server (:class:`~._progress.Ticker`).  Every size is bounded before
+anything starts (:func:`check_sizes`).  The services are stopped on exit, on error and on
+SIGINT or SIGTERM (one line, status 130 or 143: :mod:`._interrupts`); they also stop by
+themselves if the demo is killed outright (their lifeline,
+:mod:`segshuffle.services.lifeline`).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
-import signal
 import sys
-import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,11 +40,34 @@ from segshuffle.core.blanket import BlanketMode
 if TYPE_CHECKING:
     import numpy as np
 
+    from segshuffle.testing.localstack import LocalStack
+    from segshuffle.testing.population import PhaseTiming, Population
+
 from ._args import field_message, float_list, integer, number
+from ._interrupts import SignalStop
+from ._progress import Ticker
 
 DATASETS = ("synthetic", "msnbc")
 BLANKET_MODES = tuple(mode.value for mode in BlanketMode)
 CAMPAIGN_ID = "demo"
+
+MAX_USERS = 1_000_000
+"""Most simulated users: they all live in this one process (a few kB each, a few
+hundred a second through a round on two cores), so a million already takes hours and
+gigabytes.  Larger populations are for the services and a separate load generator."""
+MAX_ITEMS = 100_000
+"""Most items of the synthetic dataset: the most item names a campaign may have
+(``segshuffle.wire.models.MAX_ITEM_NAMES``, not imported here to keep ``--help`` light)."""
+MAX_CONCURRENCY = 1024
+"""Most simulated users in flight at once (each a connection to the shuffler)."""
+
+RELEASE_WORK = {1: ("server optimizes and publishes the parameters", "the server's optimizer"),
+                2: ("server decrypts and decodes", "the server to decrypt and decode")}
+"""Per round: what its release makes the server do, and what a progress line waits for."""
+PROGRESS_FIRST_SECONDS = 5.0
+"""A release's first progress line comes after this long (quick releases show none)."""
+PROGRESS_EVERY_SECONDS = 10.0
+"""Then one line this often while the release waits."""
 
 
 def register(subparsers: Any) -> None:
@@ -92,11 +120,28 @@ class DemoData:
     set_size: int
 
 
+def check_sizes(args: argparse.Namespace) -> None:
+    """Every size option within its bounds, before any data is drawn or any service starts
+    (a ValueError naming the flag: one line, exit status 2)."""
+    validation.require_int("--users", args.users, 2)
+    if args.users > MAX_USERS:
+        raise ValueError(f"--users must be at most {MAX_USERS} (every simulated user lives "
+                         f"in this process), got {args.users}")
+    bounded = (("--items", args.items, 2, MAX_ITEMS),
+               ("--set-size", args.set_size, 1, rules.MAX_SET_SIZE),
+               ("--concurrency", args.concurrency, 1, MAX_CONCURRENCY))
+    for flag, value, least, most in bounded:
+        if value is not None and not least <= value <= most:
+            raise ValueError(f"{flag} must be in [{least}, {most}], got {value}")
+    if args.dataset == "synthetic" and (args.set_size or 0) > args.items:
+        raise ValueError(f"--set-size ({args.set_size}) must not exceed --items "
+                         f"({args.items})")
+    validation.require_int("--top", args.top, 1)
+
+
 def load_data(args: argparse.Namespace, rng: np.random.Generator) -> DemoData:
     import numpy as np
 
-    if args.users < 2:
-        raise ValueError("--users must be at least 2")
     if args.dataset == "msnbc":
         from segshuffle.datasets import load_msnbc
 
@@ -129,13 +174,12 @@ def run(args: argparse.Namespace) -> int:
     from segshuffle.client.errors import ClientError
     from segshuffle.testing.localstack import LocalStack
 
+    check_sizes(args)
     levels = validation.require_levels(args.levels)
     shares = list(args.shares) if args.shares is not None else [1.0 / len(levels)] * len(levels)
     if len(shares) != len(levels) or any(f < 0 for f in shares) or \
             abs(math.fsum(shares) - 1.0) > 1e-6:
         raise ValueError("--shares needs one non-negative share per level, summing to 1")
-    if args.concurrency < 1:
-        raise ValueError("--concurrency must be >= 1")
     fake_tolerance = validation.require_tolerance("--fake-tolerance", args.fake_tolerance)
     started = time.perf_counter()
     rng = np.random.default_rng(args.seed)
@@ -152,39 +196,29 @@ def run(args: argparse.Namespace) -> int:
     if args.level_privacy is not None:
         body["level_privacy"] = args.level_privacy
     _check_campaign(body)  # before any service starts: bad input is one line
-    _INTERRUPTED.clear()
-    previous = {sig: signal.signal(sig, _raise_interrupt)
-                for sig in (signal.SIGINT, signal.SIGTERM)}
     timings: dict[str, float] = {}
-    try:
-        _say(args, f"{args.users} users, dataset {data.name}, starting the services")
-        mark = time.perf_counter()
-        with LocalStack(min_users=2) as stack:
-            timings["start_services"] = time.perf_counter() - mark
-            stack.create_campaign(body)
-            outcome = asyncio.run(_rounds(args, stack, data, shares, timings))
-        timings["total"] = time.perf_counter() - started
-    except Exception as exc:
-        if _INTERRUPTED.is_set():
-            # The interrupt landed inside code that wraps exceptions (a pydantic serializer,
-            # an executor): it is still an interrupt.
-            raise KeyboardInterrupt from None
-        if isinstance(exc, ClientError):
-            raise ValueError(f"demo failed: {exc}") from None
-        raise
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with SignalStop() as stop:
+        try:
+            _say(args, f"{args.users} users, dataset {data.name}, starting the services")
+            mark = time.perf_counter()
+            with LocalStack(min_users=2) as stack:
+                timings["start_services"] = time.perf_counter() - mark
+                stack.create_campaign(body)
+                outcome = _rounds(args, stack, data, shares, timings, stop)
+            timings["total"] = time.perf_counter() - started
+        except Exception as exc:
+            # The signal may have landed inside code that wraps exceptions (a pydantic
+            # serializer, an HTTP client): it is still the signal.
+            stop.check()
+            if isinstance(exc, ClientError):
+                raise ValueError(f"demo failed: {exc}") from None
+            raise
     report = _report(args, data, outcome, timings)
     if args.json:
         sys.stdout.write(json.dumps(report) + "\n")
     else:
         sys.stdout.write(_human(report, args.top))
     return 0
-
-
-_INTERRUPTED = threading.Event()
-"""Set by SIGINT or SIGTERM during a demo run."""
 
 
 def _check_campaign(body: dict[str, Any]) -> None:
@@ -200,13 +234,11 @@ def _check_campaign(body: dict[str, Any]) -> None:
         raise ValueError(field_message(exc.errors()[0], {"min_users": "--users"})) from None
 
 
-def _raise_interrupt(*_: object) -> None:
-    _INTERRUPTED.set()
-    raise KeyboardInterrupt
-
-
-async def _rounds(args: argparse.Namespace, stack: Any, data: DemoData,
-                  shares: list[float], timings: dict[str, float]) -> dict[str, Any]:
+def _rounds(args: argparse.Namespace, stack: LocalStack, data: DemoData,
+            shares: list[float], timings: dict[str, float], stop: SignalStop
+            ) -> dict[str, Any]:
+    """Both rounds: the users take part (in an event loop a signal cancels), then the
+    round is released (a blocking call in this thread, where a signal raises)."""
     from segshuffle.client.errors import ClientError
     from segshuffle.testing.population import Population, stderr_progress
 
@@ -216,23 +248,41 @@ async def _rounds(args: argparse.Namespace, stack: Any, data: DemoData,
         invitations=stack.invitations(CAMPAIGN_ID, len(data.sets)),
         server_key=stack.server_key,
     )
-    async with population:
-        rounds = ((1, population.round1, "server optimizes and publishes the parameters"),
-                  (2, population.round2, "server decrypts and decodes"))
-        for number, run_users, release_work in rounds:
-            phase = await run_users()
-            timings[f"round{number}_users"] = phase.seconds
-            _check(population, phase)
-            _say(args, f"releasing round {number} ({release_work})")
-            mark = time.perf_counter()
-            await asyncio.to_thread(stack.release, CAMPAIGN_ID, number)
-            timings[f"round{number}_release"] = time.perf_counter() - mark
-    results = await asyncio.to_thread(stack.results, CAMPAIGN_ID)
-    view = await asyncio.to_thread(stack.campaign, CAMPAIGN_ID)
+    for round_number in (1, 2):
+        phase = stop.run(lambda r=round_number: _take_part(population, r))
+        timings[f"round{round_number}_users"] = phase.seconds
+        _check(population, phase)
+        mark = time.perf_counter()
+        release_with_progress(stack, round_number, lambda line: _say(args, line))
+        timings[f"round{round_number}_release"] = time.perf_counter() - mark
+    results = stack.results(CAMPAIGN_ID)
+    view = stack.campaign(CAMPAIGN_ID)
     if view.parameters is None:
         raise ClientError("the server did not publish parameters")
     fitted = [u.round2.items for u in population.users if u.round2 is not None]
     return {"results": results, "parameters": view.parameters, "fitted": fitted}
+
+
+async def _take_part(population: Population, round_number: int) -> PhaseTiming:
+    """Every user takes part in round ``round_number`` (in the event loop of this call)."""
+    async with population:
+        if round_number == 1:
+            return await population.round1()
+        return await population.round2()
+
+
+def release_with_progress(stack: Any, round_number: int, say: Callable[[str], None], *,
+                          first: float = PROGRESS_FIRST_SECONDS,
+                          every: float = PROGRESS_EVERY_SECONDS) -> None:
+    """Release round ``round_number`` and wait for the server, saying what it waits for
+    and for how long (after ``first`` seconds, then every ``every`` seconds), so that a
+    slow optimizer on a busy machine does not look like a hung demo."""
+    work, waited_for = RELEASE_WORK[round_number]
+    say(f"releasing round {round_number} ({work})")
+    with Ticker(lambda seconds: say(f"round {round_number}: waiting for {waited_for} "
+                                    f"({seconds:.0f} s)"),
+                first=first, every=every):
+        stack.release(CAMPAIGN_ID, round_number)
 
 
 def _check(population: Any, phase: Any) -> None:

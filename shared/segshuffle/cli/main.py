@@ -7,7 +7,9 @@ web stack.
 
 Errors: a :class:`ValueError` (bad input) or :class:`CommandError` raised by a
 handler is printed as one line ``segshuffle: error: ...`` and the command exits
-with status 2, the same status argparse uses for malformed flags.
+with status 2, the same status argparse uses for malformed flags.  A command stopped by
+a signal it handles raises :class:`~segshuffle.cli.errors.Interrupted`: one line
+``segshuffle: interrupted by SIGTERM`` and status 128 + the signal's number.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from segshuffle.cli.errors import CommandError
+from segshuffle.cli.errors import CommandError, Interrupted
 
 __all__ = ["CommandError", "build_parser", "main"]
 
@@ -148,6 +150,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, CommandError) as exc:
         sys.stderr.write(f"segshuffle: error: {error_line(exc)}\n")
         return EXIT_USAGE
+    except Interrupted as exc:
+        sys.stderr.write(f"segshuffle: {exc}\n")
+        return exc.exit_status
     except KeyboardInterrupt:
         sys.stderr.write("segshuffle: interrupted\n")
         return 130
