@@ -37,11 +37,11 @@ def no_services(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize(("arguments", "flag"), [
-    (["--users", "100000000000"], "--users"),  # was a 2.18 TiB allocation and a traceback
+    (["--users", "100000000000"], "--users"),  # terabytes of item sets, never drawn
     (["--users", "1000001"], "--users"),
     (["--items", "100000000000"], "--items"),
     (["--items", "1"], "--items"),
-    (["--set-size", "0"], "--set-size"),  # was taken as "not given" (the default 3)
+    (["--set-size", "0"], "--set-size"),  # 0 is a size, not "not given"
     (["--set-size", "65"], "--set-size"),
     (["--set-size", "40", "--items", "32"], "--set-size"),
     (["--concurrency", "1000000000"], "--concurrency"),  # a pool per 8 users in flight

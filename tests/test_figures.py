@@ -146,8 +146,8 @@ def _panel_rows(optimum_m: float, optimum_mse: float) -> list[dict[str, str]]:
 def test_the_optimum_markers_of_ours_are_drawn_on_top() -> None:
     """Where the two segmented variants share m* (and a baseline runs through it), the
     slot-blanket star is drawn last, above every line and above the independent marker,
-    which is hollow and larger so that the star shows inside it; it used to be drawn
-    first and disappear under the independent marker and the baselines."""
+    which is hollow and larger so that the star shows inside it; neither hides under
+    a curve or a baseline."""
     fig = plotting.figure_of(_panel_rows(1.0, 0.002), "title")
     ax = fig.axes[0]
     lines = list(ax.lines)

@@ -161,7 +161,7 @@ class _StopError(Exception):
 
 def test_quick_alone_runs_the_documented_default_figure(tmp_path, monkeypatch):
     """``reproduce --quick`` without ``--figure`` (a smoke run) runs QUICK_FIGURE with the
-    quick repeats and grid; it used to be a usage error."""
+    quick repeats and grid, and ``--figure`` still chooses another."""
     from segshuffle.cli import reproduce
     from segshuffle.experiments.settings import QUICK_GRID, QUICK_REPEATS
 
