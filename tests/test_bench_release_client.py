@@ -25,12 +25,24 @@ def _positive(value: object) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
-def test_the_release_benchmark_releases_every_message() -> None:
-    report = _run("bench_release.py", "--users", "300", "--messages-per-user", "3",
-                  "--chunk-size", "100")
-    assert report["messages"] == 300 * 4  # three data messages and a level each
-    for key in ("release_cpu_s", "key_order_read_cpu_s", "release_cpu_us_per_message"):
-        assert _positive(report[key]), key
+def test_the_release_benchmark_measures_each_size_with_repeats() -> None:
+    """Every size is filled and released for real (none extrapolated), each release
+    repeated beside its key-order read; the report has per-message cost at each size
+    and its ratio between the largest and the smallest."""
+    report = _run("bench_release.py", "--users", "300,600", "--messages-per-user", "3",
+                  "--chunk-size", "100", "--repeats", "2")
+    small, large = report["runs"]
+    assert (small["users"], large["users"]) == (300, 600)
+    assert small["messages"] == 300 * 4 and large["messages"] == 600 * 4  # 3 data + 1 level
+    for run in (small, large):
+        assert run["repeats"] == 2 and len(run["release_cpu_s_each"]) == 2
+        for key in ("release_cpu_s", "key_order_read_cpu_s", "release_cpu_us_per_message",
+                    "release_cpu_vs_key_order_read"):
+            assert _positive(run[key]), key
+        assert run["release_cpu_us_per_message"] == pytest.approx(  # CPU-s to 3 decimals
+            1e6 * run["release_cpu_s"] / run["messages"], abs=1e6 * 5e-4 / run["messages"])
+    assert report["per_message_ratio"] == pytest.approx(
+        large["release_cpu_us_per_message"] / small["release_cpu_us_per_message"], abs=2e-3)
 
 
 @pytest.mark.slow

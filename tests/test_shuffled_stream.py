@@ -4,8 +4,11 @@ the table is never read one row at a time, and the spill holds nothing readable.
 
 from __future__ import annotations
 
+import bisect
+import hashlib
 import os
 import secrets
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,20 +30,25 @@ CAMPAIGN = "c1"
 ROUND = 2
 
 
-def _ciphertext(index: int) -> bytes:
-    """A distinct ciphertext of varying length (lengths travel through the spill)."""
-    return index.to_bytes(4, "big") + secrets.token_bytes(40 + index % 37)
+def _ciphertext(index: int, uniform: bool = False) -> bytes:
+    """A distinct ciphertext of varying length (lengths travel through the spill), or of
+    one length for every index (as a stream's ciphertexts are)."""
+    return index.to_bytes(4, "big") + secrets.token_bytes(60 if uniform else 40 + index % 37)
 
 
 @pytest.fixture
 def filled(tmp_path: Path) -> tuple[Storage, RoundKeys, list[bytes]]:
     """A closed round 2 of 1,203 data messages (and other rounds' rows beside it)."""
+    return _filled(tmp_path)
+
+
+def _filled(tmp_path: Path, uniform: bool = False) -> tuple[Storage, RoundKeys, list[bytes]]:
     storage = Storage(tmp_path / "shuffler.sqlite3")
     keys = RoundKeys(tmp_path / "keys")
     key = keys.get(CAMPAIGN, ROUND, create=True)
     sent: list[bytes] = []
     for user in range(0, 1203, 3):
-        data = [_ciphertext(i) for i in range(user, user + 3)]
+        data = [_ciphertext(i, uniform) for i in range(user, user + 3)]
         sent.extend(data)
         storage.submit(CAMPAIGN, ROUND, token_hash(f"u{user}"), seal_submission(
             key, CAMPAIGN, ROUND, {"levels": [_ciphertext(user)], "data": data}))
@@ -68,12 +76,19 @@ def _build(storage: Storage, key: RoundKey, bits_for: int, directory: Path | Non
                                 page_rows=page_rows)
 
 
-@pytest.mark.parametrize("size_hint", [1, 40_000, 600_000])
+@pytest.mark.parametrize(("size_hint", "buffer_bytes", "uniform"), [
+    (1, shuffled_stream.BUFFER_BYTES, False), (40_000, shuffled_stream.BUFFER_BYTES, False),
+    (600_000, shuffled_stream.BUFFER_BYTES, False), (1, 3000, False), (600_000, 3000, False),
+    (1, shuffled_stream.BUFFER_BYTES, True), (600_000, 3000, True)])
 def test_the_buckets_give_the_defined_order_chunk_for_chunk(
-        filled: tuple[Storage, RoundKeys, list[bytes]], size_hint: int) -> None:
+        tmp_path: Path, size_hint: int, buffer_bytes: int, uniform: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """One bucket, two, and thirty-two (bucket sizes of 1,203 down to a few dozen, some
-    chunks straddling several buckets): the same order as sorting all tags at once."""
-    storage, keys, sent = filled
+    chunks straddling several buckets), from one buffer of pass 1 or from many (each
+    bucket then in several records), messages of varying lengths or of one: the same
+    order as sorting all tags at once."""
+    monkeypatch.setattr(shuffled_stream, "BUFFER_BYTES", buffer_bytes)
+    storage, keys, sent = _filled(tmp_path, uniform)
     key = keys.get(CAMPAIGN, ROUND)
     shuffled = _build(storage, key, size_hint)
     expected = _expected(storage, key, "data")
@@ -83,6 +98,8 @@ def test_the_buckets_give_the_defined_order_chunk_for_chunk(
         got = {start: shuffled.messages(start, start + chunk) for start in starts[::-1]}
         assert [m for start in starts for m in got[start]] == expected
     assert shuffled.messages(len(sent), len(sent) + 5) == []
+    records = sum(len(bucket.records) for bucket in shuffled._buckets)
+    assert (records > len(shuffled._buckets)) == (buffer_bytes == 3000)
     shuffled.close()
 
 
@@ -160,3 +177,51 @@ def test_at_most_a_few_buckets_are_held(
         assert len(shuffled._cache) <= shuffled_stream.CACHED_BUCKETS
     assert np.all(np.diff(shuffled._starts) >= 0) and shuffled._starts[-1] == len(sent)
     shuffled.close()
+
+
+def _calls_per_message(messages: int, page_rows: int) -> float:
+    """Python and C function calls (``sys.setprofile`` events) per message of putting a
+    stream of ``messages`` in its release order and reading every message back, chunks of
+    100: the interpreter's work, counted, not timed."""
+    key = RoundKey(bytes(range(32)))
+    row_keys = sorted(hashlib.sha256(b"row %d" % i).digest()[:16] for i in range(messages))
+    sealed = key.seal_many(CAMPAIGN, ROUND, [("data", row_key, b"m%07d" % i + bytes(72))
+                                             for i, row_key in enumerate(row_keys)])
+    table = list(zip(row_keys, sealed, strict=True))
+
+    def rows(after: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        start = bisect.bisect_right(row_keys, after)
+        return table[start:start + limit]
+
+    calls = 0
+
+    def count(frame: object, event: str, argument: object) -> None:
+        nonlocal calls
+        if event in ("call", "c_call"):
+            calls += 1
+
+    sys.setprofile(count)
+    try:
+        shuffled = ShuffledStream.build(key, CAMPAIGN, ROUND, "data", rows, messages,
+                                        page_rows=page_rows)
+        released = sum(len(shuffled.messages(start, start + 100))
+                       for start in range(0, messages, 100))
+    finally:
+        sys.setprofile(None)
+    shuffled.close()
+    assert released == messages
+    return calls / messages
+
+
+def test_the_work_per_message_does_not_grow_with_the_stream(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The number of buckets grows with the stream (2^b of about BUCKET_MESSAGES each);
+    pass 1 used to take a Python step per bucket present in every page, so the work per
+    message grew with the stream (1.56 times the calls per message at eight times the
+    messages here; at a million users a data page of 4,096 rows met 128 buckets). Buckets
+    of 64 messages stand for buckets of 32,768, pages of 512 rows for pages of 4,096."""
+    monkeypatch.setattr(shuffled_stream, "BUCKET_MESSAGES", 64)
+    _calls_per_message(512, page_rows=512)  # first uses (imports, caches) are not counted
+    small = _calls_per_message(4096, page_rows=512)  # 64 buckets
+    large = _calls_per_message(32768, page_rows=512)  # 512 buckets
+    assert large / small < 1.15, (small, large)

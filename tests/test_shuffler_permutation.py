@@ -13,7 +13,7 @@ from collections import Counter
 import numpy as np
 from scipy import stats
 
-from segshuffle.services.shuffler.permutation import release_order
+from segshuffle.services.shuffler.permutation import release_order, tag_order
 from segshuffle.services.shuffler.vault import RoundKey
 
 RELEASES = 3000
@@ -87,3 +87,14 @@ def test_release_position_is_independent_of_arrival() -> None:
     position[order] = np.arange(n)
     rho = stats.spearmanr(np.arange(n), position).statistic
     assert abs(rho) < 0.03  # |rho| < 4.2 standard errors (1 / sqrt(n - 1))
+
+
+def test_tags_are_ordered_as_128_bit_numbers_also_when_high_halves_tie() -> None:
+    """The order sorts by the high 64 bits when they all differ; tags that share them
+    (nearly never, but possible) are still ordered by the whole 128 bits."""
+    random_tags = _row_keys(11, 3000)
+    shared = _bytes("high", 1, 8)
+    tied = b"".join(shared + _bytes("low", i, 8) for i in range(50)) + _row_keys(12, 50)
+    for tags in (random_tags, tied):
+        numbers = [int.from_bytes(tags[i:i + 16], "big") for i in range(0, len(tags), 16)]
+        assert tag_order(tags).tolist() == sorted(range(len(numbers)), key=numbers.__getitem__)

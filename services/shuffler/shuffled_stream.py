@@ -8,14 +8,24 @@ database, in bounded memory (an external distribution sort):
 
 **Pass 1** (:meth:`ShuffledStream.build`).  The rows come in key order a page at a
 time (:meth:`ShufflerStorage.sealed_rows`, keyset pages of :data:`PAGE_ROWS`).  Each
-row is unsealed (:mod:`.vault`), its tag computed (one AES call per page), and it is
-put in bucket ``j = floor(t / 2^(128 - b))``, the top ``b`` bits of its tag, one of
-``2^b`` buckets.  Every tag in bucket ``j`` is below every tag in bucket ``j + 1``, so
-the buckets in turn, each sorted by tag, are the stream sorted by tag: exactly the
+row is unsealed (:mod:`.vault`) and its tag computed (one AES call per page); it
+belongs to bucket ``j = floor(t / 2^(128 - b))``, the top ``b`` bits of its tag, one
+of ``2^b`` buckets.  Every tag in bucket ``j`` is below every tag in bucket ``j + 1``,
+so the buckets in turn, each sorted by tag, are the stream sorted by tag: exactly the
 release order, chunk for chunk (a resumed or a second forwarder sends byte-identical
-chunks, as before).  Each bucket's messages are buffered and go to a spill file
-as *records* of at least tens of KiB, each sealed with AES-256-GCM under an ephemeral
-key ``E`` (nonce: the record's number).
+chunks, as before).  The unsealed messages are buffered in key order, each page's
+joined into one string, about :data:`BUFFER_BYTES` at a time; a full buffer is put
+in bucket order by one stable sort of its bucket numbers (numpy's radix sort of
+16-bit keys) and one gather of its messages (of rows of a byte matrix when they all
+have one length, as a round's ciphertexts do), and goes to a spill file as one
+*record* per bucket present, each sealed with AES-256-GCM under an ephemeral key
+``E`` (nonce: the record's number).
+
+Pass 1's Python work is a few operations per message, per page and per record, and a
+buffer holds a fixed number of bytes, so its cost per message does not depend on the
+stream's size.  (Distributing each page to the buckets' own buffers instead took a
+Python step per bucket present in every page: ``2^b / PAGE_ROWS`` steps per message,
+``b`` growing with the stream, so the cost per message grew with the round.)
 
 **Pass 2** (:meth:`ShuffledStream.messages`).  Positions ``[start, stop)`` lie in the
 buckets whose cumulative counts span them; a bucket is read back (its records opened,
@@ -24,18 +34,19 @@ its tags sorted) when first needed and kept while it is in use, at most
 read each bucket once.
 
 Cost per message: a row read in key order, one unseal, a slice of bulk AES over the
-spill each way, and its share of a sort.  Memory: the bucket index (offsets and
-counts), pass 1's buffers (about :data:`BUFFER_BYTES`) and at most
-:data:`CACHED_BUCKETS` buckets of about :data:`BUCKET_MESSAGES` messages; never the
-round.
+spill each way, and its share of two sorts (a buffer's counting sort by bucket, a
+bucket's sort by tag), each over a number of messages that does not grow with the
+round.  Memory: the bucket index (offsets and counts), pass 1's buffer (about
+:data:`BUFFER_BYTES`) and at most :data:`CACHED_BUCKETS` buckets of about
+:data:`BUCKET_MESSAGES` messages; never the round.
 
 What is on disk: the spill file never has a name (it is unlinked when created), its
 records are sealed under ``E``, which is drawn for this stream, kept only in this
 object and dropped with it.  After the release (or a crash) the file's former blocks
 are ciphertext under a key nobody holds, so no stored bit ties a row to its position.
 While a release runs, whoever watches this process's writes sees the sizes of the
-records: when each bucket's buffer filled as the rows went by in key order, never
-which rows it holds.  The shuffler's host is trusted while it runs (the README's threat
+records: how many rows of each buffer (a range of row keys) fall in each bucket, never
+which.  The shuffler's host is trusted while it runs (the README's threat
 model); the guarantee is about what is left afterwards.
 """
 
@@ -67,10 +78,10 @@ MAX_BUCKET_BITS = 16
 CACHED_BUCKETS = 3
 """Buckets held in memory at once: the one being sent, the next, and one more for
 chunks that straddle a boundary while others are in flight."""
-BUFFER_BYTES = 32 << 20
-"""Pass 1 buffers about this much of the buckets' messages before writing them: few
-records per bucket (each is a seal, a write and a read), bounded memory."""
-MIN_RECORD_BYTES = 16 << 10
+BUFFER_BYTES = 16 << 20
+"""Pass 1 buffers about this many bytes of messages (and their tags) before writing
+them as records: few records per bucket (each is a seal, a write and a read), bounded
+memory (the buffer, and its copy in bucket order while it is written)."""
 _SPILL_KEY_BYTES = 32
 _COUNT = struct.Struct(">I")
 _AAD = b"segshuffle/v1/shuffler/spill\x00"
@@ -108,10 +119,27 @@ def buckets_of(tags: bytes, bits: int) -> np.ndarray:
     return (high >> np.uint64(64 - bits)).astype(np.int64)
 
 
-def _pack(tags: bytes, ciphertexts: Sequence[bytes]) -> bytes:
-    """A record's plaintext: ``count || tags || lengths || ciphertexts`` (big-endian u32s)."""
-    lengths = np.array(list(map(len, ciphertexts)), dtype=">u4")
-    return b"".join((_COUNT.pack(len(ciphertexts)), tags, lengths.tobytes(), *ciphertexts))
+def _pack(tags: bytes, lengths: np.ndarray, ciphertexts: bytes | memoryview) -> bytes:
+    """A record's plaintext: ``count || tags || lengths || ciphertexts`` (big-endian u32s;
+    ``ciphertexts`` concatenated, of ``lengths``)."""
+    return b"".join((_COUNT.pack(len(lengths)), tags, lengths.astype(">u4").tobytes(),
+                     ciphertexts))
+
+
+def in_order(joined: bytes, lengths: np.ndarray, order: np.ndarray
+             ) -> tuple[memoryview, np.ndarray]:
+    """The messages concatenated in ``joined`` (of ``lengths``) rearranged into ``order``
+    (indices), concatenated, and their lengths in that order.
+
+    Messages of one length (a stream's ciphertexts, in practice) are the rows of a byte
+    matrix: one gather of rows, no Python step per message; else each is sliced."""
+    length = int(lengths[0]) if len(lengths) else 0
+    if length and bool(np.all(lengths == length)):
+        rows = np.frombuffer(joined, dtype=np.uint8).reshape(-1, length)
+        return memoryview(np.take(rows, order, axis=0)).cast("B"), lengths
+    ends = np.cumsum(lengths)
+    pieces = zip((ends - lengths)[order].tolist(), ends[order].tolist(), strict=True)
+    return memoryview(b"".join([joined[a:b] for a, b in pieces])), lengths[order]
 
 
 def _unpack(record: bytes) -> tuple[bytes, np.ndarray, np.ndarray]:
@@ -150,10 +178,34 @@ class _Bucket:
     """Messages written to the spill."""
     records: list[tuple[int, int, int]] = field(default_factory=list)
     """(record number, file offset, sealed length) of each of its records."""
-    buffered: list[bytes] = field(default_factory=list)
-    buffered_tags: list[bytes] = field(default_factory=list)
-    buffered_bytes: int = 0
-    """Messages of pass 1 not yet written, with their tags, and their size."""
+
+
+@dataclass
+class _Buffer:
+    """Pass 1's unsealed messages not yet written, in key order: per page, its tags and
+    its messages each concatenated, and the messages' lengths."""
+
+    tags: list[bytes] = field(default_factory=list)
+    messages: list[bytes] = field(default_factory=list)
+    lengths: list[np.ndarray] = field(default_factory=list)
+    size: int = 0
+    """Bytes of messages and tags held."""
+
+    def add(self, tags: bytes, messages: list[bytes]) -> None:
+        joined = b"".join(messages)
+        self.tags.append(tags)
+        self.messages.append(joined)
+        self.lengths.append(np.fromiter(map(len, messages), dtype=np.int64,
+                                        count=len(messages)))
+        self.size += len(joined) + len(tags)
+
+    def take(self) -> tuple[bytes, bytes, np.ndarray]:
+        """The buffered tags, messages (each concatenated) and the messages' lengths;
+        the buffer is then empty."""
+        taken = (b"".join(self.tags), b"".join(self.messages),
+                 np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int64))
+        self.tags, self.messages, self.lengths, self.size = [], [], [], 0
+        return taken
 
 
 class ShuffledStream:
@@ -162,9 +214,7 @@ class ShuffledStream:
     def __init__(self, bits: int, directory: Path | None = None) -> None:
         self._bits = bits
         self._buckets = [_Bucket() for _ in range(1 << bits)]
-        self._flush_bytes = max(MIN_RECORD_BYTES, BUFFER_BYTES >> bits)
-        """A bucket's buffer becomes a record at this size: all buffers together stay
-        within about :data:`BUFFER_BYTES`."""
+        self._buffer = _Buffer()
         self._spill = tempfile.TemporaryFile(dir=directory)  # noqa: SIM115 (closed in close)
         self._cipher = AESGCM(os.urandom(_SPILL_KEY_BYTES))
         self._records = 0
@@ -180,17 +230,13 @@ class ShuffledStream:
         :data:`PAGE_ROWS`); ``expected`` sizes the buckets."""
         shuffled = cls(bucket_bits(expected), directory)
         try:
+            buffer = shuffled._buffer
             for page in keyset_pages(rows, page_rows or PAGE_ROWS):
-                tags = key.order_tags(b"".join([row_key for row_key, _ in page]))
-                buckets = buckets_of(tags, shuffled._bits)
-                order = np.argsort(buckets, kind="stable")
-                opened = key.open_rows(campaign_id, round_number, stream,
-                                       [page[i] for i in order.tolist()])
-                shuffled._add_page(
-                    np.frombuffer(tags, dtype=f"V{ROW_KEY_BYTES}")[order].tobytes(),
-                    buckets[order], opened)
-            for bucket in range(len(shuffled._buckets)):
-                shuffled._flush(bucket)
+                buffer.add(key.order_tags(b"".join([row_key for row_key, _ in page])),
+                           key.open_rows(campaign_id, round_number, stream, page))
+                if buffer.size >= BUFFER_BYTES:
+                    shuffled._write_buffer()
+            shuffled._write_buffer()
             shuffled._starts = np.concatenate(
                 ([0], np.cumsum([b.count for b in shuffled._buckets], dtype=np.int64)))
         except BaseException:
@@ -198,36 +244,43 @@ class ShuffledStream:
             raise
         return shuffled
 
-    def _add_page(self, tags: bytes, buckets: np.ndarray, opened: list[bytes]) -> None:
-        """Put one page's messages, ordered by bucket (``buckets`` ascending, with their
-        ``tags``), in their buckets' buffers, a slice per bucket; a buffer that has
-        reached :attr:`_flush_bytes` becomes a spill record."""
-        bounds = np.searchsorted(buckets, np.arange(len(self._buckets) + 1)).tolist()
-        for bucket in np.unique(buckets).tolist():
-            start, stop = bounds[bucket], bounds[bucket + 1]
-            entry = self._buckets[bucket]
-            entry.buffered.extend(opened[start:stop])
-            entry.buffered_tags.append(tags[start * ROW_KEY_BYTES:stop * ROW_KEY_BYTES])
-            entry.buffered_bytes += sum(map(len, opened[start:stop])) + (
-                stop - start) * ROW_KEY_BYTES
-            if entry.buffered_bytes >= self._flush_bytes:
-                self._flush(bucket)
+    def _write_buffer(self) -> None:
+        """Write pass 1's buffer as one record per bucket present in it, and empty it.
 
-    def _flush(self, bucket: int) -> None:
-        """Write a bucket's buffered messages as one sealed record."""
-        entry = self._buckets[bucket]
-        if not entry.buffered:
+        One counting sort puts the buffer in bucket order (the order within a bucket is
+        of no account: a bucket is sorted by tag when it is read back), then each
+        bucket's run is a slice."""
+        tags, joined, lengths = self._buffer.take()
+        if not len(lengths):
             return
-        plaintext = _pack(b"".join(entry.buffered_tags), entry.buffered)
+        buckets = buckets_of(tags, self._bits).astype(np.uint16)  # b <= 16: a radix sort
+        order = np.argsort(buckets, kind="stable")
+        tags = np.frombuffer(tags, dtype=f"V{ROW_KEY_BYTES}")[order].tobytes()
+        ordered, lengths = in_order(joined, lengths, order)
+        del joined
+        counts = np.bincount(buckets, minlength=len(self._buckets))
+        edges = np.concatenate(([0], np.cumsum(counts)))
+        bounds = edges.tolist()
+        offsets = np.concatenate(([0], np.cumsum(lengths)))[edges].tolist()
+        for bucket in np.flatnonzero(counts).tolist():
+            start, stop = bounds[bucket], bounds[bucket + 1]
+            self._write_record(bucket, tags[start * ROW_KEY_BYTES:stop * ROW_KEY_BYTES],
+                               lengths[start:stop], ordered[offsets[bucket]:offsets[bucket + 1]])
+
+    def _write_record(self, bucket: int, tags: bytes, lengths: np.ndarray,
+                      ciphertexts: memoryview) -> None:
+        """Append one sealed record of ``bucket``'s messages (``ciphertexts`` concatenated,
+        of ``lengths``, with their ``tags``)."""
+        plaintext = _pack(tags, lengths, ciphertexts)
         number = self._records
         self._records += 1
         sealed = self._cipher.encrypt(number.to_bytes(12, "big"), plaintext,
                                       _AAD + bucket.to_bytes(4, "big"))
         offset = self._spill.seek(0, os.SEEK_END)
         self._spill.write(sealed)
+        entry = self._buckets[bucket]
         entry.records.append((number, offset, len(sealed)))
-        entry.count += len(entry.buffered)
-        entry.buffered, entry.buffered_tags, entry.buffered_bytes = [], [], 0
+        entry.count += len(lengths)
 
     def __len__(self) -> int:
         return int(self._starts[-1])
