@@ -235,13 +235,14 @@ def per_message_ratio(reports: list[dict[str, Any]]) -> float | None:
                  / reports[0]["release_cpu_us_per_message"], 3)
 
 
-def format_report(reports: list[dict[str, Any]], args: argparse.Namespace) -> str:
-    """The table printed without ``--json``."""
+def format_report(reports: list[dict[str, Any]], args: argparse.Namespace,
+                  loadavg: float) -> str:
+    """The table printed without ``--json`` (``loadavg``: the machine's, at the end)."""
     first = reports[0]
     lines = [
         f"release of round 2 ({first['backend']}; per user {args.messages_per_user} data "
         f"ciphertexts and a level of {args.ciphertext_bytes} B), CPU seconds, medians over "
-        f"{args.repeats} repeat(s); load average {os.getloadavg()[0]:.1f}",
+        f"{args.repeats} repeat(s); load average {loadavg:.1f}",
         f"{'users':>10} {'messages':>10} {'fill s':>8} {'close CPU-s':>11} "
         f"{'release CPU-s':>13} {'us/message':>10} {'read CPU-s':>10} {'/ read':>7} "
         f"{'growth MiB':>10} {'B/message':>9}",
@@ -305,11 +306,12 @@ def main(argv: list[str] | None = None) -> int:
     except BenchError as exc:
         print(f"bench_release: error: {exc}", file=sys.stderr)
         return 1
+    loadavg = list(os.getloadavg())
     if args.json:
         print(json.dumps({"runs": reports, "per_message_ratio": per_message_ratio(reports),
-                          "loadavg": list(os.getloadavg())}))
+                          "loadavg": loadavg}))
     else:
-        print(format_report(reports, args))
+        print(format_report(reports, args, loadavg[0]))
     return 0
 
 
