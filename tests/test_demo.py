@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -55,6 +56,28 @@ def _marked_processes(marker: str) -> list[int]:
             continue
         if needle in environment.split(b"\0") and state != "Z":
             found.append(int(entry.name))
+    return found
+
+
+def _scratch_folders(pids: list[int]) -> set[Path]:
+    """The demo's scratch folders (``segshuffle-*`` in the temporary directory) that the
+    processes ``pids`` hold files open in."""
+    top = Path(tempfile.gettempdir()).resolve()
+    found = set()
+    for pid in pids:
+        try:
+            links = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:
+            continue
+        for link in links:
+            try:
+                target = Path(os.readlink(link))
+            except OSError:
+                continue
+            if target.is_relative_to(top) and len(target.parts) > len(top.parts):
+                folder = top / target.parts[len(top.parts)]
+                if folder.name.startswith("segshuffle-"):
+                    found.add(folder)
     return found
 
 
@@ -247,9 +270,12 @@ def test_demo_killed_outright_takes_its_services_with_it() -> None:
         demo.wait_for_line("round 1:", PHASE_SECONDS)  # both services are up
         services = [pid for pid in _marked_processes(demo.marker) if pid != demo.process.pid]
         assert len(services) >= 2, services  # the server and the shuffler
+        scratch = _scratch_folders(services)
+        assert scratch, "the services hold nothing open in a scratch folder"
         demo.process.kill()
         demo.finish(STOP_SECONDS)
     finally:
         demo.kill()
     assert demo.process.returncode == -signal.SIGKILL
     assert _children_gone(demo.marker, STOP_SECONDS), _marked_processes(demo.marker)
+    assert not any(folder.exists() for folder in scratch), scratch  # the janitor's work

@@ -121,3 +121,58 @@ def test_a_descriptor_that_is_not_open_is_refused() -> None:
     os.close(write)
     with pytest.raises(ValueError, match=f"lifeline_fd {read} is not an open file descriptor"):
         lifeline.watch(read)
+
+
+def test_a_janitor_removes_its_folder_once_the_line_is_cut(tmp_path: Path) -> None:
+    """A supervisor's scratch folder goes when the supervisor does, however it ends."""
+    folder = tmp_path / "scratch"
+    (folder / "keys").mkdir(parents=True)
+    (folder / "server.sqlite3").write_bytes(b"state")
+    line = lifeline.Lifeline()
+    janitor = lifeline.start_janitor(line, folder, wait=WAIT_SECONDS)
+    time.sleep(0.2)
+    assert folder.exists() and janitor.poll() is None  # nothing happens while the line holds
+    line.close()
+    assert janitor.wait(timeout=WAIT_SECONDS) == 0
+    assert not folder.exists()
+
+
+def test_a_janitor_waits_for_the_folders_users_to_let_go(tmp_path: Path) -> None:
+    """A service still writing in the folder (it stops within its grace) keeps it."""
+    folder = tmp_path / "scratch"
+    folder.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; log = open(sys.argv[1], 'w'); print('open', flush=True); "
+         "time.sleep(1.5)", str(folder / "service.log")],
+        stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline() == "open\n"
+    assert lifeline.holds_open(folder)
+    line = lifeline.Lifeline()
+    janitor = lifeline.start_janitor(line, folder, wait=WAIT_SECONDS)
+    line.close()
+    time.sleep(0.5)
+    assert folder.exists()  # the holder still has its log open
+    holder.wait(timeout=WAIT_SECONDS)
+    assert janitor.wait(timeout=WAIT_SECONDS) == 0
+    assert not folder.exists()
+
+
+def test_a_supervisor_killed_outright_leaves_no_scratch_folder(tmp_path: Path) -> None:
+    """SIGKILL gives the supervisor no chance to remove its folder: the janitor does."""
+    folder = tmp_path / "scratch"
+    folder.mkdir()
+    supervisor = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time\n"
+         "from segshuffle.services.lifeline import Lifeline, start_janitor\n"
+         "line = Lifeline(); start_janitor(line, sys.argv[1])\n"
+         "print('ready', flush=True); time.sleep(600)", str(folder)],
+        stdout=subprocess.PIPE, text=True)
+    assert supervisor.stdout is not None and supervisor.stdout.readline() == "ready\n"
+    supervisor.kill()
+    supervisor.wait()
+    deadline = time.monotonic() + WAIT_SECONDS
+    while folder.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not folder.exists()

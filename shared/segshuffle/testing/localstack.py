@@ -54,7 +54,7 @@ from segshuffle.crypto.invitations import (
     sign_invitation,
 )
 from segshuffle.private_files import make_private_folder, open_private_append
-from segshuffle.services.lifeline import Lifeline
+from segshuffle.services.lifeline import Lifeline, start_janitor
 from segshuffle.wire.models import CampaignView, Results
 
 from .operator import OperatorClient
@@ -109,7 +109,9 @@ class LocalStack:
     ) -> None:
         self._tempdir: tempfile.TemporaryDirectory[str] | None = None
         if directory is None:
-            self._tempdir = tempfile.TemporaryDirectory(prefix="segshuffle-")
+            # The janitor (started with the services) may remove it first.
+            self._tempdir = tempfile.TemporaryDirectory(prefix="segshuffle-",
+                                                        ignore_cleanup_errors=True)
             directory = self._tempdir.name
         self.directory = make_private_folder(directory)  # 0700: databases, keys, logs
         self.admin_token = secrets.token_urlsafe(32)
@@ -130,6 +132,8 @@ class LocalStack:
         self.server_key: str | None = None
         """The server's document-signing public key (base64url), read after it starts."""
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self._janitor: subprocess.Popen[bytes] | None = None
+        """Removes the scratch folder once the lifeline is cut (:meth:`_lifeline_fd`)."""
         self._lifeline: Lifeline | None = None
         """The pipe every service watches (its ``lifeline_fd``): a service stops when this
         process is gone, however it ended (:mod:`segshuffle.services.lifeline`)."""
@@ -205,9 +209,13 @@ class LocalStack:
         return env
 
     def _lifeline_fd(self) -> int:
-        """The read end of this stack's lifeline, opened on first use."""
+        """The read end of this stack's lifeline, opened on first use; a scratch folder
+        this stack made gets a janitor on it, which removes the folder once the line is
+        cut, so that a stack killed outright leaves nothing behind."""
         if self._lifeline is None or self._lifeline.closed:
             self._lifeline = Lifeline()
+            if self._tempdir is not None:
+                self._janitor = start_janitor(self._lifeline, self._tempdir.name)
         return self._lifeline.child_fd
 
     def start(self) -> LocalStack:
@@ -309,6 +317,10 @@ class LocalStack:
 
     def close(self) -> None:
         self.stop()
+        if self._janitor is not None:  # this process removes the folder itself, below
+            self._janitor.kill()
+            self._janitor.wait()
+            self._janitor = None
         if self._lifeline is not None:
             self._lifeline.close()
         self._http.close()
