@@ -16,12 +16,15 @@ release, measured at every size for real, none extrapolated.
 The machine may be shared, so every figure is CPU time (``time.process_time``: user and
 system of this process), each size's release is repeated ``--repeats`` times (a fresh
 releaser each time: the order and the spill are built again; the round is closed once)
-and the median is reported, and each repeat is paired with the floor of any release
-from this table, measured right before it: reading every sealed row in key order, a
-keyset page at a time (no order, no unsealing). ``release / read`` is the median of the
-repeats' ratios; its two sides saw the machine in the same state.
+and the median is reported.  Every size is filled first (and the fill's writes reach the
+disk: the kernel's writeback of a 1 GB store would otherwise share the machine with the
+measurement), then each repeat releases every size in turn, so the sizes' figures come
+from the same minutes.  Each release is paired with the floor of any release from this
+table, measured right before it: reading every sealed row in key order, a keyset page
+at a time (no order, no unsealing). ``release / read`` is the median of the repeats'
+ratios; its two sides saw the machine in the same state.
 
-Release CPU is closing the round (the first repeat; it counts the participants and each
+Release CPU is closing the round (once, after the fill; it counts the participants and each
 stream's messages) plus ordering and producing every chunk (median over the repeats).
 Per-message cost should not depend on the round's size: with several sizes the last line
 is the cost per message at the largest over that at the smallest (1.0: flat).
@@ -35,6 +38,7 @@ buckets of the order, never the round.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -42,6 +46,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -157,32 +162,39 @@ def read_in_key_order(storage: Any) -> float:
     return time.process_time() - started
 
 
-def measure(storage: Any, keys: RoundKeys, args: argparse.Namespace, users: int
-            ) -> dict[str, Any]:
-    """Close the filled round, then ``args.repeats`` pairs of (key-order read, release);
-    the figures of this size (medians over the repeats)."""
-    closing = close(storage, keys, users, args.chunk_size)
-    runs: list[dict[str, float]] = []
-    for repeat in range(args.repeats):
-        floor = read_in_key_order(storage)
-        rss_before = _status_kib("VmRSS")
-        reset = _reset_peak()
-        timings = release(storage, keys, users, args.chunk_size)
-        peak = _status_kib("VmHWM")
-        timings["release_cpu_s"] = closing["close_cpu_s"] + timings["order_and_chunks_cpu_s"]
-        timings["key_order_read_cpu_s"] = floor
-        timings["rss_before_mib"] = rss_before / 1024
-        timings["growth_mib"] = (peak - rss_before) / 1024 if reset else float("nan")
-        runs.append(timings)
-        sys.stderr.write(f"{users} users, repeat {repeat + 1}/{args.repeats}: release "
-                         f"{timings['release_cpu_s']:.2f} CPU-s, key-order read "
-                         f"{floor:.2f} CPU-s\n")
-    return summarize(users, args, closing, runs)
+@dataclass
+class Filled:
+    """One size's filled store, its closing and its repeats so far."""
+
+    users: int
+    storage: Any
+    keys: RoundKeys
+    fill_s: float
+    closing: dict[str, float] = field(default_factory=dict)
+    runs: list[dict[str, float]] = field(default_factory=list)
 
 
-def summarize(users: int, args: argparse.Namespace, closing: dict[str, float],
-              runs: list[dict[str, float]]) -> dict[str, Any]:
+def measure_once(filled: Filled, chunk_size: int) -> None:
+    """One repeat of a size: its key-order read, then its release (with its memory)."""
+    floor = read_in_key_order(filled.storage)
+    rss_before = _status_kib("VmRSS")
+    reset = _reset_peak()
+    timings = release(filled.storage, filled.keys, filled.users, chunk_size)
+    peak = _status_kib("VmHWM")
+    timings["release_cpu_s"] = filled.closing["close_cpu_s"] + timings["order_and_chunks_cpu_s"]
+    timings["key_order_read_cpu_s"] = floor
+    timings["rss_before_mib"] = rss_before / 1024
+    timings["growth_mib"] = (peak - rss_before) / 1024 if reset else float("nan")
+    filled.runs.append(timings)
+    sys.stderr.write(f"{filled.users} users, repeat {len(filled.runs)}: release "
+                     f"{timings['release_cpu_s']:.2f} CPU-s, key-order read {floor:.2f} "
+                     "CPU-s\n")
+
+
+def summarize(filled: Filled, args: argparse.Namespace) -> dict[str, Any]:
     """One size's report (JSON-ready) from its repeats."""
+    users, closing, runs = filled.users, filled.closing, filled.runs
+
     def median(name: str) -> float:
         return statistics.median(run[name] for run in runs)
 
@@ -193,7 +205,7 @@ def summarize(users: int, args: argparse.Namespace, closing: dict[str, float],
     return {
         "users": users, "messages": messages, "repeats": len(runs),
         "backend": "postgresql" if args.database else "sqlite",
-        "fill_s": round(args.fill_s, 2),
+        "fill_s": round(filled.fill_s, 2),
         "close_s": round(closing["close_s"], 3),
         "close_cpu_s": round(closing["close_cpu_s"], 3),
         "order_and_first_chunk_s": round(median("order_and_first_chunk_s"), 3),
@@ -213,18 +225,33 @@ def summarize(users: int, args: argparse.Namespace, closing: dict[str, float],
     }
 
 
-def run_size(args: argparse.Namespace, users: int) -> dict[str, Any]:
-    """Fill a fresh store with ``users`` users and measure its release."""
-    with tempfile.TemporaryDirectory(prefix="bench-release-") as directory:
-        database = args.database or str(Path(directory) / "shuffler.sqlite3")
-        storage = open_storage(database, synchronous="NORMAL")
-        keys = RoundKeys(Path(directory) / "keys")
-        try:
-            args.fill_s = fill(storage, keys, users, args.messages_per_user,
-                               args.ciphertext_bytes)
-            return measure(storage, keys, args, users)
-        finally:
-            storage.close()
+def fill_store(args: argparse.Namespace, users: int, closing: contextlib.ExitStack
+               ) -> Filled:
+    """A fresh store (closed with ``closing``) filled with ``users`` users, its round
+    closed."""
+    directory = Path(closing.enter_context(tempfile.TemporaryDirectory(
+        prefix="bench-release-")))
+    storage = open_storage(args.database or str(directory / "shuffler.sqlite3"),
+                           synchronous="NORMAL")
+    closing.callback(storage.close)
+    keys = RoundKeys(directory / "keys")
+    filled = Filled(users, storage, keys,
+                    fill(storage, keys, users, args.messages_per_user, args.ciphertext_bytes))
+    os.sync()  # the fill's dirty pages written now, not beside the measurement
+    filled.closing = close(storage, keys, users, args.chunk_size)
+    return filled
+
+
+def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Fill a store of each size, then repeat the releases size after size (each repeat
+    measures every size once, so the sizes see the machine in a like state); the
+    sizes' reports."""
+    with contextlib.ExitStack() as closing:
+        stores = [fill_store(args, users, closing) for users in args.users]
+        for _ in range(args.repeats):
+            for filled in stores:
+                measure_once(filled, args.chunk_size)
+        return [summarize(filled, args) for filled in stores]
 
 
 def per_message_ratio(reports: list[dict[str, Any]]) -> float | None:
@@ -302,7 +329,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        reports = [run_size(args, users) for users in args.users]
+        reports = run(args)
     except BenchError as exc:
         print(f"bench_release: error: {exc}", file=sys.stderr)
         return 1
