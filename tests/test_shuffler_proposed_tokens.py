@@ -32,8 +32,8 @@ WEAK: dict[str, str] = {
     "text": b64url_encode(b"correct horse battery staple 123"),
     "few-steps": b64url_encode(bytes(range(100, 132))),
 }
-"""A token failing each check (the 16 distinct bytes repeated have 16 distinct values
-and steps, so only the pattern check catches them)."""
+"""A token failing each check (the 16 bytes repeated have 15 distinct values and 16 distinct
+steps, so only the pattern check catches them)."""
 
 
 @pytest.fixture
