@@ -23,6 +23,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from segshuffle.wire.problems import PROBLEM_MEDIA_TYPE, ProblemType
+
 from .nginx_support import free_ports, nginx_binary, render_balancer, running_nginx
 from .test_proxy_keepalive import _Recorded, recording_upstream
 
@@ -176,3 +178,27 @@ def test_the_users_address_comes_from_a_trusted_proxy_only(tmp_path: Path,
                 ENROLL_BURST + math.ceil(elapsed * ENROLL_RATE))
         expected = {"198.51.100.7", "198.51.100.8"} if trusted else {"127.0.0.3"}
         assert lb.forwarded_for() == expected
+
+
+@pytest.mark.parametrize("service", ["server", "shuffler"])
+def test_no_replica_answering_is_the_services_unavailable_problem(tmp_path: Path,
+                                                                  service: str) -> None:
+    """With every replica down, the balancer's own error is the catalogue's
+    ``unavailable`` problem document with Retry-After (clients retry it), not an HTML
+    page."""
+    nginx_binary()
+    server_port, shuffler_port, *down = free_ports(6)  # nothing listens on ``down``
+    state = tmp_path / "nginx"
+    conf = render_balancer(state, servers=down[:2], shufflers=down[2:],
+                           server_port=server_port, shuffler_port=shuffler_port)
+    port = server_port if service == "server" else shuffler_port
+    with running_nginx(conf, state, (server_port, shuffler_port)), client() as http:
+        answer = http.get(f"http://127.0.0.1:{port}/v1/campaigns/c")
+    assert answer.status_code == 503, answer.text
+    assert answer.headers["content-type"] == PROBLEM_MEDIA_TYPE
+    assert answer.headers["retry-after"] == "5"
+    assert answer.headers["segshuffle-service"] == service
+    kind = ProblemType.UNAVAILABLE
+    assert answer.json() == {
+        "type": kind.uri, "title": kind.title, "status": kind.status,
+        "detail": f"no {service} replica answered; retry in 5 s"}
