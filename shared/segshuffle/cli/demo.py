@@ -14,12 +14,12 @@ docs/protocol.md section 2); ``mse`` is sum_j (W^_j - w_j)^2 over that domain, t
 the paper's bound ``mse_bound`` controls.
 
 Progress goes to stderr (stdout holds only the report, one JSON object with ``--json``):
-a line per tenth of the users of each round, and one every few seconds while a release
-waits for the server (:class:`~._progress.Ticker`).  Every size is bounded before
-anything starts (:func:`check_sizes`).  The services are stopped on exit, on error and on
-SIGINT or SIGTERM (one line, status 130 or 143: :mod:`._interrupts`); they also stop by
-themselves if the demo is killed outright (their lifeline,
-:mod:`segshuffle.services.lifeline`).
+a line per tenth of the users of each round and at least every 10 s while they run, and
+one every few seconds while a release waits for the server (:class:`~._progress.Ticker`).
+Every size is bounded before anything starts (:func:`check_sizes`).  The services are
+stopped on exit, on error and on SIGINT or SIGTERM (one line, status 130 or 143:
+:mod:`._interrupts`); they also stop by themselves if the demo is killed outright (their
+lifeline, :mod:`segshuffle.services.lifeline`).
 """
 
 from __future__ import annotations

@@ -93,7 +93,8 @@ def load_accountant() -> None:
 
 
 def stderr_progress(phase: str, done: int, total: int) -> None:
-    """Default progress report: one line to stderr per tenth of the users."""
+    """Default progress report: a line to stderr per tenth of the users, and at least
+    every :attr:`Population.progress_seconds` while they run."""
     sys.stderr.write(f"{phase}: {done}/{total} users\n")
     sys.stderr.flush()
 
@@ -163,6 +164,9 @@ class Population:
     """The server's document-signing public key (``LocalStack.server_key``): every user
     then refuses views the server did not sign."""
     progress: Progress | None = None
+    progress_seconds: float = 10.0
+    """Besides one per tenth of the users, a progress report at least this often while a
+    phase runs (a tenth of a large population can take minutes on a busy machine)."""
     users: list[UserRecord] = field(init=False)
     _clients: list[AsyncClient] = field(init=False)
     _pools: list[httpx.AsyncClient] = field(init=False, default_factory=list)
@@ -252,12 +256,13 @@ class Population:
         done = 0
         step = max(1, len(indices) // 10)
         queue = iter(indices)
+        reported = time.monotonic()
 
         async def worker() -> None:
             """Plays users one after the other, in the order of ``indices``: ``concurrency``
             workers keep that many users in flight (one task per user waiting at a
             semaphore cost the generator a few per cent of its CPU)."""
-            nonlocal failures, done
+            nonlocal failures, done, reported
             for i in queue:
                 started = time.perf_counter()
                 try:
@@ -267,8 +272,11 @@ class Population:
                     failures += 1
                 latencies.append(time.perf_counter() - started)
                 done += 1
-                if self.progress is not None and (done % step == 0 or done == len(indices)):
+                now = time.monotonic()
+                if self.progress is not None and (done % step == 0 or done == len(indices)
+                                                  or now - reported >= self.progress_seconds):
                     self.progress(phase, done, len(indices))
+                    reported = now
 
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(min(self.concurrency, len(indices)))))
