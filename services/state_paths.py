@@ -1,8 +1,8 @@
 """The directories a service keeps its state in, checked before it starts.
 
 A service given a directory it cannot write in (a read-only mount, a path through a
-regular file, ``/proc``) used to fail deep inside opening its database or making a key,
-with a traceback and exit status 1.  Each settings class lists the directories it writes
+regular file, ``/proc``) would otherwise fail deep inside opening its database or making
+a key, with a traceback.  Each settings class lists the directories it writes
 in (:class:`StateDirectory`, from ``ServiceSettings.state_directories``), and
 :func:`require_writable` looks at every one before anything is made: a directory that
 does not exist where it must, a path through something that is not a directory, or one
