@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from .process_support import alive
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="the guards use Linux's prctl and pidfd")
 
@@ -43,14 +45,6 @@ def _descendants(root: int) -> set[int]:
     return found
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return state[state.rindex(")") + 2] != "Z"
-
-
 def test_the_pool_dies_with_its_killed_owner(tmp_path: Path) -> None:
     owner = subprocess.Popen([sys.executable, "-c", OWNER], stdout=subprocess.PIPE, text=True)
     try:
@@ -60,9 +54,9 @@ def test_the_pool_dies_with_its_killed_owner(tmp_path: Path) -> None:
         os.kill(owner.pid, signal.SIGKILL)
         owner.wait(10)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and any(_alive(pid) for pid in children):
+        while time.monotonic() < deadline and any(alive(pid) for pid in children):
             time.sleep(0.1)
-        assert not [pid for pid in children if _alive(pid)]
+        assert not [pid for pid in children if alive(pid)]
     finally:
         if owner.poll() is None:
             owner.kill()

@@ -14,6 +14,8 @@ import pytest
 
 from segshuffle.services import lifeline
 
+from .process_support import alive, gone_within
+
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX pipes and signals")
 
 WAIT_SECONDS = 60.0
@@ -41,23 +43,6 @@ assert watcher.stdout.readline() == "watching\\n"
 print(watcher.pid, forked or 0, flush=True)
 time.sleep(600)
 """
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return state[state.rindex(")") + 2] != "Z"
-
-
-def _gone_within(pid: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def _watcher(line: lifeline.Lifeline, grace: float,
@@ -108,10 +93,10 @@ def test_the_child_of_a_killed_supervisor_stops(fork: str) -> None:
     try:
         supervisor.kill()
         supervisor.wait(WAIT_SECONDS)
-        assert _gone_within(watcher, WAIT_SECONDS)
+        assert gone_within(watcher, WAIT_SECONDS)
     finally:
         for pid in (watcher, forked):
-            if pid and _alive(pid):
+            if pid and alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
