@@ -24,7 +24,8 @@ from segshuffle.client.retry import RetryPolicy
 from segshuffle.testing.localstack import LocalStack
 from segshuffle.testing.population import Population
 
-from .test_decrypt_pool_death import _alive, _descendants
+from .process_support import alive
+from .test_decrypt_pool_death import _descendants
 from .test_e2e_support import decoded_counts, run_rounds
 
 pytestmark = pytest.mark.slow  # real service processes end to end, 1,000 users
@@ -167,6 +168,6 @@ def test_random_kills_leave_every_campaign_exact(tmp_path: Path, seed: int) -> N
     finally:
         killer.join()
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and any(_alive(pid) for pid in killer.seen):
+    while time.monotonic() < deadline and any(alive(pid) for pid in killer.seen):
         time.sleep(0.2)
-    assert not [pid for pid in killer.seen if _alive(pid)], "processes left behind"
+    assert not [pid for pid in killer.seen if alive(pid)], "processes left behind"
