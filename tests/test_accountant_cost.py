@@ -137,7 +137,7 @@ def test_a_memory_bounded_cache_refuses_an_empty_budget() -> None:
 
 def test_kept_compositions_stay_within_their_budget(monkeypatch) -> None:
     # Regression: 512 compositions of up to megabytes each were kept (2.2 GB at n = 1000).
-    budget = 8 << 20
+    budget = 2 << 20
     cached = memory_bounded_cache(budget, max_entries=512)(composed_pair.__wrapped__)
     monkeypatch.setattr(privacy_loss, "composed_pair", cached)
     held = []

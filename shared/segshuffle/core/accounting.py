@@ -65,7 +65,7 @@ from .hockey_stick import (
     poisson_pair,
 )
 from .poisson_comparison import dominated_poisson_mean
-from .privacy_loss import DEFAULT_STEP, BinLaw, ComposedLoss, composed_pair
+from .privacy_loss import DEFAULT_STEP, LOWER_STEP, BinLaw, ComposedLoss, composed_pair
 from .randomizers import blanket_probability, blanket_slots
 from .rules import MAX_BLANKET_RATE, MAX_LEVEL
 from .scalar_search import remembered
@@ -87,7 +87,7 @@ POISSON_SLACK_SHARE = 1e-3
 #: Grid step of the loss in searches that only steer (the optimizer's m search):
 #: coarser and with an uncertified Poisson comparison, several times faster.  Never
 #: used for a published value: the optimizer recomputes every lambda at DEFAULT_STEP.
-COARSE_STEP = 1e-3
+COARSE_STEP = 4e-3
 
 #: Safety margins on every certified delta: delta_user is reported as
 #: value (1 + CERTIFIED_RELATIVE_MARGIN) + CERTIFIED_ABSOLUTE_MARGIN.  The per-total sums
@@ -455,7 +455,7 @@ def user_delta_lower(level: float, lam: float, set_size: int, users: int, m: flo
         law = _independent_law(users, m, domain_size, lower=True)
         if law.mean > ACCOUNTED_BLANKET_PER_ITEM:
             return 0.0  # too large a blanket to evaluate; 0 is a (trivial) lower bound
-        return composed_pair(law, lam, pairs, upper=False).delta(level)
+        return composed_pair(law, lam, pairs, upper=False, step=LOWER_STEP).delta(level)
     n_slots, r = blanket_geometry(users, m, domain_size, lower=True)
     if n_slots * r > ACCOUNTED_BLANKET_PER_ITEM:
         return 0.0  # as above

@@ -45,7 +45,7 @@ import numpy as np
 from scipy import special
 
 from . import distributions
-from .privacy_loss import LossDistribution, _grid_index
+from .privacy_loss import LossDistribution, discretise
 
 #: Standard deviations each side of the means enumerated (the rest is tail mass).
 WINDOW_SIGMAS = 9.0
@@ -169,7 +169,5 @@ def pair_loss(atoms: PairAtoms, lam: float, *, upper: bool, step: float) -> Loss
                                 infinity=min(infinity, 1.0))
     spread = float(values.max() - values.min())
     step = max(step, spread / MAX_GRID_POINTS)
-    index = _grid_index(values, step, upper)
-    offset = int(index.min())
-    pmf = np.bincount(index - offset, weights=masses)
+    offset, pmf = discretise(values, masses, step, upper)
     return LossDistribution(step=step, offset=offset, pmf=pmf, infinity=min(infinity, 1.0))
