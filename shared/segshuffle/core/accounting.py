@@ -64,7 +64,7 @@ from .hockey_stick import (
     epsilon_for,
     poisson_pair,
 )
-from .poisson_comparison import dominated_poisson_mean
+from .poisson_comparison import dominated_poisson_mean, steering_poisson_mean
 from .privacy_loss import DEFAULT_STEP, LOWER_STEP, BinLaw, ComposedLoss, composed_pair
 from .randomizers import blanket_probability, blanket_slots
 from .rules import MAX_BLANKET_RATE, MAX_LEVEL
@@ -201,8 +201,11 @@ class SlotBlanketBound:
         term = self._poisson.get(i)
         if term is None:
             # The coarse grid only steers searches: its comparison need not be certified.
-            nu, eta = dominated_poisson_mean(self.n_slots, min(2.0 * i * self.r, 1.0),
-                                             self.slack, verified=self.step <= DEFAULT_STEP)
+            q = min(2.0 * i * self.r, 1.0)
+            if self.step <= DEFAULT_STEP:
+                nu, eta = dominated_poisson_mean(self.n_slots, q, self.slack)
+            else:
+                nu, eta = steering_poisson_mean(self.n_slots, q, self.slack)
             term = self._poisson[i] = (BinLaw(nu / (2.0 * i)), eta)
         law, eta = term
         return composed_pair(law, 1.0, i, upper=True, step=self.step), eta

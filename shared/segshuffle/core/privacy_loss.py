@@ -48,6 +48,7 @@ from scipy import fft
 
 from . import distributions
 from .memo import memory_bounded_cache
+from .portable import distributions as portable_distributions
 
 #: Grid step of the loss for upper bounds (connect the dots: the error is second order).
 DEFAULT_STEP = 1e-3
@@ -101,8 +102,9 @@ class BinLaw:
         if self.mean == 0.0 or self.trials == 0:
             return 0.0 if lo <= 0 <= hi else 1.0
         if self.trials is None:
-            tails = distributions.poisson_tails(np.array([lo - 1, hi]), self.mean)
-            return float(tails.lower[0] + tails.upper[1])
+            # Two counts: the scalar tails (the same sums, without numpy's per-call cost).
+            tails = portable_distributions.poisson_tails([lo - 1, hi], self.mean)
+            return tails.lower[0] + tails.upper[1]
         return (distributions.binom_cdf(lo - 1, self.trials, self.p)
                 + distributions.binom_sf(hi, self.trials, self.p))
 
