@@ -91,7 +91,7 @@ where 1 - p is inexact (about 3 us); elsewhere nothing changes.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from scipy import special
@@ -420,6 +420,12 @@ def poisson_tails(k: np.ndarray | int, mean: float) -> Tails:
         lower[here] = 1.0 - upper[here]
         terms = max(terms, sums.size)
     return Tails(lower, upper, _summed_tail_rtol(terms))
+
+
+def scalar_poisson_tails(counts: list[int], mean: float) -> Any:
+    """:func:`poisson_tails` at a few counts by the scalar sums of the portable accountant
+    (the same masses and windows, without numpy's cost per call on tiny arrays)."""
+    return _portable_distributions().poisson_tails(counts, mean)
 
 
 def poisson_cdf(k: np.ndarray | int, mean: float) -> np.ndarray | float:

@@ -48,7 +48,6 @@ from scipy import fft
 
 from . import distributions
 from .memo import memory_bounded_cache
-from .portable import distributions as portable_distributions
 
 #: Grid step of the loss for upper bounds (connect the dots: the error is second order).
 DEFAULT_STEP = 1e-3
@@ -103,7 +102,7 @@ class BinLaw:
             return 0.0 if lo <= 0 <= hi else 1.0
         if self.trials is None:
             # Two counts: the scalar tails (the same sums, without numpy's per-call cost).
-            tails = portable_distributions.poisson_tails([lo - 1, hi], self.mean)
+            tails = distributions.scalar_poisson_tails([lo - 1, hi], self.mean)
             return tails.lower[0] + tails.upper[1]
         return (distributions.binom_cdf(lo - 1, self.trials, self.p)
                 + distributions.binom_sf(hi, self.trials, self.p))
