@@ -20,7 +20,7 @@ import { SegshuffleError, Session, stateJson } from "../src/index.js";
 const job = JSON.parse(await readFile(process.argv[2], "utf8"));
 const common = {
   shufflerUrl: job.shufflerUrl, serverKey: job.serverKey, allowInsecure: job.allowInsecure === true,
-  retry: { attempts: 8, initialDelayMs: 100, maxDelayMs: 2000, budgetMs: 60000 },
+  retry: { initialDelayMs: 100, maxDelayMs: 2000, budgetMs: 60000 },
 };
 
 async function round1(user) {

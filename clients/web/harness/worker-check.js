@@ -3,7 +3,8 @@
 // 50 ms interval timer measures how late the page's main thread lets it fire. The check
 // runs the accountant in a Web Worker, so no tick should be late by much.
 
-import { AccountantRunner, Session, defaultRunner } from "../src/index.js";
+import { AccountantRunner, defaultRunner } from "../src/accountant_runner.js";
+import { Session } from "../src/index.js";
 import { FakeShuffler } from "./fake-shuffler.js";
 import { VECTORS } from "./vectors.js";
 

@@ -1,3 +1,4 @@
+// @ts-check
 // Reading the shuffler's answers: each body must have the shape of its document (the
 // wire models of docs/wire.md and docs/architecture.md) before anything is checked
 // against it; a body that does not is a ProtocolError naming the member.
@@ -15,7 +16,15 @@ const MODES = ["slots", "independent"];
 
 const isObject = (value) => value !== null && typeof value === "object" && !Array.isArray(value);
 
-/** Shape predicates, each with a name for messages. */
+/**
+ * A shape: a predicate and its name for messages.
+ * @typedef {[(value: any) => boolean, string]} Shape
+ */
+
+/**
+ * Shape predicates, each with a name for messages.
+ * @type {Record<"string" | "number" | "integer" | "boolean" | "object", Shape>}
+ */
 const is = {
   string: [(v) => typeof v === "string", "a string"],
   number: [(v) => typeof v === "number", "a number"],
@@ -24,9 +33,13 @@ const is = {
   object: [isObject, "an object"],
 };
 
+/** @type {(shape: Shape) => Shape} */
 const nullable = ([test, name]) => [(v) => v === null || test(v), `${name} or null`];
+/** @type {(shape: Shape) => Shape} */
 const listOf = ([test, name]) => [(v) => Array.isArray(v) && v.every(test), `a list of ${name}s`];
+/** @type {(values: readonly unknown[]) => Shape} */
 const oneOf = (values) => [(v) => values.includes(v), `one of ${values.join(", ")}`];
+/** @type {(pattern: RegExp, name: string) => Shape} */
 const matching = (pattern, name) => [(v) => typeof v === "string" && pattern.test(v), name];
 
 /**

@@ -1,3 +1,4 @@
+// @ts-check
 // Byte strings as the wire format writes them (docs/wire.md section 1): hex for hashes,
 // base64url without padding for keys and ciphertexts.
 

@@ -1,3 +1,4 @@
+// @ts-check
 // RFC 8785 (JSON Canonicalization Scheme) and the document hashes built on it
 // (docs/wire.md sections 1.1 and 2).
 //
@@ -22,7 +23,7 @@ export function canonicalize(value) {
     return JSON.stringify(value);
   }
   if (typeof value === "string") {
-    if (!value.isWellFormed()) throw new TypeError("lone surrogates are not allowed");
+    if (!wellFormed(value)) throw new TypeError("lone surrogates are not allowed");
     return JSON.stringify(value);
   }
   if (Array.isArray(value)) return `[${value.map(canonicalize).join(",")}]`;
@@ -40,4 +41,13 @@ export function canonicalize(value) {
  */
 export async function documentHash(document) {
   return toHex(await sha256(utf8(canonicalize(document))));
+}
+
+/**
+ * Whether `text` has no lone surrogates (String.prototype.isWellFormed: Node 20, every
+ * current browser).
+ * @param {string} text @returns {boolean}
+ */
+function wellFormed(text) {
+  return /** @type {{ isWellFormed(): boolean }} */ (/** @type {unknown} */ (text)).isWellFormed();
 }

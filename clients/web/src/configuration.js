@@ -1,3 +1,4 @@
+// @ts-check
 // Whether a campaign configuration is one the server could have been asked to create:
 // the ranges, caps and cross-field rules of a creation request, so that a configuration
 // no admin could have obtained (a level of 100, a set larger than the domain, a domain of

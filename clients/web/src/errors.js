@@ -1,10 +1,24 @@
+// @ts-check
 // The errors the client raises. Every one is a SegshuffleError, so an app can catch the
-// whole family at once and branch on the subclass: a refusal to take part
-// (VerificationError, CampaignEndedError), a service's answer (HttpError), no answer
-// (NetworkError, RetryBudgetExceeded), an answer that is not what the protocol says
-// (ProtocolError), or a mistake of the calling code or its saved state (UsageError,
-// StateError). A submission that did not end stored says whether it certainly is not
-// (SubmissionRefusedError) or whether that is not known yet (SubmissionUnknownError).
+// whole family at once and branch on the kind, each of which says what the app can do:
+//
+// - OfflineError: the device was offline (navigator.onLine false) until the time budget
+//   ran out; the session waited for the browser's `online` event. Try again once online.
+//   It is a ServiceUnreachableError with a known cause: test for it first.
+// - ServiceUnreachableError: the shuffler gave no usable answer (no answer, a CORS
+//   refusal, 5xx or 429) until the time budget ran out. Try again later.
+// - RefusedError: the service refused the request for good (a 4xx other than 429);
+//   `problem` and `document` carry its RFC 9457 problem document. Trying the same again
+//   gets the same answer. A refused submission is a SubmissionRefusedError.
+// - VerificationError: something the services published does not check out; `check`
+//   names the failed check. Nothing more is sent.
+//
+// Besides these: the campaign ended (CampaignEndedError), a wait for the campaign ran out
+// of time (WaitTimeoutError), a submission's outcome is not known yet
+// (SubmissionUnknownError), an answer that is not what the protocol says
+// (ProtocolError), and mistakes of the calling code or its saved state (UsageError,
+// StateError). HttpError and NetworkError describe one try; they reach the app as the
+// `lastError` of the kinds above (RefusedError is an HttpError itself).
 
 /** Base class of every error this package throws. */
 export class SegshuffleError extends Error {
@@ -64,9 +78,11 @@ export const PROBLEM_PREFIX = "urn:segshuffle:error:";
  */
 
 /**
- * A service refused a request: a status of 400 or more, with the RFC 9457 problem
+ * A service answered a try with a status of 400 or more, with the RFC 9457 problem
  * document when it sent one. `problem` is the short name (`already-submitted`,
- * `wrong-phase`, `rate-limited`...), `retryAfterMs` the answer's `Retry-After`.
+ * `wrong-phase`, `rate-limited`...), `retryAfterMs` the answer's `Retry-After`. A
+ * transient one (429, 5xx) is retried and reaches the app only as a `lastError`; a final
+ * one is a RefusedError.
  */
 export class HttpError extends SegshuffleError {
   /**
@@ -95,25 +111,64 @@ export class HttpError extends SegshuffleError {
   }
 }
 
-/** A request got no answer (connection refused or reset, DNS, timeout, CORS refusal). */
+/**
+ * The service refused the request for good: a 4xx other than 429, with its problem
+ * document (`document`, `problem`, `detail`). The same request again gets the same
+ * answer; the app can show `detail` or act on `problem` (`invitation-used`,
+ * `unknown-campaign`, `wrong-phase`...).
+ */
+export class RefusedError extends HttpError {
+  /** The final answer `error` (an HttpError) as a RefusedError. @param {HttpError} error */
+  static of(error) {
+    return new this(error.message, {
+      status: error.status, document: error.document, retryAfterMs: error.retryAfterMs,
+    });
+  }
+}
+
+/** One try got no answer (connection refused or reset, DNS, timeout, CORS refusal). */
 export class NetworkError extends SegshuffleError {}
 
 /**
- * A request kept failing transiently until its retry budget (attempts or total wait)
- * ran out; `lastError` is the last failure (an HttpError or a NetworkError).
+ * @typedef {object} UnreachableDetails
+ * @property {HttpError | NetworkError} lastError the last try's failure
+ * @property {number} attempts the tries made
+ * @property {number} waitedMs the milliseconds from the first try to giving up
  */
-export class RetryBudgetExceeded extends SegshuffleError {
-  /**
-   * @param {string} message
-   * @param {{ lastError: HttpError | NetworkError, attempts: number, waitedMs: number }} details
-   */
+
+/**
+ * The shuffler gave no usable answer until the time budget ran out (the retry option's
+ * `budgetMs`, or the session's `waitBudgetMs` for a wait or a submission): no answer at
+ * all (stopped, unreachable, or a CORS setting that does not list the page's origin: a
+ * browser does not tell these apart), or 5xx and 429 answers only. `lastError` is the
+ * last failure. A submission that ends so was not stored (`stored` false); one that may
+ * have arrived ends as a SubmissionUnknownError instead.
+ */
+export class ServiceUnreachableError extends SegshuffleError {
+  /** @param {string} message @param {UnreachableDetails} details */
   constructor(message, { lastError, attempts, waitedMs }) {
     super(message, { cause: lastError });
+    /** @type {HttpError | NetworkError} */
     this.lastError = lastError;
+    /** @type {number} */
     this.attempts = attempts;
+    /** @type {number} */
     this.waitedMs = waitedMs;
   }
+
+  /** A submission that ended so was certainly not stored. @returns {false} */
+  get stored() {
+    return false;
+  }
 }
+
+/**
+ * The device was offline (the browser's `navigator.onLine` false) when the time budget
+ * ran out. While offline a session does not try again and again: it waits for the
+ * browser's `online` event and carries on at once when it comes; this is the answer
+ * when it did not come in time. A ServiceUnreachableError whose cause is known.
+ */
+export class OfflineError extends ServiceUnreachableError {}
 
 /** The campaign ended without results (`failed` or `aborted`); `reason` says why. */
 export class CampaignEndedError extends SegshuffleError {
@@ -126,14 +181,14 @@ export class CampaignEndedError extends SegshuffleError {
 }
 
 /**
- * A wait ran out of its time budget before what it waited for came; nothing was sent and
- * waiting again later is safe. `waitingFor` says what: `phase` (waitForPhase), or, in
- * fetchParameters, `parameters` (not published yet), `round1-release` (the shuffler's
- * round-1 status does not say released yet) or `service` (the shuffler kept failing:
- * `cause` is the last failure).
+ * A wait ran out of its time budget before what it waited for came, the shuffler
+ * answering all along; nothing was sent and waiting again later is safe. `waitingFor`
+ * says what: `phase` (waitForPhase), or, in fetchParameters, `parameters` (not published
+ * yet) or `round1-release` (the shuffler's round-1 status does not say released yet). A
+ * shuffler that stopped answering is a ServiceUnreachableError (or an OfflineError).
  */
 export class WaitTimeoutError extends SegshuffleError {
-  /** @param {string} message @param {{ waitingFor?: string, cause?: unknown }} [details] */
+  /** @param {string} message @param {{ waitingFor?: string, cause?: unknown }} details */
   constructor(message, { waitingFor = "phase", cause } = {}) {
     super(message, cause === undefined ? undefined : { cause });
     /** @type {string} */
@@ -148,12 +203,11 @@ export class WaitTimeoutError extends SegshuffleError {
  * have arrived: the round then holds a submission of this token that the session has no
  * record of (its saved state was not kept), and this one was not stored.
  */
-export class SubmissionRefusedError extends HttpError {
+export class SubmissionRefusedError extends RefusedError {
   /** The refusal `error` (an HttpError) as a SubmissionRefusedError. @param {HttpError} error */
   static of(error) {
-    const refused = new SubmissionRefusedError(`${error.message} (not stored)`, {
-      status: error.status, document: error.document, retryAfterMs: error.retryAfterMs,
-    });
+    const refused = super.of(error);
+    refused.message = `${error.message} (not stored)`;
     return refused;
   }
 

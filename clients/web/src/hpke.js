@@ -1,3 +1,4 @@
+// @ts-check
 // HPKE (RFC 9180) base mode with DHKEM(X25519, HKDF-SHA256), HKDF-SHA256 and
 // AES-128-GCM, one single-shot Seal per message (docs/wire.md section 4), on WebCrypto
 // alone: X25519 for the Diffie-Hellman, HMAC-SHA256 for HKDF, AES-GCM for the AEAD.
@@ -85,7 +86,7 @@ async function aesGcm(direction, key, nonce, data) {
 
 /**
  * Seal one plaintext to the recipient's raw public key under `info`: `enc || ct`.
- * A fresh ephemeral key is drawn unless `ephemeralPrivateKey` (raw bytes, for test
+ * A fresh, non-extractable ephemeral key is drawn unless `ephemeralPrivateKey` (raw bytes, for test
  * vectors only) is given.
  * @param {Uint8Array} recipientPublic @param {Uint8Array} info @param {Uint8Array} plaintext
  * @param {Uint8Array} [ephemeralPrivateKey]
@@ -95,7 +96,10 @@ export async function seal(recipientPublic, info, plaintext, ephemeralPrivateKey
   let privateKey;
   let enc;
   if (ephemeralPrivateKey === undefined) {
-    const pair = await crypto.subtle.generateKey({ name: "X25519" }, true, ["deriveBits"]);
+    // Not extractable: the private half is used once, for this Diffie-Hellman, and no
+    // code can read it out. The public half (enc) is exportable whatever the flag.
+    const pair = /** @type {CryptoKeyPair} */ (
+      await crypto.subtle.generateKey({ name: "X25519" }, false, ["deriveBits"]));
     privateKey = pair.privateKey;
     enc = new Uint8Array(await crypto.subtle.exportKey("raw", pair.publicKey));
   } else {

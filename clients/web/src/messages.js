@@ -1,3 +1,4 @@
+// @ts-check
 // A user's sealed submissions (docs/protocol.md sections 2-3, docs/wire.md section 5).
 //
 // Round 1: one level message carrying the level index, or, when the campaign sets

@@ -1,3 +1,4 @@
+// @ts-check
 // The 32-byte plaintext of every message (docs/wire.md section 3).
 
 export const PLAINTEXT_BYTES = 32;
@@ -14,7 +15,7 @@ export const Kind = Object.freeze({ NULL: 0, LEVEL: 1, ITEM: 2 });
  * @returns {Uint8Array}
  */
 export function encodePlaintext(kind, value, nonce = crypto.getRandomValues(new Uint8Array(NONCE_BYTES))) {
-  if (!Object.values(Kind).includes(kind)) throw new RangeError(`unknown kind ${kind}`);
+  if (!(/** @type {number[]} */ (Object.values(Kind))).includes(kind)) throw new RangeError(`unknown kind ${kind}`);
   if (!Number.isInteger(value) || value < 0 || value > 0xffffffff) {
     throw new RangeError("the value is an unsigned 32-bit integer");
   }

@@ -1,3 +1,4 @@
+// @ts-check
 // What an app accepts from a campaign: limits shipped with the app that no answer of a
 // server can move (docs/protocol.md section 6).
 

@@ -1,3 +1,4 @@
+// @ts-check
 // Randomness for the randomizers, from the platform's CSPRNG (crypto.getRandomValues):
 // uniform numbers, coins, unbiased integers and samples without replacement. Every coin
 // a user flips decides what the server may learn, so none comes from Math.random, and

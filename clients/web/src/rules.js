@@ -1,3 +1,4 @@
+// @ts-check
 // The rules the server, the shuffler and every client compute identically: the user
 // counts n_min and h, the default delta and the client's delta ceiling, the caps, and
 // the message geometry of the two blanket modes. One party decides each quantity and
@@ -42,7 +43,10 @@ export function decimalFraction(value) {
     : { num: digits, den: 10n ** BigInt(-exponent) };
 }
 
-/** ceil((1 - t) * x) for fractions t in [0, 1) and x >= 0. */
+/**
+ * ceil((1 - t) * x) for fractions t in [0, 1) and x >= 0.
+ * @param {{ num: bigint, den: bigint }} t @param {{ num: bigint, den: bigint }} x
+ */
 function ceilComplementTimes(t, x) {
   const num = (t.den - t.num) * x.num;
   const den = t.den * x.den;

@@ -1,3 +1,4 @@
+// @ts-check
 // One user in one campaign, both rounds, over HTTP to the shuffler (the only service a
 // client talks to: it relays the server's public documents, which the client verifies).
 //
@@ -33,9 +34,9 @@
 //   that fails still refuses at once (VerificationError);
 // - a submission is retried, same token and same sealed body, until the answer says
 //   whether it is stored: submitLevel and submitData resolve only once it is, and reject
-//   with SubmissionRefusedError (certainly not stored), RetryBudgetExceeded (no try
-//   reached the shuffler: not stored) or SubmissionUnknownError (a try may have arrived
-//   and no answer could tell in time). The saved state records each round before
+//   with SubmissionRefusedError (certainly not stored), ServiceUnreachableError or its
+//   OfflineError (no try reached the shuffler: not stored) or SubmissionUnknownError (a
+//   try may have arrived and no answer could tell in time). The saved state records each round before
 //   anything of it leaves (`outcome(round)`: null, "unknown", "stored"), so a session
 //   resumed after a reload never sends a stored round again and sends one of unknown
 //   outcome again as it was, which settles it.
@@ -46,7 +47,7 @@ import {
 import { fromBase64url, toBase64url } from "./bytes.js";
 import { ID_PATTERN } from "./configuration.js";
 import {
-  CampaignEndedError, ProtocolError, RetryBudgetExceeded, SubmissionRefusedError, UsageError,
+  CampaignEndedError, ProtocolError, ServiceUnreachableError, SubmissionRefusedError, UsageError,
   VerificationError, WaitTimeoutError,
 } from "./errors.js";
 import { dataSlots, reportLevel, round1Body, round2Body } from "./messages.js";
@@ -78,11 +79,16 @@ export const DEFAULT_WAIT_BUDGET_MS = 120000;
  * @property {import("./policy.js").PolicyOptions} [policy] what the app accepts
  * @property {number} [minFakeTolerance] shortcut tightening the policy's
  * @property {boolean} [allowInsecure] accept a test server's unaccounted parameters
- * @property {typeof globalThis.fetch} [fetch] @property {import("./transport.js").RetryOptions} [retry]
+ * @property {typeof globalThis.fetch} [fetch] the fetch to use (default: the global one)
+ * @property {import("./transport.js").RetryOptions} [retry] how a request retries: for
+ *   `retry.budgetMs` (default 120 s) from its first try, never by a count of tries
  * @property {number} [waitBudgetMs] how long fetchParameters waits for what it needs and a
  *   submission is retried until its outcome is known (default DEFAULT_WAIT_BUDGET_MS)
- * @property {(ms: number, signal?: AbortSignal) => Promise<void>} [sleep]
- * @property {() => number} [now]
+ * @property {(ms: number, signal?: AbortSignal) => Promise<void>} [sleep] (tests)
+ * @property {() => number} [now] (tests)
+ * @property {import("./transport.js").Connectivity} [connectivity] whether the device is
+ *   online and the wait for it to come back (default: the browser's `navigator.onLine` and
+ *   `online` event; tests)
  * @property {AbortSignal} [signal] cancels every request of the session and the guarantee
  *   check of fetchParameters (its worker is terminated): the pending call rejects with the
  *   signal's reason, a DOMException named AbortError unless the app gave another
@@ -173,6 +179,7 @@ export class Session {
     this.#signal = options.signal;
     this.#transport = new Transport(shufflerUrl, {
       fetch: options.fetch, retry: options.retry, sleep: options.sleep, now: options.now,
+      connectivity: options.connectivity,
     });
   }
 
@@ -337,7 +344,7 @@ export class Session {
 
   /**
    * The shuffler's view of a round: participants, threshold, release state.
-   * @param {1 | 2} round @param {{ fresh?: boolean }} [options]
+   * @param {1 | 2} round @param {{ fresh?: boolean }} options
    */
   async roundStatus(round, { fresh = false } = {}) {
     return this.#status(round, fresh);
@@ -349,7 +356,9 @@ export class Session {
    * them at once and nothing is sent. Waits, for at most `waitBudgetMs` (backoff between
    * tries, or a Retry-After), while the parameters are not published yet, while the
    * shuffler's round-1 status does not say released yet and across transient failures,
-   * then rejects with WaitTimeoutError (`waitingFor` says which). The accountant runs
+   * then rejects with WaitTimeoutError (`waitingFor` says which), or with
+   * ServiceUnreachableError (OfflineError: the device is offline) if the shuffler gave no
+   * usable answer all that time. The accountant runs
    * once per view, in a Web Worker in a browser: the page stays responsive, `onProgress`
    * hears of each level and `signal` cancels the check.
    * `levelIndex` is needed only by a session that did not send round 1 itself.
@@ -361,14 +370,7 @@ export class Session {
     const deadline = this.#transport.now() + this.#waitBudgetMs;
     let verified = null;
     for (let attempt = 0, fresh = false; ; attempt += 1, fresh = true) {
-      let found;
-      try {
-        found = await this.#published(fresh, deadline, verified);
-      } catch (error) {
-        if (!(error instanceof RetryBudgetExceeded)) throw error;
-        throw new WaitTimeoutError(`round-2 parameters: the shuffler kept failing for `
-          + `${this.#waitBudgetMs} ms: ${error.lastError.message}`, { waitingFor: "service", cause: error });
-      }
+      const found = await this.#published(fresh, deadline, verified);
       if (found.parameters) {
         this.#view = found.view;
         this.#parameters = found.parameters;
@@ -495,23 +497,17 @@ export class Session {
   /**
    * Poll the campaign until it reaches `phase` (round2 or done). A campaign that ended
    * without results is a CampaignEndedError (only once its end is signed, with a server
-   * key); running out of time a WaitTimeoutError, transient failures of the shuffler
-   * included.
+   * key); running out of time a WaitTimeoutError, or ServiceUnreachableError (OfflineError)
+   * if the shuffler's answers stopped until the time ran out.
    * @param {"round2" | "done"} phase
-   * @param {{ timeoutMs?: number, intervalMs?: number }} [options]
+   * @param {{ timeoutMs?: number, intervalMs?: number }} options how long to wait in
+   *   all (default 60000 ms) and between looks (default 1000 ms)
    */
   async waitForPhase(phase, { timeoutMs = 60000, intervalMs = 1000 } = {}) {
     if (!(phase in PHASE_ORDER)) throw new UsageError(`phase must be round2 or done, got ${phase}`);
     const deadline = this.#transport.now() + timeoutMs;
     for (;;) {
-      let view;
-      try {
-        view = await this.#fetchView(true, deadline);
-      } catch (error) {
-        if (!(error instanceof RetryBudgetExceeded)) throw error;
-        throw new WaitTimeoutError(`campaign: the shuffler kept failing for ${timeoutMs} ms: `
-          + `${error.lastError.message}`, { waitingFor: "service", cause: error });
-      }
+      const view = await this.#fetchView(true, deadline);
       this.#checkCampaign(view);
       await this.#checkSignatures(view);
       if (view.phase === "failed" || view.phase === "aborted") {
@@ -593,7 +589,7 @@ export class Session {
         what: `round-${round} submission`, signal: this.#signal,
       });
     } catch (error) {
-      if (error instanceof SubmissionRefusedError || error instanceof RetryBudgetExceeded) {
+      if (error instanceof SubmissionRefusedError || error instanceof ServiceUnreachableError) {
         this.#settle(round, false); // certainly not stored
         await this.#changed();
       }

@@ -1,5 +1,7 @@
+// @ts-check
 // The server's document signatures (docs/wire.md section 9): the signed messages and
-// their Ed25519 verification on WebCrypto.
+// their Ed25519 verification on WebCrypto. Which signatures a view must carry, and the
+// refusal naming the check, are verify.js's verifySignatures.
 
 import { concat, fromBase64url, fromHex, i2osp, utf8 } from "./bytes.js";
 
@@ -55,26 +57,4 @@ export async function verifySignature(publicKey, message, signature) {
   const key = await crypto.subtle.importKey("raw", publicKey, { name: "Ed25519" }, false,
     ["verify"]);
   return crypto.subtle.verify({ name: "Ed25519" }, key, raw, message);
-}
-
-/**
- * Check a campaign view's signatures with the app's copy of the server's key: the
- * campaign signature always, the parameters signature once parameters are published, the
- * end signature in an ended phase. Throws naming the first that is missing or wrong.
- * @param {object} view the parsed campaign view @param {Uint8Array} serverKey
- */
-export async function verifyViewSignatures(view, serverKey) {
-  const signatures = view.signatures ?? {};
-  const checks = [["campaign", campaignMessage(view.id, view.config_hash, view.key_id,
-    fromBase64url(view.hpke_config.public_key))]];
-  if (view.parameters_hash) checks.push(["parameters", parametersMessage(view.id, view.parameters_hash)]);
-  if (["done", "failed", "aborted"].includes(view.phase)) {
-    checks.push(["end", endMessage(view.id, view.phase, view.end_reason ?? null)]);
-  }
-  for (const [name, message] of checks) {
-    const signature = signatures[name];
-    if (typeof signature !== "string" || !(await verifySignature(serverKey, message, signature))) {
-      throw new Error(`the view's ${name} signature is ${signature ? "wrong" : "missing"}`);
-    }
-  }
 }

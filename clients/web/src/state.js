@@ -1,3 +1,4 @@
+// @ts-check
 // The saved-session document: what an app stores to carry a user from one run to the
 // next between the rounds (the invitation cannot be used twice, and round 2 must repeat
 // round 1's level report and pins).

@@ -1,45 +1,58 @@
-// HTTP to the shuffler with a bounded retry budget.
+// @ts-check
+// HTTP to the shuffler, each request bounded by a time budget.
 //
 // Only transient failures are retried, as the Python SDK retries them: 429 (a rate
 // limit), any 5xx (a service that is not ready, a balancer whose replica died under the
 // request: every request is idempotent) and requests that got no answer at all. Each
-// retry waits an
-// exponential backoff with jitter, or the answer's Retry-After where that is longer (a
-// rate limit knows when a token is free again), capped, and no request ever makes more
-// than `attempts` tries or runs past `budgetMs` in total. A request given a `deadline`
-// (submissions, and the checks of the round-2 parameters: the session's wait budget) is
-// bounded by that time alone, whatever the number of tries. Every other failure is final
-// at once and surfaces as an HttpError carrying the service's RFC 9457 problem document.
+// retry waits an exponential backoff with jitter, or the answer's Retry-After where that
+// is longer (a rate limit knows when a token is free again), capped. A request is bounded
+// by a time, never by a count of tries: it retries until `budgetMs` has passed since its
+// first try (or until its `deadline`: submissions and the waits of a session, bounded by
+// the session's wait budget), the last wait shortened to end there, and then gives up
+// with ServiceUnreachableError. A Retry-After longer than the time left ends it at once.
+//
+// While the device is offline (a browser's `navigator.onLine` is false) a failed try is
+// not followed by backoff after backoff: the request waits for the browser's `online`
+// event and tries again as soon as it comes, and if the budget runs out first it gives
+// up with OfflineError. Under Node there is no such signal and no offline wait.
+//
+// Every other failure is final at once: a RefusedError carrying the service's RFC 9457
+// problem document.
 //
 // A submission knows its outcome: it resolves once stored (an already-submitted answer
 // after a try that may have arrived means an earlier try got through), and otherwise
 // rejects with SubmissionRefusedError (certainly not stored), SubmissionUnknownError (a
-// try may have arrived and no answer could tell), or RetryBudgetExceeded (no try reached
-// the shuffler).
+// try may have arrived and no answer could tell), or ServiceUnreachableError (no try
+// reached the shuffler).
 //
 // Requests carry nothing the shuffler does not need: no cookies, no referrer, no
 // redirects followed (a redirect could carry the bearer token elsewhere), and only the
 // Content-Type and Authorization headers the shuffler's CORS consent lists.
 
 import {
-  HttpError, NetworkError, ProtocolError, RetryBudgetExceeded, SubmissionRefusedError,
-  SubmissionUnknownError,
+  HttpError, NetworkError, OfflineError, ProtocolError, RefusedError, ServiceUnreachableError,
+  SubmissionRefusedError, SubmissionUnknownError,
 } from "./errors.js";
 
 /**
+ * How a request retries; every field is optional in the `retry` option of a Session.
  * @typedef {object} RetryOptions
- * @property {number} [attempts] most tries of one request (default 6)
  * @property {number} [initialDelayMs] backoff before the second try (default 200)
  * @property {number} [maxDelayMs] largest backoff (default 5000)
  * @property {number} [maxRetryAfterMs] longest Retry-After honoured (default 60000)
- * @property {number} [budgetMs] no wait is begun that would end more than this long
- *   after the first try started (default 120000)
+ * @property {number} [budgetMs] how long a request keeps retrying, from its first try:
+ *   the last wait ends at this time and one last try follows (default 120000). Submissions
+ *   and a session's waits are bounded by its `waitBudgetMs` instead.
  * @property {number} [timeoutMs] one try's time limit, answer body included (default 30000)
  */
 
-/** @type {Readonly<Required<RetryOptions>>} */
+/**
+ * The retry settings a session uses unless given others: a request that gets no usable
+ * answer keeps trying for two minutes, long enough for a service restarting on a busy
+ * host.
+ * @type {Readonly<Required<RetryOptions>>}
+ */
 export const DEFAULT_RETRY = Object.freeze({
-  attempts: 6,
   initialDelayMs: 200,
   maxDelayMs: 5000,
   maxRetryAfterMs: 60000,
@@ -63,6 +76,16 @@ const MAX_DOUBLINGS = 30;
  * @property {(ms: number, signal?: AbortSignal) => Promise<void>} [sleep]
  * @property {() => number} [now] milliseconds since the epoch (Retry-After dates use it)
  * @property {() => number} [random] uniform in [0, 1), for the jitter
+ * @property {Connectivity} [connectivity] whether the device is online, and the wait for
+ *   it to come back (the browser's, unless a test gives another)
+ */
+
+/**
+ * What the transport knows of the device's network.
+ * @typedef {object} Connectivity
+ * @property {() => boolean} online false only when the device knows it is offline
+ * @property {(ms: number, signal?: AbortSignal) => Promise<void>} untilOnline resolves when
+ *   the device comes back online or after `ms`, whichever is first; rejects on `signal`
  */
 
 /**
@@ -112,23 +135,49 @@ export function retryAfterMs(value, nowMs, capMs) {
   return Math.min(delay, capMs);
 }
 
-function defaultSleep(ms, signal) {
+/**
+ * Resolve after `ms`, or when `event` fires on `target` (if given); reject with the
+ * signal's reason when it aborts.
+ * @param {number} ms @param {AbortSignal} [signal]
+ * @param {EventTarget | null} [target] @param {string} [event]
+ * @returns {Promise<void>}
+ */
+function sleepUntil(ms, signal, target = null, event = "") {
   return new Promise((resolve, reject) => {
     if (signal?.aborted) {
       reject(signal.reason);
       return;
     }
-    const timer = setTimeout(() => {
+    const done = () => {
+      clearTimeout(timer);
       signal?.removeEventListener("abort", onAbort);
+      target?.removeEventListener(event, done);
       resolve();
-    }, ms);
+    };
+    const timer = setTimeout(done, ms);
     function onAbort() {
       clearTimeout(timer);
+      target?.removeEventListener(event, done);
       reject(signal.reason);
     }
     signal?.addEventListener("abort", onAbort, { once: true });
+    target?.addEventListener(event, done, { once: true });
   });
 }
+
+/** @param {number} ms @param {AbortSignal} [signal] */
+const defaultSleep = (ms, signal) => sleepUntil(ms, signal);
+
+/**
+ * The browser's connectivity: `navigator.onLine`, and the `online` event of the page or
+ * worker. Node has neither: it counts as always online.
+ * @type {Connectivity}
+ */
+export const browserConnectivity = Object.freeze({
+  online: () => globalThis.navigator?.onLine !== false,
+  untilOnline: (ms, signal) => sleepUntil(ms, signal,
+    typeof globalThis.addEventListener === "function" ? globalThis : null, "online"),
+});
 
 /** An AbortSignal that fires on `outer` or after `ms`, and a function to release it. */
 function attemptSignal(outer, ms) {
@@ -170,17 +219,25 @@ export class Transport {
     // Called unbound: a browser's fetch refuses to run with another object as `this`.
     this.fetch = (url, init) => fetchImpl(url, init);
     /** @type {Required<RetryOptions>} */
-    this.retry = { ...DEFAULT_RETRY, ...options.retry };
+    this.retry = { ...DEFAULT_RETRY };
+    for (const [name, value] of Object.entries(options.retry ?? {})) {
+      if (value !== undefined) this.retry[name] = value; // an option left undefined keeps its default
+    }
     const r = this.retry;
-    if (!(Number.isInteger(r.attempts) && r.attempts >= 1) || !(r.initialDelayMs >= 0)
-        || !(r.maxDelayMs >= r.initialDelayMs) || !(r.maxRetryAfterMs >= 0)
-        || !(r.budgetMs >= 0) || !(r.timeoutMs > 0)) {
-      throw new RangeError("retry needs attempts >= 1, 0 <= initialDelayMs <= maxDelayMs, "
-        + "maxRetryAfterMs >= 0, budgetMs >= 0 and timeoutMs > 0");
+    if ("attempts" in r) {
+      throw new RangeError("retry.attempts is not an option: a request retries for a time, "
+        + "retry.budgetMs");
+    }
+    if (!(r.initialDelayMs >= 0) || !(r.maxDelayMs >= r.initialDelayMs)
+        || !(r.maxRetryAfterMs >= 0) || !(Number.isFinite(r.budgetMs) && r.budgetMs >= 0)
+        || !(r.timeoutMs > 0)) {
+      throw new RangeError("retry needs 0 <= initialDelayMs <= maxDelayMs, "
+        + "maxRetryAfterMs >= 0, a finite budgetMs >= 0 and timeoutMs > 0");
     }
     this.sleep = options.sleep ?? defaultSleep;
     this.now = options.now ?? Date.now;
     this.random = options.random ?? Math.random;
+    this.connectivity = options.connectivity ?? browserConnectivity;
   }
 
   /** The backoff before try `attempt + 1` (attempt counts from 0): uniform in [d/2, d]. */
@@ -203,51 +260,63 @@ export class Transport {
   }
 
   /**
-   * Send one request, retrying transient failures within the budget (or until its
-   * `deadline`).
+   * Send one request, retrying transient failures until `budgetMs` has passed since the
+   * first try (or until its `deadline`), waiting for the device to come online while it
+   * is offline.
    * @param {string} path @param {RequestOptions} [options] @returns {Promise<Answer>}
    */
   async request(path, options = {}) {
     const { method = "GET", json, token, what = `${method} ${path}`, submission = false,
-      maybeSent = false, deadline, fresh = false, signal } = options;
+      maybeSent = false, fresh = false, signal } = options;
+    /** @type {Record<string, string>} */
     const headers = {};
     if (json !== undefined) headers["content-type"] = "application/json";
     if (token !== undefined) headers.authorization = `Bearer ${token}`;
+    /** @type {RequestInit} */
     const init = {
       method, headers, body: json === undefined ? undefined : JSON.stringify(json),
       credentials: "omit", referrerPolicy: "no-referrer", redirect: "error",
       cache: fresh ? "no-cache" : "default",
     };
     const started = this.now();
+    const deadline = options.deadline ?? started + this.retry.budgetMs;
     let ambiguous = submission && maybeSent;
+    /** @type {HttpError | NetworkError} */
     let lastError;
+    let offline = false;
     let tries = 0;
     for (let attempt = 0; ; attempt += 1) {
       tries += 1;
       const outcome = await this.#attempt(this.baseUrl + path, init, what, signal);
+      offline = false;
       if (outcome.response) {
         const { status, body, error } = outcome.response;
         if (!error) return { status, body, alreadySubmitted: false };
         if (submission && ambiguous && error.problem === "already-submitted") {
           return { status, body, alreadySubmitted: true };
         }
-        if (!transient(status)) throw submission ? refusal(error, ambiguous) : error;
+        if (!transient(status)) throw submission ? refusal(error, ambiguous) : RefusedError.of(error);
         ambiguous ||= status >= 500; // a 5xx may come after the request was taken
         lastError = error;
       } else {
         ambiguous ||= !neverSent(outcome.networkError.cause);
         lastError = outcome.networkError;
+        offline = !this.connectivity.online();
+      }
+      if (offline) {
+        // No backoff: wait for the device to come back, then try at once.
+        const left = deadline - this.now();
+        if (left <= 0) break;
+        await this.connectivity.untilOnline(left, signal);
+        if (!this.connectivity.online()) {
+          if (this.now() >= deadline) break;
+          continue; // woken early without being online: look again
+        }
+        attempt = -1; // the network is back: backoff starts afresh
+        continue;
       }
       const asked = lastError instanceof HttpError ? lastError.retryAfterMs : null;
-      let wait;
-      if (deadline !== undefined) {
-        wait = this.waitUntil(attempt, deadline, asked);
-      } else if (attempt + 1 < this.retry.attempts) {
-        wait = Math.max(this.backoffMs(attempt), asked ?? 0);
-        if (this.now() - started + wait > this.retry.budgetMs) wait = null;
-      } else {
-        wait = null;
-      }
+      const wait = this.waitUntil(attempt, deadline, asked);
       if (wait === null) break;
       await this.sleep(wait, signal);
     }
@@ -258,10 +327,13 @@ export class Transport {
         + `again, here or resumed from the saved state, to find out): ${lastError.message}`,
       { lastError });
     }
-    const budget = deadline !== undefined ? "its deadline"
-      : `${this.retry.attempts} tries within ${this.retry.budgetMs} ms`;
-    throw new RetryBudgetExceeded(`${what}: gave up after ${tries} tries (the budget is `
-      + `${budget}): ${lastError.message}`, { lastError, attempts: tries, waitedMs });
+    const details = { lastError, attempts: tries, waitedMs };
+    if (offline) {
+      throw new OfflineError(`${what}: the device is offline, and did not come back online `
+        + `within ${waitedMs} ms: ${lastError.message}`, details);
+    }
+    throw new ServiceUnreachableError(`${what}: no usable answer from the shuffler in `
+      + `${waitedMs} ms (${tries} tries): ${lastError.message}`, details);
   }
 
   async #attempt(url, init, what, outer) {

@@ -1,3 +1,4 @@
+// @ts-check
 // Every check a client makes before it sends anything that depends on what the server
 // published (docs/protocol.md section 6). A failed check throws a VerificationError
 // naming it (`check`, and `checks` when several failed), and nothing more is sent.
@@ -41,7 +42,7 @@ import { campaignMessage, endMessage, parametersMessage, verifySignature } from 
  * `lambda`, with `users` honest users' blanket at rate m over a privacy domain of
  * `domainSize` items, in blanket `mode`, for the target `delta`.
  * @typedef {(level: number, lambda: number, setSize: number, users: number, m: number,
- *   domainSize: number, options: { mode: string, delta: number }) => number | Promise<number>} UserDelta
+ *   domainSize: number, options: { mode?: string, delta?: number }) => number | Promise<number>} UserDelta
  */
 
 /**
@@ -79,7 +80,7 @@ async function digest(document) {
 /**
  * What makes `config` unacceptable to an app with `policy`.
  * @param {View["config"]} config @param {Policy} policy
- * @param {{ allowInsecure?: boolean }} [options] @returns {Problem[]}
+ * @param {{ allowInsecure?: boolean }} options @returns {Problem[]}
  */
 export function configurationProblems(config, policy, { allowInsecure = false } = {}) {
   const problems = wellFormedProblems(config);
@@ -187,9 +188,10 @@ export async function verifyCampaign(view, hpke, campaignId, { policy, allowInse
  * carry the server's signature (docs/wire.md section 9). A relay then cannot substitute
  * a key, parameters or an ending.
  * @param {View} view @param {Uint8Array} serverKey 32 raw bytes
- * @param {{ parameters?: boolean }} [options]
+ * @param {{ parameters?: boolean }} options
  */
 export async function verifySignatures(view, serverKey, { parameters = false } = {}) {
+  /** @type {[string, () => Uint8Array][]} */
   const statements = [["campaign", () => campaignMessage(view.id,
     lowerHex(view.config_hash, 32, "config_hash"), lowerHex(view.key_id, 8, "key_id"),
     fromBase64url(view.hpke_config.public_key))]];
@@ -232,6 +234,7 @@ function lowerHex(text, bytes, name) {
 
 // -- round 2 ------------------------------------------------------------------------------
 
+/** @returns {Problem[]} */
 function geometryProblems(p, config, mode) {
   const domain = privacyDomainSize(config);
   let slots;
@@ -243,6 +246,7 @@ function geometryProblems(p, config, mode) {
   } catch (error) {
     return [["m", `blanket rate (m = ${p.m}: ${error.message})`]];
   }
+  /** @type {Problem[]} */
   const problems = [];
   if (p.blanket_slots !== slots) {
     problems.push(["blanket_slots", `blanket rate (${p.blanket_slots} blanket slots, m = ${g(p.m)} `
@@ -259,6 +263,7 @@ const sameValue = (a, b) => (Array.isArray(a) && Array.isArray(b)
   ? a.length === b.length && a.every((x, i) => x === b[i])
   : a === b);
 
+/** @returns {Problem[]} */
 function repeatsConfiguration(p, config) {
   const copied = [
     ["campaign_id", p.campaign_id, config.id],
@@ -274,16 +279,18 @@ function repeatsConfiguration(p, config) {
     ["blanket_mode", p.blanket_mode, config.blanket_mode],
   ];
   return copied.filter(([, published, configured]) => !sameValue(published, configured))
-    .map(([name, published, configured]) => [name, `${name.replaceAll("_", " ")} `
-      + `(${JSON.stringify(published)}, the campaign uses ${JSON.stringify(configured)})`]);
+    .map(([name, published, configured]) => /** @type {Problem} */ ([name, `${name.replaceAll("_", " ")} `
+      + `(${JSON.stringify(published)}, the campaign uses ${JSON.stringify(configured)})`]));
 }
 
+/** @returns {Problem[]} */
 function countProblems(p, config, policy) {
   const floor = usersFloor(policy, config.min_users);
   if (!(Number.isInteger(p.users) && p.users >= floor && p.users <= MAX_USERS)) {
     return [["users", `user counts (n = ${p.users}; the campaign needs at least ${floor} `
       + "round-1 participants)"]];
   }
+  /** @type {Problem[]} */
   const problems = [];
   const nMin = accountingUsers(p.users, config.dropout_tolerance);
   if (p.accounting_users !== nMin) {
@@ -298,10 +305,12 @@ function countProblems(p, config, policy) {
   return problems;
 }
 
+/** @returns {Problem[]} */
 function deltaProblems(p, config, policy) {
   if (!(finite(p.delta) && p.delta >= MIN_DELTA && p.delta < 1)) {
     return [["delta", `delta (${p.delta} is not in [${MIN_DELTA}, 1))`]];
   }
+  /** @type {Problem[]} */
   const problems = [];
   const usersValid = Number.isInteger(p.users) && p.users >= 1 && p.users <= MAX_USERS;
   if (config.delta !== null || usersValid) {
@@ -317,6 +326,7 @@ function deltaProblems(p, config, policy) {
   return problems;
 }
 
+/** @returns {Problem[]} */
 function rateProblems(p, levels) {
   const lambdas = p.lambdas;
   if (lambdas.length !== levels || !lambdas.every((lam) => finite(lam) && lam >= 0 && lam <= 1)) {
@@ -325,7 +335,9 @@ function rateProblems(p, levels) {
   return [];
 }
 
+/** @returns {Problem[]} */
 function reportProblems(p, config) {
+  /** @type {Problem[]} */
   const problems = [];
   const levels = config.levels;
   const uppers = p.epsilons;

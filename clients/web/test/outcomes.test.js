@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
-  HttpError, RetryBudgetExceeded, SubmissionRefusedError, SubmissionUnknownError, UsageError,
+  HttpError, ServiceUnreachableError, SubmissionRefusedError, SubmissionUnknownError, UsageError,
 } from "../src/errors.js";
 import { Session } from "../src/session.js";
 import { FakeShuffler } from "../harness/fake-shuffler.js";
@@ -34,7 +34,7 @@ async function world() {
   const saved = [];
   const options = (extra = {}) => ({
     shufflerUrl: URL, campaignId: shuffler.id, serverKey: shuffler.serverKey, fetch: shuffler.fetch,
-    userDelta: recordedUserDelta(HONEST).userDelta, retry: { attempts: 4, initialDelayMs: 200, maxDelayMs: 5000 },
+    userDelta: recordedUserDelta(HONEST).userDelta, retry: { initialDelayMs: 200, maxDelayMs: 5000 },
     sleep: clock.sleep, now: clock.now, onStateChange: (state) => saved.push(JSON.stringify(state)), ...extra,
   });
   return { clock, shuffler, saved, options };
@@ -161,7 +161,9 @@ test("no try reaching the shuffler is not stored", async () => {
   const session = new Session(w.options({ waitBudgetMs: 20000 }));
   await session.enroll("invite-1");
   w.shuffler.fault("submit1", ...Array(1000).fill("refused"));
-  await assert.rejects(session.submitLevel(1), RetryBudgetExceeded);
+  const error = await session.submitLevel(1).catch((e) => e);
+  assert.ok(error instanceof ServiceUnreachableError, String(error));
+  assert.equal(error.stored, false);
   assert.equal(session.outcome(1), null);
   assert.deepEqual(session.level, { levelIndex: null, reportedLevel: null });
 });

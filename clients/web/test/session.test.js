@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
-  CampaignEndedError, HttpError, ProtocolError, RetryBudgetExceeded, StateError, UsageError,
+  CampaignEndedError, HttpError, ProtocolError, ServiceUnreachableError, StateError, UsageError,
   VerificationError,
 } from "../src/errors.js";
 import { Session } from "../src/session.js";
@@ -21,7 +21,7 @@ function options(shuffler, extra = {}) {
   return {
     shufflerUrl: URL, campaignId: shuffler.id, serverKey: shuffler.serverKey, fetch: shuffler.fetch,
     userDelta: recordedUserDelta(shuffler.vector).userDelta,
-    retry: { attempts: 4, initialDelayMs: 1, maxDelayMs: 2 }, sleep: async () => {}, ...extra,
+    retry: { initialDelayMs: 1, maxDelayMs: 2 }, sleep: async () => {}, ...extra,
   };
 }
 
@@ -104,9 +104,14 @@ test("refusals of the shuffler surface as HttpError with the problem document", 
     { status: 429, headers: { "retry-after": "2" } }));
   await limited.enroll("invite-1");
   assert.deepEqual(waits, [2000]);
-  // and a shuffler that stays unavailable exhausts the budget
-  shuffler.fault("view", "down", "down", "down", "down");
-  await assert.rejects(limited.campaign(), RetryBudgetExceeded);
+  // and a shuffler that stays unavailable exhausts the time budget
+  const clock = { t: 0 };
+  const patient = new Session(options(shuffler, {
+    now: () => clock.t, sleep: async (ms) => { clock.t += ms; }, retry: { budgetMs: 10000 },
+  }));
+  shuffler.fault("view", ...Array(1000).fill("down"));
+  await assert.rejects(patient.campaign(), ServiceUnreachableError);
+  assert.equal(clock.t, 10000);
 });
 
 test("a relay that substitutes its own key is refused before anything is sent", async () => {

@@ -3,9 +3,9 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { fromBase64url, toBase64url, toHex } from "../src/bytes.js";
+import { fromBase64url, toHex } from "../src/bytes.js";
 import {
-  campaignMessage, endMessage, parametersMessage, verifySignature, verifyViewSignatures,
+  campaignMessage, endMessage, parametersMessage, verifySignature,
 } from "../src/signatures.js";
 
 // docs/wire.md section 9: the key's seed is 00 01 .. 1f.
@@ -41,20 +41,4 @@ test("the signed messages and signatures of the wire.md vector", async () => {
   assert.ok(!(await verifySignature(SERVER_KEY, parameters, SIGNATURES.campaign)));
   assert.ok(!(await verifySignature(SERVER_KEY, campaign, "not base64url!")));
   assert.equal(toHex(endMessage("c", "done", null)).slice(-2), "00");
-});
-
-test("a view's applicable signatures are all required", async () => {
-  const view = {
-    id: "campaign-1", phase: "aborted", config_hash: "11".repeat(32),
-    key_id: "0123456789abcdef", hpke_config: { public_key: toBase64url(HPKE_KEY) },
-    parameters_hash: "22".repeat(32), end_reason: "aborted by the administrator",
-    signatures: { ...SIGNATURES },
-  };
-  await verifyViewSignatures(view, SERVER_KEY);
-  await assert.rejects(verifyViewSignatures({ ...view, signatures: { ...SIGNATURES, end: undefined } },
-    SERVER_KEY), /end signature is missing/);
-  await assert.rejects(verifyViewSignatures({ ...view, config_hash: "12".repeat(32) }, SERVER_KEY),
-    /campaign signature is wrong/);
-  await assert.rejects(verifyViewSignatures({ ...view, end_reason: null }, SERVER_KEY),
-    /end signature is wrong/);
 });
