@@ -33,10 +33,12 @@ disjoint pairs.  Hence tau_j = max_{i <= min(j, d // 2)} (D_i + eta_i) with
   depend on lambda, so every lambda_k is the root of a polynomial inequality.
 
 **Independent blanket** (:attr:`BlanketMode.INDEPENDENT`).  Every item's blanket
-count is Binomial(h - 1, m / d), independent across items, so the view of
-disjoint x and x' is exactly the s-fold product of item pairs with lambda;
-overlapping sets compose fewer pairs.  delta_user is computed from the s-fold
-composed PLD (pessimistic grid): no slack, no revealed V.
+count is Binomial(h - 1, m / d), independent across items, so the view of x
+against x' is exactly the product of one item pair with lambda per item of x not
+in x'; items common to both sets cancel.  Two s-sets of d items differ in at most
+min(s, d - s) items (x' holds at most d - s items outside x), so delta_user is
+computed from the min(s, d - s)-fold composed PLD (pessimistic grid): no slack, no
+revealed V.  The exhibited lower bound composes the same number of pairs.
 
 **Lower bounds** are divergences of an exhibited dataset's view
 (:mod:`segshuffle.core.full_view`): the largest E the server can still
@@ -117,6 +119,7 @@ __all__ = [
     "blanket_geometry",
     "clear_caches",
     "full_signal_blanket",
+    "independent_pairs",
     "item_pair",
     "max_lambda",
     "user_delta",
@@ -397,6 +400,16 @@ def _independent_law(users: int, m: float, domain_size: int, *, lower: bool) -> 
     return BinLaw(mean=trials * p, trials=trials)
 
 
+def independent_pairs(set_size: int, domain_size: int) -> int:
+    """The most items two s-sets of d items differ in: min(s, d - s).
+
+    x' has s items, and at most d - s of them lie outside x.  In the independent
+    mode each differing item is one item pair of the composition, in the upper and
+    the exhibited lower bound alike.
+    """
+    return max(0, min(set_size, domain_size - set_size))
+
+
 def _check(users: int, m: float, domain_size: int, set_size: int, mode: BlanketMode) -> None:
     validation.require_users("users", users)
     validation.require_domain(domain_size, set_size)
@@ -425,7 +438,7 @@ def user_delta(level: float, lam: float, set_size: int, users: int, m: float,
         bound = _slot_bound(users, m, domain_size, set_size, POISSON_SLACK_SHARE * target,
                             step)
         return _certified(bound.user_delta(level, lam))
-    pairs = min(set_size, domain_size // 2)
+    pairs = independent_pairs(set_size, domain_size)
     if pairs == 0:
         return 0.0
     law = _independent_law(users, m, domain_size, lower=False)
@@ -454,7 +467,9 @@ def user_delta_lower(level: float, lam: float, set_size: int, users: int, m: flo
     if lam == 0.0 or domain_size < 2:
         return 0.0
     if mode is BlanketMode.INDEPENDENT:
-        pairs = min(set_size, domain_size // 2)
+        pairs = independent_pairs(set_size, domain_size)
+        if pairs == 0:
+            return 0.0
         law = _independent_law(users, m, domain_size, lower=True)
         if law.mean > ACCOUNTED_BLANKET_PER_ITEM:
             return 0.0  # too large a blanket to evaluate; 0 is a (trivial) lower bound

@@ -25,8 +25,9 @@
 //   the binomial total dominates up to the slack eta_i (poisson_comparison.js).
 //
 // Independent blanket.  Every item's blanket count is Binomial(h - 1, m / d),
-// independent across items, so the view of disjoint sets is exactly the s-fold product
-// of item pairs: delta_user comes from the composed loss distribution, no slack.
+// independent across items, so the view is exactly the product of one item pair per item
+// of x not in x': two s-sets of d items differ in at most min(s, d - s) items, and
+// delta_user comes from the min(s, d - s)-fold composed loss distribution, no slack.
 //
 // Every value is reported as value (1 + 1e-9) + 1e-15, at most 1: the per-total sums
 // lose at most ~1e-11 relative to cancellation and the FFT rounding is charged
@@ -291,7 +292,7 @@ export function userDelta(level, lambda, setSize, users, m, domainSize,
     const bound = slotBound(h, rate, d, s, POISSON_SLACK_SHARE * target, DEFAULT_STEP);
     return certified(bound.userDelta(eps, lam));
   }
-  const pairs = Math.min(s, Math.floor(d / 2));
+  const pairs = Math.max(0, Math.min(s, d - s)); // the most items two s-sets of d items differ in
   if (pairs === 0) return 0.0;
   const law = independentLaw(h, rate, d);
   return certified(composedPair(law, lam, pairs, { upper: true, step: DEFAULT_STEP }).delta(eps));

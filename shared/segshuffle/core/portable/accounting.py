@@ -29,8 +29,9 @@ probability r = gamma / d.  The smallest of the bounds that apply is taken:
   total dominates up to the slack eta_i (:mod:`.poisson_comparison`).
 
 **Independent blanket.**  Every item's blanket count is Binomial(h - 1, m / d), independent
-across items, so the view of disjoint sets is exactly the s-fold product of item pairs:
-delta_user comes from the composed loss distribution, with no slack.
+across items, so the view is exactly the product of one item pair per item of x not in x':
+two s-sets of d items differ in at most min(s, d - s) items, and delta_user comes from the
+min(s, d - s)-fold composed loss distribution, with no slack.
 
 Every value is reported as value (1 + 1e-9) + 1e-15, at most 1: the per-total sums lose at
 most ~1e-11 relative to cancellation and the FFT rounding is charged separately, so rounding
@@ -274,7 +275,7 @@ def user_delta(level: float, lam: float, set_size: int, users: int, m: float,
     if blanket_mode is BlanketMode.SLOTS:
         bound = _slot_bound(h, rate, d, s, POISSON_SLACK_SHARE * target, DEFAULT_STEP)
         return _certified(bound.user_delta(eps, lam))
-    pairs = min(s, d // 2)
+    pairs = max(0, min(s, d - s))  # the most items two s-sets of d items differ in
     if pairs == 0:
         return 0.0
     law = _independent_law(h, rate, d)
