@@ -80,7 +80,7 @@ def test_delta_for_matches_numpy(n_slots: int, r: float, own: float, other: floa
                                               (10**4, 0.0)])
 def test_pair_window_matches_numpy(n_slots: int, r: float) -> None:
     window = hockey_stick.pair_window(n_slots, r)
-    reference = np_hockey_stick._window(n_slots, r)
+    reference = np_hockey_stick.summation_window(n_slots, r)
     assert window.t == reference.t.tolist()
     assert_all_close(window.w0, reference.w0, "w0")
     assert_all_close(window.w1, reference.w1, "w1")
@@ -194,18 +194,55 @@ def test_bin_law_and_grid() -> None:
     assert_close(binomial.outside(2, 20), np_privacy_loss.BinLaw(10.0, 100).outside(2, 20))
     assert privacy_loss.BinLaw(0.0).outside(0, 3) == 0.0
     assert privacy_loss.BinLaw(0.0).outside(1, 3) == 1.0
-    assert privacy_loss.grid_index(0.25, 0.1, True) == 3
-    assert privacy_loss.grid_index(0.25, 0.1, False) == 2
-    assert privacy_loss.grid_index(-0.25, 0.1, True) == -2
-    # Within 1e-9 steps of a grid point, a loss moves on to the next point outwards.
-    assert privacy_loss.grid_index(0.3, 0.1, True) == 4
-    assert privacy_loss.grid_index(0.3, 0.1, False) == 2
+    # The grid point an atom is placed from: its mass goes there and to the next point up
+    # in an upper bound, all of it there in a lower one.
+    assert privacy_loss.grid_floor(0.25, 0.1, True) == 2
+    assert privacy_loss.grid_floor(0.25, 0.1, False) == 2
+    assert privacy_loss.grid_floor(-0.25, 0.1, True) == -3
+    # Within 1e-9 steps of a grid point (0.3 / 0.1 = 2.9999999999999996), a loss moves on
+    # to the next point outwards.
+    assert privacy_loss.grid_floor(0.3, 0.1, True) == 3
+    assert privacy_loss.grid_floor(0.3, 0.1, False) == 2
+    assert privacy_loss.DEFAULT_STEP == np_privacy_loss.DEFAULT_STEP == 1e-3
+    assert privacy_loss.LOWER_STEP == np_privacy_loss.LOWER_STEP == 1e-4
     assert privacy_loss.sparse_is_cheaper(1000, 1000, 200000)
     assert not privacy_loss.sparse_is_cheaper(1000, 1000, 100000)
     assert not privacy_loss.sparse_is_cheaper(2000, 2000, 10**7)
     for lam in (0.0, 1.5, math.nan):
         with pytest.raises(AccountantError, match="lambda"):
             privacy_loss.pair_loss(poisson, lam, upper=True)
+
+
+def _random_atoms(seed: int) -> tuple[list[float], list[float]]:
+    """Losses around 0 (normal, sd 1.5; some on grid points and just below them) with
+    masses summing to 1."""
+    generator = random.Random(seed)
+    count = generator.randint(1, 300)
+    losses = [generator.gauss(0.0, 1.5) for _ in range(count)]
+    losses[: count // 10] = [0.05 * generator.randint(-40, 40) for _ in range(count // 10)]
+    losses[count // 10: count // 5] = [math.nextafter(0.001 * generator.randint(-500, 500),
+                                                      -math.inf)
+                                       for _ in range(count // 5 - count // 10)]
+    weights = [generator.expovariate(1.0) for _ in range(count)]
+    total = math.fsum(weights)
+    return losses, [w / total for w in weights]
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("step", [1e-3, 1e-4, 0.05, 0.7])
+def test_discretise_matches_numpy_on_random_atoms(seed: int, step: float) -> None:
+    """Connecting the dots (upper) and rounding down (lower) put every atom's mass on the
+    same grid points as the numpy accountant, each entry within 1e-12 relative."""
+    losses, masses = _random_atoms(seed)
+    for upper in (True, False):
+        offset, pmf = privacy_loss.discretise(losses, masses, step, upper)
+        expected_offset, expected = np_privacy_loss.discretise(
+            np.array(losses), np.array(masses), step, upper)
+        assert offset == expected_offset, (seed, step, upper)
+        assert len(pmf) == expected.size, (seed, step, upper)
+        bad = [(i, x, y) for i, (x, y) in enumerate(zip(pmf, expected.tolist(), strict=True))
+               if not abs(x - y) <= 1e-12 * abs(y)]
+        assert not bad, (seed, step, upper, bad[:5])
 
 
 def _direct_convolution(x_offset: int, x: list[float], y_offset: int, y: list[float]
@@ -321,6 +358,9 @@ for (const { fn, args: a } of JSON.parse(readFileSync(0, "utf8"))) {
   } else if (fn === "composed") {
     const c = pl.composedPair(new pl.BinLaw(a[0], a[1]), a[2], a[3], { upper: a[4] });
     out.push(a[5].map((e) => c.delta(e)));
+  } else if (fn === "discretise") {
+    const [offset, pmf] = pl.discretise(a[0], a[1], a[2], a[3]);
+    out.push({ offset, pmf: arr(pmf) });
   } else if (fn === "multinomial") {
     const d = mp.multinomialPairLoss(mp.pairAtoms(a[0], a[1]), a[2], { upper: a[3], step: 1e-4 });
     const c = pl.composeLoss(d, a[4], a[3]);
@@ -330,6 +370,39 @@ for (const { fn, args: a } of JSON.parse(readFileSync(0, "utf8"))) {
 }
 process.stdout.write(JSON.stringify(out));
 """
+
+
+def _run_node(tmp_path: Path, calls: list[dict]) -> list:
+    """The results of ``calls`` in the JavaScript accountant (:data:`_NODE_SCRIPT`)."""
+    script = tmp_path / "reference.mjs"
+    script.write_text(_NODE_SCRIPT)
+    result = subprocess.run([node(), str(script), str(ACCOUNTANT_JS)], input=json.dumps(calls),
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = json.loads(result.stdout)
+    assert len(out) == len(calls)
+    return out
+
+
+def test_the_javascript_discretise_matches_numpy_on_random_atoms(tmp_path: Path) -> None:
+    """privacy_loss.js puts random atoms on the grid as the numpy accountant does (connect
+    the dots up, round down), each entry within 1e-12 relative."""
+    cases = [(seed, step, upper) for seed in range(8) for step in (1e-3, 0.05, 0.7)
+             for upper in (True, False)]
+    calls = []
+    for seed, step, upper in cases:
+        losses, masses = _random_atoms(seed)
+        calls.append({"fn": "discretise", "args": [losses, masses, step, upper]})
+    for call, got in zip(calls, _run_node(tmp_path, calls), strict=True):
+        losses, masses, step, upper = call["args"]
+        expected_offset, expected = np_privacy_loss.discretise(
+            np.array(losses), np.array(masses), step, upper)
+        assert got["offset"] == expected_offset, (step, upper)
+        assert len(got["pmf"]) == expected.size, (step, upper)
+        bad = [(i, x, y) for i, (x, y) in enumerate(zip(got["pmf"], expected.tolist(),
+                                                        strict=True))
+               if not abs(x - y) <= 1e-12 * abs(y)]
+        assert not bad, (step, upper, bad[:5])
 
 
 def test_the_javascript_accountant_agrees(tmp_path: Path) -> None:
@@ -351,13 +424,7 @@ def test_the_javascript_accountant_agrees(tmp_path: Path) -> None:
     for slots, r, lam, upper in ((1000, R, 0.5, True), (10**5, 1 / 200, 1.0, True),
                                  (10**4, R, 0.1, False)):
         calls.append({"fn": "multinomial", "args": [slots, r, lam, upper, 2, epsilons]})
-    script = tmp_path / "reference.mjs"
-    script.write_text(_NODE_SCRIPT)
-    result = subprocess.run([node(), str(script), str(ACCOUNTANT_JS)], input=json.dumps(calls),
-                            capture_output=True, text=True, timeout=120, check=False)
-    assert result.returncode == 0, result.stderr[-2000:]
-    expected = json.loads(result.stdout)
-    assert len(expected) == len(calls)
+    expected = _run_node(tmp_path, calls)
     for call, reference in zip(calls, expected, strict=True):
         args = call["args"]
         if call["fn"] == "delta_for":

@@ -21,13 +21,14 @@
 // Enumeration.  Every (T, A) in a window of WINDOW_SIGMAS standard deviations around the
 // means is an atom; the mass outside is computed from the binomial tails and, in an
 // upper bound, put at +infinity.  The atoms' masses do not depend on lambda and are
-// cached per (k, r); losses are rounded up to the grid of privacy_loss.js, whose
+// cached per (k, r); the atoms are put on the grid of privacy_loss.js as there
+// (connecting the dots in an upper bound, rounding down in a lower one), and its
 // composition then applies.
 
 import { registeredCache, keyOf } from "./cache.js";
 import { AccountantError } from "./errors.js";
 import { binomCdf, binomLogPmf, binomSf, lnFactorial } from "./distributions.js";
-import { gridIndex } from "./privacy_loss.js";
+import { gridFloor, roundDownAtoms, spreadAtoms } from "./privacy_loss.js";
 
 /** Standard deviations each side of the means enumerated (the rest is tail mass). */
 const WINDOW_SIGMAS = 9.0;
@@ -167,10 +168,15 @@ export function multinomialPairLoss(atoms, lam, { upper, step }) {
     return { step, offset: 0, pmf: new Float64Array(1), infinity: Math.min(infinity, 1.0), noise: 0.0 };
   }
   step = Math.max(step, (high - low) / MAX_GRID_POINTS);
-  const offset = gridIndex(low, step, upper);
-  const pmf = new Float64Array(gridIndex(high, step, upper) - offset + 1);
-  for (let i = 0; i < loss.length; i += 1) {
-    if (pMass[i] > 0.0 && Number.isFinite(loss[i])) pmf[gridIndex(loss[i], step, upper) - offset] += pMass[i];
+  // privacy_loss.js discretise over the finite atoms of positive mass, in their order.
+  const offset = gridFloor(low, step, upper);
+  const pmf = new Float64Array(gridFloor(high, step, upper) - offset + (upper ? 2 : 1));
+  if (upper) {
+    const raised = new Float64Array(pmf.length);
+    spreadAtoms(loss, pMass, step, offset, pmf, raised);
+    for (let i = 0; i < pmf.length; i += 1) pmf[i] += raised[i];
+  } else {
+    roundDownAtoms(loss, pMass, step, offset, pmf);
   }
   return { step, offset, pmf, infinity: Math.min(infinity, 1.0), noise: 0.0 };
 }

@@ -19,11 +19,20 @@
 //
 // which does not decrease when any loss value grows.
 //
-// Discretisation (pessimistic).  Each per-bin loss is rounded up to the grid of step h,
-// and the mass of counts outside the summation window is moved to +infinity.  A sum of
-// rounded-up terms is at least the rounded-up sum and delta grows with the loss, so every
-// delta computed from it is an upper bound (the loss error is at most 2 h per pair).
-// (Rounding down and dropping the outside mass gives lower bounds: `upper = false`.)
+// Discretisation.  Losses are put on a grid of step h, each bin's loss law on its own
+// (each bin is a pair of its own, (f_lam, f) and (f, f_lam), and the item pair is their
+// composition), then the two are convolved.  Upper bounds connect the dots: an atom of
+// P-mass p at loss L between the grid points x = i h and x + h is split into p (1 - w) at
+// x and p w at x + h, with w = (1 - e^{-(L - x)}) / (1 - e^{-h}), which keeps its P-mass
+// and its Q-mass p e^{-L}.  In z = e^{-L} the split is a mean-preserving spread; every
+// hockey-stick divergence is the P-expectation of (1 - a z)_+, convex and non-increasing
+// in z, so by Jensen the split raises every one of them: the grid pair dominates the pair
+// (Blackwell), and its compositions dominate the compositions.  L is shifted up by 1e-9
+// steps and w widened by a relative 1e-12 (then capped at 1) for the rounding of the
+// logarithm and the exponentials: extra mass moved up only raises the divergences.  The
+// error is second order in h.  The mass of counts outside the summation window goes to
+// +infinity.  Lower bounds (`upper = false`) round every loss down to the grid and drop
+// the outside mass (the loss error is at most 2 h per pair).
 //
 // Composition is by FFT, whose rounding is absolute, ~1e-16 of the largest entry.  The
 // exact result has no negative entry, so the largest negative excursion of the computed
@@ -38,8 +47,14 @@ import { registeredCache, keyOf } from "./cache.js";
 import { binomCdf, binomPmf, binomSf, poissonPmf, poissonTails } from "./distributions.js";
 import { irfft, multiplySpectra, nextPowerOfTwo, powerSpectrum, rfft } from "./fft.js";
 
-/** Default grid step of the loss (the eps error is at most 2 h per composed pair). */
-export const DEFAULT_STEP = 1e-4;
+/** Grid step of the loss for upper bounds (connect the dots: the error is second order). */
+export const DEFAULT_STEP = 1e-3;
+
+/**
+ * Grid step of the loss for lower bounds (rounded down: the eps error is at most 2 h a
+ * pair).  Only the numpy accountant computes lower bounds; the name is kept alike.
+ */
+export const LOWER_STEP = 1e-4;
 
 /** The most grid points one per-bin loss distribution may span; the step grows beyond it. */
 export const MAX_BIN_POINTS = 1 << 14;
@@ -52,6 +67,15 @@ const NOISE_FACTOR = 4.0;
 
 /** Up to this many pairs of atoms a convolution may be summed atom by atom. */
 const DIRECT_PAIRS = 1 << 20;
+
+/** Relative widening of the share of an atom's mass moved up to the grid point above it. */
+const UPWARD_MARGIN = 1e-12;
+
+/**
+ * Steps a loss is moved outwards (up in an upper bound, down in a lower one) before it is
+ * placed: covers the rounding of the logarithm (~1e-16 |l|).
+ */
+const LOSS_MARGIN = 1e-9;
 
 /**
  * The blanket count of one bin: Poisson(mean) when `trials` is null, else
@@ -123,13 +147,83 @@ export class BinLaw {
  */
 
 /**
- * Grid index of one loss, rounded up (upper) or down; the margin of 1e-9 steps covers
- * the rounding of the logarithm (~1e-16 |l|).
+ * Index of the grid point an atom at `loss` is placed from: floor(l / h + 1e-9) in an
+ * upper bound (its mass is split between that point and the next), floor(l / h - 1e-9) in
+ * a lower bound (all of it goes there).  Non-decreasing in the loss, so the smallest and
+ * largest loss give the grid's ends.
  * @param {number} loss @param {number} step @param {boolean} upper
  */
-export function gridIndex(loss, step, upper) {
+export function gridFloor(loss, step, upper) {
   const scaled = loss / step;
-  return upper ? Math.ceil(scaled + 1e-9) : Math.floor(scaled - 1e-9);
+  return upper ? Math.floor(scaled + LOSS_MARGIN) : Math.floor(scaled - LOSS_MARGIN);
+}
+
+/**
+ * Connect the dots: each atom (L, p) is split between the grid points x = i h at or below
+ * it and x + h, p (1 - w) added to `lower[i - offset]` and p w to `raised[i + 1 - offset]`,
+ * with
+ *
+ *   w = min(1, (1 - e^{-(L - x)}) / (1 - e^{-h}) (1 + 1e-12)),   i = floor(L / h + 1e-9),
+ *
+ * computed as the numpy accountant does (with s = L / h + 1e-9, the numerator is
+ * -expm1(-(s - i) h)).  The entries of `lower` and `raised` are summed in the order of the
+ * atoms; the grid's mass is their entrywise sum ({@link discretise}).  Atoms without a
+ * positive mass or a finite loss are left out.
+ * @param {ArrayLike<number>} losses @param {ArrayLike<number>} masses @param {number} step
+ * @param {number} offset @param {Float64Array} lower @param {Float64Array} raised
+ */
+export function spreadAtoms(losses, masses, step, offset, lower, raised) {
+  const denominator = -Math.expm1(-step);
+  const widen = 1.0 + UPWARD_MARGIN;
+  for (let k = 0; k < losses.length; k += 1) {
+    const mass = masses[k];
+    if (!(mass > 0.0 && Number.isFinite(losses[k]))) continue;
+    const scaled = losses[k] / step + LOSS_MARGIN;
+    const below = Math.floor(scaled);
+    const w = (-Math.expm1(-(scaled - below) * step) / denominator) * widen;
+    const up = mass * (w < 1.0 ? w : 1.0);
+    const at = below - offset;
+    lower[at] += mass - up;
+    raised[at + 1] += up;
+  }
+}
+
+/**
+ * Each atom's mass added, in order, at its loss rounded down to the grid (a lower bound):
+ * `pmf[floor(L / h - 1e-9) - offset]`; atoms without a positive mass or a finite loss
+ * are left out.
+ * @param {ArrayLike<number>} losses @param {ArrayLike<number>} masses @param {number} step
+ * @param {number} offset @param {Float64Array} pmf
+ */
+export function roundDownAtoms(losses, masses, step, offset, pmf) {
+  for (let k = 0; k < losses.length; k += 1) {
+    if (!(masses[k] > 0.0 && Number.isFinite(losses[k]))) continue;
+    pmf[Math.floor(losses[k] / step - LOSS_MARGIN) - offset] += masses[k];
+  }
+}
+
+/**
+ * [offset, pmf]: the atoms (`losses`, `masses`; at least one, all finite) on the grid
+ * h (offset + i), by connecting the dots in an upper bound ({@link spreadAtoms}: each atom
+ * keeps its P-mass and its Q-mass, and the grid pair dominates the atoms') and by rounding
+ * down in a lower one ({@link roundDownAtoms}).  In an upper bound the grid runs from the
+ * point below the smallest loss to the point above the largest, so its last entry (and its
+ * first, where a share is capped at 1) may be 0, as in the numpy accountant.
+ * @param {ArrayLike<number>} losses @param {ArrayLike<number>} masses @param {number} step
+ * @param {boolean} upper @returns {[number, Float64Array]}
+ */
+export function discretise(losses, masses, step, upper) {
+  const offset = gridFloor(minOf(losses), step, upper);
+  const size = gridFloor(maxOf(losses), step, upper) - offset + (upper ? 2 : 1);
+  const pmf = new Float64Array(size);
+  if (!upper) {
+    roundDownAtoms(losses, masses, step, offset, pmf);
+    return [offset, pmf];
+  }
+  const raised = new Float64Array(size);
+  spreadAtoms(losses, masses, step, offset, pmf, raised);
+  for (let i = 0; i < size; i += 1) pmf[i] += raised[i];
+  return [offset, pmf];
 }
 
 /**
@@ -139,13 +233,6 @@ export function gridIndex(loss, step, upper) {
 export function sparseIsCheaper(atomsX, atomsY, denseSize) {
   const pairs = atomsX * atomsY;
   return pairs <= DIRECT_PAIRS && pairs <= 8 * denseSize;
-}
-
-/** Entries added in order into bins index - low. @returns {Float64Array} */
-function binCount(indices, weights, low, size) {
-  const out = new Float64Array(size);
-  for (let i = 0; i < indices.length; i += 1) out[indices[i] - low] += weights[i];
-  return out;
 }
 
 /** @param {ArrayLike<number>} values */
@@ -189,9 +276,9 @@ export function pairLoss(law, lam, { upper, step = DEFAULT_STEP }) {
   // A ~ f_lam contributes l(A); B ~ f contributes -l(B).
   let aInf = 0.0;
   let bInf = 0.0;
-  const aIndex = [];
+  const aLosses = [];
   const aProbs = [];
-  const bIndex = [];
+  const bLosses = [];
   const bProbs = [];
   let spreadLow = Infinity;
   let spreadHigh = -Infinity;
@@ -215,40 +302,32 @@ export function pairLoss(law, lam, { upper, step = DEFAULT_STEP }) {
   for (let i = 0; i < size; i += 1) {
     if (!Number.isFinite(loss[i])) continue;
     if (fLam[i] > 0.0) {
-      aIndex.push(gridIndex(loss[i], step, upper));
+      aLosses.push(loss[i]);
       aProbs.push(fLam[i]);
     }
     if (f[i] > 0.0) {
-      bIndex.push(gridIndex(-loss[i], step, upper));
+      bLosses.push(-loss[i]);
       bProbs.push(f[i]);
     }
   }
   let offset;
   let pmf;
   let noise;
-  if (aIndex.length === 0 || bIndex.length === 0) { // every outcome has an infinite loss
+  if (aLosses.length === 0 || bLosses.length === 0) { // every outcome has an infinite loss
     offset = 0;
     pmf = new Float64Array(1);
     noise = 0.0;
   } else {
-    const aMin = minOf(aIndex);
-    const bMin = minOf(bIndex);
-    const aSpan = maxOf(aIndex) - aMin;
-    const bSpan = maxOf(bIndex) - bMin;
-    if (sparseIsCheaper(aIndex.length, bIndex.length, aSpan + bSpan + 1)) {
+    // Each bin is a pair of its own ((f_lam, f) and (f, f_lam)); the item pair is their
+    // composition, so each is put on the grid and the two are convolved.
+    const [aOffset, aPmf] = discretise(aLosses, aProbs, step, upper);
+    const [bOffset, bPmf] = discretise(bLosses, bProbs, step, upper);
+    if (sparseIsCheaper(countNonzero(aPmf), countNonzero(bPmf), aPmf.length + bPmf.length - 1)) {
       // Few atoms on a wide grid: add every pair of atoms exactly (no FFT rounding).
-      offset = aMin + bMin;
-      pmf = new Float64Array(aSpan + bSpan + 1);
-      for (let i = 0; i < aIndex.length; i += 1) {
-        for (let j = 0; j < bIndex.length; j += 1) {
-          pmf[aIndex[i] + bIndex[j] - offset] += aProbs[i] * bProbs[j];
-        }
-      }
+      [offset, pmf] = sparseConvolve(aOffset, aPmf, bOffset, bPmf);
       noise = 0.0;
     } else {
-      const aPmf = binCount(aIndex, aProbs, aMin, aSpan + 1);
-      const bPmf = binCount(bIndex, bProbs, bMin, bSpan + 1);
-      offset = aMin + bMin;
+      offset = aOffset + bOffset;
       [pmf, noise] = fftConvolve(aPmf, bPmf);
     }
   }

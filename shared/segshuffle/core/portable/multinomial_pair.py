@@ -26,8 +26,8 @@ T ~ Binomial(k, 2r), and given T the blanket splits as Binomial(T, 1/2).
 **Enumeration.**  Every (T, A) in a window of 9 standard deviations around the means is
 an atom; the mass outside is computed from the binomial tails and, in an upper bound, put
 at +infinity.  The atoms' masses do not depend on lambda and are cached per (k, r);
-losses are rounded up to the grid of :mod:`.privacy_loss`, whose composition then
-applies.
+the atoms are put on the grid of :mod:`.privacy_loss` as there (connecting the dots in an
+upper bound, rounding down in a lower one), and its composition then applies.
 
 **Evaluation.**  The loss of an observed point depends on its total only through u, so
 ln(u + lambda j) is computed once per observed total and integer j, and each point's loss
@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import MutableSequence
+from collections.abc import Iterable, MutableSequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import add, mul, sub
@@ -48,7 +48,7 @@ from typing import NamedTuple, cast
 from .cache import key_of, registered_cache
 from .distributions import binom_cdf, binom_log_pmf, binom_sf, ln_factorial
 from .errors import AccountantError
-from .privacy_loss import LossDistribution, grid_index
+from .privacy_loss import LossDistribution, grid_floor, round_down_atoms, spread_atoms
 
 __all__ = ["MAX_ATOMS", "PairAtoms", "multinomial_pair_loss", "pair_atoms", "pair_losses"]
 
@@ -301,21 +301,25 @@ def multinomial_pair_loss(atoms: PairAtoms, lam: float, *, upper: bool, step: fl
     if finite_count == 0:
         return LossDistribution(step, 0, [0.0], min(infinity, 1.0), 0.0)
     step = max(step, (high - low) / _MAX_GRID_POINTS)
-    offset = grid_index(low, step, upper)
-    pmf = [0.0] * (grid_index(high, step, upper) - offset + 1)
-    ceil = math.ceil
-    floor = math.floor
+    # The grid of privacy_loss.discretise over the finite atoms of positive mass, in the
+    # order of the numpy accountant's (the shift-0 points, then the shift-1 points).
+    offset = grid_floor(low, step, upper)
+    size = grid_floor(high, step, upper) - offset + (2 if upper else 1)
+    pmf = [0.0] * size
+    raised = [0.0] * size if upper else []
     for (values, share, _), simple in zip(halves, plain, strict=True):
-        if not simple:
-            for loss, atom_mass in zip(values, mass, strict=True):
-                p_mass = share * atom_mass
-                if p_mass > 0.0 and isfinite(loss):
-                    pmf[grid_index(loss, step, upper) - offset] += p_mass
-        # grid_index, inlined: ceil(loss / step + 1e-9) or floor(loss / step - 1e-9).
-        elif upper:
-            for loss, atom_mass in zip(values, mass, strict=True):
-                pmf[ceil(loss / step + 1e-9) - offset] += share * atom_mass
+        if simple:
+            losses: Iterable[float] = values
+            masses: Iterable[float] = map(mul, repeat(share), mass)
         else:
-            for loss, atom_mass in zip(values, mass, strict=True):
-                pmf[floor(loss / step - 1e-9) - offset] += share * atom_mass
+            kept = [(loss, share * atom_mass) for loss, atom_mass in zip(values, mass, strict=True)
+                    if share * atom_mass > 0.0 and isfinite(loss)]
+            losses = [loss for loss, _ in kept]
+            masses = [p_mass for _, p_mass in kept]
+        if upper:
+            spread_atoms(losses, masses, step, offset, pmf, raised)
+        else:
+            round_down_atoms(losses, masses, step, offset, pmf)
+    if upper:
+        pmf = list(map(add, pmf, raised))
     return LossDistribution(step, offset, pmf, min(infinity, 1.0), 0.0)

@@ -23,11 +23,20 @@ f(a) = 0 < f_lam(a), or f_lam(b) = 0 < f(b), the loss is +infinity.
 
 which does not decrease when any loss value grows.
 
-**Discretisation (pessimistic).**  Each per-bin loss is rounded up to the grid of step h,
-and the mass of counts outside the summation window is moved to +infinity.  A sum of
-rounded-up terms is at least the rounded-up sum and delta grows with the loss, so every
-delta computed from it is an upper bound (the loss error is at most 2 h per pair).
-Rounding down and dropping the outside mass gives lower bounds (``upper=False``).
+**Discretisation.**  Losses are put on a grid of step h, each bin's loss law on its own
+(each bin is a pair of its own, (f_lam, f) and (f, f_lam), and the item pair is their
+composition), then the two are convolved.  *Upper bounds* connect the dots: an atom of
+P-mass p at loss L between the grid points x = i h and x + h is split into p (1 - w) at x
+and p w at x + h, with w = (1 - e^{-(L - x)}) / (1 - e^{-h}), which keeps its P-mass and
+its Q-mass p e^{-L}.  In z = e^{-L} the split is a mean-preserving spread; every
+hockey-stick divergence is the P-expectation of (1 - a z)_+, convex and non-increasing in
+z, so by Jensen the split raises every one of them: the grid pair dominates the pair
+(Blackwell), and its compositions dominate the compositions.  L is shifted up by 1e-9
+steps and w widened by a relative 1e-12 (then capped at 1) for the rounding of the
+logarithm and the exponentials: extra mass moved up only raises the divergences.  The
+error is second order in h.  The mass of counts outside the summation window goes to
++infinity.  *Lower bounds* (``upper=False``) round every loss down to the grid and drop
+the outside mass (the loss error is at most 2 h per pair).
 
 **Composition** is by FFT, whose rounding is absolute, ~1e-16 of the largest entry.  The
 exact result has no negative entry, so the largest negative excursion of the computed one
@@ -41,6 +50,7 @@ part of the upper bound, not of the divergence.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import accumulate, repeat
 from operator import add, mul
@@ -52,6 +62,7 @@ from .fft import irfft, multiply_spectra, next_power_of_two, power_spectrum, rff
 
 __all__ = [
     "DEFAULT_STEP",
+    "LOWER_STEP",
     "MAX_BIN_POINTS",
     "WINDOW_SIGMAS",
     "BinLaw",
@@ -59,13 +70,20 @@ __all__ = [
     "LossDistribution",
     "compose_loss",
     "composed_pair",
-    "grid_index",
+    "discretise",
+    "grid_floor",
     "pair_loss",
+    "round_down_atoms",
     "sparse_is_cheaper",
+    "spread_atoms",
 ]
 
-#: Default grid step of the loss (the eps error is at most 2 h per composed pair).
-DEFAULT_STEP = 1e-4
+#: Grid step of the loss for upper bounds (connect the dots: the error is second order).
+DEFAULT_STEP = 1e-3
+
+#: Grid step of the loss for lower bounds (rounded down: the eps error is at most 2 h a
+#: pair).  Only the numpy accountant computes lower bounds; the name is kept alike.
+LOWER_STEP = 1e-4
 
 #: The most grid points one per-bin loss distribution may span; the step grows beyond it.
 MAX_BIN_POINTS = 1 << 14
@@ -78,6 +96,13 @@ _NOISE_FACTOR = 4.0
 
 #: Up to this many pairs of atoms a convolution may be summed atom by atom.
 _DIRECT_PAIRS = 1 << 20
+
+#: Relative widening of the share of an atom's mass moved up to the grid point above it.
+_UPWARD_MARGIN = 1e-12
+
+#: Steps a loss is moved outwards (up in an upper bound, down in a lower one) before it
+#: is placed: covers the rounding of the logarithm (~1e-16 |l|).
+_LOSS_MARGIN = 1e-9
 
 _INF = math.inf
 
@@ -156,27 +181,77 @@ class LossDistribution:
     noise: float
 
 
-def grid_index(loss: float, step: float, upper: bool) -> int:
-    """Grid index of one loss, rounded up (``upper``) or down.
-
-    The margin of 1e-9 steps covers the rounding of the logarithm (~1e-16 |l|).
-    """
+def grid_floor(loss: float, step: float, upper: bool) -> int:
+    """Index of the grid point an atom at ``loss`` is placed from: floor(l / h + 1e-9) in
+    an upper bound (its mass is split between that point and the next), floor(l / h - 1e-9)
+    in a lower bound (all of it goes there).  Non-decreasing in the loss, so the smallest
+    and largest loss give the grid's ends."""
     scaled = loss / step
-    return math.ceil(scaled + 1e-9) if upper else math.floor(scaled - 1e-9)
+    return math.floor(scaled + _LOSS_MARGIN) if upper else math.floor(scaled - _LOSS_MARGIN)
+
+
+def spread_atoms(losses: Iterable[float], masses: Iterable[float], step: float,
+                 offset: int, lower: list[float], raised: list[float]) -> None:
+    """Connect the dots: each atom (L, p) is split between the grid points x = i h at or
+    below it and x + h, p (1 - w) added to ``lower[i - offset]`` and p w to
+    ``raised[i + 1 - offset]``, with
+
+        w = min(1, (1 - e^{-(L - x)}) / (1 - e^{-h}) (1 + 1e-12)),   i = floor(L / h + 1e-9),
+
+    computed as the numpy accountant does (e^{-(L - x)} - 1 by expm1 of -(s - i) h, where
+    s = L / h + 1e-9).  The entries of ``lower`` and ``raised`` are summed in the order of
+    the atoms; the grid's mass is their entrywise sum (:func:`discretise`).
+    """
+    denominator = -math.expm1(-step)
+    widen = 1.0 + _UPWARD_MARGIN
+    floor = math.floor
+    expm1 = math.expm1
+    for loss, mass in zip(losses, masses, strict=True):
+        scaled = loss / step + _LOSS_MARGIN
+        below = floor(scaled)
+        share = (-expm1(-(scaled - below) * step) / denominator) * widen
+        up = mass * (share if share < 1.0 else 1.0)
+        at = below - offset
+        lower[at] += mass - up
+        raised[at + 1] += up
+
+
+def round_down_atoms(losses: Iterable[float], masses: Iterable[float], step: float,
+                     offset: int, pmf: list[float]) -> None:
+    """Each atom's mass added, in order, at its loss rounded down to the grid (a lower
+    bound): ``pmf[floor(L / h - 1e-9) - offset]``."""
+    floor = math.floor
+    for loss, mass in zip(losses, masses, strict=True):
+        pmf[floor(loss / step - _LOSS_MARGIN) - offset] += mass
+
+
+def discretise(losses: list[float], masses: list[float], step: float, upper: bool
+               ) -> tuple[int, list[float]]:
+    """(offset, pmf): the atoms (``losses``, ``masses``; at least one, finite) on the grid
+    h (offset + i), by connecting the dots in an upper bound (:func:`spread_atoms`: each
+    atom keeps its P-mass and its Q-mass, and the grid pair dominates the atoms') and by
+    rounding down in a lower one (:func:`round_down_atoms`).
+
+    In an upper bound the grid runs from the point below the smallest loss to the point
+    above the largest, so its last entry (and its first, where a share is capped at 1) may
+    be 0, as in the numpy accountant.
+    """
+    offset = grid_floor(min(losses), step, upper)
+    size = grid_floor(max(losses), step, upper) - offset + (2 if upper else 1)
+    if not upper:
+        pmf = [0.0] * size
+        round_down_atoms(losses, masses, step, offset, pmf)
+        return offset, pmf
+    lower = [0.0] * size
+    raised = [0.0] * size
+    spread_atoms(losses, masses, step, offset, lower, raised)
+    return offset, list(map(add, lower, raised))
 
 
 def sparse_is_cheaper(atoms_x: int, atoms_y: int, dense_size: int) -> bool:
     """Whether summing atom by atom (exact) costs less than an FFT of ``dense_size`` points."""
     pairs = atoms_x * atoms_y
     return pairs <= _DIRECT_PAIRS and pairs <= 8 * dense_size
-
-
-def _bin_count(indices: list[int], weights: list[float], low: int, size: int) -> list[float]:
-    """Entries added in order into bins index - low."""
-    out = [0.0] * size
-    for index, weight in zip(indices, weights, strict=True):
-        out[index - low] += weight
-    return out
 
 
 def _log1p(x: float) -> float:
@@ -234,41 +309,35 @@ def pair_loss(law: BinLaw, lam: float, *, upper: bool, step: float = DEFAULT_STE
         b_inf += law.outside(lo, hi)
     spread = spread_high - spread_low if spread_high >= spread_low else 0.0
     step = max(step, spread / MAX_BIN_POINTS)
-    a_index: list[int] = []
+    a_losses: list[float] = []
     a_probs: list[float] = []
-    b_index: list[int] = []
+    b_losses: list[float] = []
     b_probs: list[float] = []
     for value, a_mass, b_mass in zip(loss, f_lam, f, strict=True):
         if not isfinite(value):
             continue
         if a_mass > 0.0:
-            a_index.append(grid_index(value, step, upper))
+            a_losses.append(value)
             a_probs.append(a_mass)
         if b_mass > 0.0:
-            b_index.append(grid_index(-value, step, upper))
+            b_losses.append(-value)
             b_probs.append(b_mass)
-    if not a_index or not b_index:  # every outcome has an infinite loss
+    if not a_losses or not b_losses:  # every outcome has an infinite loss
         offset = 0
         pmf = [0.0]
         noise = 0.0
     else:
-        a_min = min(a_index)
-        b_min = min(b_index)
-        a_span = max(a_index) - a_min
-        b_span = max(b_index) - b_min
-        offset = a_min + b_min
-        if sparse_is_cheaper(len(a_index), len(b_index), a_span + b_span + 1):
+        # Each bin is a pair of its own ((f_lam, f) and (f, f_lam)); the item pair is
+        # their composition, so each is put on the grid and the two are convolved.
+        a_offset, a_pmf = discretise(a_losses, a_probs, step, upper)
+        b_offset, b_pmf = discretise(b_losses, b_probs, step, upper)
+        offset = a_offset + b_offset
+        if sparse_is_cheaper(_count_nonzero(a_pmf), _count_nonzero(b_pmf),
+                             len(a_pmf) + len(b_pmf) - 1):
             # Few atoms on a wide grid: add every pair of atoms exactly (no FFT rounding).
-            pmf = [0.0] * (a_span + b_span + 1)
-            b_pairs = list(zip(b_index, b_probs, strict=True))
-            for a_at, a_prob in zip(a_index, a_probs, strict=True):
-                base = a_at - offset
-                for b_at, b_prob in b_pairs:
-                    pmf[base + b_at] += a_prob * b_prob
+            offset, pmf = _sparse_convolve(a_offset, a_pmf, b_offset, b_pmf)
             noise = 0.0
         else:
-            a_pmf = _bin_count(a_index, a_probs, a_min, a_span + 1)
-            b_pmf = _bin_count(b_index, b_probs, b_min, b_span + 1)
             pmf, noise = _fft_convolve(a_pmf, b_pmf)
     infinity = 1.0 - (1.0 - min(a_inf, 1.0)) * (1.0 - min(b_inf, 1.0))
     return LossDistribution(step, offset, pmf, infinity, noise)
