@@ -97,7 +97,8 @@ def publish_parameters(config: CampaignConfig, config_hash: str, key_id: str,
         result = optimize(counts, config.levels, domain, s, delta,
                           dropout_tolerance=config.dropout_tolerance,
                           fake_tolerance=config.fake_tolerance, blanket_mode=mode,
-                          headroom=PUBLICATION_HEADROOM)
+                          headroom=PUBLICATION_HEADROOM,
+                          correlation_ratio=config.correlation_ratio)
         if blanket.parse_mode(result.blanket_mode) is not mode:
             raise ValueError(f"the optimizer chose parameters for the {result.blanket_mode} "
                              f"blanket mode, the campaign uses {mode.value}")
@@ -129,6 +130,7 @@ def publish_parameters(config: CampaignConfig, config_hash: str, key_id: str,
         levels=list(config.levels),
         m=m,
         blanket_mode=mode.value,
+        correlation_ratio=config.correlation_ratio,
         blanket_slots=slots,
         lambdas=lambdas,
         domain_size=config.domain_size,

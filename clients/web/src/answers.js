@@ -106,6 +106,7 @@ export function readConfig(body, what = "campaign configuration") {
     fixed_size: member(body, "fixed_size", is.boolean, what),
     padding: member(body, "padding", is.boolean, what),
     blanket_mode: member(body, "blanket_mode", oneOf(MODES), what, "slots"),
+    correlation_ratio: member(body, "correlation_ratio", is.number, what, 1),
     insecure_parameters: readInsecure(member(body, "insecure_parameters", nullable(is.object), what, null), what),
   };
 }
@@ -126,6 +127,7 @@ export function readParameters(body, what = "parameters") {
     levels: member(body, "levels", listOf(is.number), what),
     m: number("m"),
     blanket_mode: member(body, "blanket_mode", oneOf(MODES), what, "slots"),
+    correlation_ratio: member(body, "correlation_ratio", is.number, what, 1),
     blanket_slots: integer("blanket_slots"),
     lambdas: member(body, "lambdas", listOf(is.number), what),
     domain_size: integer("domain_size"),

@@ -6,8 +6,8 @@
 // its field, or by `configuration` for a rule across fields.
 
 import {
-  BlanketMode, MAX_BLANKET_RATE, MAX_CAMPAIGN_USERS, MAX_DOMAIN_SIZE, MAX_LEVEL, MAX_LEVELS,
-  MAX_MESSAGES_PER_USER, MAX_SET_SIZE, MIN_DELTA, MIN_LEVEL, messagesPerUser, requireBlanketRate,
+  BlanketMode, MAX_BLANKET_RATE, MAX_CAMPAIGN_USERS, MAX_CORRELATION_RATIO, MAX_DOMAIN_SIZE,
+  MAX_LEVEL, MAX_LEVELS, MAX_MESSAGES_PER_USER, MAX_SET_SIZE, MIN_DELTA, MIN_LEVEL, messagesPerUser, requireBlanketRate,
 } from "./rules.js";
 
 export const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
@@ -58,6 +58,9 @@ function fieldProblems(config) {
   for (const field of ["dropout_tolerance", "fake_tolerance"]) {
     const value = config[field];
     if (!(finite(value) && value >= 0 && value < 1)) refuse(field, "in [0, 1)");
+  }
+  if (!within(config.correlation_ratio ?? 1, 1, MAX_CORRELATION_RATIO)) {
+    refuse("correlation_ratio", `in [1, ${MAX_CORRELATION_RATIO}]`);
   }
   const eps = config.level_privacy;
   if (eps !== null && !(finite(eps) && eps > 0 && eps <= MAX_LEVEL)) {

@@ -277,6 +277,7 @@ function repeatsConfiguration(p, config) {
     ["dropout_tolerance", p.dropout_tolerance, config.dropout_tolerance],
     ["fake_tolerance", p.fake_tolerance, config.fake_tolerance],
     ["blanket_mode", p.blanket_mode, config.blanket_mode],
+    ["correlation_ratio", p.correlation_ratio ?? 1, config.correlation_ratio ?? 1],
   ];
   return copied.filter(([, published, configured]) => !sameValue(published, configured))
     .map(([name, published, configured]) => /** @type {Problem} */ ([name, `${name.replaceAll("_", " ")} `

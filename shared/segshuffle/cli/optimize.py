@@ -61,6 +61,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--min-lambda", type=number, default=0.0,
                         help="a floor on every level's lambda (a tiny lambda makes a level's "
                              "estimate lean on the other levels' users)")
+    parser.add_argument("--correlation-ratio", type=number, default=1.0,
+                        help="guard against levels that go with items: the holders of an item "
+                             "may have up to R times the other users' odds of a level; the "
+                             "variance objective then adds the worst squared bias of one item "
+                             "and the lambdas move toward each other (default 1: levels "
+                             "independent of items, docs/protocol.md section 5.1)")
+    parser.add_argument("--largest-share", type=number, default=1.0,
+                        help="with --correlation-ratio: only items held by at most this share "
+                             "of the users are guarded (default 1: any item)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=run)
 
@@ -74,7 +83,9 @@ def run(args: argparse.Namespace) -> int:
     options = {"dropout_tolerance": args.dropout_tolerance,
                "fake_tolerance": args.fake_tolerance, "blanket": args.blanket,
                "max_messages_per_user": args.max_messages_per_user,
-               "objective": args.objective, "min_lambda": args.min_lambda}
+               "objective": args.objective, "min_lambda": args.min_lambda,
+               "correlation_ratio": args.correlation_ratio,
+               "largest_share": args.largest_share}
     if args.blanket_mode == "best":
         result = optimize_best_mode(counts, levels, args.domain_size, args.set_size,
                                     args.delta, **options)
@@ -95,9 +106,14 @@ def run(args: argparse.Namespace) -> int:
     print(f"blanket mode        {result.blanket_mode}")
     print(f"blanket rate m      {result.m:.6g}"
           f"{'  (fixed)' if result.blanket_fixed else '  (optimised)'}")
-    marks = {result.objective: "  (minimised)"}
+    marks = {} if result.correlation_ratio > 1.0 else {result.objective: "  (minimised)"}
     print(f"variance            {result.variance:.6g}{marks.get('variance', '')}")
     print(f"MSE bound           {result.mse_bound:.6g}{marks.get('paper-bound', '')}")
+    if result.correlation_ratio > 1.0:
+        print(f"bias bound          {result.bias_bound:.6g}  (one item, correlation up to "
+              f"R = {result.correlation_ratio:g}; relative {result.relative_bias_bound:.4g} "
+              "of its share)")
+        print(f"worst-case MSE      {result.objective_value:.6g}  (minimised)")
     print(f"messages per user   {result.messages_per_user}")
     print(f"accounting users    {result.accounting_users} of {users}")
     print(f"honest users        {result.honest_users} of {result.accounting_users}"

@@ -9,6 +9,18 @@ and a coarse m grid (a smoke run); without ``--figure`` it runs :data:`QUICK_FIG
 Results are deterministic for a given
 ``--seed`` whatever ``--jobs`` is.  Progress and the elapsed time go to stderr;
 the summary table goes to stdout.
+
+Levels that go with items (docs/protocol.md section 5.1)::
+
+    segshuffle reproduce --figure msnbc-s1 --users 5000 --grid none \
+        --correlation 1,2,3 --correlated-items 0 --guard 2,3 --out results/
+
+runs every method with the levels drawn independently (R = 1) and with the strict users
+R times likelier (odds) among the holders of item 0 (``--correlation-mode sets``: the
+level depends on the whole set), all from one plan; ``--guard`` adds the slot blanket
+tuned for each R (``ours-r2``, ``ours-r3``).  ``NAME-correlation.md`` then lists every
+method's MSE with its standard error and bias.  ``--plan-cache DIR`` keeps the plans
+(public parameters only) for the next run.
 """
 
 from __future__ import annotations
@@ -18,9 +30,17 @@ import sys
 import time
 from pathlib import Path
 
+from ..core.correlation import require_correlation_ratio, require_largest_share
 from ..core.validation import require_int, require_positive
+from ..experiments.correlated_levels import MODES, Correlation
 from ..experiments.plotting import figure_title, plot_figure
-from ..experiments.report import panel_rows, summarize_rows, summary_markdown, write_csv
+from ..experiments.report import (
+    correlation_markdown,
+    panel_rows,
+    summarize_rows,
+    summary_markdown,
+    write_csv,
+)
 from ..experiments.runner import DataChoice, run_figures
 from ..experiments.settings import (
     DEFAULT_GRID,
@@ -57,7 +77,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              f"{','.join(f'{m:g}' for m in QUICK_GRID)}, figure "
                              f"{QUICK_FIGURE} unless --figure names another")
     parser.add_argument("--grid", default=None, metavar="M1,M2,..",
-                        help="blanket rates to sweep (default: 21 points from 0.1 to 10)")
+                        help="blanket rates to sweep (default: 21 points from 0.1 to 10; "
+                             "'none': no sweep, only each optimizer's m*)")
     parser.add_argument("--seed", default="0", metavar="SEED", help="master seed (default 0)")
     parser.add_argument("--jobs", default=None, metavar="J",
                         help="worker processes (default: every core)")
@@ -67,10 +88,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="transaction file (one user per line, whitespace-separated "
                              "integer item ids; .gz ok) replacing the bundled MSNBC data in "
                              "the msnbc-* figures")
+    parser.add_argument("--correlation", default="1", metavar="R1,R2,..",
+                        help="odds ratios R >= 1 of the strict level between the users the "
+                             "correlation favours and the others; every value is run with "
+                             "the same plans (default 1: levels independent of items)")
+    parser.add_argument("--correlation-mode", default="items", choices=MODES,
+                        help="items: the holders of --correlated-items are favoured; sets: "
+                             "users holding rarely held items are favoured, R^(mean rarity "
+                             "rank of the set's items) (default items)")
+    parser.add_argument("--correlated-items", default="0", metavar="J1,J2,..",
+                        help="item ids of the items mode (default 0)")
+    parser.add_argument("--guard", default=None, metavar="R1,R2,..",
+                        help="also run the slot blanket tuned for correlation up to each R > 1 "
+                             "(methods ours-r<R>)")
+    parser.add_argument("--largest-share", default="1", metavar="W",
+                        help="the guarded variants consider items held by at most this share "
+                             "of users (default 1: any item)")
+    parser.add_argument("--plan-cache", default=None, metavar="DIR",
+                        help="keep the panels' plans in DIR and reuse them when the code and "
+                             "the public parameters are the same")
     parser.set_defaults(handler=run)
 
 
 def _grid(text: str) -> tuple[float, ...]:
+    if text.strip().lower() == "none":
+        return ()
     try:
         values = [float(part) for part in text.split(",") if part.strip()]
     except ValueError:
@@ -90,6 +132,52 @@ def chosen_figure(args: argparse.Namespace) -> str:
                      f"--quick, which runs {QUICK_FIGURE}")
 
 
+def _numbers(flag: str, text: str) -> list[float]:
+    try:
+        values = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} must be comma-separated numbers, got {text!r}") from None
+    if not values:
+        raise ValueError(f"{flag} must list at least one number")
+    return values
+
+
+def correlations_of(args: argparse.Namespace) -> tuple[Correlation, ...]:
+    """The correlation settings ``--correlation``, ``--correlation-mode`` and
+    ``--correlated-items`` ask for, in the order given (duplicates dropped)."""
+    ratios = []
+    for value in _numbers("--correlation", args.correlation):
+        try:
+            ratio = require_correlation_ratio(value)
+        except ValueError as exc:
+            raise ValueError(f"--correlation: {exc}") from None
+        if ratio not in ratios:
+            ratios.append(ratio)
+    items = tuple(require_int("every --correlated-items value", _integer("--correlated-items",
+                                                                          part), 0)
+                  for part in args.correlated_items.split(",") if part.strip())
+    if not items:
+        raise ValueError("--correlated-items must list at least one item id")
+    return tuple(Correlation(mode=args.correlation_mode, ratio=ratio, items=items)
+                 for ratio in ratios)
+
+
+def guards_of(args: argparse.Namespace) -> tuple[float, ...]:
+    """The R > 1 of ``--guard`` (empty without it)."""
+    if args.guard is None:
+        return ()
+    guards = []
+    for value in _numbers("--guard", args.guard):
+        try:
+            ratio = require_correlation_ratio(value)
+        except ValueError as exc:
+            raise ValueError(f"--guard: {exc}") from None
+        if ratio == 1.0:
+            raise ValueError("--guard values must be above 1 (R = 1 is the method ours)")
+        guards.append(ratio)
+    return tuple(sorted(set(guards)))
+
+
 def run(args: argparse.Namespace) -> int:
     name = chosen_figure(args)
     figures = resolve_figures(name)
@@ -107,6 +195,12 @@ def run(args: argparse.Namespace) -> int:
     default_grid = QUICK_GRID if args.quick else DEFAULT_GRID
     grid = _grid(args.grid) if args.grid is not None else default_grid
     data = DataChoice(path=args.data)
+    correlations = correlations_of(args)
+    guards = guards_of(args)
+    try:
+        largest_share = require_largest_share(_float("--largest-share", args.largest_share))
+    except ValueError as exc:
+        raise ValueError(f"--largest-share: {exc}") from None
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -114,26 +208,43 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"cannot create output directory {out}: {exc.strerror}") from None
 
     started = time.perf_counter()
-    results = run_figures(figures, repeats=repeats, grid=grid, seed=seed, jobs=jobs, data=data)
+    results = run_figures(figures, repeats=repeats, grid=grid, seed=seed, jobs=jobs, data=data,
+                          correlations=correlations, guards=guards,
+                          largest_share=largest_share,
+                          plan_cache=None if args.plan_cache is None else Path(args.plan_cache))
+    correlated = any(not c.independent for c in correlations) or bool(guards)
     all_rows = []
     for figure in figures:
         rows = [row for result in results if result.figure.name == figure.name
                 for row in panel_rows(result)]
         all_rows.extend(rows)
         write_csv(out / f"{figure.name}.csv", rows)
-        title = figure_title(figure.name, figure.dataset, data.label, figure.shares_name,
-                             repeats)
-        plot_figure(rows, out / f"{figure.name}.png", title)
+        independent = [row for row in rows if row["correlation"] == "none"]
+        if independent and grid:
+            title = figure_title(figure.name, figure.dataset, data.label, figure.shares_name,
+                                 repeats)
+            plot_figure(independent, out / f"{figure.name}.png", title)
         (out / f"{figure.name}-summary.md").write_text(summary_markdown(summarize_rows(rows)))
+        if correlated:
+            (out / f"{figure.name}-correlation.md").write_text(correlation_markdown(rows))
     summary = summary_markdown(summarize_rows(all_rows))
     if name == "all":
         write_csv(out / "all.csv", all_rows)
         (out / "all-summary.md").write_text(summary)
+        if correlated:
+            (out / "all-correlation.md").write_text(correlation_markdown(all_rows))
     elapsed = time.perf_counter() - started
     sys.stdout.write(summary)
     sys.stderr.write(f"reproduce: {name} with {repeats} repeats finished in "
                      f"{elapsed:.1f} s; wrote {out}\n")
     return 0
+
+
+def _float(flag: str, text: str) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"{flag} must be a number, got {text!r}") from None
 
 
 def _integer(flag: str, text: str) -> int:

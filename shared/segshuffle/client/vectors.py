@@ -169,13 +169,22 @@ FAKE_TOLERANCE = 0.1
 """The vectors' campaign tolerates 10% fakes: n_min = 900, h = 810."""
 
 
-def campaign_config(mode: BlanketMode) -> CampaignConfig:
-    """The configuration of the vectors' campaign in blanket ``mode``."""
-    return CampaignCreate.model_validate({
-        "id": f"vectors-{mode.value}", "items": ITEMS, "set_size": 2,
+GUARDED_RATIO = 3.0
+"""The correlation ratio R of the vectors' guarded campaign (docs/protocol.md section 5.1)."""
+
+
+def campaign_config(mode: BlanketMode, correlation_ratio: float = 1.0) -> CampaignConfig:
+    """The configuration of the vectors' campaign in blanket ``mode`` (guarding against
+    correlation up to ``correlation_ratio``: another campaign id when above 1)."""
+    suffix = "" if correlation_ratio == 1.0 else f"-r{correlation_ratio:g}"
+    request: dict[str, Any] = {
+        "id": f"vectors-{mode.value}{suffix}", "items": ITEMS, "set_size": 2,
         "levels": LEVELS, "min_users": 100, "dropout_tolerance": 0.1,
         "fake_tolerance": FAKE_TOLERANCE, "blanket_mode": mode.value,
-    }).to_config()
+    }
+    if correlation_ratio != 1.0:
+        request["correlation_ratio"] = correlation_ratio
+    return CampaignCreate.model_validate(request).to_config()
 
 
 def optimized_parameters(config: CampaignConfig, key_id: str,
@@ -196,11 +205,13 @@ def optimized_parameters(config: CampaignConfig, key_id: str,
                       dropout_tolerance=config.dropout_tolerance,
                       fake_tolerance=config.fake_tolerance, blanket_mode=mode,
                       blanket=blanket_rate, lower_bounds=blanket_rate is None,
-                      headroom=PUBLICATION_HEADROOM)
+                      headroom=PUBLICATION_HEADROOM,
+                      correlation_ratio=config.correlation_ratio)
     m = float(result.m)
     return PublishedParameters(
         campaign_id=config.id, key_id=key_id, config_hash=config.hash_hex(),
         levels=list(config.levels), m=m, blanket_mode=mode.value,
+        correlation_ratio=config.correlation_ratio,
         blanket_slots=blanket.blanket_slots(m, domain, mode),
         lambdas=[float(x) for x in result.lambdas], domain_size=config.domain_size,
         privacy_domain_size=domain, padding_items=config.padding_items, set_size=s,
@@ -222,6 +233,12 @@ def tampered_parameters(honest: PublishedParameters) -> PublishedParameters:
     """``honest`` with the strictest level's rate raised to 1: a client must refuse it."""
     lambdas = [1.0, *honest.lambdas[1:]]
     return honest.model_copy(update={"lambdas": lambdas})
+
+
+def correlation_ignored(honest: PublishedParameters) -> PublishedParameters:
+    """``honest`` (of a guarded campaign) claiming R = 1, as if the campaign had not asked
+    for a guard: refused (its lambdas may be tuned for independence)."""
+    return honest.model_copy(update={"correlation_ratio": 1.0})
 
 
 def fake_tolerance_ignored(honest: PublishedParameters) -> PublishedParameters:
@@ -484,6 +501,11 @@ def build_vectors(published: Mapping[str, Mapping[str, Any]] | None = None) -> d
             parameters = optimized_parameters(config, key_id)
         campaigns.append((config, parameters))
     (slots_config, slots_parameters), (independent_config, independent_parameters) = campaigns
+    guarded_config = campaign_config(BlanketMode.SLOTS, GUARDED_RATIO)
+    if published is not None and guarded_config.id in published:
+        guarded_parameters = PublishedParameters.model_validate(published[guarded_config.id])
+    else:
+        guarded_parameters = optimized_parameters(guarded_config, key_id)
     cases = [
         _parameters_case("slots blanket, optimized for n = 1000 (250, 500, 250 per level)",
                          slots_config, slots_parameters, key_id),
@@ -495,6 +517,12 @@ def build_vectors(published: Mapping[str, Mapping[str, Any]] | None = None) -> d
         _parameters_case("tampered: honest_users set to n_min, ignoring the fake tolerance "
                          "(hash recomputed); a client must refuse", slots_config,
                          fake_tolerance_ignored(slots_parameters), key_id),
+        _parameters_case(f"slots blanket guarding against correlation up to R = "
+                         f"{GUARDED_RATIO:g}, optimized for the same round 1",
+                         guarded_config, guarded_parameters, key_id),
+        _parameters_case("tampered: the guarded campaign's parameters without their "
+                         "correlation_ratio (hash recomputed); a client must refuse",
+                         guarded_config, correlation_ignored(guarded_parameters), key_id),
         *setting_cases(published, key_id),
     ]
     documents = [("a campaign configuration", slots_config.model_dump(mode="json")),

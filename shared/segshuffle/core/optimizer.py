@@ -65,6 +65,7 @@ from .blanket import (
     parse_mode,
     require_blanket_rate,
 )
+from .correlation import CorrelationGuard, relative_bias_bound
 from .estimator import mse_bound, variance_given_data
 from .hockey_stick import _smallest_feasible
 from .privacy_loss import DEFAULT_STEP
@@ -177,17 +178,24 @@ class OptimizationResult:
     objective: str = Objective.VARIANCE.value
     variance: float = math.nan
     min_lambda: float = 0.0
+    correlation_ratio: float = 1.0
+    largest_share: float = 1.0
+    bias_bound: float = 0.0
+    relative_bias_bound: float = 0.0
 
     def summary(self) -> dict[str, object]:
         """The figures an operator compares between modes."""
         return {"blanket_mode": self.blanket_mode, "m": self.m, "mse_bound": self.mse_bound,
                 "variance": self.variance, "messages_per_user": self.messages_per_user,
-                "lambdas": list(self.lambdas)}
+                "lambdas": list(self.lambdas), "bias_bound": self.bias_bound}
 
     @property
     def objective_value(self) -> float:
-        """The value of the objective the search minimised."""
-        return self.variance if self.objective == Objective.VARIANCE.value else self.mse_bound
+        """The value of the objective the search minimised (with correlation up to R > 1:
+        the variance plus the worst squared bias of one item, docs/protocol.md section 5.1)."""
+        if self.objective != Objective.VARIANCE.value:
+            return self.mse_bound
+        return self.variance + self.bias_bound**2
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready dictionary (tuples become lists)."""
@@ -387,6 +395,8 @@ def optimize(
     objective: str | Objective = Objective.VARIANCE,
     min_lambda: float = 0.0,
     headroom: float = 0.0,
+    correlation_ratio: float = 1.0,
+    largest_share: float = 1.0,
 ) -> OptimizationResult:
     """Choose m (unless ``blanket`` fixes it) and lambda_k for every level.
 
@@ -408,9 +418,18 @@ def optimize(
     little differently still verifies every level at delta
     (:data:`segshuffle.core.rules.PUBLICATION_HEADROOM`); lower bounds and the
     reported delta stay at delta.
+    ``correlation_ratio`` R guards the variance objective against levels that go with
+    items (docs/protocol.md section 5.1, :mod:`segshuffle.core.correlation`): it adds the
+    worst squared bias of one item (held by at most ``largest_share`` of the users) when
+    the holders' level odds differ from the others' by up to a factor R, and lets the
+    lambdas move toward each other (lambda'_k = min(lambda_k, c)).  R = 1 is the
+    variance objective itself.
     """
     mode = parse_mode(blanket_mode)
     goal = parse_objective(objective)
+    guard = CorrelationGuard(correlation_ratio, largest_share)
+    if guard.active and goal is not Objective.VARIANCE:
+        raise ValueError("a correlation ratio above 1 needs the variance objective")
     floor = validation.require_unit_interval("min lambda", min_lambda)
     levels = validation.require_levels(levels)
     counts = validation.require_level_counts(level_counts, len(levels))
@@ -455,6 +474,10 @@ def optimize(
                 return math.inf
             if goal is Objective.PAPER_BOUND:
                 return mse_bound(users, rate, s, counts, lambdas)
+            if guard.active:
+                return guard.best_cap(
+                    lambda rates: variance_given_data(users, rate, s, counts, rates, d, mode),
+                    counts, lambdas)[0]
             return variance_given_data(users, rate, s, counts, lambdas, d, mode)
 
         finalists = _search_blanket(solver, score, low, high, level_blankets or (), mode,
@@ -474,7 +497,14 @@ def optimize(
         # strictest level's full-signal rate, which the coarse steering grid overstates.
         m = _lowest_full_signal_blanket(solver, levels[0], m)
         lambdas = solver.all_exact(m, LAMBDA_XTOL)
+    largest = lambdas
+    if guard.active:
+        lambdas = list(guard.best_cap(
+            lambda rates: variance_given_data(users, m, s, counts, rates, d, mode),
+            counts, lambdas)[1])
     epsilons = _achieved_epsilons(levels, lambdas, s, target, honest, m, d, mode)
+    if lambdas != largest:
+        epsilons = _capped_epsilons(epsilons, lambdas, largest, s, target, honest, m, d, mode)
     if lower_bounds is None:
         lower_bounds = len(levels) <= LOWER_BOUND_LEVELS
     epsilons_lower = tuple(
@@ -491,7 +521,9 @@ def optimize(
                               blanket=None if blanket is None else min(blanket, float(d)),
                               lower_bounds=False, blanket_mode=other,
                               max_messages_per_user=max_messages_per_user,
-                              objective=goal, min_lambda=floor, headroom=headroom)
+                              objective=goal, min_lambda=floor, headroom=headroom,
+                              correlation_ratio=guard.ratio,
+                              largest_share=guard.largest_share)
             alternative = result.summary()
         except ValueError as exc:
             alternative = {"blanket_mode": other.value, "unavailable": str(exc)}
@@ -519,7 +551,30 @@ def optimize(
         objective=goal.value,
         variance=variance_given_data(users, m, s, counts, lambdas, d, mode),
         min_lambda=floor,
+        correlation_ratio=guard.ratio,
+        largest_share=guard.largest_share,
+        bias_bound=guard.bias_bound(counts, lambdas),
+        relative_bias_bound=relative_bias_bound(counts, lambdas, guard.ratio),
     )
+
+
+def _capped_epsilons(epsilons: Sequence[float], lambdas: Sequence[float],
+                     largest: Sequence[float], s: int, delta: float, users: int, m: float,
+                     d: int, mode: BlanketMode) -> tuple[float, ...]:
+    """The achieved epsilons once the correlation guard lowered some lambdas to a cap c.
+
+    The capped levels send at c, below the largest rate their level allows, so they are
+    over-protected: they share the smallest epsilon that c meets (searched once), which
+    never exceeds their level (c is feasible there).
+    """
+    capped = [i for i, (lam, top) in enumerate(zip(lambdas, largest, strict=True))
+              if lam < top]
+    cap = lambdas[capped[0]]
+    shared = user_epsilon(cap, s, delta, users, m, d, hint=min(epsilons[i] for i in capped),
+                          mode=mode)
+    if shared is None:
+        return tuple(epsilons)
+    return tuple(min(e, shared) if i in capped else e for i, e in enumerate(epsilons))
 
 
 def _full_signal_excess(solver: _LambdaSolver, level: float) -> Callable[[float], float]:

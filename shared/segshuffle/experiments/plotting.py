@@ -29,6 +29,8 @@ _STYLE = {
     "mm-shuffle": ("tab:blue", "--"),
     "sepmm-shuffle": ("tab:orange", "--"),
     "weighted-sepmm-shuffle": ("tab:green", "-."),
+    "ivw-sepmm-shuffle": ("tab:olive", "-"),
+    "share-sepmm-shuffle": ("tab:cyan", ":"),
 }
 
 #: Colour, m* marker and label of each segmented variant.

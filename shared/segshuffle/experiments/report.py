@@ -4,7 +4,8 @@ CSV columns (one row per method and panel; ``ours`` and ``ours-independent`` one
 row per swept m plus the optimizer's m*, flagged ``optimal``):
 
 ``figure, dataset, shares, method, n, s, domain_size, m, mse, mse_std, repeats,
-mse_bound, messages_per_user, optimal, detail``
+mse_bound, messages_per_user, optimal, detail, correlation, squared_bias, bias_max_z,
+items_z3``
 
 ``m`` is empty for baselines; ``mse`` is the mean over repeats of
 sum_j (W^_j - w_j)^2 over the real items (padding items excluded), w the sampled
@@ -13,7 +14,15 @@ users' own frequencies; ``mse_std`` the standard deviation over repeats;
 expectation for the balls-into-bins and subset-exponential baselines;
 ``messages_per_user`` the expected non-null messages per user; ``detail`` the
 calibrated parameters (segmented variants: the lambdas, the achieved user-level
-epsilons per level and the data ciphertexts of one fixed-size submission).
+epsilons per level and the data ciphertexts of one fixed-size submission; the guarded
+variants ``ours-r<R>`` also their bias bound).  ``correlation`` is the setting the
+levels were drawn under (``none``, ``items:3``, ``sets:2``, ...).  The last three describe
+the bias of each method's headline point (baselines, and the segmented variants at
+their m*; empty on swept rows): with e_rj = W^_j - w_j in repeat r, mean e_j and
+standard deviation sd_j over the N repeats, ``squared_bias`` is
+sum_j (e_j^2 - sd_j^2 / N) (unbiased for sum_j b_j^2), ``bias_max_z`` the largest
+|e_j| / (sd_j / sqrt(N)) over the real items and ``items_z3`` how many items have
+|z| > 3.
 """
 
 from __future__ import annotations
@@ -24,11 +33,38 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .methods import BASELINES, OURS, OURS_INDEPENDENT, OURS_METHODS, PanelPlan
+import numpy as np
+
+from .methods import BASELINES, OURS, OURS_INDEPENDENT, OURS_METHODS, PanelPlan, guarded_ratio
 from .runner import PanelResult, expected_messages_ours, summarize
 
 COLUMNS = ("figure", "dataset", "shares", "method", "n", "s", "domain_size", "m", "mse",
-           "mse_std", "repeats", "mse_bound", "messages_per_user", "optimal", "detail")
+           "mse_std", "repeats", "mse_bound", "messages_per_user", "optimal", "detail",
+           "correlation", "squared_bias", "bias_max_z", "items_z3")
+
+
+@dataclass(frozen=True)
+class BiasSummary:
+    """The bias of one method over a run's repeats (module docstring)."""
+
+    squared_bias: float
+    max_z: float
+    items_z3: int
+
+
+def bias_summary(item_errors: np.ndarray) -> BiasSummary:
+    """:class:`BiasSummary` of a (repeats x items) array of W^_j - w_j."""
+    errors = np.asarray(item_errors, dtype=float)
+    repeats = errors.shape[0]
+    mean = errors.mean(axis=0)
+    if repeats < 2:
+        return BiasSummary(float(np.sum(mean**2)), math.nan, 0)
+    sd = errors.std(axis=0, ddof=1)
+    se = sd / math.sqrt(repeats)
+    z = np.divide(mean, se, out=np.zeros_like(mean), where=se > 0)
+    return BiasSummary(squared_bias=float(np.sum(mean**2 - sd**2 / repeats)),
+                       max_z=float(np.max(np.abs(z))) if z.size else 0.0,
+                       items_z3=int(np.sum(np.abs(z) > 3.0)))
 
 
 def _fmt(value: float | None) -> str:
@@ -60,31 +96,46 @@ def _baseline_facts(plan: PanelPlan, method: str) -> tuple[float | None, float, 
     return None, messages, detail
 
 
+def _bias_columns(result: PanelResult, method: str) -> dict[str, str]:
+    errors = result.item_errors.get(method)
+    if errors is None:
+        return {"squared_bias": "", "bias_max_z": "", "items_z3": ""}
+    summary = bias_summary(errors)
+    return {"squared_bias": _fmt(summary.squared_bias), "bias_max_z": _fmt(summary.max_z),
+            "items_z3": str(summary.items_z3)}
+
+
 def panel_rows(result: PanelResult) -> list[dict[str, str]]:
     plan, figure, panel = result.plan, result.figure, result.panel
     repeats = len(result.errors[OURS])
     common = {"figure": figure.name, "dataset": figure.dataset, "shares": figure.shares_name,
               "n": str(panel.n), "s": str(panel.set_size),
-              "domain_size": str(plan.domain_size), "repeats": str(repeats)}
+              "domain_size": str(plan.domain_size), "repeats": str(repeats),
+              "correlation": result.correlation.label}
+    no_bias = {"squared_bias": "", "bias_max_z": "", "items_z3": ""}
     rows = []
     for method in BASELINES:
         mean, std = summarize([e[0] for e in result.errors[method]])
         expected, messages, detail = _baseline_facts(plan, method)
         rows.append({**common, "method": method, "m": "", "mse": _fmt(mean),
                      "mse_std": _fmt(std), "mse_bound": _fmt(expected),
-                     "messages_per_user": _fmt(messages), "optimal": "", "detail": detail})
-    for method in OURS_METHODS:
+                     "messages_per_user": _fmt(messages), "optimal": "", "detail": detail,
+                     **_bias_columns(result, method)})
+    for method in (*OURS_METHODS, *plan.guarded_methods):
         for index, point in enumerate(plan.points(method)):
             mean, std = summarize([e[index] for e in result.errors[method]])
             lambdas = "/".join(f"{lam:.4g}" for lam in point.lambdas)
             epsilons = "/".join("-" if e is None else f"{e:.4g}" for e in point.epsilons)
+            detail = f"lambdas={lambdas}; eps={epsilons}; ciphertexts={point.ciphertexts}"
+            if guarded_ratio(method) is not None:
+                detail += f"; bias_bound={point.bias_bound:.4g}"
             rows.append({**common, "method": method, "m": _fmt(point.m), "mse": _fmt(mean),
                          "mse_std": _fmt(std), "mse_bound": _fmt(point.mse_bound),
                          "messages_per_user": _fmt(expected_messages_ours(
                              plan, point.lambdas, point.m)),
                          "optimal": "true" if point.optimal else "false",
-                         "detail": f"lambdas={lambdas}; eps={epsilons}; "
-                                   f"ciphertexts={point.ciphertexts}"})
+                         "detail": detail,
+                         **(_bias_columns(result, method) if point.optimal else no_bias)})
     return rows
 
 
@@ -118,6 +169,7 @@ class PanelSummary:
     optimizer_mse: float
     best_baseline: str
     best_baseline_mse: float
+    correlation: str = "none"
     independent_m: float = math.nan  # its optimizer's m*
     independent_mse: float = math.nan  # measured at that m*
     independent_best_mse: float = math.nan  # the lowest over its sweep and m*
@@ -143,17 +195,23 @@ def _optimal_row(rows: list[dict[str, str]], method: str) -> dict[str, str] | No
 
 
 def summarize_rows(rows: list[dict[str, str]]) -> list[PanelSummary]:
-    """One summary per (figure, n, s), from CSV rows."""
+    """One summary per (figure, n, s, correlation), from CSV rows (rows written before
+    the correlation column are ``none``; a run without a sweep takes m* as its best m)."""
+    def key_of(row: dict[str, str]) -> tuple[str, int, int, str]:
+        return (row["figure"], int(row["n"]), int(row["s"]),
+                row.get("correlation") or "none")
+
     keys = []
     for row in rows:
-        key = (row["figure"], int(row["n"]), int(row["s"]))
+        key = key_of(row)
         if key not in keys:
             keys.append(key)
     summaries = []
-    for figure, n, s in keys:
-        mine = [r for r in rows if (r["figure"], int(r["n"]), int(r["s"])) == (figure, n, s)]
-        sweep = [r for r in mine if r["method"] == OURS and r["optimal"] != "true"]
+    for figure, n, s, correlation in keys:
+        mine = [r for r in rows if key_of(r) == (figure, n, s, correlation)]
         chosen = _optimal_row(mine, OURS)
+        sweep = [r for r in mine if r["method"] == OURS and r["optimal"] != "true"] or \
+            ([chosen] if chosen else [])
         independent = [r for r in mine if r["method"] == OURS_INDEPENDENT]
         independent_star = _optimal_row(mine, OURS_INDEPENDENT)
         baselines = [r for r in mine if r["method"] in BASELINES]
@@ -164,6 +222,7 @@ def summarize_rows(rows: list[dict[str, str]]) -> list[PanelSummary]:
             optimizer_m=float(chosen["m"]) if chosen else math.nan,
             optimizer_mse=float(chosen["mse"]) if chosen else math.nan,
             best_baseline=top["method"], best_baseline_mse=float(top["mse"]),
+            correlation=correlation,
             independent_m=float(independent_star["m"]) if independent_star else math.nan,
             independent_mse=float(independent_star["mse"]) if independent_star else math.nan,
             independent_best_mse=min((float(r["mse"]) for r in independent),
@@ -187,8 +246,9 @@ def summary_markdown(summaries: list[PanelSummary]) -> str:
         "| ---: | ---: |",
     ]
     for p in summaries:
+        figure = p.figure if p.correlation == "none" else f"{p.figure} [{p.correlation}]"
         lines.append(
-            f"| {p.figure} | {p.n} | {p.s} | {p.best_m:.3g} | {p.best_mse:.3e} | "
+            f"| {figure} | {p.n} | {p.s} | {p.best_m:.3g} | {p.best_mse:.3e} | "
             f"{p.optimizer_m:.3g} | {p.optimizer_mse:.3e} | {_or_dash(p.independent_m, '.3g')} | "
             f"{_or_dash(p.independent_mse, '.3e')} | {p.best_baseline} | "
             f"{p.best_baseline_mse:.3e} | {100 * p.reduction:.0f}% | "
@@ -196,3 +256,36 @@ def summary_markdown(summaries: list[PanelSummary]) -> str:
             f"{_or_dash(100 * p.independent_reduction, '.0f', '%')} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _headline_rows(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Each method's headline row: baselines, and the segmented variants at m*."""
+    return [r for r in rows if r["method"] in BASELINES or r["optimal"] == "true"]
+
+
+def correlation_markdown(rows: list[dict[str, str]]) -> str:
+    """Per (panel, correlation): every method's MSE with its standard error, the estimated
+    summed squared bias, the largest |z| of an item's bias and the items with |z| > 3."""
+    lines = [
+        "| figure | n | s | correlation | method | m | MSE | standard error | squared bias "
+        "| max abs z | items with abs z > 3 |",
+        "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in _headline_rows(rows):
+        repeats = int(row["repeats"])
+        std = float(row["mse_std"]) if row["mse_std"] else math.nan
+        se = std / math.sqrt(repeats) if repeats > 0 else math.nan
+        m = f"{float(row['m']):.3g}" if row["m"] else ""
+        lines.append(
+            f"| {row['figure']} | {row['n']} | {row['s']} | "
+            f"{row.get('correlation') or 'none'} | {row['method']} | {m} | "
+            f"{float(row['mse']):.3e} | {se:.2e} | "
+            f"{_or_blank(row.get('squared_bias'), '.2e')} | "
+            f"{_or_blank(row.get('bias_max_z'), '.1f')} | {row.get('items_z3') or ''} |")
+    return "\n".join(lines) + "\n"
+
+
+def _or_blank(text: str | None, spec: str) -> str:
+    if not text:
+        return ""
+    return f"{float(text):{spec}}"

@@ -20,7 +20,9 @@ The blanket mode (:mod:`segshuffle.core.blanket`) travels as ``blanket_mode`` in
 the configuration and the parameters.  Its default, ``"slots"``, is left out of
 their dumps; an ``"independent"`` campaign's hashes bind the mode, and a client
 that does not know the field fails the hash check instead of sending the wrong
-geometry.
+geometry.  Likewise ``correlation_ratio`` R (docs/protocol.md section 5.1: how much
+correlation between levels and items the optimizer guards against) is left out when it
+is 1, so every document of a campaign that does not use it hashes as before.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from pydantic import (
 from segshuffle.core import blanket as _blanket
 from segshuffle.core import rules
 from segshuffle.core.blanket import BlanketMode
+from segshuffle.core.correlation import MAX_CORRELATION_RATIO
 
 # --- sizes -------------------------------------------------------------------------------
 
@@ -295,21 +298,31 @@ class ResponseModel(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
+DEFAULT_CORRELATION_RATIO = 1.0
+"""R = 1: the optimizer assumes levels independent of items (docs/protocol.md section 5)."""
+
+
 class _DefaultBlanketModeOmitted(ResponseModel):
-    """A hashed model whose ``blanket_mode`` is left out of every dump when it is the default.
+    """A hashed model whose ``blanket_mode`` and ``correlation_ratio`` are left out of every
+    dump when they are the defaults.
 
     The canonical JSON, hence the hash, of a ``"slots"`` campaign has no
-    ``blanket_mode`` member; reading such a dump fills the default back in.
+    ``blanket_mode`` member, and one with R = 1 no ``correlation_ratio``; reading such a
+    dump fills the defaults back in.
     """
 
     blanket_mode: BlanketModeName = DEFAULT_BLANKET_MODE
+    correlation_ratio: float = DEFAULT_CORRELATION_RATIO
 
     # No return annotation: pydantic then documents the model's own schema.
     @model_serializer(mode="wrap")
     def _omit_default_blanket_mode(self, handler: SerializerFunctionWrapHandler):
         data = handler(self)
-        if isinstance(data, dict) and data.get("blanket_mode") == DEFAULT_BLANKET_MODE:
-            del data["blanket_mode"]
+        if isinstance(data, dict):
+            if data.get("blanket_mode") == DEFAULT_BLANKET_MODE:
+                del data["blanket_mode"]
+            if data.get("correlation_ratio") == DEFAULT_CORRELATION_RATIO:
+                del data["correlation_ratio"]
         return data
 
 
@@ -380,6 +393,9 @@ class CampaignCreate(RequestModel):
     fixed_size: bool = True
     padding: bool = True
     blanket_mode: BlanketModeName = DEFAULT_BLANKET_MODE
+    correlation_ratio: float = Field(default=DEFAULT_CORRELATION_RATIO, ge=1.0,
+                                     le=MAX_CORRELATION_RATIO, allow_inf_nan=False)
+    """R: the correlation between levels and items the optimizer guards against (1: none)."""
     insecure_parameters: InsecureParameters | None = None
 
     @model_validator(mode="after")
@@ -436,6 +452,7 @@ class CampaignCreate(RequestModel):
             fixed_size=self.fixed_size,
             padding=self.padding,
             blanket_mode=self.blanket_mode,
+            correlation_ratio=float(self.correlation_ratio),
             insecure_parameters=self.insecure_parameters,
         )
 
@@ -445,7 +462,8 @@ class CampaignConfig(_DefaultBlanketModeOmitted):
 
     ``domain_size`` is d, the number of real items; the privacy domain is
     :attr:`privacy_domain_size` (d + s with padding).  ``blanket_mode`` (inherited,
-    default ``"slots"``) is omitted from the dump when it is the default.
+    default ``"slots"``) and ``correlation_ratio`` (inherited, default 1) are omitted
+    from the dump when they are the defaults.
     """
 
     id: str
@@ -488,7 +506,9 @@ class PublishedParameters(_DefaultBlanketModeOmitted):
     round 2 with fewer participants.  ``fake_tolerance`` f is the campaign's tolerated
     fraction of fake or colluding participants and ``honest_users`` h = ceil((1 - f) n_min)
     the users whose blanket every published epsilon is accounted with
-    (:func:`segshuffle.core.rules.honest_users`).
+    (:func:`segshuffle.core.rules.honest_users`).  ``correlation_ratio`` is the campaign's R
+    (omitted at 1): the lambdas were chosen to guard against that much correlation between
+    levels and items (docs/protocol.md section 5.1).
     """
 
     campaign_id: str
