@@ -92,7 +92,7 @@ def whole_processes(repeats: int, with_k1000: bool) -> None:
 
 def two_d_delta(n_slots: int, r: float, lam: float, eps: float) -> float:
     """max(0, P - e^eps Q) summed over a box of (a, b) covering the same window, chunked."""
-    window = hockey_stick._window(n_slots, r)
+    window = hockey_stick.summation_window(n_slots, r)
     t_lo, t_hi = int(window.t[0]), int(window.t[-1])
     # Each coordinate: Binomial(N, r); cover the same number of sigmas as the total window.
     mean = n_slots * r
@@ -145,12 +145,12 @@ def main() -> None:
         eps = epsilon_for(pair, TARGET)
 
         def cold(pair=pair, eps=eps) -> float:
-            hockey_stick._window.cache_clear()
+            hockey_stick.summation_window.cache_clear()
             return delta_for(pair, eps)
 
         cold_s = median_seconds(cold, args.repeats)
         warm_s = median_seconds(lambda pair=pair, e=eps: delta_for(pair, e), args.repeats)
-        width = hockey_stick._window(n_slots, R).t.size
+        width = hockey_stick.summation_window(n_slots, R).t.size
         value = delta_for(pair, eps)
         if n_slots <= args.skip_2d_above:
             started = time.perf_counter()

@@ -61,10 +61,10 @@ from .hockey_stick import (
     CountPair,
     _largest_feasible,
     _smallest_feasible,
-    _window,
     delta_for,
     epsilon_for,
     poisson_pair,
+    summation_window,
 )
 from .poisson_comparison import dominated_poisson_mean, steering_poisson_mean
 from .privacy_loss import DEFAULT_STEP, LOWER_STEP, BinLaw, ComposedLoss, composed_pair
@@ -387,7 +387,7 @@ def clear_caches() -> None:
     slot_joint.clear_caches()
     composed_pair.cache_clear()
     dominated_poisson_mean.cache_clear()
-    _window.cache_clear()
+    summation_window.cache_clear()
 
 
 def _independent_law(users: int, m: float, domain_size: int, *, lower: bool) -> BinLaw:

@@ -138,7 +138,7 @@ def variation_ratio_pair(p: float, beta: float, q: float, n_users: int) -> Count
 
 
 @dataclass(frozen=True)
-class _Window:
+class SummationWindow:
     """Totals t = lo..hi and the binomial weights w0(t), w1(t) over them."""
 
     t: np.ndarray
@@ -150,7 +150,7 @@ class _Window:
 
 
 @lru_cache(maxsize=256)
-def _window(n_slots: int, r: float) -> _Window:
+def summation_window(n_slots: int, r: float) -> SummationWindow:
     """Summation window and weights for Binomial(n_slots, 2r); cached per (N, r).
 
     Totals range over 0..N+1 (the victim may add one).  The window spans the
@@ -184,7 +184,7 @@ def _window(n_slots: int, r: float) -> _Window:
     remaining = (trials - t + 1).astype(float)
     with np.errstate(invalid="ignore"):
         slack = np.where(remaining == 0.0, 0.0, rho * remaining)
-    return _Window(t, w0, w1, omitted0, omitted1, slack)
+    return SummationWindow(t, w0, w1, omitted0, omitted1, slack)
 
 
 def _binomial_half_tail(trials: np.ndarray, k: np.ndarray) -> np.ndarray:
@@ -212,14 +212,25 @@ def delta_for(pair: CountPair, eps: float) -> float:
     own, other = pair.own, pair.other
     if own <= other:  # identical distributions
         return 0.0
-    window = _window(pair.n_slots, pair.r)
+    window = summation_window(pair.n_slots, pair.r)
+    terms = window_terms(window.t, window.w0, window.w1, window.rho_slack, own, other, eps)
+    omitted = max(0.0, 1.0 - own - other) * window.omitted0 + (own + other) * window.omitted1
+    return float(np.sum(terms) + omitted)
+
+
+def window_terms(t: np.ndarray, w0: np.ndarray, w1: np.ndarray, rho_slack: np.ndarray,
+                 own: float, other: float, eps: float) -> np.ndarray:
+    """(P_t - e^eps Q_t)_+ at every total of a window (the module docstring's per-t sum).
+
+    Elementwise in t, so the windows of several pairs (several slot counts) may be
+    laid end to end and evaluated in one pass.  Needs own > other and eps >= 0.
+    """
     e = math.exp(eps)
     k0 = max(0.0, 1.0 - own - other)
-    t = window.t
     with np.errstate(over="ignore", invalid="ignore"):
         # A threshold beyond every a (rho = inf when 2r = 1, or overflow when own - other
         # is subnormal) empties the set for that t.
-        base = k0 * (e - 1.0) * window.rho_slack if k0 > 0.0 else 0.0
+        base = k0 * (e - 1.0) * rho_slack if k0 > 0.0 else 0.0
         x = (base + t * (e * own - other)) / ((own - other) * (1.0 + e))
     x = np.where(np.isfinite(x), x, t + 1.0)
     a_star = np.clip(np.floor(x) + 1.0, 0.0, t + 1.0).astype(np.int64)
@@ -237,11 +248,9 @@ def delta_for(pair: CountPair, eps: float) -> float:
     s_prev_hi = _binomial_half_tail(previous, a_star)
     s_prev_lo = np.minimum(s_prev_hi + distributions.binom_pmf(a_star - 1, previous, 0.5), 1.0)
     s_t = np.where(t == 0, np.where(a_star <= 0, 1.0, 0.0), 0.5 * (s_prev_lo + s_prev_hi))
-    p_t = k0 * window.w0 * s_t + window.w1 * (own * s_prev_lo + other * s_prev_hi)
-    q_t = k0 * window.w0 * s_t + window.w1 * (other * s_prev_lo + own * s_prev_hi)
-    terms = np.maximum(p_t - e * q_t, 0.0)
-    omitted = k0 * window.omitted0 + (own + other) * window.omitted1
-    return float(np.sum(terms) + omitted)
+    p_t = k0 * w0 * s_t + w1 * (own * s_prev_lo + other * s_prev_hi)
+    q_t = k0 * w0 * s_t + w1 * (other * s_prev_lo + own * s_prev_hi)
+    return np.maximum(p_t - e * q_t, 0.0)
 
 
 def epsilon_for(pair: CountPair, delta: float, *, rtol: float = 1e-9) -> float | None:

@@ -30,9 +30,9 @@ around the means is an atom.  The P-mass outside the window is computed from
 the binomial tails (not as a complement) and, in an upper bound, put at +infinity,
 where it counts fully; a lower bound drops it.  The atoms' masses do not depend
 on lambda and are cached per (k, r); each lambda costs two logarithms per atom.
-Losses are rounded up (upper) or down (lower) to the grid of
-:mod:`segshuffle.core.privacy_loss`, whose composition then applies: delta is
-non-decreasing in every atom's loss, so rounding up gives upper bounds.
+Atoms are put on the grid of :mod:`segshuffle.core.privacy_loss` by its
+:func:`~segshuffle.core.privacy_loss.discretise` (connecting the dots for upper bounds,
+rounding down for lower ones), whose composition then applies.
 """
 
 from __future__ import annotations

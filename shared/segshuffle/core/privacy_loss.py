@@ -24,13 +24,15 @@ support) or f_lam(b) = 0 < f(b) (b = 0 when lam = 1) the loss is +infinity.
 
 which is non-decreasing in every loss value.
 
-**Discretisation.**  Losses are put on a grid of step h.  *Pessimistic*
-(``upper=True``): each per-bin loss is rounded up to the grid, and the mass of
-counts outside the summation window is moved to +infinity; since the sum of
-rounded-up terms is at least the rounded-up sum and delta is non-decreasing in
-the loss, every delta computed from it is an upper bound.  *Optimistic*
-(``upper=False``): losses are rounded down and the mass outside the window is
-dropped, which gives lower bounds.  The error in the loss is at most 2 h per pair.
+**Discretisation** (:func:`discretise`).  Each bin's loss law is a pair of its own
+((f_lam, f) for the bin that may get the message, (f, f_lam) for the other), and the
+item pair is their composition; so each is put on a grid of step h and the two are
+convolved.  *Upper bounds* connect the dots: an atom between two grid points is split
+between them keeping its P- and Q-mass, which dominates it for every hockey-stick
+divergence (proof in :func:`discretise`), with an error second order in h; the mass
+of counts outside the summation window goes to +infinity.  *Lower bounds*
+(``upper=False``) round every loss down and drop the mass outside the window; their
+error in the loss is at most 2 h per pair.
 
 **Composition** is done by FFT.  FFT rounding is absolute, about 1e-16 of the
 largest entry; it is bounded from the computed result (the largest negative
@@ -226,9 +228,9 @@ def pair_loss(law: BinLaw, lam: float, *, upper: bool, step: float = DEFAULT_STE
         a_offset, a_pmf = discretise(loss[a_finite], f_lam[a_finite], step, upper)
         b_offset, b_pmf = discretise(-loss[b_finite], f[b_finite], step, upper)
         offset = a_offset + b_offset
-        if _sparse_is_cheaper(int(np.count_nonzero(a_pmf)), int(np.count_nonzero(b_pmf)),
-                              a_pmf.size + b_pmf.size - 1):
-            # Few atoms on a wide grid: add every pair of atoms exactly (no FFT rounding).
+        if int(np.count_nonzero(a_pmf)) * int(np.count_nonzero(b_pmf)) <= _DIRECT_PAIRS:
+            # Add every pair of atoms exactly while that is affordable: FFT rounding
+            # charged here would be carried through every composition.
             offset, pmf = _sparse_convolve(a_offset, a_pmf, b_offset, b_pmf)
             noise = 0.0
         else:

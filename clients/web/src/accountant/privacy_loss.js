@@ -322,8 +322,9 @@ export function pairLoss(law, lam, { upper, step = DEFAULT_STEP }) {
     // composition, so each is put on the grid and the two are convolved.
     const [aOffset, aPmf] = discretise(aLosses, aProbs, step, upper);
     const [bOffset, bPmf] = discretise(bLosses, bProbs, step, upper);
-    if (sparseIsCheaper(countNonzero(aPmf), countNonzero(bPmf), aPmf.length + bPmf.length - 1)) {
-      // Few atoms on a wide grid: add every pair of atoms exactly (no FFT rounding).
+    if (countNonzero(aPmf) * countNonzero(bPmf) <= DIRECT_PAIRS) {
+      // Add every pair of atoms exactly while that is affordable: FFT rounding charged
+      // here would be carried through every composition.
       [offset, pmf] = sparseConvolve(aOffset, aPmf, bOffset, bPmf);
       noise = 0.0;
     } else {

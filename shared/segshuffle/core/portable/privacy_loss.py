@@ -332,9 +332,9 @@ def pair_loss(law: BinLaw, lam: float, *, upper: bool, step: float = DEFAULT_STE
         a_offset, a_pmf = discretise(a_losses, a_probs, step, upper)
         b_offset, b_pmf = discretise(b_losses, b_probs, step, upper)
         offset = a_offset + b_offset
-        if sparse_is_cheaper(_count_nonzero(a_pmf), _count_nonzero(b_pmf),
-                             len(a_pmf) + len(b_pmf) - 1):
-            # Few atoms on a wide grid: add every pair of atoms exactly (no FFT rounding).
+        if _count_nonzero(a_pmf) * _count_nonzero(b_pmf) <= _DIRECT_PAIRS:
+            # Add every pair of atoms exactly while that is affordable: FFT rounding
+            # charged here would be carried through every composition.
             offset, pmf = _sparse_convolve(a_offset, a_pmf, b_offset, b_pmf)
             noise = 0.0
         else:
