@@ -108,6 +108,36 @@ def strict_weights(population: Population, correlation: Correlation) -> np.ndarr
     return ratio ** mean
 
 
+def inclusion_probabilities(weights: np.ndarray, size: int) -> np.ndarray:
+    """c u_i / (1 + c u_i) with c such that they sum to ``size`` (0 < size < n).
+
+    The sum is increasing in c: bisection on log c over [-60, 60], 64 halvings (to about
+    1e-17 of the bracket), so the expected count is ``size`` to rounding.
+    """
+    u = np.asarray(weights, dtype=float)
+    low, high = -60.0, 60.0
+    for _ in range(64):
+        middle = 0.5 * (low + high)
+        scale = math.exp(middle)
+        if float(np.sum(scale * u / (1.0 + scale * u))) < size:
+            low = middle
+        else:
+            high = middle
+    scale = math.exp(0.5 * (low + high))
+    return scale * u / (1.0 + scale * u)
+
+
+def draw_conditional(probability: np.ndarray, size: int, rng: np.random.Generator
+                     ) -> np.ndarray:
+    """Independent Bernoulli(probability) draws, repeated until exactly ``size`` succeed."""
+    n = probability.size
+    for _ in range(MAX_ATTEMPTS):
+        chosen = rng.random(n) < probability
+        if int(chosen.sum()) == size:
+            return chosen
+    raise RuntimeError(f"no conditional Poisson sample of {size} in {MAX_ATTEMPTS} draws")
+
+
 def conditional_poisson_sample(weights: np.ndarray, size: int,
                                rng: np.random.Generator) -> np.ndarray:
     """A boolean mask of exactly ``size`` users, P(S) proportional to prod_{i in S} u_i."""
@@ -117,22 +147,7 @@ def conditional_poisson_sample(weights: np.ndarray, size: int,
         raise ValueError(f"cannot choose {size} of {n} users")
     if size in (0, n):
         return np.full(n, size == n)
-    # c with sum_i c u_i / (1 + c u_i) = size: bisection on log c (monotone), 200 halvings.
-    low, high = -60.0, 60.0
-    for _ in range(200):
-        middle = 0.5 * (low + high)
-        scale = math.exp(middle)
-        if float(np.sum(scale * u / (1.0 + scale * u))) < size:
-            low = middle
-        else:
-            high = middle
-    scale = math.exp(0.5 * (low + high))
-    probability = scale * u / (1.0 + scale * u)
-    for _ in range(MAX_ATTEMPTS):
-        chosen = rng.random(n) < probability
-        if int(chosen.sum()) == size:
-            return chosen
-    raise RuntimeError(f"no conditional Poisson sample of {size} in {MAX_ATTEMPTS} draws")
+    return draw_conditional(inclusion_probabilities(u, size), size, rng)
 
 
 def correlated_levels(counts: tuple[int, ...], population: Population,
