@@ -13,6 +13,8 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from segshuffle.client import Client
+from segshuffle.client.policy import ClientPolicy
+from segshuffle.core.rules import default_delta
 from segshuffle.services.server import create_app as create_server
 from segshuffle.services.shuffler.app import create_app as create_shuffler
 from segshuffle.services.shuffler.settings import Settings as ShufflerSettings
@@ -23,6 +25,9 @@ from .test_server_support import ADMIN, SHUFFLER_TOKEN, make_settings
 OPERATOR = "operator-token-0123456789"
 CID = "metrics-cid-7f3a"
 USERS = 3
+#: The SDK users' policy: a campaign of USERS users (below the SDK's default floor), with
+#: the default delta rule's 0.01 / USERS.
+POLICY = ClientPolicy(min_users=USERS, delta_ceiling=default_delta(USERS))
 OPEN: dict[str, Any] = {"enrollment": "open", "enroll_rate": 0.0, "submit_rate": 0.0}
 
 
@@ -71,7 +76,8 @@ def running_services(tmp_path: Path) -> Iterator[Services]:
 def submit_levels(services: Services) -> tuple[list[Client], list[str]]:
     """USERS SDK clients through the in-process shuffler: each enrolls and sends round 1;
     returns the clients and their level ciphertexts (base64url)."""
-    users = [Client("http://testserver", CID, http=services.shuffler) for _ in range(USERS)]
+    users = [Client("http://testserver", CID, http=services.shuffler, policy=POLICY)
+             for _ in range(USERS)]
     sent = []
     for index, user in enumerate(users):
         user.campaign()

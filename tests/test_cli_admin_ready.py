@@ -122,7 +122,8 @@ def test_release_when_ready_waits_for_the_threshold(stack: LocalStack) -> None:
                       "0.2", "--timeout", "120")
     round1 = _release(stack, CID, "--round", "1", "--when-ready", "--wait", "--interval",
                       "0.2", "--timeout", "120", "--json")
-    users = [Client(stack.shuffler_url, CID, server_key=stack.server_key)
+    users = [Client(stack.shuffler_url, CID, server_key=stack.server_key,
+                     policy=stack.client_policy())
              for _ in range(USERS)]
     try:
         for user, invitation in zip(users, stack.invitations(CID, USERS), strict=True):

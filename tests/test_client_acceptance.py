@@ -210,8 +210,7 @@ def test_a_claimed_round1_count_below_min_users_is_refused(published: Published)
 
 
 def test_the_delta_ceiling_is_the_apps_not_the_claimed_counts(published: Published) -> None:
-    config = published.view.config
-    assert ClientPolicy().delta_limit(config.min_users) == 1 / config.min_users
+    assert ClientPolicy().delta_limit() == rules.CLIENT_DELTA_CEILING  # whatever min_users
     # the app's ceiling holds whatever the server claims
     refused = _refused(published.view, published, policy=ClientPolicy(delta_ceiling=1e-6))
     assert refused.check == "delta" and "ceiling 1e-06" in str(refused)

@@ -14,7 +14,9 @@ from fastapi.testclient import TestClient
 
 from segshuffle.cli.main import main
 from segshuffle.client.errors import CampaignEndedError, ClientError, VerificationError
+from segshuffle.client.policy import ClientPolicy
 from segshuffle.client.session import UserSession
+from segshuffle.core.rules import default_delta
 from segshuffle.crypto import generate_private_key, key_config, save_private_key
 from segshuffle.crypto.documents import (
     SignatureError,
@@ -115,7 +117,8 @@ class Documents:
 
     def session(self, *, server_key: str | None = "default") -> UserSession:
         key = self.server_key if server_key == "default" else server_key
-        return UserSession("one", allow_insecure=True, server_key=key)
+        return UserSession("one", allow_insecure=True, server_key=key,
+                           policy=ClientPolicy(min_users=3, delta_ceiling=default_delta(3)))
 
 
 @pytest.fixture(scope="module")

@@ -44,7 +44,8 @@ def test_metrics_and_json_logs_of_real_processes(stack: LocalStack) -> None:
         assert before.status_code == 200
         assert before.headers["content-type"].startswith("text/plain")
         assert metric(before.text, "segshuffle_shuffler_submissions_total", round="1") == 0
-        users = [Client(stack.shuffler_url, CID, server_key=stack.server_key)
+        users = [Client(stack.shuffler_url, CID, server_key=stack.server_key,
+                         policy=stack.client_policy())
                  for _ in range(USERS)]
         try:
             invitations = stack.invitations(CID, USERS)

@@ -28,7 +28,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
 def _users(stack: LocalStack, cid: str, count: int) -> list[Client]:
     users = []
     for index, invitation in enumerate(stack.invitations(cid, count)):
-        user = Client(stack.shuffler_url, cid, server_key=stack.server_key)
+        user = Client(stack.shuffler_url, cid, server_key=stack.server_key,
+                      policy=stack.client_policy())
         user.campaign()
         user.enroll(invitation)
         user.submit_level(index % 2)
@@ -93,7 +94,8 @@ def test_an_aborted_campaign_is_forgotten_by_the_shuffler(stack: LocalStack) -> 
     assert status["reason"] == "the campaign aborted: the item list was wrong"
     assert _stored(stack, cid) == 0
     assert _keys(stack) == []
-    late = Client(stack.shuffler_url, cid, server_key=stack.server_key)
+    late = Client(stack.shuffler_url, cid, server_key=stack.server_key,
+                  policy=stack.client_policy())
     with pytest.raises(ServiceError) as refused:
         late.enroll(stack.invitations(cid, 1)[0])
     assert refused.value.problem == "wrong-phase"

@@ -66,7 +66,8 @@ def _submit(stack: LocalStack, http: httpx.Client, token: str | None, round_numb
 @pytest.fixture(scope="module")
 def user(stack: LocalStack) -> Iterator[Client]:
     """One real user who enrolled and submitted round 1 (state to protect)."""
-    with Client(stack.shuffler_url, CID, server_key=stack.server_key) as client:
+    with Client(stack.shuffler_url, CID, server_key=stack.server_key,
+                policy=stack.client_policy()) as client:
         client.campaign()
         client.enroll(stack.invitations(CID, 1)[0])
         client.submit_level(1)
@@ -134,7 +135,8 @@ def test_round_two_checks_the_submission_size(stack: LocalStack, http: httpx.Cli
     cid = "size"
     stack.create_campaign({"id": cid, "domain_size": 8, "set_size": 2,
                            "levels": [1.0, 2.0], "min_users": 3})
-    users = [Client(stack.shuffler_url, cid, server_key=stack.server_key) for _ in range(3)]
+    users = [Client(stack.shuffler_url, cid, server_key=stack.server_key,
+                    policy=stack.client_policy()) for _ in range(3)]
     try:
         invitations = stack.invitations(cid, len(users) + 1)
         for index, member in enumerate(users):
@@ -203,7 +205,8 @@ def test_independent_campaign_takes_s_plus_d_messages(stack: LocalStack,
     cid = "independent"
     stack.create_campaign({"id": cid, "domain_size": 8, "set_size": 2, "levels": [1.0, 2.0],
                            "min_users": 3, "blanket_mode": "independent"})
-    users = [Client(stack.shuffler_url, cid, server_key=stack.server_key) for _ in range(3)]
+    users = [Client(stack.shuffler_url, cid, server_key=stack.server_key,
+                    policy=stack.client_policy()) for _ in range(3)]
     try:
         invitations = stack.invitations(cid, len(users))
         for index, user in enumerate(users):

@@ -80,7 +80,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
 def test_a_client_with_the_server_key_refuses_a_swapped_key(stack: LocalStack) -> None:
     relay = ShufflerInTheMiddle()
     (invitation,) = stack.invitations(CID, 1)
-    with Client(stack.shuffler_url, CID, server_key=stack.server_key,
+    with Client(stack.shuffler_url, CID, server_key=stack.server_key, policy=stack.client_policy(),
                 http=httpx.Client(transport=relay)) as user:
         with pytest.raises(VerificationError, match=r"server signature \(campaign\)"):
             user.campaign()
@@ -89,7 +89,8 @@ def test_a_client_with_the_server_key_refuses_a_swapped_key(stack: LocalStack) -
             user.submit_level(1)
     assert [r.url.path for r in relay.sent] == [f"/v1/campaigns/{CID}/enrollments"]
     # The same client through the honest shuffler goes through.
-    with Client(stack.shuffler_url, CID, server_key=stack.server_key) as user:
+    with Client(stack.shuffler_url, CID, server_key=stack.server_key,
+                policy=stack.client_policy()) as user:
         assert user.campaign().signatures is not None
         user.enroll(stack.invitations(CID, 1)[0])
         user.submit_level(0)
@@ -99,7 +100,8 @@ def test_without_the_server_key_the_relay_reads_the_level(stack: LocalStack) -> 
     """The limit of trust on first use, stated in README "Threat model"."""
     relay = ShufflerInTheMiddle()
     (invitation,) = stack.invitations(CID, 1)
-    with Client(stack.shuffler_url, CID, http=httpx.Client(transport=relay)) as user:
+    with Client(stack.shuffler_url, CID, http=httpx.Client(transport=relay),
+                policy=stack.client_policy()) as user:
         view = user.campaign()
         assert view.key_id == relay.config.key_id
         user.enroll(invitation)
@@ -125,7 +127,8 @@ def test_the_key_survives_a_server_restart(stack: LocalStack) -> None:
     stack.kill("server")
     stack.start_service("server")
     assert stack.server_key == before
-    with Client(stack.shuffler_url, CID, server_key=before) as user:
+    with Client(stack.shuffler_url, CID, server_key=before,
+                policy=stack.client_policy()) as user:
         user.campaign()
 
 

@@ -33,7 +33,9 @@ import pytest
 
 from segshuffle.cli.main import main
 from segshuffle.client import AsyncClient, Client, ServiceError
+from segshuffle.client.policy import ClientPolicy
 from segshuffle.client.tls import ssl_context, trust
+from segshuffle.core.rules import default_delta
 from segshuffle.services.shuffler.upstream import ServerLink
 from segshuffle.testing.localstack import LocalStack
 from segshuffle.testing.operator import OperatorClient
@@ -44,6 +46,9 @@ REPO = Path(__file__).resolve().parents[1]
 TLS = REPO / "deploy" / "tls"
 MAKE_CERTS = TLS / "make-certs.sh"
 USERS = 6
+#: What the SDK users accept: the campaign is for USERS users, below the SDK's default
+#: floor, with the default delta rule's 0.01 / USERS.
+POLICY = ClientPolicy(min_users=USERS, delta_ceiling=default_delta(USERS))
 ITEMS = 5
 
 
@@ -202,10 +207,12 @@ def run_campaign_over_https(capsys: pytest.CaptureFixture[str],
         calls run in a thread."""
         half = USERS // 2
         synced = [Client(proxy.shuffler_url, "tls", rng=np.random.default_rng(i),
-                         server_key=server_key, ca_file=proxy.ca_file)
+                         server_key=server_key, ca_file=proxy.ca_file,
+                         policy=POLICY)
                   for i in range(half)]
         awaited = [AsyncClient(proxy.shuffler_url, "tls", rng=np.random.default_rng(i),
-                               server_key=server_key, ca_file=proxy.ca_file)
+                               server_key=server_key, ca_file=proxy.ca_file,
+                               policy=POLICY)
                    for i in range(half, USERS)]
         try:
             for i, client in enumerate(synced):

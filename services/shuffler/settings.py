@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from segshuffle.core.rules import SHUFFLER_MIN_USERS
 from segshuffle.crypto.invitations import parse_public_keys
 
 from ..configuration import (
@@ -101,8 +102,9 @@ class Settings(ServiceSettings):
         description="requests to the server, in any 60 seconds, that look up campaigns this "
                     "process holds nothing for (all routes and sources together; each "
                     "replica has its own); beyond it 503 with Retry-After")
-    min_users: int = Field(10, ge=1, description="the shuffler's own floor on participants "
-                                                 "per release, on top of the campaign's")
+    min_users: int = Field(SHUFFLER_MIN_USERS, ge=1,
+                           description="the shuffler's own floor on participants per "
+                                       "release, on top of the campaign's")
     auto_release: int = Field(0, ge=0, description="release a round automatically at this many "
                                                    "participants (0: only on request)")
     chunk_size: int = Field(5000, ge=1, description="ciphertexts per chunk forwarded")

@@ -3,16 +3,17 @@
 // server can move (docs/protocol.md section 6).
 
 import { UsageError } from "./errors.js";
-import { MAX_USERS, MIN_DELTA, clientDeltaCeiling } from "./rules.js";
+import { CLIENT_DELTA_CEILING, MAX_USERS, MIN_DELTA, SHUFFLER_MIN_USERS } from "./rules.js";
 
 /**
  * @typedef {object} PolicyOptions
  * @property {number} [minFakeTolerance] smallest fraction f of fake or colluding
  *   participants the campaign must account for (default 0)
  * @property {number | null} [minUsers] smallest min_users the campaign may have
- *   (default: whatever it says)
- * @property {number | null} [deltaCeiling] largest delta accepted (default
- *   1 / max(campaign's min_users, minUsers))
+ *   (default: the shuffler's default floor, 10; an app whose shuffler runs with another
+ *   floor sets it)
+ * @property {number | null} [deltaCeiling] largest delta accepted (default 1e-3, a fixed
+ *   number that nothing the server chooses moves)
  * @property {boolean} [allowUnpadded] accept campaigns without padding ids; sets smaller
  *   than s are then refused before anything is sealed
  * @property {boolean} [allowVariableSize] accept submissions that carry only the sent
@@ -59,13 +60,17 @@ export function withFakeTolerance(policy, minimum) {
   return Object.freeze({ ...policy, minFakeTolerance: Math.max(floor, policy.minFakeTolerance) });
 }
 
-/** The fewest round-1 users a published count may claim. */
-export function usersFloor(policy, campaignMinUsers) {
-  return Math.max(campaignMinUsers, policy.minUsers ?? 1);
+/** The smallest campaign min_users accepted: the app's, else the shuffler's default floor. */
+export function minUsersRequired(policy) {
+  return policy.minUsers ?? SHUFFLER_MIN_USERS;
 }
 
-/** The largest delta accepted: the app's ceiling, else 1 / the users floor. */
-export function deltaLimit(policy, campaignMinUsers) {
-  if (policy.deltaCeiling !== null) return policy.deltaCeiling;
-  return clientDeltaCeiling(usersFloor(policy, campaignMinUsers));
+/** The fewest round-1 users a published count may claim. */
+export function usersFloor(policy, campaignMinUsers) {
+  return Math.max(campaignMinUsers, minUsersRequired(policy));
+}
+
+/** The largest delta accepted: the app's ceiling, else the fixed default. */
+export function deltaLimit(policy) {
+  return policy.deltaCeiling ?? CLIENT_DELTA_CEILING;
 }

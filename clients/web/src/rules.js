@@ -1,6 +1,6 @@
 // @ts-check
 // The rules the server, the shuffler and every client compute identically: the user
-// counts n_min and h, the default delta and the client's delta ceiling, the caps, and
+// counts n_min and h, the default delta and the client's defaults, the caps, and
 // the message geometry of the two blanket modes. One party decides each quantity and
 // another checks it, so the definitions here must give exactly what the services'
 // definitions give, to the last bit.
@@ -22,6 +22,17 @@ export const MAX_CORRELATION_RATIO = 1000.0;
 export const MAX_MESSAGES_PER_USER = 4096;
 export const MIN_DELTA = 1e-12;
 export const DEFAULT_DELTA_FACTOR = 0.01;
+/**
+ * The shuffler's default floor on participants per release, and the smallest campaign
+ * min_users a client accepts unless its app sets another (segshuffle.core.rules).
+ */
+export const SHUFFLER_MIN_USERS = 10;
+/**
+ * The largest delta a client accepts unless its app sets another: a fixed number that
+ * nothing the server chooses moves, the default delta rule 0.01 / n at the shuffler's
+ * default floor of 10 users (segshuffle.core.rules.CLIENT_DELTA_CEILING).
+ */
+export const CLIENT_DELTA_CEILING = DEFAULT_DELTA_FACTOR / SHUFFLER_MIN_USERS;
 export const DEFAULT_DROPOUT_TOLERANCE = 0.1;
 /** Most participants a campaign's min_users may name (the creation request's cap). */
 export const MAX_CAMPAIGN_USERS = 100000000;
@@ -93,18 +104,6 @@ export function honestUsers(users, dropoutTolerance, fakeTolerance) {
 export function defaultDelta(users) {
   if (!(Number.isFinite(users) && users >= 1)) throw new RangeError(`users must be at least 1, got ${users}`);
   return DEFAULT_DELTA_FACTOR / users;
-}
-
-/**
- * The largest delta a client accepts unless its app sets another: 1 / the users floor,
- * a figure fixed by the configuration before round 1 (never the server's later claim).
- * @param {number} minUsers
- */
-export function clientDeltaCeiling(minUsers) {
-  if (!(Number.isFinite(minUsers) && minUsers >= 1)) {
-    throw new RangeError(`min_users must be at least 1, got ${minUsers}`);
-  }
-  return 1.0 / minUsers;
 }
 
 function parseMode(mode) {

@@ -25,7 +25,7 @@ import { documentHash } from "./canonical.js";
 import { paddingItems, privacyDomainSize, wellFormedProblems } from "./configuration.js";
 import { VerificationError } from "./errors.js";
 import { keyId as keyIdOf } from "./hpke.js";
-import { deltaLimit, usersFloor } from "./policy.js";
+import { deltaLimit, minUsersRequired, usersFloor } from "./policy.js";
 import {
   MAX_USERS, MIN_DELTA, accountingUsers, blanketSlots, defaultDelta, honestUsers,
   messagesPerUser,
@@ -100,11 +100,13 @@ export function configurationProblems(config, policy, { allowInsecure = false } 
       + `${g(config.fake_tolerance)} of fake or colluding participants, this client requires `
       + `at least ${g(policy.minFakeTolerance)}`]);
   }
-  if (policy.minUsers !== null && config.min_users < policy.minUsers) {
+  if (config.min_users < minUsersRequired(policy)) {
     problems.push(["min_users", `min_users: the campaign needs ${config.min_users} `
-      + `participants, this client requires at least ${policy.minUsers}`]);
+      + `participants, this client requires at least ${minUsersRequired(policy)}`
+      + (policy.minUsers !== null ? "" : " (the shuffler's default floor; an app whose "
+        + "shuffler has a lower one sets the policy's minUsers)")]);
   }
-  const limit = deltaLimit(policy, config.min_users);
+  const limit = deltaLimit(policy);
   if (config.delta !== null && config.delta > limit) {
     problems.push(["delta", `delta: the campaign's ${g(config.delta)} is above this client's `
       + `ceiling ${g(limit)}`]);
@@ -320,7 +322,7 @@ function deltaProblems(p, config, policy) {
       problems.push(["delta", `delta (${g(p.delta)}, the campaign's rule gives ${g(expected)})`]);
     }
   }
-  const limit = deltaLimit(policy, config.min_users);
+  const limit = deltaLimit(policy);
   if (p.delta > limit) {
     problems.push(["delta", `delta (${g(p.delta)} is above this client's ceiling ${g(limit)})`]);
   }

@@ -112,6 +112,21 @@ test("round 1: the campaign, its hash and its key", async () => {
   assert.deepEqual(await run(viewOf(HONEST, { hpke_config: other })), ["key"]);
 });
 
+test("round 1: the default policy's floor and ceiling do not follow the server's min_users", async () => {
+  // A server choosing min_users = 2 set the old default ceiling to 1 / 2: delta 0.4 passed.
+  const hpke = readKeyConfig(KEY_CONFIG);
+  const run = async (changes, policyOptions = {}) => {
+    const view = readView(await reconfigured(HONEST, changes));
+    return checksOf(verifyCampaign(view, hpke, view.id, { policy: makePolicy(policyOptions) }));
+  };
+  assert.deepEqual(await run({ min_users: 2, delta: 0.4 }), ["min_users", "delta"]);
+  assert.deepEqual(await run({ min_users: 9 }), ["min_users"]); // below the shuffler's 10
+  assert.deepEqual(await run({ min_users: 10, delta: 1e-3 }), []);
+  assert.deepEqual(await run({ min_users: 100000, delta: 2e-3 }), ["delta"]);
+  assert.deepEqual(await run({ min_users: 2, delta: 1e-3 }, { minUsers: 2 }), []);
+  assert.deepEqual(await run({ min_users: 2, delta: 0.4 }, { minUsers: 2 }), ["delta"]);
+});
+
 test("round 1: the configuration must be creatable and within the app's policy", async () => {
   const hpke = readKeyConfig(KEY_CONFIG);
   const run = async (changes, policyOptions = {}, allowInsecure = false) => {
@@ -125,7 +140,7 @@ test("round 1: the configuration must be creatable and within the app's policy",
   assert.deepEqual(await run({ fixed_size: false }, { allowVariableSize: true }), []);
   assert.deepEqual(await run({}, { minFakeTolerance: 0.2 }), ["fake_tolerance"]);
   assert.deepEqual(await run({}, { minUsers: 500 }), ["min_users"]);
-  assert.deepEqual(await run({ delta: 0.05 }), ["delta"]); // above 1 / min_users
+  assert.deepEqual(await run({ delta: 0.05 }), ["delta"]); // above the default 1e-3
   assert.deepEqual(await run({ delta: 1e-6 }, { deltaCeiling: 1e-7 }), ["delta"]);
   const insecure = { insecure_parameters: { m: 0, lambdas: [1, 1, 1] } };
   assert.deepEqual(await run(insecure), ["insecure_parameters"]);

@@ -242,11 +242,15 @@ def _rounds(args: argparse.Namespace, stack: LocalStack, data: DemoData,
     from segshuffle.client.errors import ClientError
     from segshuffle.testing.population import Population, stderr_progress
 
+    # The users are this stack's app: its shuffler's floor, and the demo's own delta.
+    policy = stack.client_policy()
+    if args.delta is not None and args.delta > policy.delta_limit():
+        policy = stack.client_policy(delta_ceiling=args.delta)
     population = Population.with_shares(
         stack.shuffler_url, CAMPAIGN_ID, data.sets, shares,
         seed=args.seed, concurrency=args.concurrency, progress=stderr_progress,
         invitations=stack.invitations(CAMPAIGN_ID, len(data.sets)),
-        server_key=stack.server_key,
+        server_key=stack.server_key, policy=policy,
     )
     for round_number in (1, 2):
         phase = stop.run(lambda r=round_number: _take_part(population, r))

@@ -6,11 +6,15 @@ limits the *app* sets, shipped with it, that no server answer can move:
 
 - ``min_fake_tolerance``: the smallest fraction f of fake or colluding participants the
   campaign must account for (default 0);
-- ``min_users``: the smallest ``min_users`` the campaign may have (default: whatever the
-  campaign says; an app shipped for one campaign should pin the figure it was built for);
-- ``delta_ceiling``: the largest delta the client accepts.  Default 1 / max(the
-  campaign's ``min_users``, ``min_users``): fixed before round 1, so the round-1 count
-  the server later claims cannot raise it;
+- ``min_users``: the smallest ``min_users`` the campaign may have.  Default: the
+  shuffler's default floor on participants per release,
+  :data:`segshuffle.core.rules.SHUFFLER_MIN_USERS` = 10, since the server (which chooses
+  the campaign's figure) should never go below the shuffler's.  An app whose shuffler
+  runs with another floor sets it here; one shipped for one campaign should pin the
+  figure it was built for;
+- ``delta_ceiling``: the largest delta the client accepts.  Default
+  :data:`segshuffle.core.rules.CLIENT_DELTA_CEILING` = 1e-3, a fixed number: nothing the
+  server chooses (the campaign's ``min_users``, the round-1 count it claims) moves it;
 - ``allow_unpadded``: accept a campaign without padding ids.  The guarantee then holds
   only because the client refuses to send a set of fewer than s items (an app opting in
   must enroll only users who hold at least s items, docs/protocol.md section 6);
@@ -79,12 +83,18 @@ class ClientPolicy:
         return dataclasses.replace(
             self, delta_ceiling=limit if current is None else min(current, limit))
 
+    @property
+    def min_users_required(self) -> int:
+        """The smallest campaign ``min_users`` accepted: the app's, else the shuffler's
+        default floor."""
+        return rules.SHUFFLER_MIN_USERS if self.min_users is None else self.min_users
+
     def users_floor(self, campaign_min_users: int) -> int:
         """The fewest round-1 users a published count may claim."""
-        return max(campaign_min_users, self.min_users or 1)
+        return max(campaign_min_users, self.min_users_required)
 
-    def delta_limit(self, campaign_min_users: int) -> float:
-        """The largest delta accepted: the app's ceiling, else 1 / the users floor."""
+    def delta_limit(self) -> float:
+        """The largest delta accepted: the app's ceiling, else the fixed default."""
         if self.delta_ceiling is not None:
             return self.delta_ceiling
-        return rules.client_delta_ceiling(self.users_floor(campaign_min_users))
+        return rules.CLIENT_DELTA_CEILING

@@ -18,7 +18,8 @@ validates creation requests with) and within the app's :class:`ClientPolicy`:
 - ``fixed_size`` on, unless the app opted in (``allow_variable_size``): otherwise the
   number of ciphertexts reveals the level to the shuffler;
 - ``fake_tolerance`` at least the app's ``min_fake_tolerance``, ``min_users`` at least
-  the app's ``min_users``, a configured ``delta`` at most the app's ceiling;
+  the app's ``min_users`` (default the shuffler's default floor, 10), a configured
+  ``delta`` at most the app's ceiling (default 1e-3, whatever the server chooses);
 - no ``insecure_parameters`` unless the caller allows them (tests only).
 
 Round 2 (:func:`verify_parameters`): the published parameters
@@ -35,8 +36,8 @@ Round 2 (:func:`verify_parameters`): the published parameters
   is at most the shuffler's own round-1 participant count is checked against the
   shuffler's round status (:func:`verify_round1_count`);
 - use the campaign's delta, or the default rule's 0.01 / n when it left delta unset,
-  and no more than the app's ceiling (:meth:`ClientPolicy.delta_limit`: fixed before
-  round 1, so the claimed n cannot move it);
+  and no more than the app's ceiling (:meth:`ClientPolicy.delta_limit`: a fixed number,
+  so neither the campaign's ``min_users`` nor the claimed n can move it);
 - publish per level an epsilon e_k with 0 <= e_k <= E_k, and a lower bound that is
   absent or between 0 and e_k (compared once e_k is verified); an MSE bound that is a
   finite non-negative number or absent;
@@ -162,11 +163,14 @@ def configuration_problems(config: CampaignConfig, policy: ClientPolicy, *,
             f"fake tolerance: the campaign tolerates a fraction {config.fake_tolerance:g} "
             "of fake or colluding participants, this client requires at least "
             f"{policy.min_fake_tolerance:g}")))
-    if policy.min_users is not None and config.min_users < policy.min_users:
+    if config.min_users < policy.min_users_required:
         problems.append(("min_users", (
             f"min_users: the campaign needs {config.min_users} participants, this client "
-            f"requires at least {policy.min_users}")))
-    limit = policy.delta_limit(config.min_users)
+            f"requires at least {policy.min_users_required}"
+            + ("" if policy.min_users is not None else
+               " (the shuffler's default floor; an app whose shuffler has a lower one "
+               "sets ClientPolicy(min_users=...))"))))
+    limit = policy.delta_limit()
     if config.delta is not None and config.delta > limit:
         problems.append(("delta", (
             f"delta: the campaign's {config.delta:g} is above this client's ceiling "
@@ -294,7 +298,7 @@ def _delta_problems(p: PublishedParameters, config: CampaignConfig,
         if p.delta != expected:
             problems.append(("delta", f"delta ({p.delta:g}, the campaign's rule gives "
                                       f"{expected:g})"))
-    limit = policy.delta_limit(config.min_users)
+    limit = policy.delta_limit()
     if p.delta > limit:
         problems.append(("delta", f"delta ({p.delta:g} is above this client's ceiling "
                                   f"{limit:g})"))

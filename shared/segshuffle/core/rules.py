@@ -14,8 +14,10 @@ exactly one definition:
   ceil((1 - f) n_min), exact in the same way on f's shortest decimal.  It is the
   count every accountant call receives; n_min stays the release threshold;
 - the **default delta** of a campaign that leaves it unset: 0.01 / n for the round-1
-  participant count n, and the largest delta a client accepts by default:
-  1 / min_users;
+  participant count n;
+- what a client accepts by default, whatever the server chooses: a delta of at most
+  CLIENT_DELTA_CEILING = 1e-3 and a campaign ``min_users`` of at least the shuffler's
+  default floor, SHUFFLER_MIN_USERS = 10 (:data:`CLIENT_DELTA_CEILING`);
 - the **default dropout tolerance**, 0.1, of campaigns and of every command that
   accounts for one;
 - the **caps** on everything a campaign can make a client or a service compute or send.
@@ -75,12 +77,29 @@ ACCOUNTANT_MIN_DELTA = MIN_DELTA * (1.0 - PUBLICATION_HEADROOM)
 #: A campaign's default delta is DEFAULT_DELTA_FACTOR / n.
 DEFAULT_DELTA_FACTOR = 0.01
 
+#: The shuffler's default floor on participants per release (its ``min_users`` setting,
+#: ``SEGSHUFFLE_SHUFFLER_MIN_USERS``), and the smallest campaign ``min_users`` a client
+#: accepts unless its app sets another (``ClientPolicy.min_users``): a campaign below it
+#: was not created against a shuffler with the default floor.
+SHUFFLER_MIN_USERS = 10
+
+#: The largest delta a client accepts unless its app sets another ceiling.  A fixed
+#: number, so that nothing the server chooses moves it: neither the campaign's
+#: ``min_users`` (a ceiling of 1 / min_users accepted delta = 0.4 from a campaign with
+#: min_users = 2) nor the round-1 count it later claims.  It is the default delta rule,
+#: 0.01 / n, at the shuffler's default floor of 10 users: every campaign that leaves
+#: delta to the rule and meets that floor is accepted, and no campaign can ask a user
+#: to accept more than a one-in-a-thousand chance that its (epsilon, delta) guarantee
+#: fails.  Apps that expect more users should set a smaller ceiling.
+CLIENT_DELTA_CEILING = DEFAULT_DELTA_FACTOR / SHUFFLER_MIN_USERS
+
 #: The dropout tolerance tau of a campaign, and of ``optimize``, ``demo`` and the load
 #: test, unless one is given: one default everywhere, so figures carry over.
 DEFAULT_DROPOUT_TOLERANCE = 0.1
 
 __all__ = [
     "ACCOUNTANT_MIN_DELTA",
+    "CLIENT_DELTA_CEILING",
     "DEFAULT_DELTA_FACTOR",
     "DEFAULT_DROPOUT_TOLERANCE",
     "MAX_BLANKET_RATE",
@@ -93,8 +112,8 @@ __all__ = [
     "MIN_DELTA",
     "MIN_LEVEL",
     "PUBLICATION_HEADROOM",
+    "SHUFFLER_MIN_USERS",
     "accounting_users",
-    "client_delta_ceiling",
     "default_delta",
     "honest_users",
 ]
@@ -139,15 +158,3 @@ def default_delta(users: float) -> float:
     if not (math.isfinite(users) and users >= 1):
         raise ValueError(f"users must be at least 1, got {users!r}")
     return DEFAULT_DELTA_FACTOR / users
-
-
-def client_delta_ceiling(min_users: float) -> float:
-    """The largest delta a client accepts unless its app sets another ceiling: 1 / n_floor.
-
-    ``min_users`` is the campaign's ``min_users`` (or the app's larger floor): fixed
-    in the configuration before round 1, unlike the round-1 count n the server later
-    claims, so a server cannot raise the ceiling by claiming fewer users.
-    """
-    if not (math.isfinite(min_users) and min_users >= 1):
-        raise ValueError(f"min_users must be at least 1, got {min_users!r}")
-    return 1.0 / min_users

@@ -47,6 +47,8 @@ from typing import Any
 import httpx
 
 from segshuffle.client.errors import ServiceError
+from segshuffle.client.policy import ClientPolicy
+from segshuffle.core import rules
 from segshuffle.crypto.invitations import (
     generate_issuer_key,
     new_invitation,
@@ -345,6 +347,18 @@ class LocalStack:
     def signing_key(self) -> str:
         """``GET /v1/signing-key`` on the server (admin): its document-signing public key."""
         return self.operator.signing_key()
+
+    def client_policy(self, **settings: Any) -> ClientPolicy:
+        """The policy of an app shipped for this stack: its shuffler's floor as the
+        smallest ``min_users``, and the default delta rule at that floor (0.01 / floor) as
+        the ceiling, where the SDK's defaults assume the default floor of 10
+        (:mod:`segshuffle.client.policy`); ``settings`` override either or add others."""
+        floor = self.min_users
+        defaults: dict[str, Any] = {
+            "min_users": floor,
+            "delta_ceiling": min(0.5, rules.DEFAULT_DELTA_FACTOR / floor),
+        }
+        return ClientPolicy(**{**defaults, **settings})
 
     def create_campaign(self, body: Mapping[str, Any]) -> CampaignView:
         """``POST /v1/campaigns`` on the server (admin)."""
