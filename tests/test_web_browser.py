@@ -28,6 +28,8 @@ from segshuffle.testing.web_demo import CHROMIUM, WebCampaign, main, web_campaig
 from .browser_support import require_chromium
 from .test_e2e_support import decoded_counts
 
+WEB = Path(__file__).resolve().parents[1] / "clients" / "web"
+
 pytestmark = pytest.mark.slow
 
 ITEMS = ["apples", "pears", "plums", "figs", "kiwis", "limes", "dates", "grapes"]
@@ -100,7 +102,7 @@ def test_browser_and_python_users_complete_a_campaign(browser_ready: None,
                                                       tmp_path: Path) -> None:
     body = {"id": "browser", "items": ITEMS, "set_size": 2, "levels": LEVELS,
             "min_users": 60}
-    with web_campaign(body, directory=tmp_path / "stack") as campaign:
+    with web_campaign(body, directory=tmp_path / "stack", root=WEB) as campaign:
         outcome = asyncio.run(_campaign_with_browsers(campaign))
         results = campaign.stack.results("browser")
         parameters = campaign.stack.campaign("browser").parameters
@@ -126,10 +128,15 @@ def test_browser_and_python_users_complete_a_campaign(browser_ready: None,
     assert results.dropped_messages == 0
 
 
-def test_the_demo_page_runs_a_campaign_and_draws_its_estimates(browser_ready: None,
-                                                               tmp_path: Path) -> None:
+def test_the_demo_page_runs_a_campaign_and_draws_its_estimates(
+        browser_ready: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     shot = tmp_path / "demo.png"
-    assert main(["--users", "40", "--timeout", "120", "--screenshot", str(shot)]) == 0
+    assert main(["--users", "40", "--timeout", "120", "--screenshot", str(shot),
+                 "--web-client", str(WEB)]) == 0
     assert shot.read_bytes().startswith(b"\x89PNG")
+    out = capsys.readouterr().out
+    for line in ("round 1: 40/40 simulated users sent", "round 1: all 41 users in",
+                 "round 1 released", "round 2 released", "estimates published"):
+        assert line in out, out
     if os.environ.get("SEGSHUFFLE_DEMO_SCREENSHOT"):  # refresh the README's picture
         shutil.copyfile(shot, os.environ["SEGSHUFFLE_DEMO_SCREENSHOT"])

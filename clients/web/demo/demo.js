@@ -1,16 +1,21 @@
 // The demo page: one visitor takes part in a campaign with the web client.
 //
 // The page reads ./config.json (the shuffler's URL, the campaign, the server's
-// document-signing key and the visitor's invitation; written by the host that serves
-// the page, `python -m segshuffle.testing.web_demo`). The visitor picks a level and
-// items; the page runs both rounds with a Session and lists what left the browser, by
-// size only: the contents are sealed for the server. Once the campaign is done it draws
-// the estimates the host publishes at ./results.json.
+// document-signing key, the visitor's invitation and how many users the host expects;
+// written by the host that serves the page, `python -m segshuffle.testing.web_demo`). The
+// visitor picks a level and items; the page runs both rounds with a Session and lists
+// what left the browser, by size only: the contents are sealed for the server. While a
+// round waits for the others and its release, the page shows how many users it holds
+// (the shuffler's round status). Once the campaign is done it draws the estimates the
+// host publishes at ./results.json, negative ones as bars to the left of zero.
 
 import { Session, VerificationError } from "../src/index.js";
+import { chartSvg } from "./chart.js";
 
 const $ = (id) => document.getElementById(id);
 const WAIT = { timeoutMs: 30 * 60 * 1000, intervalMs: 1000 };
+/** Milliseconds between two looks at a round's status while the page waits. */
+const STATUS_MS = 1000;
 
 /** Request bodies the page sent, by route, so the steps can show their sizes. */
 const sent = [];
@@ -91,6 +96,55 @@ function describeParameters(parameters, levelIndex) {
     + `at delta = ${parameters.delta.toExponential(1)} with ${parameters.users} users`;
 }
 
+/**
+ * Wait for the campaign to reach `phase` while a step shows round `round`'s progress: the
+ * users it holds (of the `expected` the host announced) and whether it is released. The
+ * step stays on the page, as the record of the round.
+ */
+async function roundWithProgress(session, round, phase, expected) {
+  const item = step(`Round ${round}: waiting for the other users…`, "", "wait");
+  const bar = document.createElement("progress");
+  bar.max = expected ?? 1;
+  bar.value = 0;
+  item.append(bar);
+  const detail = document.createElement("div");
+  detail.className = "detail";
+  item.append(detail);
+  let ended = false;
+  const started = performance.now();
+  const show = async () => {
+    try {
+      const status = await session.roundStatus(round, { fresh: true });
+      if (ended) return;
+      const of = expected ? ` of ${expected}` : "";
+      bar.value = Math.min(status.participants, bar.max);
+      detail.textContent = `${status.participants}${of} users have taken part; the operator `
+        + `may release the round once it holds ${status.required}`;
+      if (expected && status.participants >= expected) {
+        item.firstChild.textContent = `Round ${round}: everyone is in; the server is `
+          + (round === 1 ? "decoding the levels and choosing the parameters…" : "decoding the data…");
+      }
+    } catch {
+      // a look that fails changes nothing: the wait itself reports real failures
+    }
+  };
+  await show();
+  const timer = setInterval(show, STATUS_MS);
+  try {
+    await session.waitForPhase(phase, WAIT);
+  } finally {
+    ended = true;
+    clearInterval(timer);
+  }
+  const status = await session.roundStatus(round, { fresh: true });
+  const seconds = ((performance.now() - started) / 1000).toFixed(0);
+  item.className = "ok";
+  item.firstChild.textContent = `Round ${round} released: ${status.participants} users took part`;
+  bar.max = 1;
+  bar.value = 1;
+  detail.textContent = `after ${seconds} s of waiting for the others and the server`;
+}
+
 async function takePart(session, config, levelIndex, items) {
   $("choices").hidden = true;
   $("progress").hidden = false;
@@ -104,9 +158,7 @@ async function takePart(session, config, levelIndex, items) {
   step("Round 1: your privacy level, sealed for the server",
     `${lastSent("/rounds/1/submissions").bytes} bytes; the shuffler cannot read it and the `
     + "server cannot tell it is yours");
-  const waiting = step("Waiting for the other users and the release of round 1…", "", "wait");
-  await session.waitForPhase("round2", WAIT);
-  waiting.remove();
+  await roundWithProgress(session, 1, "round2", config.users);
   checking = step("Checking every level's guarantee…", "", "wait");
   const parameters = await session.fetchParameters();
   checking.remove();
@@ -116,9 +168,7 @@ async function takePart(session, config, levelIndex, items) {
   step(`Round 2: ${round2.slots.length} sealed messages`,
     `${body} bytes in all, the same count and size for every user at every level: `
     + `your ${items.length} item(s), blanket and padding slots, and nulls`);
-  const done = step("Waiting for the release of round 2…", "", "wait");
-  await session.waitForPhase("done", WAIT);
-  done.remove();
+  await roundWithProgress(session, 2, "done", config.users);
   step("The campaign is done");
   await showResults(config, items);
 }
@@ -135,54 +185,19 @@ async function showResults(config, mine) {
   step("The host published no results", "", "error");
 }
 
-/** A horizontal bar per item: the estimated share, +-1 standard error, the true share. */
+/** The estimates as a chart (chart.js), its legend and a note. */
 function drawChart(results, mine) {
-  const rows = results.items;
-  const width = 800;
-  const rowHeight = 24;
-  const left = 150;
-  const top = 10;
-  const height = top + rows.length * rowHeight + 30;
-  const most = Math.max(0.05, ...rows.map((r) => Math.max((r.estimate ?? 0) + (r.standard_error ?? 0),
-    r.truth ?? 0)));
-  const x = (share) => left + Math.max(0, share) / most * (width - left - 60);
-  const svg = [`<svg viewBox="0 0 ${width} ${height}" role="img" aria-label="estimates">`];
-  rows.forEach((row, i) => {
-    const y = top + i * rowHeight;
-    const name = row.name ?? `item ${row.id}`;
-    svg.push(`<text x="${left - 8}" y="${y + 15}" text-anchor="end"${mine.has(row.id) ? ' class="mine"' : ""}>`
-      + `${escapeText(name)}${mine.has(row.id) ? " (yours)" : ""}</text>`);
-    if (row.estimate !== null) {
-      svg.push(`<rect class="bar" x="${left}" y="${y + 4}" width="${x(row.estimate) - left}" height="14" rx="2"/>`);
-      const se = row.standard_error ?? 0;
-      svg.push(`<line class="se" x1="${x(row.estimate - se)}" x2="${x(row.estimate + se)}" `
-        + `y1="${y + 11}" y2="${y + 11}"/>`);
-      svg.push(`<text x="${x(Math.max(row.estimate + se, row.truth ?? 0)) + 6}" y="${y + 15}">`
-        + `${(100 * row.estimate).toFixed(1)}%</text>`);
-    }
-    if (row.truth !== undefined) {
-      svg.push(`<line class="truth" x1="${x(row.truth)}" x2="${x(row.truth)}" y1="${y + 1}" y2="${y + 21}"/>`);
-    }
-  });
-  const axisY = top + rows.length * rowHeight + 6;
-  svg.push(`<line class="axis" x1="${left}" x2="${width - 60}" y1="${axisY}" y2="${axisY}"/>`);
-  svg.push(`<text x="${left}" y="${axisY + 18}">0%</text>`);
-  svg.push(`<text x="${width - 60}" y="${axisY + 18}" text-anchor="end">${(100 * most).toFixed(0)}%</text>`);
-  svg.push("</svg>");
-  $("chart").innerHTML = svg.join("");
+  $("chart").innerHTML = chartSvg(results.items, mine);
   const legend = document.createElement("div");
   legend.className = "legend";
   legend.innerHTML = '<span class="estimate">estimated share of users (+-1 standard error)</span>'
-    + '<span class="truth">true share</span>';
+    + '<span class="negative">an estimate below zero</span><span class="truth">true share</span>';
   $("chart").append(legend);
   $("results-note").textContent = `${results.users} users in round 2. The server saw only the `
-    + "shuffled histogram of messages; these are its estimates of how many users hold each item.";
+    + "shuffled messages; these are its estimates of how many users hold each item. They are "
+    + "unbiased, so an item few users hold can come out below zero.";
   $("results").hidden = false;
   document.body.dataset.state = "results";
-}
-
-function escapeText(text) {
-  return text.replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
 }
 
 async function main() {

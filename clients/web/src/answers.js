@@ -87,8 +87,44 @@ function readInsecure(value, what) {
 }
 
 /**
+ * A campaign's configuration (docs/wire.md section 6), defaults filled in.
+ * @typedef {object} CampaignConfig
+ * @property {string} id @property {string[] | null} items the item names, or null
+ * @property {number} domain_size d, the items @property {number} set_size s
+ * @property {number[]} levels the privacy levels (epsilons) a user chooses from
+ * @property {number | null} delta @property {number} min_users
+ * @property {number} dropout_tolerance @property {number} fake_tolerance
+ * @property {number | null} level_privacy eps_p of round 1's randomized response, or null
+ * @property {boolean} fixed_size @property {boolean} padding
+ * @property {"slots" | "independent"} blanket_mode
+ * @property {number} correlation_ratio R, the correlation between levels and items the
+ * optimizer guards against (1, the default, when absent)
+ * @property {{ m: number, lambdas: number[] } | null} insecure_parameters
+ */
+
+/**
+ * The round-2 parameters the server publishes (docs/wire.md section 7), defaults filled
+ * in. `m` is the blanket rate, `lambdas[k]` level k's Poisson rate, `epsilons[k]` the
+ * guarantee the server certifies for level k at `delta` (the client checks it).
+ * @typedef {object} Parameters
+ * @property {string} campaign_id @property {string} key_id @property {string} config_hash
+ * @property {number[]} levels @property {number} m
+ * @property {"slots" | "independent"} blanket_mode @property {number} blanket_slots
+ * @property {number} correlation_ratio the campaign's R (1 when absent)
+ * @property {number[]} lambdas @property {number} domain_size
+ * @property {number} privacy_domain_size @property {number} padding_items
+ * @property {number} set_size @property {number} messages_per_user
+ * @property {boolean} fixed_size @property {number | null} level_privacy
+ * @property {number} delta @property {number} users @property {number} accounting_users
+ * @property {number} honest_users @property {number} dropout_tolerance
+ * @property {number} fake_tolerance @property {(number | null)[]} epsilons
+ * @property {(number | null)[]} epsilons_lower @property {number | null} mse_bound
+ * @property {boolean} insecure
+ */
+
+/**
  * The configuration with its defaults filled in.
- * @param {unknown} body @param {string} [what]
+ * @param {unknown} body @param {string} [what] @returns {CampaignConfig}
  */
 export function readConfig(body, what = "campaign configuration") {
   requireObject(body, what);
@@ -113,7 +149,7 @@ export function readConfig(body, what = "campaign configuration") {
 
 /**
  * The published round-2 parameters with their defaults filled in.
- * @param {unknown} body @param {string} [what]
+ * @param {unknown} body @param {string} [what] @returns {Parameters}
  */
 export function readParameters(body, what = "parameters") {
   requireObject(body, what);
@@ -155,9 +191,11 @@ const SIGNATURE = nullable(matching(/^[A-Za-z0-9_-]{86}$/, "64 bytes of base64ur
 /**
  * @typedef {object} View A campaign view: normalised members, and in `raw` the received
  *   `config` and `parameters` objects, which the hashes are computed over.
- * @property {string} id @property {string} phase @property {ReturnType<typeof readConfig>} config
+ * @property {string} id
+ * @property {"round1" | "round2" | "done" | "failed" | "aborted"} phase
+ * @property {CampaignConfig} config
  * @property {string} config_hash @property {string} key_id @property {KeyConfig} hpke_config
- * @property {ReturnType<typeof readParameters> | null} parameters
+ * @property {Parameters | null} parameters
  * @property {string | null} parameters_hash @property {string | null} end_reason
  * @property {{ campaign: string | null, parameters: string | null, end: string | null } | null} signatures
  * @property {{ config: object, parameters: object | null }} raw

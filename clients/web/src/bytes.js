@@ -4,17 +4,26 @@
 
 const encoder = new TextEncoder();
 
-/** UTF-8 bytes of a string. @param {string} text @returns {Uint8Array} */
+/**
+ * UTF-8 bytes of a string.
+ * @param {string} text @returns {Uint8Array}
+ */
 export function utf8(text) {
   return encoder.encode(text);
 }
 
-/** Lowercase hex of bytes. @param {Uint8Array} bytes @returns {string} */
+/**
+ * Lowercase hex of bytes.
+ * @param {Uint8Array} bytes @returns {string}
+ */
 export function toHex(bytes) {
   return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
-/** Bytes of an even-length hex string. @param {string} hex @returns {Uint8Array} */
+/**
+ * Bytes of an even-length hex string.
+ * @param {string} hex @returns {Uint8Array}
+ */
 export function fromHex(hex) {
   if (hex.length % 2 !== 0 || /[^0-9a-fA-F]/.test(hex)) {
     throw new TypeError(`not a hex string: ${hex.slice(0, 16)}...`);
@@ -26,7 +35,10 @@ export function fromHex(hex) {
 
 const ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
-/** Base64url without padding (RFC 4648 section 5). @param {Uint8Array} bytes @returns {string} */
+/**
+ * Base64url without padding (RFC 4648 section 5).
+ * @param {Uint8Array} bytes @returns {string}
+ */
 export function toBase64url(bytes) {
   let out = "";
   for (let i = 0; i < bytes.length; i += 3) {
@@ -63,7 +75,10 @@ export function fromBase64url(text) {
   return out;
 }
 
-/** The concatenation of byte strings. @param {...Uint8Array} parts @returns {Uint8Array} */
+/**
+ * The concatenation of byte strings.
+ * @param {...Uint8Array} parts @returns {Uint8Array}
+ */
 export function concat(...parts) {
   const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
   let offset = 0;
@@ -74,7 +89,10 @@ export function concat(...parts) {
   return out;
 }
 
-/** Big-endian unsigned integer of `length` bytes. @returns {Uint8Array} */
+/**
+ * Big-endian unsigned integer of `length` bytes.
+ * @returns {Uint8Array}
+ */
 export function i2osp(value, length) {
   const out = new Uint8Array(length);
   let rest = value;
@@ -86,7 +104,10 @@ export function i2osp(value, length) {
   return out;
 }
 
-/** SHA-256 of bytes. @param {Uint8Array} bytes @returns {Promise<Uint8Array>} */
+/**
+ * SHA-256 of bytes.
+ * @param {Uint8Array} bytes @returns {Promise<Uint8Array>}
+ */
 export async function sha256(bytes) {
   return new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
 }

@@ -117,13 +117,20 @@ export class HttpError extends SegshuffleError {
  * answer; the app can show `detail` or act on `problem` (`invitation-used`,
  * `unknown-campaign`, `wrong-phase`...).
  */
-export class RefusedError extends HttpError {
-  /** The final answer `error` (an HttpError) as a RefusedError. @param {HttpError} error */
-  static of(error) {
-    return new this(error.message, {
-      status: error.status, document: error.document, retryAfterMs: error.retryAfterMs,
-    });
-  }
+export class RefusedError extends HttpError {}
+
+/**
+ * The final answer `error` as the refusal the app receives: a SubmissionRefusedError for a
+ * submission, else a RefusedError (the package's entry point does not export this).
+ * @param {HttpError} error @param {boolean} [submission]
+ * @returns {RefusedError}
+ */
+export function refusalOf(error, submission = false) {
+  const Kind = submission ? SubmissionRefusedError : RefusedError;
+  const message = submission ? `${error.message} (not stored)` : error.message;
+  return new Kind(message, {
+    status: error.status, document: error.document, retryAfterMs: error.retryAfterMs,
+  });
 }
 
 /** One try got no answer (connection refused or reset, DNS, timeout, CORS refusal). */
@@ -156,7 +163,10 @@ export class ServiceUnreachableError extends SegshuffleError {
     this.waitedMs = waitedMs;
   }
 
-  /** A submission that ended so was certainly not stored. @returns {false} */
+  /**
+   * A submission that ended so was certainly not stored.
+   * @returns {false}
+   */
   get stored() {
     return false;
   }
@@ -204,12 +214,6 @@ export class WaitTimeoutError extends SegshuffleError {
  * record of (its saved state was not kept), and this one was not stored.
  */
 export class SubmissionRefusedError extends RefusedError {
-  /** The refusal `error` (an HttpError) as a SubmissionRefusedError. @param {HttpError} error */
-  static of(error) {
-    const refused = super.of(error);
-    refused.message = `${error.message} (not stored)`;
-    return refused;
-  }
 
   /** @type {false} */
   get stored() {

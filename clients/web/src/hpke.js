@@ -49,7 +49,10 @@ export function importPrivateKey(raw, extractable = true) {
     extractable, ["deriveBits"]);
 }
 
-/** An X25519 public key from its 32 raw bytes. @returns {Promise<CryptoKey>} */
+/**
+ * An X25519 public key from its 32 raw bytes.
+ * @returns {Promise<CryptoKey>}
+ */
 export function importPublicKey(raw) {
   if (raw.length !== 32) throw new RangeError("an X25519 public key has 32 bytes");
   return crypto.subtle.importKey("raw", raw, { name: "X25519" }, true, []);
@@ -57,7 +60,7 @@ export function importPublicKey(raw) {
 
 async function publicBytesOf(privateKey) {
   const jwk = await crypto.subtle.exportKey("jwk", privateKey);
-  return fromBase64url(jwk.x); // JWK members are unpadded base64url
+  return fromBase64url(/** @type {string} */ (jwk.x)); // JWK members are unpadded base64url
 }
 
 async function keySchedule(sharedSecret, info) {

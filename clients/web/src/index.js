@@ -26,4 +26,8 @@ export { WIRE_PROTOCOL } from "./version.js";
 /** @typedef {import("./state.js").SavedState} SavedState */
 /** @typedef {import("./verify.js").Progress} Progress */
 /** @typedef {import("./answers.js").View} View */
+/** @typedef {import("./answers.js").CampaignConfig} CampaignConfig */
+/** @typedef {import("./answers.js").Parameters} Parameters */
+/** @typedef {import("./answers.js").KeyConfig} KeyConfig */
+/** @typedef {import("./answers.js").RoundStatus} RoundStatus */
 /** @typedef {import("./errors.js").ProblemDocument} ProblemDocument */

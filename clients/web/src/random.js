@@ -35,13 +35,19 @@ export class Random {
     return (high * 2 ** 26 + low) / 2 ** 53;
   }
 
-  /** True with probability `p` (0 never, 1 always). @param {number} p */
+  /**
+   * True with probability `p` (0 never, 1 always).
+   * @param {number} p
+   */
   bernoulli(p) {
     if (!(p >= 0 && p <= 1)) throw new RangeError(`a probability is in [0, 1], got ${p}`);
     return this.uniform() < p;
   }
 
-  /** A uniform integer in [0, n), for 1 <= n <= 2^32, without modulo bias. @param {number} n */
+  /**
+   * A uniform integer in [0, n), for 1 <= n <= 2^32, without modulo bias.
+   * @param {number} n
+   */
   below(n) {
     if (!(Number.isInteger(n) && n >= 1 && n <= TWO_POW_32)) {
       throw new RangeError(`n must be an integer in [1, 2^32], got ${n}`);

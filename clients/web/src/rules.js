@@ -100,7 +100,10 @@ export function honestUsers(users, dropoutTolerance, fakeTolerance) {
   return Math.max(1, Number(value));
 }
 
-/** The delta of a campaign that leaves it unset: 0.01 / n. @param {number} users */
+/**
+ * The delta of a campaign that leaves it unset: 0.01 / n.
+ * @param {number} users
+ */
 export function defaultDelta(users) {
   if (!(Number.isFinite(users) && users >= 1)) throw new RangeError(`users must be at least 1, got ${users}`);
   return DEFAULT_DELTA_FACTOR / users;

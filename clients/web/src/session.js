@@ -59,6 +59,13 @@ import {
   verifyCampaign, verifyParameters, verifyReleaseThreshold, verifyRound1Count, verifySignatures,
 } from "./verify.js";
 
+/** @typedef {import("./answers.js").View} View */
+/** @typedef {import("./answers.js").Parameters} Parameters */
+/** @typedef {import("./state.js").SavedState} SavedState */
+/** @typedef {"unknown" | "stored" | null} Outcome */
+/** @typedef {{ items: number[], slots: (number | null)[] }} Sent2 */
+
+/** @type {Record<string, number>} */
 const PHASE_ORDER = { round1: 0, round2: 1, done: 2 };
 const MAX_LISTED_NAMES = 12;
 
@@ -112,11 +119,21 @@ export const DEFAULT_WAIT_BUDGET_MS = 120000;
  *   slots: (number | null)[] }} SentRound2
  */
 
-/** One user's protocol session (see the module comment). */
+/**
+ * One user's part in one campaign, both rounds, over HTTP to the shuffler. The steps, in
+ * order: `campaign()` (fetch, verify and pin the configuration and key), `enroll()`,
+ * `submitLevel()` (round 1), then, once the operator released round 1,
+ * `fetchParameters()` (every level's guarantee checked by the accountant) and
+ * `submitData()` (round 2). Nothing leaves the device before what it depends on is
+ * verified. Between the rounds the app keeps `state` (given to `onStateChange` whenever
+ * it changes) and carries on with `Session.resume()`. Failures are the errors of this
+ * package; their kind says what the app can do.
+ */
 export class Session {
   #transport;
   #policy;
-  #serverKey;
+  /** @type {Uint8Array | null} */
+  #serverKey = null;
   #serverKeyText;
   #keyIdPin;
   #allowInsecure;
@@ -125,19 +142,33 @@ export class Session {
   #onStateChange;
   #onProgress;
   #signal;
+  /** @type {View | null} */
   #view = null;
+  /** @type {import("./answers.js").KeyConfig | null} */
   #hpkeConfig = null;
+  /** @type {import("./verify.js").PinnedKey | null} */
   #key = null;
+  /** @type {string | null} */
   #configHash = null;
+  /** @type {string | null} */
   #token = null;
+  /** @type {number | null} */
   #levelIndex = null;
+  /** @type {number | null} */
   #reportedLevel = null;
+  /** @type {Parameters | null} */
   #parameters = null;
+  /** @type {SavedState | null} */
   #state = null;
+  /** @type {number} */
   #waitBudgetMs;
+  /** @type {Record<1 | 2, Outcome>} */
   #outcomes = { 1: null, 2: null };
+  /** @type {{ 1: { level: string } | null, 2: { level: string, data: string[] } | null }} */
   #bodies = { 1: null, 2: null };
+  /** @type {Sent2 | null} */
   #sent2 = null;
+  /** @type {Record<number, { levelIndex: number | null, reportedLevel: number | null, sent2: Sent2 | null }>} */
   #before = {};
 
   /** @param {SessionOptions} options */
@@ -188,8 +219,9 @@ export class Session {
    * text). It keeps every pin of the saved one (key, configuration hash, level report,
    * trust settings): every view fetched later must match them, and its record of the
    * rounds: a round it records as stored is never sent again, one of unknown outcome is
-   * sent again as it was by the same submit call. The options may only add to those (a `campaignId`, `keyId` or `serverKey` given must equal the saved one; the
-   * stricter fake tolerance applies). A malformed, altered or mismatched document is a
+   * sent again as it was by the same submit call. The options may only add to those (a
+   * `campaignId`, `keyId` or `serverKey` given must equal the saved one; the stricter
+   * fake tolerance applies). A malformed, altered or mismatched document is a
    * StateError; nothing is fetched.
    * @param {import("./state.js").SavedState | string} state
    * @param {Omit<SessionOptions, "campaignId"> & { campaignId?: string }} options
@@ -220,7 +252,7 @@ export class Session {
   // -- what the app reads -------------------------------------------------------------
 
   /**
-   * The saved-session document to store (plain JSON, see state.js), or null before
+   * The saved-session document to store (plain JSON), or null before
    * enrollment (there is nothing to resume yet). It holds the user's bearer token and
    * level: store it like a secret.
    * @returns {import("./state.js").SavedState | null}
@@ -318,7 +350,9 @@ export class Session {
 
   /**
    * Round 1: send the level (randomized when the campaign sets level_privacy), sealed;
-   * resolves once the shuffler holds it (outcomes in the module comment). A round 1 the
+   * resolves once the shuffler holds it, else rejects with SubmissionRefusedError (not
+   * stored), ServiceUnreachableError or OfflineError (not stored) or
+   * SubmissionUnknownError (not known yet: call it again to find out). A round 1 the
    * session records as stored is not sent again; one of unknown outcome is sent again as
    * it was (the same level report), which settles it.
    * @param {number} levelIndex @returns {Promise<SentRound1>}
@@ -333,18 +367,23 @@ export class Session {
       let body = this.#bodies[1];
       if (known === null) {
         if (this.#view === null) await this.campaign();
-        const reportedLevel = reportLevel(levelIndex, this.#view.config, this.#random);
-        body = await round1Body(this.#view, this.#key, reportedLevel);
+        const view = present(this.#view);
+        const reportedLevel = reportLevel(levelIndex, view.config, this.#random);
+        body = await round1Body(view, present(this.#key), reportedLevel);
         this.#begin(1, body, levelIndex, reportedLevel);
       }
       await this.#deliver(1, body, known === "unknown");
     }
-    return { levelIndex: this.#levelIndex, reportedLevel: this.#reportedLevel };
+    return { levelIndex: /** @type {number} */ (this.#levelIndex),
+      reportedLevel: /** @type {number} */ (this.#reportedLevel) };
   }
 
   /**
-   * The shuffler's view of a round: participants, threshold, release state.
-   * @param {1 | 2} round @param {{ fresh?: boolean }} options
+   * The shuffler's view of a round: how many users took part, how many it needs, whether
+   * it is released. An app can show it while the user waits for a round's release.
+   * @param {1 | 2} round @param {{ fresh?: boolean }} options `fresh`: ask the shuffler
+   *   rather than accept a cached answer
+   * @returns {Promise<import("./answers.js").RoundStatus>}
    */
   async roundStatus(round, { fresh = false } = {}) {
     return this.#status(round, fresh);
@@ -358,11 +397,11 @@ export class Session {
    * shuffler's round-1 status does not say released yet and across transient failures,
    * then rejects with WaitTimeoutError (`waitingFor` says which), or with
    * ServiceUnreachableError (OfflineError: the device is offline) if the shuffler gave no
-   * usable answer all that time. The accountant runs
-   * once per view, in a Web Worker in a browser: the page stays responsive, `onProgress`
-   * hears of each level and `signal` cancels the check.
+   * usable answer all that time. The accountant runs once per view, in a Web Worker in a
+   * browser: the page stays responsive, `onProgress` hears of each level and `signal`
+   * cancels the check.
    * `levelIndex` is needed only by a session that did not send round 1 itself.
-   * @param {number} [levelIndex]
+   * @param {number} [levelIndex] @returns {Promise<Parameters>}
    */
   async fetchParameters(levelIndex) {
     if (levelIndex !== undefined) this.#levelIndex = levelIndex;
@@ -408,7 +447,8 @@ export class Session {
     this.#checkLevel(view);
     const key = `${this.#levelIndex}|${JSON.stringify(view)}`;
     const parameters = verified?.key === key ? verified.parameters : await verifyParameters(view, {
-      levelIndex: this.#levelIndex, keyId: this.#key.keyId, configHash: this.#configHash,
+      levelIndex: present(this.#levelIndex), keyId: present(this.#key).keyId,
+      configHash: present(this.#configHash),
       policy: this.#policy, allowInsecure: this.#allowInsecure, userDelta: this.#userDelta,
       signal: this.#signal, onProgress: this.#onProgress,
     });
@@ -468,7 +508,7 @@ export class Session {
 
   /**
    * Round 2: randomize the item set with the verified parameters, seal, send; resolves
-   * once the shuffler holds it (outcomes in the module comment). `items` are ids or names
+   * once the shuffler holds it, else rejects as submitLevel does. `items` are ids or names
    * (itemIds); anything else is a UsageError and nothing is sent. A round 2 the session
    * records as stored is not sent again (its record is returned); one of unknown outcome
    * is sent again as it was (`items` are not drawn again), which settles it.
@@ -483,15 +523,19 @@ export class Session {
         if (this.#parameters === null) await this.fetchParameters();
         const ids = this.itemIds(items);
         const reportedLevel = this.#reportedLevel
-          ?? reportLevel(this.#levelIndex, this.#view.config, this.#random);
-        const { items: fitted, slots } = dataSlots(ids, this.#parameters, this.#levelIndex, this.#random);
-        body = await round2Body(this.#view, this.#key, reportedLevel, slots);
+          ?? reportLevel(present(this.#levelIndex), present(this.#view).config, this.#random);
+        const { items: fitted, slots } = dataSlots(ids, present(this.#parameters),
+          present(this.#levelIndex), this.#random);
+        body = await round2Body(present(this.#view), present(this.#key), reportedLevel, slots);
         this.#begin(2, body, this.#levelIndex, reportedLevel, { items: fitted, slots });
       }
       await this.#deliver(2, body, known === "unknown");
     }
-    const { items: fitted, slots } = this.#sent2;
-    return { levelIndex: this.#levelIndex, reportedLevel: this.#reportedLevel, items: [...fitted], slots: [...slots] };
+    const { items: fitted, slots } = present(this.#sent2);
+    return {
+      levelIndex: /** @type {number} */ (this.#levelIndex),
+      reportedLevel: /** @type {number} */ (this.#reportedLevel), items: [...fitted], slots: [...slots],
+    };
   }
 
   /**
@@ -527,10 +571,15 @@ export class Session {
     return `/v1/campaigns/${this.campaignId}`;
   }
 
+  /**
+   * @param {string} suffix @param {string} what @param {boolean} [fresh]
+   * @param {number} [deadline]
+   */
   #get(suffix, what, fresh = false, deadline = undefined) {
     return this.#transport.request(this.#path + suffix, { what, fresh, deadline, signal: this.#signal });
   }
 
+  /** @param {boolean} [fresh] @param {number} [deadline] */
   async #fetchView(fresh = false, deadline = undefined) {
     return readView((await this.#get("", "campaign", fresh, deadline)).body);
   }
@@ -550,6 +599,10 @@ export class Session {
    * Record a submission about to be sent: "unknown" from now until the answer settles it,
    * with its sealed body and what it sends, so that a document saved now sends the very
    * same submission again.
+   */
+  /**
+   * @param {1 | 2} round @param {any} body @param {number | null} levelIndex
+   * @param {number | null} reportedLevel @param {Sent2 | null} [sent2]
    */
   #begin(round, body, levelIndex, reportedLevel, sent2 = null) {
     this.#before[round] = { levelIndex: this.#levelIndex, reportedLevel: this.#reportedLevel, sent2: this.#sent2 };
@@ -584,7 +637,7 @@ export class Session {
     await this.#changed();
     try {
       await this.#transport.request(`${this.#path}/rounds/${round}/submissions`, {
-        method: "POST", json: body, token: this.#token, submission: true, maybeSent,
+        method: "POST", json: body, token: present(this.#token), submission: true, maybeSent,
         deadline: this.#transport.now() + this.#waitBudgetMs,
         what: `round-${round} submission`, signal: this.#signal,
       });
@@ -640,6 +693,16 @@ export class Session {
   }
 }
 
+/**
+ * `value`, which the order of the protocol's steps guarantees is there by now.
+ * @template T @param {T | null | undefined} value @returns {T}
+ */
+function present(value) {
+  if (value === null || value === undefined) throw new TypeError("a step's prerequisite is missing");
+  return value;
+}
+
+/** @param {string[]} names */
 function listed(names) {
   const shown = names.slice(0, MAX_LISTED_NAMES).map((name) => JSON.stringify(name)).join(", ");
   return names.length > MAX_LISTED_NAMES ? `${shown}, ... ${names.length} names in all` : shown;

@@ -99,7 +99,10 @@ function pythonJson(value, float = false) {
   throw new StateError("saved state: holds values that are not plain JSON");
 }
 
-/** SHA-256 (hex) of the document without its checksum. @returns {Promise<string>} */
+/**
+ * SHA-256 (hex) of the document without its checksum.
+ * @returns {Promise<string>}
+ */
 export async function stateChecksum(document) {
   const body = Object.fromEntries(Object.entries(document).filter(([name]) => name !== "checksum"));
   return toHex(await sha256(utf8(pythonJson(body))));
@@ -169,6 +172,7 @@ function readIds(value, name, nulls) {
 
 /** The rounds' records of a saved document, checked against each other. */
 function readRounds(document, levelIndex, reportedLevel) {
+  /** @type {Pick<RestoredState, "outcomes" | "bodies" | "sent2">} */
   const rounds = { outcomes: { 1: null, 2: null }, bodies: { 1: null, 2: null }, sent2: null };
   for (const round of [1, 2]) {
     const outcome = document[`round${round}`];
@@ -225,8 +229,8 @@ function optionalText(document, field) {
  * @property {string | null} serverKey @property {string | null} keyIdPin
  * @property {number} minFakeTolerance
  * @property {{ 1: "unknown" | "stored" | null, 2: "unknown" | "stored" | null }} outcomes
- * @property {{ 1: object | null, 2: object | null }} bodies the sealed bodies of rounds of
- *   unknown outcome
+ * @property {{ 1: { level: string } | null, 2: { level: string, data: string[] } | null }} bodies
+ *   the sealed bodies of rounds of unknown outcome
  * @property {{ items: number[], slots: (number | null)[] } | null} sent2 what round 2 sent
  */
 
@@ -297,6 +301,7 @@ export async function restoreState(input, options = {}) {
     throw new StateError("saved state: a reported_level needs a level_index");
   }
   // A version-1 client recorded the level report only once round 1 was stored.
+  /** @type {Pick<RestoredState, "outcomes" | "bodies" | "sent2">} */
   const rounds = document.version === 1
     ? { outcomes: { 1: reportedLevel === null ? null : "stored", 2: null }, bodies: { 1: null, 2: null }, sent2: null }
     : readRounds(document, levelIndex, reportedLevel);

@@ -30,8 +30,8 @@
 // Content-Type and Authorization headers the shuffler's CORS consent lists.
 
 import {
-  HttpError, NetworkError, OfflineError, ProtocolError, RefusedError, ServiceUnreachableError,
-  SubmissionRefusedError, SubmissionUnknownError,
+  HttpError, NetworkError, OfflineError, ProtocolError, ServiceUnreachableError,
+  SubmissionUnknownError, refusalOf,
 } from "./errors.js";
 
 /**
@@ -158,7 +158,7 @@ function sleepUntil(ms, signal, target = null, event = "") {
     function onAbort() {
       clearTimeout(timer);
       target?.removeEventListener(event, done);
-      reject(signal.reason);
+      reject(signal?.reason);
     }
     signal?.addEventListener("abort", onAbort, { once: true });
     target?.addEventListener(event, done, { once: true });
@@ -295,7 +295,7 @@ export class Transport {
         if (submission && ambiguous && error.problem === "already-submitted") {
           return { status, body, alreadySubmitted: true };
         }
-        if (!transient(status)) throw submission ? refusal(error, ambiguous) : RefusedError.of(error);
+        if (!transient(status)) throw submission ? refusal(error, ambiguous) : refusalOf(error);
         ambiguous ||= status >= 500; // a 5xx may come after the request was taken
         lastError = error;
       } else {
@@ -389,7 +389,7 @@ function refusal(error, ambiguous) {
     return new SubmissionUnknownError(`${error.message} (whether the submission is stored is `
       + "not known: a try may have arrived before the round or its token ended)", { lastError: error });
   }
-  return SubmissionRefusedError.of(error);
+  return refusalOf(error, true);
 }
 
 function describe(cause) {

@@ -536,8 +536,9 @@ export async function verifyParameters(view, options) {
   // Only now, with the upper bounds verified: a lower bound above one is false.
   const above = config.levels.flatMap((level, k) => {
     const lower = p.epsilons_lower[k];
-    return lower !== null && lower > p.epsilons[k]
-      ? [`level ${g(level)} (${g(lower)} > ${g(p.epsilons[k])})`] : [];
+    const upper = /** @type {number} */ (p.epsilons[k]); // verified above
+    return lower !== null && lower > upper
+      ? [`level ${g(level)} (${g(lower)} > ${g(upper)})`] : [];
   });
   if (above.length) {
     throw new VerificationError(`the published epsilon lower bounds exceed the verified upper `
