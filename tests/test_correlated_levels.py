@@ -212,6 +212,7 @@ def test_summaries_and_tables_per_correlation_without_a_sweep():
         (["--largest-share", "0"], "--largest-share"),
         (["--correlated-items", "-1", "--correlation", "2"], "--correlated-items"),
         (["--correlated-items", "17", "--correlation", "2"], "correlated item 17"),
+        (["--set-sizes", "8"], "msnbc-s1 has set sizes 4, not 8"),
     ],
 )
 def test_bad_correlation_options_are_one_line_and_exit_2(arguments, message, tmp_path, capsys):

@@ -49,6 +49,7 @@ from ..experiments.settings import (
     QUICK_GRID,
     QUICK_REPEATS,
     resolve_figures,
+    with_set_sizes,
     with_user_counts,
 )
 
@@ -84,6 +85,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="worker processes (default: every core)")
     parser.add_argument("--users", default=None, metavar="N1,N2,..",
                         help="numbers of users per panel (default: the paper's 5000,50000)")
+    parser.add_argument("--set-sizes", default=None, metavar="S1,S2,..",
+                        help="only the panels with these set sizes (default: the figure's)")
     parser.add_argument("--data", default=None, metavar="FILE",
                         help="transaction file (one user per line, whitespace-separated "
                              "integer item ids; .gz ok) replacing the bundled MSNBC data in "
@@ -187,6 +190,10 @@ def run(args: argparse.Namespace) -> int:
         if not counts:
             raise ValueError("--users must list at least one number of users")
         figures = [with_user_counts(figure, counts) for figure in figures]
+    if args.set_sizes is not None:
+        sizes = tuple(require_int("every --set-sizes value", _integer("--set-sizes", part), 1)
+                      for part in args.set_sizes.split(",") if part.strip())
+        figures = [with_set_sizes(figure, sizes) for figure in figures]
     repeats_default = QUICK_REPEATS if args.quick else DEFAULT_REPEATS
     repeats = require_int("--repeats", repeats_default if args.repeats is None
                           else _integer("--repeats", args.repeats), 1)

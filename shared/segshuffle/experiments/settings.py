@@ -111,6 +111,17 @@ def with_user_counts(figure: Figure, user_counts: tuple[int, ...]) -> Figure:
                   panels=panels)
 
 
+def with_set_sizes(figure: Figure, set_sizes: tuple[int, ...]) -> Figure:
+    """The figure's panels whose s is one of ``set_sizes`` (ValueError when none is)."""
+    panels = tuple(p for p in figure.panels if p.set_size in set_sizes)
+    if not panels:
+        sizes = sorted({p.set_size for p in figure.panels})
+        raise ValueError(f"{figure.name} has set sizes {', '.join(map(str, sizes))}, not "
+                         f"{', '.join(map(str, set_sizes))}")
+    return Figure(name=figure.name, dataset=figure.dataset, shares_name=figure.shares_name,
+                  panels=panels)
+
+
 def level_counts(n: int, shares: tuple[float, ...]) -> list[int]:
     """Exact level counts n_k = round(share_k n), the last one absorbing rounding."""
     counts = [round(share * n) for share in shares[:-1]]
