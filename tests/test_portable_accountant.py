@@ -86,8 +86,8 @@ SLOW_VECTOR_ROWS = frozenset({
 
 def test_the_vectors_file_has_every_case() -> None:
     assert len(VECTORS["accountant"]) == 24
-    assert len(VECTORS["parameters"]) == 31
-    assert sum(len(calls) for calls in VECTOR_GROUPS.values()) == 24 * 3 + 31 * 3
+    assert len(VECTORS["parameters"]) == 33
+    assert sum(len(calls) for calls in VECTOR_GROUPS.values()) == 24 * 3 + 33 * 3
 
 
 @pytest.mark.parametrize("name", [
