@@ -38,6 +38,7 @@ import numpy as np
 from segshuffle.core import blanket
 from segshuffle.core.accounting import user_epsilon
 from segshuffle.core.estimator import estimate_frequencies, mse_bound, project_to_simplex
+from segshuffle.core.level_privacy import LevelSetting, level_report
 from segshuffle.core.levels import debias_histogram
 from segshuffle.core.optimizer import LOWER_BOUND_LEVELS, optimize
 from segshuffle.core.rules import (
@@ -183,6 +184,7 @@ def decode_results(config: CampaignConfig, parameters: PublishedParameters,
         return {"id": j, "name": names[j] if names is not None and j < d else None,
                 "estimate": values[j], "standard_error": errors[j], "projected": projected[j]}
 
+    pairs = level_pairs(config, parameters)
     level_rows = [
         {"level": level, "lam": lam, "epsilon_upper": upper, "epsilon_lower": lower,
          "users_round1": float(n1), "users_round2": float(n2)}
@@ -208,5 +210,31 @@ def decode_results(config: CampaignConfig, parameters: PublishedParameters,
             "round2_users": int(sum(observed_levels)),
             "levels": level_rows,
             "insecure": parameters.insecure,
+            "level_privacy": config.level_privacy,
+            "level_pairs": pairs["pairs"],
+            "level_pairs_complete": pairs["complete"],
         },
     }
+
+
+#: Up to this many distinct rates the results also carry the level pairs' lower bounds.
+LEVEL_LOWER_RATES = 4
+
+
+def level_pairs(config: CampaignConfig, parameters: PublishedParameters) -> dict[str, Any]:
+    """Round 2's level guarantee between every two rates (docs/protocol.md section 4.6),
+    at the published m, h, privacy domain and delta."""
+    try:
+        setting = LevelSetting(parameters.honest_users or parameters.accounting_users,
+                               parameters.set_size, parameters.privacy_domain_size,
+                               parameters.m, blanket.parse_mode(parameters.blanket_mode))
+        rates = len(set(parameters.lambdas))
+        report = level_report(list(parameters.levels), list(parameters.lambdas), setting,
+                              parameters.delta, level_privacy=config.level_privacy,
+                              lower=rates <= LEVEL_LOWER_RATES)
+    except ValueError:  # parameters outside the accountant's range: not reported
+        return {"complete": True, "pairs": None}
+    return {"complete": report.complete, "pairs": [
+        {"levels": list(pair.levels), "lambdas": list(pair.lambdas),
+         "epsilon_upper": pair.epsilon_upper, "epsilon_lower": pair.epsilon_lower,
+         "epsilon_both_rounds": pair.epsilon_both_rounds} for pair in report.pairs]}

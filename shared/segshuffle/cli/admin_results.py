@@ -56,6 +56,19 @@ def to_table(results: Results) -> str:
         lines.append(f"  level {level.level:g}: epsilon <= {_text(level.epsilon_upper)} "
                      f"(lower bound {_text(level.epsilon_lower)}), "
                      f"users {level.users_round1:g} / {level.users_round2:g}")
+    if privacy.level_pairs:
+        lines.append("level privacy, round 2 (a change of level, the items unchanged): "
+                     + ("round 1 sends the level itself" if privacy.level_privacy is None
+                        else f"round 1 eps_p = {privacy.level_privacy:g}"))
+        for pair in privacy.level_pairs:
+            both = ("" if pair.epsilon_both_rounds is None
+                    else f", both rounds <= {pair.epsilon_both_rounds:.4g}")
+            lines.append(f"  levels {pair.levels[0]:g} / {pair.levels[1]:g} (lambdas "
+                         f"{pair.lambdas[0]:.4g} / {pair.lambdas[1]:.4g}): epsilon <= "
+                         f"{_text(pair.epsilon_upper)} (lower bound "
+                         f"{_text(pair.epsilon_lower)}){both}")
+    elif privacy.level_pairs is not None:
+        lines.append("level privacy, round 2: every level sends at the same rate")
     lines.append(f"round-2 messages: {results.round2_messages} "
                  f"({results.null_messages} null, {results.dropped_messages} dropped)")
     return "\n".join(lines) + "\n"

@@ -11,6 +11,7 @@ import time
 from segshuffle.core import rules, validation
 from segshuffle.core.advice import parameter_notes
 from segshuffle.core.blanket import BlanketMode
+from segshuffle.core.level_privacy import LevelReport, LevelSetting, level_report
 from segshuffle.core.optimizer import Objective, optimize, optimize_best_mode
 
 from ._args import float_list, integer, number
@@ -100,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
     notes = parameter_notes(levels, result.lambdas, result.epsilons, result.m,
                             result.mse_bound, args.set_size, users)
     payload["notes"] = notes
+    level_report = _level_report(result, levels, args)
+    payload["level_privacy"] = _level_payload(level_report)
     if args.json:
         print(json.dumps(payload))
         return 0
@@ -136,6 +139,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"other mode          {other['blanket_mode']}: m {other['m']:.6g}, "
                   f"variance {other['variance']:.6g}, MSE bound {other['mse_bound']:.6g}, "
                   f"{other['messages_per_user']} messages per user")
+    for line in _level_lines(level_report):
+        print(line)
     for note in notes:
         print(f"note: {note}")
     print(f"(delta {result.delta:.3g}, {seconds:.2f} s)")
@@ -144,3 +149,44 @@ def run(args: argparse.Namespace) -> int:
 
 def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.6g}"
+
+
+#: Up to this many distinct rates, ``optimize`` also prints the exhibited lower bounds.
+LEVEL_LOWER_RATES = 4
+
+
+def _level_report(result, levels: list[float], args: argparse.Namespace) -> LevelReport:
+    """Round 2's level guarantee at the chosen parameters (docs/protocol.md section 4.6)."""
+    setting = LevelSetting(result.honest_users, args.set_size, args.domain_size, result.m,
+                           BlanketMode(result.blanket_mode))
+    rates = len(set(result.lambdas))
+    return level_report(levels, list(result.lambdas), setting, result.delta,
+                        lower=rates <= LEVEL_LOWER_RATES)
+
+
+def _level_payload(report: LevelReport) -> dict[str, object]:
+    return {"delta": report.delta, "complete": report.complete,
+            "pairs": [{"levels": list(pair.levels), "lambdas": list(pair.lambdas),
+                       "epsilon_upper": pair.epsilon_upper,
+                       "epsilon_lower": pair.epsilon_lower} for pair in report.pairs]}
+
+
+def _level_lines(report: LevelReport) -> list[str]:
+    """What round 2 reveals about the level (the items unchanged), and what round 1 does."""
+    if not report.pairs:
+        return ["level privacy       round 2: every level sends at the same rate, so the "
+                "data messages tell the levels apart not at all"]
+    lines = ["level privacy       round 2, a change of level with the items unchanged "
+             "(full view):"]
+    lines.append(f"{'levels':>16} {'lambdas':>20} {'eps upper':>10} {'eps lower':>10}")
+    for pair in report.pairs:
+        names = f"{pair.levels[0]:.4g} / {pair.levels[1]:.4g}"
+        rates = f"{pair.lambdas[0]:.6f} / {pair.lambdas[1]:.6f}"
+        lines.append(f"{names:>16} {rates:>20} {_fmt(pair.epsilon_upper):>10}"
+                     f" {_fmt(pair.epsilon_lower):>10}")
+    if not report.complete:
+        lines.append("(neighbouring rates and the two extremes only: too many distinct rates)")
+    lines.append("note: round 1 sends the level itself unless the campaign sets level_privacy "
+                 "eps_p; with it, both rounds together protect a change of level at eps_p + "
+                 "eps upper ('-': no guarantee)")
+    return lines

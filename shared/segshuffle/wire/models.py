@@ -752,6 +752,22 @@ class LevelPrivacy(ResponseModel):
     users_round2: float
 
 
+class LevelPairPrivacy(ResponseModel):
+    """What round 2 reveals about a change between two levels' rates, the items unchanged
+    (docs/protocol.md section 4.6): the server's full view, at the report's delta."""
+
+    levels: list[float]
+    """One level of each rate (levels with the same rate send alike)."""
+    lambdas: list[float]
+    epsilon_upper: float | None
+    """The certified bound (None: none within 30, no guarantee)."""
+    epsilon_lower: float | None = None
+    """An exhibited lower bound, when computed."""
+    epsilon_both_rounds: float | None = None
+    """Rounds 1 and 2 together: level_privacy eps_p + epsilon_upper (None without
+    level privacy, where round 1 sends the level itself)."""
+
+
 class PrivacyReport(ResponseModel):
     """The accounting behind a finished campaign (part of :class:`Results`)."""
 
@@ -770,6 +786,13 @@ class PrivacyReport(ResponseModel):
     round2_users: int
     levels: list[LevelPrivacy]
     insecure: bool
+    level_privacy: float | None = None
+    """The campaign's eps_p of randomized response in round 1 (None: exact level counts)."""
+    level_pairs: list[LevelPairPrivacy] | None = None
+    """Round 2's guarantee between every two levels whose rates differ (None: not
+    computed, as by servers before it was reported)."""
+    level_pairs_complete: bool = True
+    """False when only neighbouring rates and the two extremes were paired."""
 
 
 class Results(ResponseModel):
