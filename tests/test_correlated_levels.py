@@ -38,6 +38,7 @@ from segshuffle.experiments.methods import (
 from segshuffle.experiments.report import (
     bias_summary,
     correlation_markdown,
+    correlation_pivot_markdown,
     summarize_rows,
     summary_markdown,
 )
@@ -200,6 +201,9 @@ def test_summaries_and_tables_per_correlation_without_a_sweep():
     assert "| f | 100 | 2 | items:3 | ours-r3 | 1.8 | 3.000e+00 | 5.00e-03 | 1.00e-04 | 3.5 | 2 |" \
         in table
     assert table.count("\n") == 2 + 2 * (len(BASELINES) + 2)
+    pivot = correlation_pivot_markdown(rows)
+    assert "| method | none | items:3 |" in pivot
+    assert "| ours-r3 | 3.000e+00 +- 5.0e-03 (3.5; 2) | 3.000e+00 +- 5.0e-03 (3.5; 2) |" in pivot
 
 
 @pytest.mark.parametrize(

@@ -36,6 +36,7 @@ from ..experiments.correlated_levels import MODES, Correlation
 from ..experiments.plotting import figure_title, plot_figure
 from ..experiments.report import (
     correlation_markdown,
+    correlation_pivot_markdown,
     panel_rows,
     summarize_rows,
     summary_markdown,
@@ -233,13 +234,15 @@ def run(args: argparse.Namespace) -> int:
             plot_figure(independent, out / f"{figure.name}.png", title)
         (out / f"{figure.name}-summary.md").write_text(summary_markdown(summarize_rows(rows)))
         if correlated:
-            (out / f"{figure.name}-correlation.md").write_text(correlation_markdown(rows))
+            (out / f"{figure.name}-correlation.md").write_text(
+                correlation_pivot_markdown(rows) + "\n" + correlation_markdown(rows))
     summary = summary_markdown(summarize_rows(all_rows))
     if name == "all":
         write_csv(out / "all.csv", all_rows)
         (out / "all-summary.md").write_text(summary)
         if correlated:
-            (out / "all-correlation.md").write_text(correlation_markdown(all_rows))
+            (out / "all-correlation.md").write_text(
+                correlation_pivot_markdown(all_rows) + "\n" + correlation_markdown(all_rows))
     elapsed = time.perf_counter() - started
     sys.stdout.write(summary)
     sys.stderr.write(f"reproduce: {name} with {repeats} repeats finished in "

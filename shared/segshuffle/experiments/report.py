@@ -285,6 +285,46 @@ def correlation_markdown(rows: list[dict[str, str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def correlation_pivot_markdown(rows: list[dict[str, str]]) -> str:
+    """One table per panel: a line per method, a column per correlation setting, each
+    cell "MSE +- standard error (largest |z|; items with |z| > 3)" at the method's
+    headline point."""
+    headline = _headline_rows(rows)
+    panels: list[tuple[str, str, str]] = []
+    settings: list[str] = []
+    methods: list[str] = []
+    cells: dict[tuple[tuple[str, str, str], str, str], dict[str, str]] = {}
+    for row in headline:
+        panel = (row["figure"], row["n"], row["s"])
+        setting = row.get("correlation") or "none"
+        for seen, value in ((panels, panel), (settings, setting), (methods, row["method"])):
+            if value not in seen:
+                seen.append(value)
+        cells[panel, setting, row["method"]] = row
+    parts = []
+    for panel in panels:
+        figure, n, s = panel
+        parts.append(f"{figure}, n = {n}, s = {s}\n")
+        parts.append("| method | " + " | ".join(settings) + " |")
+        parts.append("| --- |" + " ---: |" * len(settings))
+        for method in methods:
+            line = [method]
+            for setting in settings:
+                row = cells.get((panel, setting, method))
+                line.append("" if row is None else _pivot_cell(row))
+            parts.append("| " + " | ".join(line) + " |")
+        parts.append("")
+    return "\n".join(parts)
+
+
+def _pivot_cell(row: dict[str, str]) -> str:
+    repeats = int(row["repeats"])
+    se = float(row["mse_std"]) / math.sqrt(repeats) if row["mse_std"] and repeats else math.nan
+    z = row.get("bias_max_z")
+    bias = f" ({float(z):.1f}; {row.get('items_z3') or 0})" if z else ""
+    return f"{float(row['mse']):.3e} +- {se:.1e}{bias}"
+
+
 def _or_blank(text: str | None, spec: str) -> str:
     if not text:
         return ""
