@@ -60,6 +60,9 @@ LOWER_STEP = 1e-4
 #: The most grid points one per-bin loss distribution may span; the step grows beyond it.
 MAX_BIN_POINTS = 1 << 14
 
+#: Poisson means up to which a bin's outside mass is summed by the scalar tails.
+SCALAR_TAILS_UP_TO = 1000.0
+
 #: Standard deviations each side of the mean covered by a bin's summation window.
 WINDOW_SIGMAS = 12.0
 
@@ -103,9 +106,13 @@ class BinLaw:
         if self.mean == 0.0 or self.trials == 0:
             return 0.0 if lo <= 0 <= hi else 1.0
         if self.trials is None:
-            # Two counts: the scalar tails (the same sums, without numpy's per-call cost).
-            tails = distributions.scalar_poisson_tails([lo - 1, hi], self.mean)
-            return tails.lower[0] + tails.upper[1]
+            # Two counts: at small means the scalar tails (the same sums, without numpy's
+            # cost per call), at large ones numpy's (the windows hold many masses).
+            if self.mean <= SCALAR_TAILS_UP_TO:
+                scalar = distributions.scalar_poisson_tails([lo - 1, hi], self.mean)
+                return scalar.lower[0] + scalar.upper[1]
+            tails = distributions.poisson_tails(np.array([lo - 1, hi]), self.mean)
+            return float(tails.lower[0] + tails.upper[1])
         return (distributions.binom_cdf(lo - 1, self.trials, self.p)
                 + distributions.binom_sf(hi, self.trials, self.p))
 
@@ -228,10 +235,15 @@ def pair_loss(law: BinLaw, lam: float, *, upper: bool, step: float = DEFAULT_STE
         a_offset, a_pmf = discretise(loss[a_finite], f_lam[a_finite], step, upper)
         b_offset, b_pmf = discretise(-loss[b_finite], f[b_finite], step, upper)
         offset = a_offset + b_offset
-        if int(np.count_nonzero(a_pmf)) * int(np.count_nonzero(b_pmf)) <= _DIRECT_PAIRS:
+        atom_pairs = int(np.count_nonzero(a_pmf)) * int(np.count_nonzero(b_pmf))
+        if atom_pairs <= _DIRECT_PAIRS:
             # Add every pair of atoms exactly while that is affordable: FFT rounding
-            # charged here would be carried through every composition.
-            offset, pmf = _sparse_convolve(a_offset, a_pmf, b_offset, b_pmf)
+            # charged here would be carried through every composition.  Dense grids
+            # are summed by numpy's direct convolution, sparse ones atom by atom.
+            if a_pmf.size * b_pmf.size <= 8 * atom_pairs:
+                pmf = np.convolve(a_pmf, b_pmf)
+            else:
+                offset, pmf = _sparse_convolve(a_offset, a_pmf, b_offset, b_pmf)
             noise = 0.0
         else:
             pmf, noise = _fft_convolve(a_pmf, b_pmf)
