@@ -256,3 +256,15 @@ def test_a_correlated_run_shows_the_bias_the_guard_removes(tmp_path):
     again = run_figures([figure], log=log, **kwargs)
     assert "read from" in log.getvalue()
     assert again[1].errors == results[1].errors
+
+
+def test_the_bias_bounds_of_published_parameters():
+    from segshuffle.experiments.report import bias_bound_markdown
+
+    row = {"figure": "msnbc-s1", "shares": "S1", "n": "5000", "s": "4", "method": "ours",
+           "m": "0.581", "optimal": "true", "detail": "lambdas=0.5207/1/1; eps=0.5/1/1"}
+    table = bias_bound_markdown([row, {**row, "method": "mm-shuffle"},
+                                 {**row, "optimal": "false"}])
+    assert table.count("\n") == 3
+    assert "| msnbc-s1 | 5000 | 4 | ours | 0.581 | 0.5207/1/1 | 0.0175 | 0.082 | 0.0274 | 0.136 |" \
+        in table

@@ -35,8 +35,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.correlation import CorrelationGuard, relative_bias_bound
 from .methods import BASELINES, OURS, OURS_INDEPENDENT, OURS_METHODS, PanelPlan, guarded_ratio
 from .runner import PanelResult, expected_messages_ours, summarize
+from .settings import SHARES, level_counts
 
 COLUMNS = ("figure", "dataset", "shares", "method", "n", "s", "domain_size", "m", "mse",
            "mse_std", "repeats", "mse_bound", "messages_per_user", "optimal", "detail",
@@ -329,3 +331,57 @@ def _or_blank(text: str | None, spec: str) -> str:
     if not text:
         return ""
     return f"{float(text):{spec}}"
+
+
+def _lambdas_of(row: dict[str, str]) -> tuple[float, ...]:
+    """The lambdas a segmented row's ``detail`` lists (``lambdas=a/b/c; ...``)."""
+    text = row["detail"].split("lambdas=")[1].split(";")[0]
+    return tuple(float(part) for part in text.split("/"))
+
+
+def bias_bound_markdown(rows: list[dict[str, str]],
+                        ratios: tuple[float, ...] = (2.0, 3.0)) -> str:
+    """What the published parameters imply under correlation up to each R: for every
+    segmented variant at its m* (``ours``, ``ours-independent``, ``ours-r<R>``), the bias
+    bound beta of any one item and the relative bound phi (docs/protocol.md section 5.1),
+    from the lambdas in the rows and the level counts of the shares (public only)."""
+    header = "| figure | n | s | method | m* | lambdas | " + " | ".join(
+        f"beta at R = {r:g} | phi at R = {r:g}" for r in ratios) + " |"
+    lines = [header, "| --- | ---: | ---: | --- | ---: | --- |" + " ---: | ---: |" * len(ratios)]
+    guards = {r: CorrelationGuard(r) for r in ratios}
+    seen = set()
+    for row in rows:
+        if row["method"] in BASELINES or row["optimal"] != "true":
+            continue
+        key = (row["figure"], row["n"], row["s"], row["method"])
+        if key in seen:
+            continue
+        seen.add(key)
+        counts = level_counts(int(row["n"]), SHARES[row["shares"]])
+        lambdas = _lambdas_of(row)
+        cells = []
+        for r in ratios:
+            cells.append(f"{guards[r].bias_bound(counts, lambdas):.4f}")
+            cells.append(f"{relative_bias_bound(counts, lambdas, r):.3f}")
+        lines.append(f"| {row['figure']} | {row['n']} | {row['s']} | {row['method']} | "
+                     f"{float(row['m']):.3g} | {'/'.join(f'{v:.4g}' for v in lambdas)} | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m segshuffle.experiments.report bias-bounds CSV ...``: the bias bounds the
+    runs' published parameters imply at R = 2 and 3 (:func:`bias_bound_markdown`)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("table", choices=["bias-bounds"])
+    parser.add_argument("csv", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    rows = [row for path in args.csv for row in read_csv(path)]
+    print(bias_bound_markdown(rows), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
