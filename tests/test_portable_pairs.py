@@ -203,7 +203,7 @@ def test_bin_law_and_grid() -> None:
     # to the next point outwards.
     assert privacy_loss.grid_floor(0.3, 0.1, True) == 3
     assert privacy_loss.grid_floor(0.3, 0.1, False) == 2
-    assert privacy_loss.DEFAULT_STEP == np_privacy_loss.DEFAULT_STEP == 1e-3
+    assert privacy_loss.DEFAULT_STEP == np_privacy_loss.DEFAULT_STEP == 2e-3
     assert privacy_loss.LOWER_STEP == np_privacy_loss.LOWER_STEP == 1e-4
     assert privacy_loss.sparse_is_cheaper(1000, 1000, 200000)
     assert not privacy_loss.sparse_is_cheaper(1000, 1000, 100000)

@@ -48,7 +48,7 @@ import { binomCdf, binomPmf, binomSf, poissonPmf, poissonTails } from "./distrib
 import { irfft, multiplySpectra, nextPowerOfTwo, powerSpectrum, rfft } from "./fft.js";
 
 /** Grid step of the loss for upper bounds (connect the dots: the error is second order). */
-export const DEFAULT_STEP = 1e-3;
+export const DEFAULT_STEP = 2e-3;
 
 /**
  * Grid step of the loss for lower bounds (rounded down: the eps error is at most 2 h a

@@ -79,7 +79,7 @@ __all__ = [
 ]
 
 #: Grid step of the loss for upper bounds (connect the dots: the error is second order).
-DEFAULT_STEP = 1e-3
+DEFAULT_STEP = 2e-3
 
 #: Grid step of the loss for lower bounds (rounded down: the eps error is at most 2 h a
 #: pair).  Only the numpy accountant computes lower bounds; the name is kept alike.
