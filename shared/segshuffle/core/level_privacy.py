@@ -326,15 +326,24 @@ def level_delta_lower(eps: float, lam: float, other: float, setting: LevelSettin
         return max(_pair_divergences(np.ones(1), w_p, w_q, eps))
     p_out = setting.gamma * (setting.domain_size - s) / setting.domain_size
     forward = backward = 0.0  # each direction is its own mixture over b
-    for start, weight in _outside_buckets(n, p_out):
-        slots = n - start
-        law = BinLaw(mean=slots * p_one, trials=slots)
-        lo, hi = law.window()
-        f = law.pmf(np.arange(lo, hi + 1, dtype=np.int64))
+    for weight, f in _bucket_blankets(n, p_out, p_one):
         one, two = _pair_divergences(f, w_p, w_q, eps)
         forward += weight * one
         backward += weight * two
     return max(forward, backward)
+
+
+@lru_cache(maxsize=32)
+def _bucket_blankets(n: int, p_out: float, p_one: float) -> tuple[tuple[float, np.ndarray], ...]:
+    """(Pr[bucket], pmf of Binomial(n - b, p_1) on its window) per bucket of b, b its
+    smallest value (kept: an epsilon search asks for them at every E)."""
+    out = []
+    for start, weight in _outside_buckets(n, p_out):
+        slots = n - start
+        law = BinLaw(mean=slots * p_one, trials=slots)
+        lo, hi = law.window()
+        out.append((weight, law.pmf(np.arange(lo, hi + 1, dtype=np.int64))))
+    return tuple(out)
 
 
 @lru_cache(maxsize=256)
@@ -463,3 +472,4 @@ def clear_caches() -> None:
     composed_level_pair.cache_clear()
     _ladder.cache_clear()
     _outside_buckets.cache_clear()
+    _bucket_blankets.cache_clear()
