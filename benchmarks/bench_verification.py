@@ -136,6 +136,8 @@ def main() -> int:
     sets = {"vectors": vector_campaigns(), "random": random_campaigns(args.random, args.seed)}
     figures: dict[str, Any] = {}
     for set_name, campaigns in sets.items():
+        if not campaigns:
+            continue
         for accountant in accountants:
             costs = []
             for number, campaign in enumerate(campaigns, 1):
