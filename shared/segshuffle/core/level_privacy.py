@@ -130,6 +130,9 @@ LOWER_WINDOW_SIGMAS = 10.0
 #: Relative precision of the epsilon searches.
 EPSILON_RTOL = 1e-6
 
+#: Relative precision of the lower bounds' epsilons (figures for a report).
+LOWER_RTOL = 1e-4
+
 #: Most distinct lambdas whose every pair a report covers (pairs grow as its square).
 MAX_REPORTED_RATES = 16
 
@@ -389,8 +392,29 @@ def level_epsilon(lam: float, other: float, setting: LevelSetting, delta: float,
     """
     delta = validation.require_delta(delta)
     if lower:
-        return _smallest_level(lambda e: level_delta_lower(e, lam, other, setting) - delta)
+        return _largest_unmet_level(lambda e: level_delta_lower(e, lam, other, setting) - delta)
     return _smallest_level(lambda e: level_delta(e, lam, other, setting, delta=delta) - delta)
+
+
+def _largest_unmet_level(excess) -> float | None:
+    """A lower bound's epsilon: an E in [0, cap] with excess(E) > 0 within LOWER_RTOL of the
+    crossing (0 when excess(0) <= 0; None when even the cap is not met).
+
+    The answer stays on the side where the exhibited view still exceeds delta, so it is
+    never above the exact threshold of that view; a report needs no more digits.
+    """
+    excess = remembered(excess)
+    if excess(0.0) <= 0.0:
+        return 0.0
+    if excess(EPSILON_CAP) > 0.0:
+        return None
+    root = bracketed_root(excess, 0.0, EPSILON_CAP, xtol=1e-9, rtol=LOWER_RTOL / 4.0)
+    step = max(root * LOWER_RTOL / 4.0, 1e-9)
+    x = root
+    while x > 0.0 and excess(x) <= 0.0:
+        x = max(x - step, 0.0)
+        step *= 2.0
+    return x
 
 
 @dataclass(frozen=True)
