@@ -64,3 +64,12 @@ def test_the_demo_ends_with_one_line_when_it_cannot_find_the_client(
 def test_the_python_tools_do_not_reach_above_their_package() -> None:
     for module in (web_client, web_demo):
         assert "__file__" not in inspect.getsource(module), module.__name__
+
+
+def test_the_demo_refuses_fewer_users_than_the_clients_default_floor(capsys) -> None:
+    # The pages' default policy refuses min_users below the shuffler's default floor, so
+    # a smaller demo could only end in refusals.
+    with pytest.raises(SystemExit) as stopped:
+        web_demo.main(["--users", "9"])
+    assert stopped.value.code == 2
+    assert "at least 10" in capsys.readouterr().err

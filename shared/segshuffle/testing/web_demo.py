@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from segshuffle.core import rules
 from segshuffle.testing.localstack import RELEASE_SECONDS, LocalStack, harness_seconds
 from segshuffle.testing.population import Population
 from segshuffle.testing.static_site import StaticSite
@@ -346,8 +347,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the web client's folder (default: $SEGSHUFFLE_WEB_CLIENT, else "
                              "clients/web under the current directory)")
     args = parser.parse_args(argv)
-    if args.users < 2:
-        parser.error("--users must be at least 2")
+    if args.users < rules.SHUFFLER_MIN_USERS:
+        # The pages run the web client's default policy, which refuses a campaign whose
+        # min_users is below the shuffler's default floor.
+        parser.error(f"--users must be at least {rules.SHUFFLER_MIN_USERS} (the clients' "
+                     "default floor of min_users)")
     if args.screenshot is not None and not Path(CHROMIUM).is_file():
         parser.error(f"--screenshot needs Debian's chromium at {CHROMIUM} "
                      "(apt-get install chromium)")
