@@ -63,10 +63,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .rules import MAX_CORRELATION_RATIO
 from .scalar_search import bounded_minimum
-
-#: The largest correlation ratio accepted (odds a thousand times higher among holders).
-MAX_CORRELATION_RATIO = 1000.0
 
 #: Points of the x grid on which the bias over the tilted mass is maximised before the
 #: best cell is refined.

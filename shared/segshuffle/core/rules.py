@@ -158,3 +158,8 @@ def default_delta(users: float) -> float:
     if not (math.isfinite(users) and users >= 1):
         raise ValueError(f"users must be at least 1, got {users!r}")
     return DEFAULT_DELTA_FACTOR / users
+
+
+#: The largest correlation ratio R a campaign may guard against (odds a thousand times
+#: higher among an item's holders); here, numpy-free, because the wire models check it.
+MAX_CORRELATION_RATIO = 1000.0

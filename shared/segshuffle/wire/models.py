@@ -49,7 +49,7 @@ from pydantic import (
 from segshuffle.core import blanket as _blanket
 from segshuffle.core import rules
 from segshuffle.core.blanket import BlanketMode
-from segshuffle.core.correlation import MAX_CORRELATION_RATIO
+from segshuffle.core.rules import MAX_CORRELATION_RATIO
 
 # --- sizes -------------------------------------------------------------------------------
 
