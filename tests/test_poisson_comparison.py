@@ -7,7 +7,11 @@ import math
 import mpmath
 import pytest
 
-from segshuffle.core.poisson_comparison import cdf_excess, dominated_poisson_mean
+from segshuffle.core.poisson_comparison import (
+    cdf_excess,
+    dominated_poisson_mean,
+    steering_poisson_mean,
+)
 
 mpmath.mp.dps = 40
 
@@ -62,3 +66,16 @@ def test_a_negative_slack_is_refused_rather_than_searched_for_ever(slack: float)
     # eta = 0 at nu = 0 is never below a negative slack: the verification loop never ended.
     with pytest.raises(ValueError, match="slack"):
         dominated_poisson_mean(1000, 0.1, slack)
+
+
+@pytest.mark.parametrize(("trials", "q", "slack"), [
+    (15_299, 0.01, 1e-11), (15_299, 0.05, 1e-11), (3_000_000, 1e-4, 1e-11), (300, 0.2, 1e-6),
+    (100, 1e-3, 1e-9)])
+def test_the_steering_comparison_lands_next_to_the_certified_one(trials: int, q: float,
+                                                                  slack: float) -> None:
+    nu, eta = steering_poisson_mean(trials, q, slack)
+    certified, _ = dominated_poisson_mean(trials, q, slack)
+    mean = trials * q
+    # Within a small share of the gap below the mean (the search only steers with it).
+    assert abs(nu - certified) <= 0.05 * (mean - certified) + 1e-9 * mean
+    assert 0.0 <= eta <= slack * (1.0 + 1e-6)
