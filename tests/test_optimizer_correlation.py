@@ -79,3 +79,18 @@ def test_the_ratio_needs_the_variance_objective_and_a_valid_value():
     with pytest.raises(ValueError, match="largest share"):
         optimize([250, 500, 250], LEVELS, D, S, DELTA, correlation_ratio=2.0,
                  largest_share=0.0)
+
+
+def test_the_command_line_refuses_a_bad_ratio(capsys):
+    from segshuffle.cli.main import main
+
+    base = ["optimize", "--users", "1000", "--domain-size", "10", "--set-size", "2",
+            "--levels", "0.5,1,2", "--shares", "0.25,0.5,0.25", "--delta", "1e-5"]
+    for extra, message in ((["--correlation-ratio", "0.5"], "correlation ratio"),
+                           (["--correlation-ratio", "2", "--largest-share", "2"],
+                            "largest share"),
+                           (["--correlation-ratio", "2", "--objective", "paper-bound"],
+                            "variance objective")):
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
