@@ -367,19 +367,28 @@ def _outside_buckets(n: int, p: float) -> tuple[tuple[int, float], ...]:
 
 
 # -- epsilons -------------------------------------------------------------------------------
-def _smallest_level(excess) -> float | None:
-    """The smallest E in [0, cap] with excess(E) <= 0 (excess falls with E), or None."""
+def _level_crossing(excess, rtol: float, *, met: bool) -> float | None:
+    """Where excess(E) (falling with E) crosses 0 on [0, cap], to ``rtol`` relative.
+
+    ``met``: the answer has excess <= 0 (an upper bound's epsilon, never below the
+    crossing); else it keeps excess > 0 (a lower bound's, never above it).  0 when
+    excess(0) <= 0; None when even the cap is not met.
+    """
     excess = remembered(excess)
     if excess(0.0) <= 0.0:
         return 0.0
     if excess(EPSILON_CAP) > 0.0:
         return None
-    root = bracketed_root(excess, 0.0, EPSILON_CAP, xtol=1e-12, rtol=EPSILON_RTOL / 4.0)
-    step = max(root * EPSILON_RTOL / 4.0, 1e-12)
+    xtol = 1e-12 if met else 1e-9
+    root = bracketed_root(excess, 0.0, EPSILON_CAP, xtol=xtol, rtol=rtol / 4.0)
+    step = max(root * rtol / 4.0, xtol)
     x = root
-    while excess(x) > 0.0:
-        x = min(x + step, EPSILON_CAP)
-        step *= 2.0
+    if met:
+        while excess(x) > 0.0:
+            x, step = min(x + step, EPSILON_CAP), 2.0 * step
+    else:
+        while x > 0.0 and excess(x) <= 0.0:
+            x, step = max(x - step, 0.0), 2.0 * step
     return x
 
 
@@ -392,29 +401,10 @@ def level_epsilon(lam: float, other: float, setting: LevelSetting, delta: float,
     """
     delta = validation.require_delta(delta)
     if lower:
-        return _largest_unmet_level(lambda e: level_delta_lower(e, lam, other, setting) - delta)
-    return _smallest_level(lambda e: level_delta(e, lam, other, setting, delta=delta) - delta)
-
-
-def _largest_unmet_level(excess) -> float | None:
-    """A lower bound's epsilon: an E in [0, cap] with excess(E) > 0 within LOWER_RTOL of the
-    crossing (0 when excess(0) <= 0; None when even the cap is not met).
-
-    The answer stays on the side where the exhibited view still exceeds delta, so it is
-    never above the exact threshold of that view; a report needs no more digits.
-    """
-    excess = remembered(excess)
-    if excess(0.0) <= 0.0:
-        return 0.0
-    if excess(EPSILON_CAP) > 0.0:
-        return None
-    root = bracketed_root(excess, 0.0, EPSILON_CAP, xtol=1e-9, rtol=LOWER_RTOL / 4.0)
-    step = max(root * LOWER_RTOL / 4.0, 1e-9)
-    x = root
-    while x > 0.0 and excess(x) <= 0.0:
-        x = max(x - step, 0.0)
-        step *= 2.0
-    return x
+        return _level_crossing(lambda e: level_delta_lower(e, lam, other, setting) - delta,
+                               LOWER_RTOL, met=False)
+    return _level_crossing(lambda e: level_delta(e, lam, other, setting, delta=delta) - delta,
+                           EPSILON_RTOL, met=True)
 
 
 @dataclass(frozen=True)
