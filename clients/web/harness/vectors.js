@@ -8,6 +8,7 @@
 // grows, so a level that fails at E_k fails below it too; anything else is unprotected.
 
 import { fromHex, toBase64url } from "../src/bytes.js";
+import { VerificationError } from "../src/errors.js";
 
 /** The JSON document at `url`: a file under Node, an HTTP resource in a page. */
 async function readJson(url) {
@@ -28,6 +29,26 @@ export const PUBLIC_KEY = fromHex(HPKE.public_key);
 export const KEY_CONFIG = Object.freeze({
   key_id: HPKE.key_id, kem_id: 32, kdf_id: 1, aead_id: 1, public_key: toBase64url(PUBLIC_KEY),
 });
+
+/** The round-2 view of a parameters `vector`, with `changes` laid over it. */
+export function viewOf(vector, changes = {}) {
+  return {
+    id: vector.config.id, phase: "round2", config: vector.config, config_hash: vector.config_hash,
+    key_id: KEY_CONFIG.key_id, hpke_config: KEY_CONFIG, parameters: vector.parameters,
+    parameters_hash: vector.parameters_hash, ...changes,
+  };
+}
+
+/** The checks a verification `promise` fails on ([] when it passes). */
+export async function checksOf(promise) {
+  try {
+    await promise;
+    return [];
+  } catch (error) {
+    if (!(error instanceof VerificationError)) throw error;
+    return [...error.checks];
+  }
+}
 
 /** The setting an accountant call belongs to. */
 const settingOf = (p) => JSON.stringify([p.campaign_id, p.m, p.honest_users, p.delta, p.set_size,

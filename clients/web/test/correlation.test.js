@@ -6,20 +6,11 @@ import { test } from "node:test";
 
 import { readConfig, readKeyConfig, readView } from "../src/answers.js";
 import { documentHash } from "../src/canonical.js";
-import { VerificationError } from "../src/errors.js";
 import { makePolicy } from "../src/policy.js";
 import { verifyCampaign, verifyParameters } from "../src/verify.js";
-import { KEY_CONFIG, VECTORS, recordedUserDelta } from "../harness/vectors.js";
+import { KEY_CONFIG, VECTORS, checksOf, recordedUserDelta, viewOf } from "../harness/vectors.js";
 
 const HONEST = VECTORS.parameters[0];
-
-function viewOf(vector, changes = {}) {
-  return {
-    id: vector.config.id, phase: "round2", config: vector.config, config_hash: vector.config_hash,
-    key_id: KEY_CONFIG.key_id, hpke_config: KEY_CONFIG, parameters: vector.parameters,
-    parameters_hash: vector.parameters_hash, ...changes,
-  };
-}
 
 /** `vector`'s view with configuration and parameters changed, every hash recomputed. */
 async function changed(vector, configChanges, parameterChanges) {
@@ -28,16 +19,6 @@ async function changed(vector, configChanges, parameterChanges) {
   const parameters = { ...vector.parameters, ...parameterChanges, config_hash: configHash };
   return viewOf(vector, { config, config_hash: configHash, parameters,
     parameters_hash: await documentHash(parameters) });
-}
-
-async function checksOf(promise) {
-  try {
-    await promise;
-    return [];
-  } catch (error) {
-    if (!(error instanceof VerificationError)) throw error;
-    return [...error.checks];
-  }
 }
 
 function round2(view) {

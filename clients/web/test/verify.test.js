@@ -15,17 +15,11 @@ import { campaignMessage, endMessage, parametersMessage } from "../src/signature
 import {
   verifyCampaign, verifyParameters, verifyReleaseThreshold, verifyRound1Count, verifySignatures,
 } from "../src/verify.js";
-import { KEY_CONFIG, PUBLIC_KEY, VECTORS, recordedUserDelta } from "../harness/vectors.js";
+import {
+  KEY_CONFIG, PUBLIC_KEY, VECTORS, checksOf, recordedUserDelta, viewOf,
+} from "../harness/vectors.js";
 
 const HPKE = VECTORS.hpke[0];
-
-function viewOf(vector, changes = {}) {
-  return {
-    id: vector.config.id, phase: "round2", config: vector.config, config_hash: vector.config_hash,
-    key_id: KEY_CONFIG.key_id, hpke_config: KEY_CONFIG, parameters: vector.parameters,
-    parameters_hash: vector.parameters_hash, ...changes,
-  };
-}
 
 /** A view of `vector` with its parameters changed and their hash recomputed. */
 async function tampered(vector, changes) {
@@ -40,16 +34,6 @@ async function reconfigured(vector, changes) {
   const parameters = { ...vector.parameters, config_hash: configHash };
   return viewOf(vector, { config, config_hash: configHash, parameters,
     parameters_hash: await documentHash(parameters) });
-}
-
-async function checksOf(promise) {
-  try {
-    await promise;
-    return [];
-  } catch (error) {
-    if (!(error instanceof VerificationError)) throw error;
-    return [...error.checks];
-  }
 }
 
 function round2(view, vector, options = {}) {
