@@ -149,14 +149,7 @@ def _numbers(flag: str, text: str) -> list[float]:
 def correlations_of(args: argparse.Namespace) -> tuple[Correlation, ...]:
     """The correlation settings ``--correlation``, ``--correlation-mode`` and
     ``--correlated-items`` ask for, in the order given (duplicates dropped)."""
-    ratios = []
-    for value in _numbers("--correlation", args.correlation):
-        try:
-            ratio = require_correlation_ratio(value)
-        except ValueError as exc:
-            raise ValueError(f"--correlation: {exc}") from None
-        if ratio not in ratios:
-            ratios.append(ratio)
+    ratios = _ratios("--correlation", args.correlation)
     items = tuple(require_int("every --correlated-items value", _integer("--correlated-items",
                                                                           part), 0)
                   for part in args.correlated_items.split(",") if part.strip())
@@ -170,16 +163,23 @@ def guards_of(args: argparse.Namespace) -> tuple[float, ...]:
     """The R > 1 of ``--guard`` (empty without it)."""
     if args.guard is None:
         return ()
-    guards = []
-    for value in _numbers("--guard", args.guard):
+    return tuple(sorted(_ratios("--guard", args.guard, above_one=True)))
+
+
+def _ratios(flag: str, text: str, *, above_one: bool = False) -> list[float]:
+    """The correlation ratios ``flag`` lists, each checked (``above_one``: R = 1 refused),
+    in order, duplicates dropped."""
+    ratios: list[float] = []
+    for value in _numbers(flag, text):
         try:
             ratio = require_correlation_ratio(value)
         except ValueError as exc:
-            raise ValueError(f"--guard: {exc}") from None
-        if ratio == 1.0:
-            raise ValueError("--guard values must be above 1 (R = 1 is the method ours)")
-        guards.append(ratio)
-    return tuple(sorted(set(guards)))
+            raise ValueError(f"{flag}: {exc}") from None
+        if above_one and ratio == 1.0:
+            raise ValueError(f"{flag} values must be above 1 (R = 1 is the method ours)")
+        if ratio not in ratios:
+            ratios.append(ratio)
+    return ratios
 
 
 def run(args: argparse.Namespace) -> int:
