@@ -9,7 +9,8 @@ tolerance f).  A user at level E with Poisson rate lambda is protected when
 delta_user(E) <= delta.
 
 **Slot blanket** (:attr:`BlanketMode.SLOTS`, the paper's).  N = h ceil(m) - 1
-slots each land on a given item with probability r = gamma / d.  Reveal the
+slots each land on a given item with probability r = gamma / d (the one-item
+mixture of :mod:`segshuffle.core.slot_single` counts all h ceil(m)).  Reveal the
 victim's send indicators V (they do not depend on its data, so revealing them
 only helps the server); by joint convexity,
 
@@ -145,7 +146,10 @@ def blanket_geometry(users: int, m: float, domain_size: int, *, lower: bool = Fa
                      ) -> tuple[int, float]:
     """(N, r) of the slot blanket: N = users ceil(m) - 1, r = gamma / d.
 
-    Lower bounds use every slot, N = users ceil(m) (the victim's own included).
+    ``lower=True`` counts every slot, N = users ceil(m) (the victim's own included):
+    the exhibited lower bounds, and the one-item mixture of
+    :mod:`segshuffle.core.slot_single`, whose proof covers every slot.  The other
+    upper bounds count one slot fewer (fewer slots: a larger delta, so still sound).
 
     With m = 0 there is no blanket (N = 0, r = 0).
     """
@@ -291,7 +295,8 @@ class SlotAccountant:
     """delta_user of the slot blanket: the smallest of the bounds that apply.
 
     - one differing pair at most (S = min(s, d // 2) = 1): the exact mixture of
-      :mod:`segshuffle.core.slot_single`;
+      :mod:`segshuffle.core.slot_single` over ``every_slot`` = h ceil(m) slots, the
+      victim's own included (the others count ``n_slots`` = h ceil(m) - 1);
     - S >= 2 and a blanket small enough to enumerate: the exact joint view of
       :mod:`segshuffle.core.slot_joint`, the largest over k = 1..S differing items
       (the full view up to its buckets, so nothing else is computed);
@@ -310,7 +315,7 @@ class SlotAccountant:
     """
 
     def __init__(self, n_slots: int, gamma: float, set_size: int, domain_size: int,
-                 slack: float, step: float) -> None:
+                 slack: float, step: float, *, every_slot: int) -> None:
         self._revealed_arguments = (n_slots, gamma / domain_size if n_slots else 0.0,
                                      set_size, domain_size, slack, step)
         self._revealed: SlotBlanketBound | None = None
@@ -325,8 +330,8 @@ class SlotAccountant:
             p_group, r_pair = group_geometry(gamma, domain_size, self.pairs)
             if r_pair < 0.5 and n_slots * p_group >= STEERING_GROUP_SLOTS:
                 self.estimate = BinLaw(n_slots * p_group * r_pair)
-        if self.estimate is None and self.pairs == 1 and n_slots > 0:
-            self.single = single_item_mixture(n_slots, gamma, domain_size)
+        if self.estimate is None and self.pairs == 1 and every_slot > 0:
+            self.single = single_item_mixture(every_slot, gamma, domain_size)
         elif self.estimate is None and self.pairs >= 2 and n_slots > 0 and gamma > 0.0:
             joint = [joint_view(n_slots, gamma, domain_size, k)
                      for k in range(1, self.pairs + 1)]
@@ -375,8 +380,10 @@ class SlotAccountant:
 def _slot_bound(users: int, m: float, domain_size: int, set_size: int, slack: float,
                 step: float = DEFAULT_STEP) -> SlotAccountant:
     n_slots, r = blanket_geometry(users, m, domain_size)
+    every_slot = blanket_geometry(users, m, domain_size, lower=True)[0]
     return SlotAccountant(_accounted_trials(n_slots, r), blanket_probability(m), set_size,
-                          domain_size, slack, step)
+                          domain_size, slack, step,
+                          every_slot=_accounted_trials(every_slot, r))
 
 
 def clear_caches() -> None:

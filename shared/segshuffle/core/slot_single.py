@@ -22,6 +22,26 @@ N - b slots, rate r1 and the victim's Bernoulli(lambda) message.  A mixture over
 an observed label whose law is the same in both worlds has the label-weighted
 average divergence, with equality.
 
+**Which slots.**  N is every blanket slot of the h accounted honest users, the
+victim's own ceil(m) included: N = h ceil(m).  The proof above needs the N slots to
+be independent, alike and independent of the victim's set, in both worlds.  The
+victim's client draws its slots exactly as every honest client does (each a uniform
+item with probability gamma, never looking at x), and its data message is a separate
+ciphertext, the pair's Bernoulli(lambda) message; so its slots are part of the
+blanket in both worlds, and the mixture over h ceil(m) slots is the full view's
+divergence itself.  Counting h ceil(m) - 1 slots, as the other slot bounds do (one
+more slot is a post-processing, so fewer slots bound from above), gives a larger
+delta: at gamma = 1 and lambda = 1 its mass at infinite loss is (1 - 1/d)^(hc - 1)
+against the view's (1 - 1/d)^(hc), which at small h left no epsilon at all where
+the view's is finite (h = 3, d = 3, m = 2, lambda = 0.1, delta = 0.01: exact 1.376).
+
+**Rounding.**  With every b its own bucket (small populations) the value is exact
+but for rounding: the bucket weights are binomial tail differences, each within a
+few ulps, and every pair's per-total sum loses at most about 1e-11 relative; the
+accountant's certified margins (relative 1e-9, absolute 1e-15) cover both, so the
+published delta is never below the view's.  Brute-force enumeration of the view
+confirms it over a grid of small populations (``tests/test_single_item_exact.py``).
+
 **Bucketing.**  delta_pair is non-increasing in its slot count: one more slot,
 independent and landing on x, x' or nowhere with the same probabilities in both
 worlds, is a randomised map applied to both views.  So charging every b of a

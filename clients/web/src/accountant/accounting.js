@@ -9,7 +9,7 @@
 // probability r = gamma / d.  The smallest of the bounds that apply is taken:
 //
 // - one differing pair at most (S = min(s, d // 2) = 1): the exact mixture of
-//   slot_single.js;
+//   slot_single.js, over all h ceil(m) slots (the victim's own included);
 // - S >= 2 and a blanket small enough to enumerate: the exact joint view of
 //   slot_joint.js, the largest over k = 1..S differing items;
 // - otherwise, S >= 2: the labelled-groups bound of slot_groups.js where it applies;
@@ -66,12 +66,16 @@ const TAUS_KEPT = 8;
 
 /**
  * [N, r] of the slot blanket: N = h ceil(m) - 1 slots, r = gamma / d ([0, 0] when m = 0).
- * @param {number} users @param {number} m @param {number} domainSize @returns {[number, number]}
+ * `everySlot` counts all h ceil(m) slots, the victim's own included: the one-item
+ * mixture of slot_single.js, whose proof covers every slot.
+ * @param {number} users @param {number} m @param {number} domainSize
+ * @param {boolean} [everySlot] @returns {[number, number]}
  */
-export function blanketGeometry(users, m, domainSize) {
+export function blanketGeometry(users, m, domainSize, everySlot = false) {
   const slots = blanketSlots(m);
   if (slots === 0) return [0, 0.0];
-  return [Math.max(users * slots - 1, 0), blanketProbability(m) / domainSize];
+  const nSlots = users * slots - 1 + (everySlot ? 1 : 0);
+  return [Math.max(nSlots, 0), blanketProbability(m) / domainSize];
 }
 
 /** C(n, k) correctly rounded to a double. @param {number} n @param {number} k */
@@ -160,8 +164,9 @@ class SlotAccountant {
   /**
    * @param {number} nSlots @param {number} gamma @param {number} setSize
    * @param {number} domainSize @param {number} slack @param {number} step
+   * @param {number} everySlot all h ceil(m) slots (the one-item mixture's)
    */
-  constructor(nSlots, gamma, setSize, domainSize, slack, step) {
+  constructor(nSlots, gamma, setSize, domainSize, slack, step, everySlot) {
     this.revealedArguments = [nSlots, nSlots ? gamma / domainSize : 0.0, setSize, domainSize,
       slack, step];
     /** @type {RevealedSendBound | null} */
@@ -171,8 +176,8 @@ class SlotAccountant {
     this.groups = null;
     /** @type {import("./slot_joint.js").JointView[]} */
     this.joint = [];
-    if (this.pairs === 1 && nSlots > 0) {
-      this.single = singleItemMixture(nSlots, gamma, domainSize);
+    if (this.pairs === 1 && everySlot > 0) {
+      this.single = singleItemMixture(everySlot, gamma, domainSize);
     } else if (this.pairs >= 2 && nSlots > 0 && gamma > 0.0) {
       const joint = [];
       for (let k = 1; k <= this.pairs; k += 1) joint.push(jointView(nSlots, gamma, domainSize, k));
@@ -227,8 +232,9 @@ const slotBoundCache = registeredCache(256);
 function slotBound(users, m, domainSize, setSize, slack, step) {
   return slotBoundCache.get(keyOf(users, m, domainSize, setSize, slack, step), () => {
     const [nSlots, r] = blanketGeometry(users, m, domainSize);
+    const everySlot = blanketGeometry(users, m, domainSize, true)[0];
     return new SlotAccountant(accountedTrials(nSlots, r), blanketProbability(m), setSize,
-      domainSize, slack, step);
+      domainSize, slack, step, accountedTrials(everySlot, r));
   });
 }
 

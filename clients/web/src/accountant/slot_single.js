@@ -16,6 +16,14 @@
 // null count is a function of (b, and the counts on x and x').  An observed label with
 // the same law in both worlds averages the divergence, with equality.
 //
+// Which slots.  N = h ceil(m), every blanket slot of the accounted honest users, the
+// victim's own included: the victim's client draws its slots as every honest client
+// does, independently of x, and its data message is a separate ciphertext (the pair's
+// Bernoulli(lambda) message), so its slots belong to the blanket in both worlds and the
+// mixture is the view's divergence itself.  Rounding (binomial tail differences, the
+// pairs' per-total sums: about 1e-11 relative) is covered by the certified margins of
+// accounting.js.
+//
 // Bucketing.  delta_pair does not grow with its slot count (one more independent slot is
 // a randomised map applied to both views), so charging every b of a bucket [b_lo, b_hi]
 // the pair at N - b_hi is an upper bound, and the mass of b above the summed window is

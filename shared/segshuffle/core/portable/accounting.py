@@ -13,7 +13,7 @@ protected when delta_user(E) <= delta.
 probability r = gamma / d.  The smallest of the bounds that apply is taken:
 
 - at most one differing pair (S = min(s, d // 2) = 1): the exact mixture of
-  :mod:`.slot_single`;
+  :mod:`.slot_single`, over all h ceil(m) slots (the victim's own included);
 - S >= 2 and a blanket small enough to enumerate: the exact joint view of :mod:`.slot_joint`,
   the largest over k = 1..S differing items;
 - otherwise, S >= 2: the labelled-groups bound of :mod:`.slot_groups` where it applies;
@@ -89,12 +89,17 @@ DEFAULT_DELTA = 1e-9
 TAUS_KEPT = 8
 
 
-def blanket_geometry(users: int, m: float, domain_size: int) -> tuple[int, float]:
-    """(N, r) of the slot blanket: N = h ceil(m) - 1 slots, r = gamma / d ((0, 0) when m = 0)."""
+def blanket_geometry(users: int, m: float, domain_size: int, *, every_slot: bool = False
+                     ) -> tuple[int, float]:
+    """(N, r) of the slot blanket: N = h ceil(m) - 1 slots, r = gamma / d ((0, 0) when m = 0).
+
+    ``every_slot=True`` counts all h ceil(m) slots, the victim's own included: the
+    one-item mixture of :mod:`.slot_single`, whose proof covers every slot."""
     slots = blanket_slots(m)
     if slots == 0:
         return 0, 0.0
-    return max(users * slots - 1, 0), blanket_probability(m) / domain_size
+    n_slots = users * slots - 1 + (1 if every_slot else 0)
+    return max(n_slots, 0), blanket_probability(m) / domain_size
 
 
 def _binomial_weights(set_size: int, lam: float) -> list[float]:
@@ -160,7 +165,7 @@ class SlotAccountant:
     docstring)."""
 
     def __init__(self, n_slots: int, gamma: float, set_size: int, domain_size: int,
-                 slack: float, step: float) -> None:
+                 slack: float, step: float, *, every_slot: int) -> None:
         self._revealed_arguments = (n_slots, gamma / domain_size if n_slots else 0.0,
                                     set_size, domain_size, slack, step)
         self._revealed: RevealedSendBound | None = None
@@ -168,8 +173,8 @@ class SlotAccountant:
         self.single: SingleItemMixture | None = None
         self.groups: GroupsBound | None = None
         self.joint: list[JointView] = []
-        if self.pairs == 1 and n_slots > 0:
-            self.single = single_item_mixture(n_slots, gamma, domain_size)
+        if self.pairs == 1 and every_slot > 0:
+            self.single = single_item_mixture(every_slot, gamma, domain_size)
         elif self.pairs >= 2 and n_slots > 0 and gamma > 0.0:
             joint: list[JointView] = []
             for k in range(1, self.pairs + 1):
@@ -223,8 +228,10 @@ def _slot_bound(users: int, m: float, domain_size: int, set_size: int, slack: fl
     """The (cached) slot accountant of one campaign geometry and slack."""
     def make() -> SlotAccountant:
         n_slots, r = blanket_geometry(users, m, domain_size)
+        every_slot = blanket_geometry(users, m, domain_size, every_slot=True)[0]
         return SlotAccountant(_accounted_trials(n_slots, r), blanket_probability(m), set_size,
-                              domain_size, slack, step)
+                              domain_size, slack, step,
+                              every_slot=_accounted_trials(every_slot, r))
 
     return _slot_bound_cache.get(key_of(users, m, domain_size, set_size, slack, step), make)
 
