@@ -125,5 +125,7 @@ def test_the_coarser_grid_is_tighter_than_rounding_up_on_the_fine_one() -> None:
     before = _composed(fine_up, 8, True)
     after = _composed(multinomial_pair.pair_loss(atoms, lam, upper=True,
                                                  step=privacy_loss.DEFAULT_STEP), 8, True)
-    for eps in (0.5, 1.0, 1.5):
+    # Beyond E = 1 both are below 1e-12, where each is its FFT rounding charge (about
+    # 1e-17 per grid point) and the comparison says nothing about the grids.
+    for eps in (0.25, 0.5, 0.75, 1.0):
         assert after.delta(eps) <= before.delta(eps)

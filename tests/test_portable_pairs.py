@@ -282,9 +282,11 @@ def test_pair_atoms_match_numpy(slots: int, r: float) -> None:
     atoms = multinomial_pair.pair_atoms(slots, r)
     reference = np_multinomial_pair.pair_atoms(slots, r)
     assert atoms is not None and reference is not None
-    assert atoms.t == reference.t.tolist()
-    assert atoms.a == reference.a.tolist()
-    assert_all_close(atoms.mass, reference.mass, "mass")
+    assert atoms.low == reference.low.tolist()
+    assert atoms.high == reference.high.tolist()
+    assert_all_close(atoms.here, reference.here, "here")
+    assert_all_close(atoms.before, reference.before, "before")
+    assert_all_close(atoms.split, reference.split, "split")
     assert_close(atoms.tail, reference.tail)
     for lam in (0.1, 0.5, 1.0):
         loss, p_mass = multinomial_pair.pair_losses(atoms, lam)
@@ -294,7 +296,9 @@ def test_pair_atoms_match_numpy(slots: int, r: float) -> None:
 
 
 def test_pair_atoms_limits() -> None:
-    assert multinomial_pair.pair_atoms(10**8, 0.25) is None  # beyond MAX_ATOMS
+    # Nearly every slot on the pair: blocks of one total, each with ~90,000 splits.
+    assert multinomial_pair.pair_atoms(10**8, 0.4999999) is None  # beyond MAX_ATOMS
+    assert np_multinomial_pair.pair_atoms(10**8, 0.4999999) is None
     assert multinomial_pair.MAX_ATOMS == 6_000_000
     for r in (0.0, 0.5, -0.1, math.nan):
         with pytest.raises(AccountantError, match="r must be"):

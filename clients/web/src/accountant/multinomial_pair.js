@@ -1,29 +1,27 @@
-// The privacy loss distribution of the multinomial two-bin pair, for composition.
+// The privacy loss distribution of the multinomial two-bin pair, for composition: the port
+// of segshuffle.core.multinomial_pair (the proof is there).
 //
 // The pair.  k blanket slots each land on item x with probability r, on x' with
 // probability r, and elsewhere (or nowhere) with probability 1 - 2r; the victim adds one
-// message to x (world P) or to x' (world Q) with probability lambda.  The counts (a, b)
-// on (x, x') have
+// message to x (world P) or to x' (world Q) with probability lambda.  The observed total t
+// on the pair has the same law in both worlds, pi(t) = (1 - lambda) w(t) + lambda w(t - 1)
+// with w the Binomial(k, 2r) pmf, and given t the split a on x has
 //
-//   P(a, b) = (1 - lambda) M(a, b) + lambda M(a - 1, b),
-//   Q(a, b) = (1 - lambda) M(a, b) + lambda M(a, b - 1),
+//   P(a | t) = h_t(a) (c_t + a) / (c_t + t / 2),   L(a | t) = ln(c_t + a) - ln(c_t + t - a),
+//   c_t = ((1 - lambda) / lambda) rho (k - t + 1),  rho = r / (1 - 2r),
 //
-// with M the Multinomial(k; r, r) mass of the blanket: the count pair of hockey_stick.js,
-// whose loss distribution is needed here to compose several pairs.
+// h_t the Binomial(t, 1/2) pmf.
 //
-// The loss.  With t = a + b and rho = r / (1 - 2r), M(a - 1, b) / M(a, b) = a / (rho (k - t + 1)),
+// Blocks.  The totals are cut into blocks [t_0, t_1] (blockStarts); the block pair reveals
+// the block and the split of t_0 messages with the victim's probability of the block's
+// top total: c = ((1 - lambda) / lambda) rho (k - t_1 + 1) t_0 / t_1.  The pair is a
+// post-processing of the block pair, so every divergence of it and of its compositions
+// is at most the block pair's.  A block of one total is exact.
 //
-//   L(a, b) = ln(u + lambda a) - ln(u + lambda b),   u = (1 - lambda) rho (k - t + 1),
-//
-// (at t = k + 1, u = 0 and L = ln(a / b)).  Under P the total is t = T + V with
-// T ~ Binomial(k, 2r), and given T the blanket splits as Binomial(T, 1/2).
-//
-// Enumeration.  Every (T, A) in a window of WINDOW_SIGMAS standard deviations around the
-// means is an atom; the mass outside is computed from the binomial tails and, in an
-// upper bound, put at +infinity.  The atoms' masses do not depend on lambda and are
-// cached per (k, r); the atoms are put on the grid of privacy_loss.js as there
-// (connecting the dots in an upper bound, rounding down in a lower one), and its
-// composition then applies.
+// Enumeration.  Totals within WINDOW_SIGMAS standard deviations of the blanket's mean,
+// splits within WINDOW_SIGMAS standard deviations of t_0 / 2; the P-mass outside is
+// bounded from binomial tails and, in an upper bound, put at +infinity.  Everything but
+// pi(B) and c is lambda-free and cached per (k, r).
 
 import { registeredCache, keyOf } from "./cache.js";
 import { AccountantError } from "./errors.js";
@@ -33,6 +31,12 @@ import { gridFloor, roundDownAtoms, spreadAtoms } from "./privacy_loss.js";
 /** Standard deviations each side of the means enumerated (the rest is tail mass). */
 const WINDOW_SIGMAS = 9.0;
 
+/**
+ * Relative width of a block of observed totals: a block starting at total t_0 spans
+ * max(1, floor(BLOCK_SHARE min(t_0, k + 1 - t_0))) totals.
+ */
+const BLOCK_SHARE = 1e-3;
+
 /** The most atoms one pair may enumerate; beyond it {@link pairAtoms} returns null. */
 export const MAX_ATOMS = 6_000_000;
 
@@ -40,13 +44,20 @@ export const MAX_ATOMS = 6_000_000;
 const MAX_GRID_POINTS = 1 << 17;
 
 /**
+ * The lambda-free part of the block pair.  Per block: its lowest and highest observed
+ * totals, the blanket's mass on its totals (here) and one below (before), its splits
+ * aLo..aHi.  Per atom, block by block and a increasing: split = h_{t_0}(a).
  * @typedef {object} PairAtoms
  * @property {number} slots k
  * @property {number} r
- * @property {Int32Array} t blanket totals T of the atoms
- * @property {Int32Array} a blanket counts A on x
- * @property {Float64Array} mass w(T) h_T(A)
- * @property {number} tail blanket mass outside the window
+ * @property {Int32Array} low
+ * @property {Int32Array} high
+ * @property {Float64Array} here
+ * @property {Float64Array} before
+ * @property {Int32Array} aLo
+ * @property {Int32Array} aHi
+ * @property {Float64Array} split
+ * @property {number} tail bound on the P-mass outside the atoms, at every lambda
  */
 
 /** @param {number} slots @param {number} q @returns {[number, number]} */
@@ -55,6 +66,26 @@ function totalWindow(slots, q) {
   const sigma = Math.sqrt(Math.max(mean * (1.0 - q), 0.0));
   const margin = WINDOW_SIGMAS * sigma + 2.0 * WINDOW_SIGMAS + 2.0;
   return [Math.max(0, Math.floor(mean - margin)), Math.min(slots, Math.ceil(mean + margin))];
+}
+
+/** The splits a of `total` messages enumerated. @param {number} total @returns {[number, number]} */
+function splitWindow(total) {
+  const halfSd = 0.5 * Math.sqrt(Math.max(total, 1));
+  const margin = WINDOW_SIGMAS * halfSd + WINDOW_SIGMAS + 2.0;
+  return [Math.max(0, Math.floor(total / 2.0 - margin)), Math.min(total, Math.ceil(total / 2.0 + margin))];
+}
+
+/**
+ * The lowest total of every block covering the observed totals tLo..tEnd of a pair with
+ * `slots` slots (the last block is cut at tEnd).
+ * @param {number} slots @param {number} tLo @param {number} tEnd @returns {number[]}
+ */
+export function blockStarts(slots, tLo, tEnd) {
+  const starts = [];
+  for (let t = tLo; t <= tEnd; t += Math.max(1, Math.floor(BLOCK_SHARE * Math.min(t, slots + 1 - t)))) {
+    starts.push(t);
+  }
+  return starts;
 }
 
 /** Pr[Binomial(trials, p) < lo] + Pr[Binomial(trials, p) > hi]. */
@@ -75,65 +106,79 @@ export function pairAtoms(slots, r) {
     if (!(r > 0.0 && r < 0.5)) throw new AccountantError(`r must be in (0, 1/2), got ${r}`);
     const q = 2.0 * r;
     const [tLo, tHi] = totalWindow(slots, q);
-    const totals = tHi - tLo + 1;
-    const aLo = new Int32Array(totals);
-    const aHi = new Int32Array(totals);
+    const starts = blockStarts(slots, tLo, tHi + 1);
+    const blocks = starts.length;
+    const low = Int32Array.from(starts);
+    const high = new Int32Array(blocks);
+    const aLo = new Int32Array(blocks);
+    const aHi = new Int32Array(blocks);
     let count = 0;
-    for (let i = 0; i < totals; i += 1) {
-      const t = tLo + i;
-      const halfSd = 0.5 * Math.sqrt(Math.max(t, 1));
-      const margin = WINDOW_SIGMAS * halfSd + WINDOW_SIGMAS + 2.0;
-      aLo[i] = Math.max(0, Math.floor(t / 2.0 - margin));
-      aHi[i] = Math.min(t, Math.ceil(t / 2.0 + margin));
+    for (let i = 0; i < blocks; i += 1) {
+      high[i] = i + 1 < blocks ? low[i + 1] - 1 : tHi + 1;
+      [aLo[i], aHi[i]] = splitWindow(low[i]);
       count += aHi[i] - aLo[i] + 1;
     }
     if (count > MAX_ATOMS) return null;
-    const atomT = new Int32Array(count);
-    const atomA = new Int32Array(count);
-    const mass = new Float64Array(count);
+    const weights = new Float64Array(tHi - tLo + 3);  // w(t) for t = tLo - 1 .. tHi + 1
+    for (let i = 0; i < weights.length; i += 1) weights[i] = Math.exp(binomLogPmf(tLo - 1 + i, slots, q));
+    const here = new Float64Array(blocks);
+    const before = new Float64Array(blocks);
+    for (let i = 0; i < blocks; i += 1) {
+      let hereSum = 0.0;
+      let beforeSum = 0.0;
+      for (let j = low[i] - tLo; j <= high[i] - tLo; j += 1) {
+        hereSum += weights[j + 1];
+        beforeSum += weights[j];
+      }
+      here[i] = hereSum;
+      before[i] = beforeSum;
+    }
+    const split = new Float64Array(count);
     const log2 = Math.log(2.0);
     let outside = tailOutside(slots, q, tLo, tHi);
     let at = 0;
-    for (let i = 0; i < totals; i += 1) {
-      const t = tLo + i;
-      const logWeight = binomLogPmf(t, slots, q);
-      const logT = lnFactorial(t);
+    for (let i = 0; i < blocks; i += 1) {
+      const t0 = low[i];
+      const logT = lnFactorial(t0);
+      const tLog2 = t0 * log2;
       for (let a = aLo[i]; a <= aHi[i]; a += 1) {
-        atomT[at] = t;
-        atomA[at] = a;
-        const logSplit = logT - lnFactorial(a) - lnFactorial(t - a) - t * log2;
-        mass[at] = Math.exp(logWeight + logSplit);
+        split[at] = Math.exp(logT - lnFactorial(a) - lnFactorial(t0 - a) - tLog2);
         at += 1;
       }
-      // Splits outside [a_lo, a_hi] within the window's totals.
-      outside += Math.exp(logWeight) * tailOutside(t, 0.5, aLo[i], aHi[i]);
+      outside += 2.0 * Math.max(here[i], before[i]) * tailOutside(t0, 0.5, aLo[i], aHi[i]);
     }
-    return { slots, r, t: atomT, a: atomA, mass, tail: outside };
+    return { slots, r, low, high, here, before, aLo, aHi, split, tail: outside };
   });
 }
 
 /**
- * The observed points of the pair (each atom reached without and with the victim's
- * message) with their loss L = ln(u + lam a) - ln(u + lam b) and P-mass.  Points world P
- * cannot produce get L = -inf or NaN; callers drop them.
+ * (L, P-mass) of every atom of the block pair at rate `lam`, in the atoms' order.  Atoms
+ * world P cannot produce get L = -inf and P-mass 0 (callers drop them); those world Q
+ * cannot produce get L = +inf.
  * @param {PairAtoms} atoms @param {number} lam @returns {[Float64Array, Float64Array]}
  */
 export function pairLosses(atoms, lam) {
   const rho = atoms.r / (1.0 - 2.0 * atoms.r);
-  const count = atoms.t.length;
-  const loss = new Float64Array(2 * count);
-  const pMass = new Float64Array(2 * count);
-  const scale = (1.0 - lam) * rho;
-  for (let shift = 0; shift <= 1; shift += 1) {
-    const share = shift === 0 ? 1.0 - lam : lam;
-    for (let i = 0; i < count; i += 1) {
-      const t = atoms.t[i] + shift;
-      const a = atoms.a[i] + shift;
-      const b = t - a;
-      const remaining = Math.max(atoms.slots - t + 1.0, 0.0);
-      const u = scale * remaining;
-      loss[shift * count + i] = Math.log(u + lam * a) - Math.log(u + lam * b);
-      pMass[shift * count + i] = share * atoms.mass[i];
+  const count = atoms.split.length;
+  const loss = new Float64Array(count);
+  const pMass = new Float64Array(count);
+  let at = 0;
+  for (let i = 0; i < atoms.low.length; i += 1) {
+    const t0 = atoms.low[i];
+    const t1 = atoms.high[i];
+    const pi = (1.0 - lam) * atoms.here[i] + lam * atoms.before[i];
+    if (t0 === 0) {
+      for (let a = atoms.aLo[i]; a <= atoms.aHi[i]; a += 1, at += 1) {
+        loss[at] = 0.0;
+        pMass[at] = pi * atoms.split[at];
+      }
+      continue;
+    }
+    const c = ((1.0 - lam) / lam) * rho * (atoms.slots - t1 + 1.0) * t0 / t1;
+    const middle = c + 0.5 * t0;
+    for (let a = atoms.aLo[i]; a <= atoms.aHi[i]; a += 1, at += 1) {
+      loss[at] = Math.log(c + a) - Math.log(c + (t0 - a));
+      pMass[at] = pi * atoms.split[at] * ((c + a) / middle);
     }
   }
   return [loss, pMass];
