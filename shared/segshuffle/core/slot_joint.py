@@ -57,7 +57,7 @@ lower bounds subtract it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
@@ -86,6 +86,16 @@ EXACT_WIDTH = 48
 BUCKET_EDGES = (-7.0, -4.0, -3.0, -2.4, -2.0, -1.6, -1.3, -1.0, -0.8, -0.6, -0.4, -0.2,
                 0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.3, 1.6, 2.0, 2.4, 3.0, 3.6, 4.3, 5.0,
                 6.0, 7.0, 8.5)
+
+#: Bucket edges of the coarser plans, tried in turn by an upper bound whose finer plan
+#: exceeds MAX_VALUES: fewer buckets below the mean of b, where M and the views are many,
+#: and as fine as BUCKET_EDGES above it, where a wide bucket would be charged at a small M
+#: (each bucket is still charged at its largest b, "Bucketing").
+COARSE_BUCKET_EDGES = (
+    (-3.0, -2.0, -1.5, -1.0, -0.6, -0.3, 0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.3, 1.6, 2.0, 2.4, 3.0,
+     3.6, 4.3, 5.0, 6.0, 7.0, 8.5),
+    (-2.0, -1.0, -0.5, 0.0, 0.3, 0.6, 1.0, 1.4, 1.8, 2.2, 2.6, 3.0, 3.6, 4.3, 5.0, 6.0, 7.0, 8.5),
+)
 
 #: Relative rounding error charged per counted term (module docstring, "Numerics").
 ROUNDING = 1e-11
@@ -163,10 +173,13 @@ def upper_quantile(trials: int, p: float, tail: float) -> int:
     return lo
 
 
-def _window(n_slots: int, q_out: float, lower: bool) -> tuple[list[tuple[int, int]], float]:
+def _window(n_slots: int, q_out: float, lower: bool, coarse: int = 0
+            ) -> tuple[list[tuple[int, int]], float]:
     """Buckets [(b_lo, b_hi)] covering b ~ Binomial(N, q_out) up to the window's top.
 
-    Also returns the mass above the window that an upper bound charges 1.
+    Also returns the mass above the window that an upper bound charges 1.  ``coarse``
+    = i >= 1 cuts at COARSE_BUCKET_EDGES[i - 1] however narrow the window (the first
+    bucket starts at 0).
     """
     if q_out <= 0.0 or n_slots == 0:
         return [(0, 0)], 0.0
@@ -174,12 +187,12 @@ def _window(n_slots: int, q_out: float, lower: bool) -> tuple[list[tuple[int, in
     sd = math.sqrt(n_slots * q_out * (1.0 - q_out))
     hi = upper_quantile(n_slots, q_out, BUCKET_TAIL)
     above = distributions.binom_sf(hi, n_slots, q_out) if hi < n_slots else 0.0
-    lo = max(0, math.floor(mean + BUCKET_EDGES[0] * sd))
-    if hi - lo + 1 <= EXACT_WIDTH:
+    edges = COARSE_BUCKET_EDGES[coarse - 1] if coarse else BUCKET_EDGES
+    lo = max(0, math.floor(mean + edges[0] * sd))
+    if hi - lo + 1 <= EXACT_WIDTH and not coarse:
         tops = list(range(lo, hi + 1))
     else:
-        tops = sorted({min(hi, max(lo, math.floor(mean + z * sd))) for z in BUCKET_EDGES}
-                      | {hi})
+        tops = sorted({min(hi, max(lo, math.floor(mean + z * sd))) for z in edges} | {hi})
     buckets, start = [], 0
     for top in tops:
         if top >= start:
@@ -269,7 +282,10 @@ class JointView:
 
     The object holds only the plan (buckets, their weights, slot counts and view
     totals); the enumerated views live in small module caches, so accountants that
-    keep many joint views keep little memory.
+    keep many joint views keep little memory.  An upper bound whose plan with a bucket
+    per b (or BUCKET_EDGES) exceeds MAX_VALUES takes the first coarser plan that fits
+    (``coarse``: its index, 1-based, in COARSE_BUCKET_EDGES): fewer, wider buckets, each
+    charged at its largest b, as sound and a little looser.
     """
 
     n_slots: int
@@ -277,6 +293,7 @@ class JointView:
     domain_size: int
     pairs: int
     lower: bool = False
+    coarse: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         n, d, k = self.n_slots, self.domain_size, self.pairs
@@ -285,7 +302,26 @@ class JointView:
         q_out = self.gamma * (d - 2 * k) / d
         inside = (1.0 - self.gamma) + 2.0 * k * self.gamma / d
         rate = (self.gamma / d) / inside
-        buckets, self.above = _window(n, q_out, self.lower)
+        for coarse in range(len(COARSE_BUCKET_EDGES) + 1):
+            buckets, self.above = _window(n, q_out, self.lower, coarse)
+            plan, atoms = self._plan(buckets, q_out, rate)
+            self.coarse = coarse
+            if self.lower or atoms * 2 * (k + 1) <= MAX_VALUES:
+                break
+        self.atoms = atoms
+        self.values = atoms * 2 * (k + 1)
+        #: What an upper bound charges beyond the enumerated views: b above the window,
+        #: each bucket's views above K, and any underflowed multinomial value.
+        self.left_out = 0.0 if self.lower else (self.above + sum(
+            weight * (truncated + UNDERFLOW * atom_count(2 * k, total) * (1 << k))
+            for weight, _, total, truncated in plan))
+        self.plan = tuple(plan)
+
+    def _plan(self, buckets: list[tuple[int, int]], q_out: float, rate: float
+              ) -> tuple[list[tuple[float, int, int, float]], int]:
+        """(weight, charged slot count M, view total K, left-out mass) per bucket, and the
+        number of views they enumerate."""
+        n, k = self.n_slots, self.pairs
         plan, atoms = [], 0
         for b_lo, b_hi in buckets:
             if q_out > 0.0:
@@ -297,14 +333,7 @@ class JointView:
             total, truncated = _view_total(slots, rate, k)
             plan.append((max(weight, 0.0), slots, total, truncated))
             atoms += atom_count(2 * k, total)
-        self.atoms = atoms
-        self.values = atoms * 2 * (k + 1)
-        #: What an upper bound charges beyond the enumerated views: b above the window,
-        #: each bucket's views above K, and any underflowed multinomial value.
-        self.left_out = 0.0 if self.lower else (self.above + sum(
-            weight * (truncated + UNDERFLOW * atom_count(2 * k, total) * (1 << k))
-            for weight, _, total, truncated in plan))
-        self.plan = tuple(plan)
+        return plan, atoms
 
     @property
     def usable(self) -> bool:

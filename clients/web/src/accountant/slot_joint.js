@@ -61,6 +61,17 @@ const EXACT_WIDTH = 48;
 const BUCKET_EDGES = [-7.0, -4.0, -3.0, -2.4, -2.0, -1.6, -1.3, -1.0, -0.8, -0.6, -0.4, -0.2,
   0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.3, 1.6, 2.0, 2.4, 3.0, 3.6, 4.3, 5.0, 6.0, 7.0, 8.5];
 
+/**
+ * Bucket edges of the coarser plans, tried in turn where the finer plan exceeds MAX_VALUES:
+ * fewer buckets below the mean of b (where the views are many), fine ones above it (where a
+ * wide bucket would be charged at a small slot count); each is charged at its largest b.
+ */
+const COARSE_BUCKET_EDGES = [
+  [-3.0, -2.0, -1.5, -1.0, -0.6, -0.3, 0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.3, 1.6, 2.0, 2.4, 3.0,
+    3.6, 4.3, 5.0, 6.0, 7.0, 8.5],
+  [-2.0, -1.0, -0.5, 0.0, 0.3, 0.6, 1.0, 1.4, 1.8, 2.2, 2.6, 3.0, 3.6, 4.3, 5.0, 6.0, 7.0, 8.5],
+];
+
 /** Relative rounding error charged per counted term. */
 const ROUNDING = 1e-11;
 
@@ -154,22 +165,25 @@ function compositionRank(vector, total, table) {
 
 /**
  * Buckets [b_lo, b_hi] covering b ~ Binomial(N, q_out) up to the window's top, and the
- * mass above it.
- * @param {number} nSlots @param {number} qOut @returns {[Array<[number, number]>, number]}
+ * mass above it; `coarse` = i >= 1 cuts at COARSE_BUCKET_EDGES[i - 1] however narrow the
+ * window.
+ * @param {number} nSlots @param {number} qOut @param {number} coarse
+ * @returns {[Array<[number, number]>, number]}
  */
-function bucketWindow(nSlots, qOut) {
+function bucketWindow(nSlots, qOut, coarse) {
   if (qOut <= 0.0 || nSlots === 0) return [[[0, 0]], 0.0];
   const mean = nSlots * qOut;
   const sd = Math.sqrt(nSlots * qOut * (1.0 - qOut));
   const hi = upperQuantile(nSlots, qOut, BUCKET_TAIL);
   const above = hi < nSlots ? binomSf(hi, nSlots, qOut) : 0.0;
-  const lo = Math.max(0, Math.floor(mean + BUCKET_EDGES[0] * sd));
+  const cuts = coarse > 0 ? COARSE_BUCKET_EDGES[coarse - 1] : BUCKET_EDGES;
+  const lo = Math.max(0, Math.floor(mean + cuts[0] * sd));
   let tops;
-  if (hi - lo + 1 <= EXACT_WIDTH) {
+  if (hi - lo + 1 <= EXACT_WIDTH && coarse === 0) {
     tops = [];
     for (let b = lo; b <= hi; b += 1) tops.push(b);
   } else {
-    const set = new Set(BUCKET_EDGES.map((z) => Math.min(hi, Math.max(lo, Math.floor(mean + z * sd)))));
+    const set = new Set(cuts.map((z) => Math.min(hi, Math.max(lo, Math.floor(mean + z * sd)))));
     set.add(hi);
     tops = [...set].sort((a, b) => a - b);
   }
@@ -183,6 +197,29 @@ function bucketWindow(nSlots, qOut) {
     }
   }
   return [buckets, above];
+}
+
+/**
+ * [weight, charged slot count M, view total K, left-out mass] per bucket, and the number of
+ * views they enumerate.
+ * @param {Array<[number, number]>} buckets @param {number} n @param {number} qOut
+ * @param {number} rate @param {number} k
+ * @returns {[Array<[number, number, number, number]>, number]}
+ */
+function bucketPlan(buckets, n, qOut, rate, k) {
+  /** @type {Array<[number, number, number, number]>} */
+  const plan = [];
+  let atoms = 0;
+  for (const [bLo, bHi] of buckets) {
+    const weight = qOut > 0.0
+      ? binomCdf(bHi, n, qOut) - (bLo > 0 ? binomCdf(bLo - 1, n, qOut) : 0.0)
+      : 1.0;
+    const slots = n - bHi;
+    const [total, truncated] = viewTotal(slots, rate, k);
+    plan.push([Math.max(weight, 0.0), slots, total, truncated]);
+    atoms += atomCount(2 * k, total);
+  }
+  return [plan, atoms];
 }
 
 /**
@@ -276,20 +313,19 @@ export class JointView {
     const qOut = (gamma * (d - 2 * k)) / d;
     const inside = (1.0 - gamma) + (2.0 * k * gamma) / d;
     const rate = (gamma / d) / inside;
-    const [buckets, above] = bucketWindow(n, qOut);
-    this.above = above;
-    /** @type {Array<[number, number, number, number]>} weight, slots, K, truncated */
-    const plan = [];
-    let atoms = 0;
-    for (const [bLo, bHi] of buckets) {
-      const weight = qOut > 0.0
-        ? binomCdf(bHi, n, qOut) - (bLo > 0 ? binomCdf(bLo - 1, n, qOut) : 0.0)
-        : 1.0;
-      const slots = n - bHi;
-      const [total, truncated] = viewTotal(slots, rate, k);
-      plan.push([Math.max(weight, 0.0), slots, total, truncated]);
-      atoms += atomCount(2 * k, total);
+    let buckets;
+    let above;
+    let plan;
+    let atoms;
+    let coarse = 0;
+    for (; coarse <= COARSE_BUCKET_EDGES.length; coarse += 1) {
+      [buckets, above] = bucketWindow(n, qOut, coarse);
+      [plan, atoms] = bucketPlan(buckets, n, qOut, rate, k);
+      if (atoms * 2 * (k + 1) <= MAX_VALUES || coarse === COARSE_BUCKET_EDGES.length) break;
     }
+    /** The plan's 1-based index in COARSE_BUCKET_EDGES (0: a bucket per b or BUCKET_EDGES). */
+    this.coarse = coarse;
+    this.above = above;
     this.atoms = atoms;
     this.values = atoms * 2 * (k + 1);
     let leftOut = 0;

@@ -85,6 +85,15 @@ BUCKET_EDGES = (-7.0, -4.0, -3.0, -2.4, -2.0, -1.6, -1.3, -1.0, -0.8, -0.6, -0.4
                 0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.3, 1.6, 2.0, 2.4, 3.0, 3.6, 4.3, 5.0, 6.0, 7.0,
                 8.5)
 
+#: Bucket edges of the coarser plans, tried in turn where the finer plan exceeds MAX_VALUES:
+#: fewer buckets below the mean of b (where the views are many), fine ones above it (where a
+#: wide bucket would be charged at a small slot count); each is charged at its largest b.
+COARSE_BUCKET_EDGES = (
+    (-3.0, -2.0, -1.5, -1.0, -0.6, -0.3, 0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.3, 1.6, 2.0, 2.4, 3.0,
+     3.6, 4.3, 5.0, 6.0, 7.0, 8.5),
+    (-2.0, -1.0, -0.5, 0.0, 0.3, 0.6, 1.0, 1.4, 1.8, 2.2, 2.6, 3.0, 3.6, 4.3, 5.0, 6.0, 7.0, 8.5),
+)
+
 #: Relative rounding error charged per counted term.
 ROUNDING = 1e-11
 
@@ -135,20 +144,23 @@ class Bucket:
     q_terms: list[list[float]]
 
 
-def _bucket_window(n_slots: int, q_out: float) -> tuple[list[tuple[int, int]], float]:
+def _bucket_window(n_slots: int, q_out: float, coarse: int = 0
+                   ) -> tuple[list[tuple[int, int]], float]:
     """Buckets [b_lo, b_hi] covering b ~ Binomial(N, q_out) up to the window's top, and the
-    mass above it."""
+    mass above it; ``coarse`` = i >= 1 cuts at COARSE_BUCKET_EDGES[i - 1] however narrow
+    the window."""
     if q_out <= 0.0 or n_slots == 0:
         return [(0, 0)], 0.0
     mean = n_slots * q_out
     sd = math.sqrt(n_slots * q_out * (1.0 - q_out))
     hi = upper_quantile(n_slots, q_out, BUCKET_TAIL)
     above = binom_sf(hi, n_slots, q_out) if hi < n_slots else 0.0
-    lo = max(0, math.floor(mean + BUCKET_EDGES[0] * sd))
-    if hi - lo + 1 <= EXACT_WIDTH:
+    cuts = COARSE_BUCKET_EDGES[coarse - 1] if coarse else BUCKET_EDGES
+    lo = max(0, math.floor(mean + cuts[0] * sd))
+    if hi - lo + 1 <= EXACT_WIDTH and not coarse:
         tops = list(range(lo, hi + 1))
     else:
-        edges = {min(hi, max(lo, math.floor(mean + z * sd))) for z in BUCKET_EDGES}
+        edges = {min(hi, max(lo, math.floor(mean + z * sd))) for z in cuts}
         edges.add(hi)
         tops = sorted(edges)
     buckets: list[tuple[int, int]] = []
@@ -241,12 +253,34 @@ def _make_bucket(weight: float, slots: int, gamma: float, domain_size: int, pair
     return Bucket(weight, slots, p_terms, q_terms)  # type: ignore[arg-type]
 
 
+def _plan(buckets: list[tuple[int, int]], n: int, q_out: float, rate: float, k: int
+          ) -> tuple[list[tuple[float, int, int, float]], float]:
+    """(weight, charged slot count M, view total K, left-out mass) per bucket, and the number
+    of views they enumerate."""
+    plan: list[tuple[float, int, int, float]] = []
+    atoms = 0.0
+    for b_lo, b_hi in buckets:
+        if q_out > 0.0:
+            weight = binom_cdf(b_hi, n, q_out) - (
+                binom_cdf(b_lo - 1, n, q_out) if b_lo > 0 else 0.0)
+        else:
+            weight = 1.0
+        slots = n - b_hi
+        total, truncated = _view_total(slots, rate, k)
+        plan.append((max(weight, 0.0), slots, total, truncated))
+        atoms += atom_count(2 * k, total)
+    return plan, atoms
+
+
 class JointView:
     """delta_k of the module docstring for one (N, gamma, d, k): an upper bound (the plan of
-    its buckets here, their enumerated views cached)."""
+    its buckets here, their enumerated views cached).  Where the plan with a bucket per b
+    (or BUCKET_EDGES) exceeds MAX_VALUES, the first coarser plan that fits is taken
+    (``coarse``: its 1-based index in COARSE_BUCKET_EDGES), each bucket still charged at
+    its largest b."""
 
-    __slots__ = ("above", "atoms", "domain_size", "gamma", "key", "left_out", "n_slots",
-                 "pairs", "plan", "values")
+    __slots__ = ("above", "atoms", "coarse", "domain_size", "gamma", "key", "left_out",
+                 "n_slots", "pairs", "plan", "values")
 
     def __init__(self, n_slots: int, gamma: float, domain_size: int, pairs: int) -> None:
         n = n_slots
@@ -262,21 +296,13 @@ class JointView:
         q_out = (gamma * (d - 2 * k)) / d
         inside = (1.0 - gamma) + (2.0 * k * gamma) / d
         rate = (gamma / d) / inside
-        buckets, above = _bucket_window(n, q_out)
+        for coarse in range(len(COARSE_BUCKET_EDGES) + 1):
+            buckets, above = _bucket_window(n, q_out, coarse)
+            plan, atoms = _plan(buckets, n, q_out, rate, k)
+            if atoms * 2 * (k + 1) <= MAX_VALUES:
+                break
+        self.coarse = coarse
         self.above = above
-        # weight, slots, K, truncated
-        plan: list[tuple[float, int, int, float]] = []
-        atoms = 0.0
-        for b_lo, b_hi in buckets:
-            if q_out > 0.0:
-                weight = binom_cdf(b_hi, n, q_out) - (
-                    binom_cdf(b_lo - 1, n, q_out) if b_lo > 0 else 0.0)
-            else:
-                weight = 1.0
-            slots = n - b_hi
-            total, truncated = _view_total(slots, rate, k)
-            plan.append((max(weight, 0.0), slots, total, truncated))
-            atoms += atom_count(2 * k, total)
         self.atoms = atoms
         self.values = atoms * 2 * (k + 1)
         left_out = 0.0
