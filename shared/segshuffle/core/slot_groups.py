@@ -55,6 +55,23 @@ losses, no grid), and the smaller bound is kept.
 
 At gamma = 1 and 2S = d the pair degenerates (r_S = 1/2); the accountant then
 falls back on the revealed-send bound, which holds at every gamma.
+
+**Where it loses.**  The revealed sizes N_j tell the server each group's own number of
+null slots.  A group whose slots all carry items (probability (1 - z_g)^N_j, z_g =
+(1 - gamma) / (1 - gamma + 2 S gamma / d) the group's null share) shows a count total
+above its size exactly when the victim sent its message there; the real view, with its
+nulls pooled over the whole blanket, is that sure only when no slot at all is null
+(probability gamma^N).  At 40 users, d = 8, m = 0.9, S = 2 the groups hold about 10.7
+slots and a given group has no null with probability (1 - p_g z_g)^N = 0.13, against
+gamma^N = 0.016 for the pool.  At lambda = 0.1, delta = 1e-3 this bound's epsilon is
+1.081 with the exact expectation over (N_1, N_2) (the ladder's union bound on the
+minimum gives none), while the exact view needs 0.316: the expectation steps lose
+nothing there, the labelled view itself does (its per-group null counts are what makes
+the groups independent).  The accountant therefore uses the joint
+view of :mod:`segshuffle.core.slot_joint`, which reveals nothing beyond the real view,
+wherever it fits its budget (with coarser buckets of b where needed: up to 62 users at
+d = 8, m = 0.9 for S = 2), and this bound beyond, where groups are larger and a group
+without nulls is rarer.
 """
 
 from __future__ import annotations

@@ -40,9 +40,14 @@ set size and domain allow.
 independent slot with the same law in both worlds is a randomised map applied
 to both views).  An upper bound charges every b of a bucket [b_lo, b_hi] the
 view at M = N - b_hi and the mass of b above the window 1; a lower bound (an
-exhibited view) charges the bucket at M = N - b_lo and drops that mass.  Within
-one M the views with more than K active messages are left out: an upper bound
-charges their P-mass, at most Pr[Binomial(M, 2kq) > K - k], as 1.
+exhibited view) charges the bucket at M = N - b_lo and drops that mass.  Any
+partition of b into buckets is therefore sound; the plan is a bucket per b where the
+window is narrow, and an upper bound whose plan would exceed MAX_VALUES takes wider
+buckets below the mean of b (COARSE_BUCKET_EDGES), where M is largest and the views
+are most numerous, keeping the finer cuts above the mean, where a wide bucket would be
+charged at a much smaller M.  Within one M the views with more than K active messages
+are left out: an upper bound charges their P-mass, at most
+Pr[Binomial(M, 2kq) > K - k], as 1.
 
 **Numerics.**  Every Mult_M value is a float64 product of exact integer
 log-factorials (a table) and two logarithms, relatively accurate to far better
