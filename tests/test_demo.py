@@ -237,15 +237,19 @@ def _is_progress(line: str) -> bool:
 
 
 @pytest.mark.parametrize(("sig", "phase"), [
+    (signal.SIGTERM, "demo: "),  # the services starting (the demo's first line)
     (signal.SIGINT, "round 1:"),  # users enrolling and sending their levels
     (signal.SIGTERM, "round 1:"),
-    (signal.SIGTERM, "round 2:"),  # users sending their data (or round 2 being released)
+    (signal.SIGINT, "demo: releasing round 1"),  # the server's optimizer at work
+    (signal.SIGTERM, "round 2:"),  # users sending their data
+    (signal.SIGTERM, "demo: releasing round 2"),  # decryption and decoding
 ])
 def test_demo_stopped_by_a_signal_says_one_line_and_stops_its_services(
         sig: int, phase: str) -> None:
     """SIGINT or SIGTERM at any phase: the services are stopped, stderr ends with exactly
     one line (no traceback, no asyncio "Task exception was never retrieved"), and the exit
-    status is 128 + the signal's number."""
+    status is 128 + the signal's number.  The phases' users are sized so that each phase
+    lasts long enough for the signal to land in it."""
     demo = RunningDemo("--users", "1500" if phase == "round 1:" else "400")
     try:
         signalled_after = demo.wait_for_line(phase, PHASE_SECONDS)
