@@ -157,20 +157,27 @@ def test_private_paths_and_missing_ones_are_not_reported(tmp_path: Path) -> None
     assert open_paths([private, tmp_path / "missing"]) == []
 
 
-@pytest.mark.slow  # starts the server process
-def test_serve_reports_open_state_in_its_start_up_output(tmp_path: Path) -> None:
-    """``segshuffle serve server`` on a database and key folder others may read starts,
-    and says so in its log before it is ready."""
+@pytest.mark.slow  # starts the service processes
+@pytest.mark.parametrize("service", sorted(OPENERS))
+def test_serve_reports_open_state_in_its_start_up_output(tmp_path: Path, service: str) -> None:
+    """``segshuffle serve SERVICE`` on a database and key folder others may read starts,
+    and says so in its log before it is ready (the shuffler's readiness needs its server,
+    which is started first on private state)."""
     stack = LocalStack(tmp_path / "stack")
     try:
-        database = stack.database_path("server")
-        keys = stack.directory / "server-keys"
-        open_repository(str(database)).close()
-        KeyStore(keys)
+        database = stack.database_path(service)
+        if service == "server":
+            keys = stack.directory / "server-keys"
+            KeyStore(keys)
+        else:
+            keys = Path(f"{database}.keys")  # the shuffler's default round key folder
+            RoundKeys(keys)
+            stack.start_service("server")
+        OPENERS[service](str(database)).close()
         database.chmod(0o644)
         keys.chmod(0o755)
-        stack.start_service("server")
-        log = stack.log_path("server").read_text()
+        stack.start_service(service)
+        log = stack.log_path(service).read_text()
     finally:
         stack.close()
     for expected in (f"the file {database} has mode 0644", f"the folder {keys} has mode 0755"):
