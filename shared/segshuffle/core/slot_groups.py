@@ -69,7 +69,7 @@ minimum gives none), while the exact view needs 0.316: the expectation steps los
 nothing there, the labelled view itself does (its per-group null counts are what makes
 the groups independent).  The accountant therefore uses the joint
 view of :mod:`segshuffle.core.slot_joint`, which reveals nothing beyond the real view,
-wherever it fits its budget (with coarser buckets of b where needed: up to 62 users at
+wherever it fits its budget (with coarser buckets of b where needed: up to 85 users at
 d = 8, m = 0.9 for S = 2), and this bound beyond, where groups are larger and a group
 without nulls is rarer.
 """

@@ -43,9 +43,9 @@ view at M = N - b_hi and the mass of b above the window 1; a lower bound (an
 exhibited view) charges the bucket at M = N - b_lo and drops that mass.  Any
 partition of b into buckets is therefore sound; the plan is a bucket per b where the
 window is narrow, and an upper bound whose plan would exceed MAX_VALUES takes wider
-buckets below the mean of b (COARSE_BUCKET_EDGES), where M is largest and the views
-are most numerous, keeping the finer cuts above the mean, where a wide bucket would be
-charged at a much smaller M.  Within one M the views with more than K active messages
+buckets at low b (COARSE_BUCKET_EDGES), where M is largest and the views are most
+numerous, keeping fine cuts at high b, where a wide bucket would be charged at a much
+smaller M.  Within one M the views with more than K active messages
 are left out: an upper bound charges their P-mass, at most
 Pr[Binomial(M, 2kq) > K - k], as 1.
 
@@ -93,13 +93,15 @@ BUCKET_EDGES = (-7.0, -4.0, -3.0, -2.4, -2.0, -1.6, -1.3, -1.0, -0.8, -0.6, -0.4
                 6.0, 7.0, 8.5)
 
 #: Bucket edges of the coarser plans, tried in turn by an upper bound whose finer plan
-#: exceeds MAX_VALUES: fewer buckets below the mean of b, where M and the views are many,
-#: and as fine as BUCKET_EDGES above it, where a wide bucket would be charged at a small M
-#: (each bucket is still charged at its largest b, "Bucketing").
+#: exceeds MAX_VALUES: wider buckets at low b, where M and the views are many (the last
+#: plan merges every b up to half a standard deviation above the mean), and fine cuts
+#: above, where a wide bucket would be charged at a small M (each bucket is still
+#: charged at its largest b, "Bucketing").
 COARSE_BUCKET_EDGES = (
     (-3.0, -2.0, -1.5, -1.0, -0.6, -0.3, 0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.3, 1.6, 2.0, 2.4, 3.0,
      3.6, 4.3, 5.0, 6.0, 7.0, 8.5),
     (-2.0, -1.0, -0.5, 0.0, 0.3, 0.6, 1.0, 1.4, 1.8, 2.2, 2.6, 3.0, 3.6, 4.3, 5.0, 6.0, 7.0, 8.5),
+    (0.5, 1.0, 1.5, 2.0, 2.6, 3.2, 4.0, 5.0, 6.0, 7.0, 8.5),
 )
 
 #: Relative rounding error charged per counted term (module docstring, "Numerics").

@@ -86,12 +86,13 @@ BUCKET_EDGES = (-7.0, -4.0, -3.0, -2.4, -2.0, -1.6, -1.3, -1.0, -0.8, -0.6, -0.4
                 8.5)
 
 #: Bucket edges of the coarser plans, tried in turn where the finer plan exceeds MAX_VALUES:
-#: fewer buckets below the mean of b (where the views are many), fine ones above it (where a
-#: wide bucket would be charged at a small slot count); each is charged at its largest b.
+#: wider buckets at low b (where the views are many), fine ones at high b (where a wide
+#: bucket would be charged at a small slot count); each is charged at its largest b.
 COARSE_BUCKET_EDGES = (
     (-3.0, -2.0, -1.5, -1.0, -0.6, -0.3, 0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.3, 1.6, 2.0, 2.4, 3.0,
      3.6, 4.3, 5.0, 6.0, 7.0, 8.5),
     (-2.0, -1.0, -0.5, 0.0, 0.3, 0.6, 1.0, 1.4, 1.8, 2.2, 2.6, 3.0, 3.6, 4.3, 5.0, 6.0, 7.0, 8.5),
+    (0.5, 1.0, 1.5, 2.0, 2.6, 3.2, 4.0, 5.0, 6.0, 7.0, 8.5),
 )
 
 #: Relative rounding error charged per counted term.
