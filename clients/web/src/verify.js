@@ -425,7 +425,9 @@ async function unprotectedLevels(accountant, args, { signal, onProgress }) {
     progress(levels.length);
     return remembered.get(key);
   }
-  const options = { mode, delta };
+  // Each bound is compared with delta only: the accountant may stop at the first bound that
+  // certifies it (a larger value is reported only above delta, where every bound is taken).
+  const options = { mode, delta, enough: delta };
   /** @type {Problem[]} */
   const failing = [];
   progress(0);

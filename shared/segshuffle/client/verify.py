@@ -348,8 +348,10 @@ def _unprotected_levels(levels: tuple[float, ...], epsilons: tuple[float, ...],
     user_delta = accountant.implementation(accountant_name)
     failing: list[Problem] = []
     for level, eps, lam in zip(levels, epsilons, lambdas, strict=True):
+        # Compared with delta only: the accountant may stop at the first bound that
+        # certifies it (above delta every bound is taken, so the reported value is the least).
         bound = user_delta(eps, lam, set_size, users, m, domain_size,
-                                      mode=mode, delta=delta)
+                           mode=mode, delta=delta, enough=delta)
         if bound <= delta:
             continue
         at_level = bound if eps == level else user_delta(

@@ -349,13 +349,16 @@ class SlotAccountant:
             self._revealed = SlotBlanketBound(*self._revealed_arguments)
         return self._revealed
 
-    def user_delta(self, eps: float, lam: float) -> float:
+    def user_delta(self, eps: float, lam: float, enough: float = 0.0) -> float:
         """An upper bound on delta_user(E) at rate ``lam`` (before the certified margins).
 
         The smallest of the bounds that apply.  The revealed-send bound is the costly one
         (one Poisson comparison and composition per number of differing pairs); where the
         cheaper bounds are already at or below its floor (:meth:`SlotBlanketBound.
-        user_delta_floor`), it cannot be the smallest and is not built.
+        user_delta_floor`), it cannot be the smallest and is not built.  Nor is it where
+        they already certify ``enough`` (a check of delta_user <= delta needs no smaller
+        bound than one at or below delta): the value is then a larger bound, still
+        at most ``enough`` once certified.
         """
         if lam == 0.0 or self.pairs == 0:
             return 0.0
@@ -371,7 +374,7 @@ class SlotAccountant:
         # labelled groups (with their union bound) are not worth their loss distributions.
         if self.groups is not None and lam < 1.0:
             value = min(value, self.groups.delta(eps, lam))
-        if value <= self.revealed.user_delta_floor(eps, lam):
+        if _certified(value) <= enough or value <= self.revealed.user_delta_floor(eps, lam):
             return float(value)
         return float(min(value, self.revealed.user_delta(eps, lam)))
 
@@ -425,13 +428,16 @@ def _check(users: int, m: float, domain_size: int, set_size: int, mode: BlanketM
 
 def user_delta(level: float, lam: float, set_size: int, users: int, m: float,
                domain_size: int, *, mode: str | BlanketMode = BlanketMode.SLOTS,
-               delta: float | None = None, step: float = DEFAULT_STEP) -> float:
+               delta: float | None = None, step: float = DEFAULT_STEP,
+               enough: float = 0.0) -> float:
     """An upper bound on the user-level delta at E = ``level`` of the server's full view.
 
     ``delta``, the target the caller will compare against, sets the Poisson
     slack budget of the slot bound (POISSON_SLACK_SHARE delta; 1e-9 assumed when
     omitted).  ``step`` is the loss grid (coarser: faster and looser, still an
-    upper bound).
+    upper bound).  ``enough``: a check of delta_user <= ``enough`` (a client's) stops at
+    the first slot bound that certifies it (:meth:`SlotAccountant.user_delta`), so a
+    value at or below ``enough`` may be a larger bound than the smallest one.
     """
     mode = parse_mode(mode)
     level = _require_epsilon(level)
@@ -444,7 +450,7 @@ def user_delta(level: float, lam: float, set_size: int, users: int, m: float,
     if mode is BlanketMode.SLOTS:
         bound = _slot_bound(users, m, domain_size, set_size, POISSON_SLACK_SHARE * target,
                             step)
-        return _certified(bound.user_delta(level, lam))
+        return _certified(bound.user_delta(level, lam, enough))
     pairs = independent_pairs(set_size, domain_size)
     if pairs == 0:
         return 0.0

@@ -199,21 +199,23 @@ class SlotAccountant {
     return this.revealedBound;
   }
 
-  /** An upper bound on delta_user(E) at rate `lam` (before the certified margins).
-   * @param {number} eps @param {number} lam */
-  userDelta(eps, lam) {
+  /** An upper bound on delta_user(E) at rate `lam` (before the certified margins): the
+   * smallest of the bounds that apply, the costly revealed-send one last and not at all
+   * where the others already certify `enough` (a check of delta_user <= delta needs no
+   * smaller bound).
+   * @param {number} eps @param {number} lam @param {number} [enough] */
+  userDelta(eps, lam, enough = 0.0) {
     if (lam === 0.0 || this.pairs === 0) return 0.0;
     if (this.joint.length > 0) { // the full view itself, up to the buckets
       return Math.max(...this.joint.map((view) => view.delta(eps, lam)));
     }
-    let value = this.revealed.userDelta(eps, lam);
-    if (this.single !== null) value = Math.min(value, this.single.delta(eps, lam));
+    let value = Infinity;
+    if (this.single !== null) value = this.single.delta(eps, lam);
     // At lambda = 1 nothing is subsampled: revealing who sent costs nothing, and the
     // labelled groups (with their union bound) are not worth their loss distributions.
-    if (this.groups !== null && value > 0.0 && lam < 1.0) {
-      value = Math.min(value, this.groups.delta(eps, lam));
-    }
-    return value;
+    if (this.groups !== null && lam < 1.0) value = Math.min(value, this.groups.delta(eps, lam));
+    if (certified(value) <= enough) return value;
+    return Math.min(value, this.revealed.userDelta(eps, lam));
   }
 }
 
@@ -259,6 +261,9 @@ function certified(value) {
  * @property {"slots" | "independent"} [mode] the campaign's blanket mode (default "slots")
  * @property {number | null} [delta] the target delta the caller compares against: it sets
  *   the Poisson slack budget of the slot bound (1e-3 delta; 1e-9 assumed when omitted)
+ * @property {number} [enough] a check of delta_user <= enough stops at the first slot
+ *   bound that certifies it, so a value at or below enough may be a larger bound than
+ *   the smallest one (default 0: the smallest)
  */
 
 /**
@@ -277,7 +282,7 @@ function certified(value) {
  * @returns {number}
  */
 export function userDelta(level, lambda, setSize, users, m, domainSize,
-  { mode = BlanketMode.SLOTS, delta } = {}) {
+  { mode = BlanketMode.SLOTS, delta, enough = 0.0 } = {}) {
   const blanketMode = parseMode(mode);
   const eps = requireFinite("privacy level", level);
   if (!(eps >= 0.0 && eps <= MAX_LEVEL)) {
@@ -296,7 +301,7 @@ export function userDelta(level, lambda, setSize, users, m, domainSize,
   if (lam === 0.0) return 0.0;
   if (blanketMode === BlanketMode.SLOTS) {
     const bound = slotBound(h, rate, d, s, POISSON_SLACK_SHARE * target, DEFAULT_STEP);
-    return certified(bound.userDelta(eps, lam));
+    return certified(bound.userDelta(eps, lam, enough));
   }
   const pairs = Math.max(0, Math.min(s, d - s)); // the most items two s-sets of d items differ in
   if (pairs === 0) return 0.0;

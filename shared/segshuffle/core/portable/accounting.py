@@ -196,20 +196,25 @@ class SlotAccountant:
             self._revealed = RevealedSendBound(*self._revealed_arguments)
         return self._revealed
 
-    def user_delta(self, eps: float, lam: float) -> float:
-        """An upper bound on delta_user(E) at rate ``lam`` (before the certified margins)."""
+    def user_delta(self, eps: float, lam: float, enough: float = 0.0) -> float:
+        """An upper bound on delta_user(E) at rate ``lam`` (before the certified margins):
+        the smallest of the bounds that apply, the costly revealed-send one last and not at
+        all where the others already certify ``enough`` (a check of delta_user <= delta
+        needs no smaller bound)."""
         if lam == 0.0 or self.pairs == 0:
             return 0.0
         if self.joint:  # the full view itself, up to the buckets
             return max(view.delta(eps, lam) for view in self.joint)
-        value = self.revealed.user_delta(eps, lam)
+        value = math.inf
         if self.single is not None:
-            value = min(value, self.single.delta(eps, lam))
+            value = self.single.delta(eps, lam)
         # At lambda = 1 nothing is subsampled: revealing who sent costs nothing, and the
         # labelled groups (with their union bound) are not worth their loss distributions.
-        if self.groups is not None and value > 0.0 and lam < 1.0:
+        if self.groups is not None and lam < 1.0:
             value = min(value, self.groups.delta(eps, lam))
-        return value
+        if _certified(value) <= enough:
+            return value
+        return min(value, self.revealed.user_delta(eps, lam))
 
 
 def _accounted_trials(trials: int, p: float) -> int:
@@ -251,7 +256,7 @@ def _certified(value: float) -> float:
 
 def user_delta(level: float, lam: float, set_size: int, users: int, m: float,
                domain_size: int, *, mode: str | BlanketMode = BlanketMode.SLOTS,
-               delta: float | None = None) -> float:
+               delta: float | None = None, enough: float = 0.0) -> float:
     """An upper bound on the user-level delta at E = ``level`` of the server's full view.
 
     For a user sending each of its ``set_size`` items with rate ``lam`` among ``users``
@@ -259,7 +264,9 @@ def user_delta(level: float, lam: float, set_size: int, users: int, m: float,
     level E in [0, 30], lam in [0, 1], s in 1..min(d, 64), h in 1..1e12, m in 0..1024 (at
     most d in the independent mode), d in 2..1e6.  ``mode`` is the campaign's blanket mode;
     ``delta``, the target the caller compares against, sets the Poisson slack budget of the
-    slot bound (POISSON_SLACK_SHARE delta; 1e-9 assumed when omitted).
+    slot bound (POISSON_SLACK_SHARE delta; 1e-9 assumed when omitted).  ``enough``: a check
+    of delta_user <= ``enough`` stops at the first slot bound that certifies it, so a value
+    at or below ``enough`` may be a larger bound than the smallest one.
 
     Raises AccountantError (a ValueError) on an argument out of range.
     """
@@ -281,7 +288,7 @@ def user_delta(level: float, lam: float, set_size: int, users: int, m: float,
         return 0.0
     if blanket_mode is BlanketMode.SLOTS:
         bound = _slot_bound(h, rate, d, s, POISSON_SLACK_SHARE * target, DEFAULT_STEP)
-        return _certified(bound.user_delta(eps, lam))
+        return _certified(bound.user_delta(eps, lam, enough))
     pairs = max(0, min(s, d - s))  # the most items two s-sets of d items differ in
     if pairs == 0:
         return 0.0
