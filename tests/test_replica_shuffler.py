@@ -175,7 +175,9 @@ def test_a_replica_takes_over_a_dead_replicas_forwarding(storage: ShufflerStorag
     assert storage.take_release_lease("c", 1, "dead replica", 1.0)
     # the server is unreachable (nothing listens on port 9): forwarding keeps retrying
     link = ServerLink("http://127.0.0.1:9", "t")
-    replicas = [Releaser(storage, link, RoundKeys(keys), chunk_size=2, lease_seconds=1.0)
+    # The replicas' own leases are long, so that a busy machine cannot let the taker's
+    # lapse before its forwarding is looked at (only the dead replica's is short).
+    replicas = [Releaser(storage, link, RoundKeys(keys), chunk_size=2, lease_seconds=60.0)
                 for _ in range(2)]
 
     async def main() -> list[int]:
