@@ -333,9 +333,15 @@ class SlotAccountant:
         if self.estimate is None and self.pairs == 1 and every_slot > 0:
             self.single = single_item_mixture(every_slot, gamma, domain_size)
         elif self.estimate is None and self.pairs >= 2 and n_slots > 0 and gamma > 0.0:
-            joint = [joint_view(n_slots, gamma, domain_size, k)
-                     for k in range(1, self.pairs + 1)]
-            if all(view.usable for view in joint):
+            # The most differing items first: the largest view is the one that may not
+            # fit, and then the smaller ones are not built.
+            joint: list[JointView] = []
+            for k in range(self.pairs, 0, -1):
+                view = joint_view(n_slots, gamma, domain_size, k)
+                if not view.usable:
+                    break
+                joint.insert(0, view)
+            if len(joint) == self.pairs:
                 self.joint = joint
             else:
                 groups = GroupsBound(n_slots, gamma, domain_size, self.pairs, slack, step)
