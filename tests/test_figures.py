@@ -71,6 +71,7 @@ def test_results_png_keeps_legend_and_labels_off_the_data(tmp_path: Path, items:
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("figure", FIGURES)
 def test_reproduce_figures_keep_legends_off_the_curves(tmp_path: Path, figure: str) -> None:
     """``reproduce``'s figures, drawn from the committed results: the per-panel legends used
@@ -82,6 +83,7 @@ def test_reproduce_figures_keep_legends_off_the_curves(tmp_path: Path, figure: s
     assert collisions(saved[0]) == []
 
 
+@pytest.mark.slow
 def test_committed_figures_are_the_current_drawing() -> None:
     """The PNGs in docs/results were drawn by the current code: same size as a fresh
     drawing (a stale file keeps the old layout's height)."""

@@ -167,6 +167,7 @@ def test_the_results_report_the_level_pairs_at_the_published_parameters() -> Non
     assert "level privacy, round 2" in table and "round 1 sends the level itself" in table
 
 
+@pytest.mark.slow
 def test_optimize_prints_round_2s_level_guarantee(capsys: pytest.CaptureFixture[str]) -> None:
     import json
 

@@ -213,6 +213,7 @@ def _serve_log(tmp_path: Path, service: str, environment: dict[str, str],
     return [json.loads(line) for line in lines if line.strip()]
 
 
+@pytest.mark.slow
 def test_third_party_loggers_log_only_warnings_even_at_debug(tmp_path: Path) -> None:
     """The README's promise: uvicorn and httpx log only warnings, whatever the service's own
     level.  uvicorn's ``log_level`` used to raise its loggers back to the service's level

@@ -409,6 +409,7 @@ def test_the_javascript_discretise_matches_numpy_on_random_atoms(tmp_path: Path)
         assert not bad, (step, upper, bad[:5])
 
 
+@pytest.mark.slow
 def test_the_javascript_accountant_agrees(tmp_path: Path) -> None:
     epsilons = [0.0, 0.1, 0.5, 1.0, 4.0]
     calls: list[dict] = []

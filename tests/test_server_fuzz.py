@@ -56,6 +56,7 @@ def check(response):
         assert response.json()["type"].startswith("urn:segshuffle:error:")
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=FIXTURE)
 @given(body=campaign_fields | json_values)
 def test_campaign_bodies(client, body):

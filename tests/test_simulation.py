@@ -53,6 +53,7 @@ def test_empirical_mse_is_below_the_bound_and_estimates_are_unbiased(population)
     assert np.all(np.abs(estimates.mean(axis=0) - first.truth) <= FAMILY_Z * spread)
 
 
+@pytest.mark.slow
 def test_estimates_are_unbiased_for_the_weighted_share(population) -> None:
     """With the level assignment fixed, the target is the lambda-weighted share."""
     items, levels = population

@@ -179,6 +179,7 @@ def test_the_services_own_file_with_a_wal_opens_and_keeps_its_data(tmp_path: Pat
         store.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("service", sorted(OPENERS))
 def test_an_unreadable_wal_beside_a_foreign_file_leaves_its_refusal(tmp_path: Path,
                                                                    service: str) -> None:

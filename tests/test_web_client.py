@@ -10,11 +10,14 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from .node_support import node
 
 WEB = Path(__file__).resolve().parents[1] / "clients" / "web"
 
 
+@pytest.mark.slow
 def test_the_web_client_passes_its_vector_tests() -> None:
     result = subprocess.run([node(), "--test", str(WEB)], capture_output=True, text=True,
                             timeout=120, check=False)

@@ -218,6 +218,7 @@ def test_the_parameter_documents_cover_what_a_port_must_decide():
         assert sum(name in case["description"] for case in cases) >= 2, name
 
 
+@pytest.mark.slow
 def test_the_file_is_what_the_generator_writes():
     assert vectors.matches(VECTORS_PATH.read_text("utf-8"), _generated())
 
@@ -262,6 +263,7 @@ def _matches_with_tiny(text: str, recomputed: float) -> bool:
     return vectors.matches(text, generated)
 
 
+@pytest.mark.slow
 def test_the_generator_checks_a_file(tmp_path, capsys, monkeypatch):
     # The generation itself is the one of _generated (about 10 s, once per worker).
     monkeypatch.setattr(vectors, "build_vectors", lambda published: _generated())
@@ -282,6 +284,7 @@ def _close(a: object, b: object) -> bool:
     return a == b
 
 
+@pytest.mark.slow
 def test_the_published_parameters_are_what_the_server_publishes():
     """The server's round-1 completion reproduces the vectors' parameters (up to rounding)."""
     from segshuffle.services.server.aggregation import publish_parameters
