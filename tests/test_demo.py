@@ -266,6 +266,23 @@ def test_demo_stopped_by_a_signal_says_one_line_and_stops_its_services(
     assert _children_gone(demo.marker, STOP_SECONDS)
 
 
+def test_demo_says_it_draws_a_large_population_and_a_signal_ends_the_draw() -> None:
+    """The users' sets of the largest sizes take minutes to draw (users x items random
+    keys): the demo says so first, and SIGTERM meanwhile ends it with one line and status
+    143 before any service has started."""
+    demo = RunningDemo("--users", "1000000", "--items", "100000", "--set-size", "64")
+    try:
+        said = demo.wait_for_line("demo: 1000000 users, dataset synthetic-T100000, drawing",
+                                  PHASE_SECONDS)
+        demo.process.send_signal(signal.SIGTERM)
+        lines = demo.finish(STOP_SECONDS)
+    finally:
+        demo.kill()
+    assert demo.process.returncode == 128 + signal.SIGTERM, lines[-20:]
+    assert lines[said + 1:] == ["segshuffle: interrupted by SIGTERM"], lines
+    assert _children_gone(demo.marker, STOP_SECONDS)
+
+
 def test_demo_killed_outright_takes_its_services_with_it() -> None:
     """SIGKILL gives the demo no chance to clean up: its services notice that it is gone
     (their lifeline pipe reads end of file) and stop by themselves, in bounded time."""

@@ -46,6 +46,7 @@ def no_services(monkeypatch: pytest.MonkeyPatch) -> None:
     (["--set-size", "40", "--items", "32"], "--set-size"),
     (["--concurrency", "1000000000"], "--concurrency"),  # a pool per 8 users in flight
     (["--top", "0"], "--top"),
+    (["--seed", "-1"], "--seed"),  # numpy's refusal would name no flag
 ])
 def test_sizes_out_of_bounds_are_one_line_and_exit_2(
         arguments: list[str], flag: str, no_services: None,

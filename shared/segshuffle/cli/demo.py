@@ -137,6 +137,7 @@ def check_sizes(args: argparse.Namespace) -> None:
         raise ValueError(f"--set-size ({args.set_size}) must not exceed --items "
                          f"({args.items})")
     validation.require_int("--top", args.top, 1)
+    validation.require_int("--seed", args.seed, 0)  # numpy's own refusal names no flag
 
 
 def load_data(args: argparse.Namespace, rng: np.random.Generator) -> DemoData:
@@ -151,14 +152,19 @@ def load_data(args: argparse.Namespace, rng: np.random.Generator) -> DemoData:
         chosen = np.sort(rng.choice(collection.n_users, size=args.users, replace=False))
         sets = [[int(j) for j in collection.user_items(int(u))] for u in chosen]
         names = list(collection.names) or [f"item{j}" for j in range(collection.item_count)]
-        return DemoData("msnbc", sets, names, args.set_size or 4)
+        return DemoData(_dataset_name(args), sets, names, args.set_size or 4)
     from segshuffle.datasets import synthetic_source
 
     s = args.set_size or 3
     population = synthetic_source(args.items).draw(args.users, s, rng)
     sets = [[int(j) for j in row] for row in population.items]
-    return DemoData(f"synthetic-T{args.items}", sets, [f"item{j}" for j in range(args.items)],
+    return DemoData(_dataset_name(args), sets, [f"item{j}" for j in range(args.items)],
                     s)
+
+
+def _dataset_name(args: argparse.Namespace) -> str:
+    """The name :func:`load_data` gives the dataset, known before anything is drawn."""
+    return "msnbc" if args.dataset == "msnbc" else f"synthetic-T{args.items}"
 
 
 def _say(args: argparse.Namespace, message: str) -> None:
@@ -182,24 +188,27 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--shares needs one non-negative share per level, summing to 1")
     fake_tolerance = validation.require_tolerance("--fake-tolerance", args.fake_tolerance)
     started = time.perf_counter()
-    rng = np.random.default_rng(args.seed)
-    data = load_data(args, rng)
-    body: dict[str, Any] = {
-        "id": CAMPAIGN_ID, "items": data.names, "set_size": data.set_size,
-        "levels": levels, "min_users": min(args.users, 100),
-        "dropout_tolerance": args.dropout_tolerance,
-        "fake_tolerance": fake_tolerance,
-        "blanket_mode": args.blanket_mode,
-    }
-    if args.delta is not None:
-        body["delta"] = args.delta
-    if args.level_privacy is not None:
-        body["level_privacy"] = args.level_privacy
-    _check_campaign(body)  # before any service starts: bad input is one line
     timings: dict[str, float] = {}
+    # Drawing the users' sets costs users x items random keys (about 7 ns each: minutes at
+    # the largest sizes), so it is said first and a signal ends it like any other phase.
     with SignalStop() as stop:
         try:
-            _say(args, f"{args.users} users, dataset {data.name}, starting the services")
+            _say(args, f"{args.users} users, dataset {_dataset_name(args)}, "
+                       "drawing their item sets")
+            data = load_data(args, np.random.default_rng(args.seed))
+            body: dict[str, Any] = {
+                "id": CAMPAIGN_ID, "items": data.names, "set_size": data.set_size,
+                "levels": levels, "min_users": min(args.users, 100),
+                "dropout_tolerance": args.dropout_tolerance,
+                "fake_tolerance": fake_tolerance,
+                "blanket_mode": args.blanket_mode,
+            }
+            if args.delta is not None:
+                body["delta"] = args.delta
+            if args.level_privacy is not None:
+                body["level_privacy"] = args.level_privacy
+            _check_campaign(body)  # before any service starts: bad input is one line
+            _say(args, "starting the services")
             mark = time.perf_counter()
             with LocalStack(min_users=2) as stack:
                 timings["start_services"] = time.perf_counter() - mark
