@@ -30,7 +30,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from segshuffle.core import rules, validation
@@ -140,31 +140,37 @@ def check_sizes(args: argparse.Namespace) -> None:
     validation.require_int("--seed", args.seed, 0)  # numpy's own refusal names no flag
 
 
+def dataset_items(args: argparse.Namespace) -> DemoData:
+    """The dataset's name, item names and set size, with no user's set drawn yet (``sets``
+    empty): enough to check the campaign before the draw, which can take minutes."""
+    if args.dataset == "msnbc":
+        from segshuffle.datasets import load_msnbc
+
+        collection = load_msnbc()  # parsed once: load_data's call finds it cached
+        if args.users > collection.n_users:
+            raise ValueError(f"msnbc has {collection.n_users} users, asked for {args.users}")
+        names = list(collection.names) or [f"item{j}" for j in range(collection.item_count)]
+        return DemoData("msnbc", [], names, args.set_size or 4)
+    return DemoData(f"synthetic-T{args.items}", [], [f"item{j}" for j in range(args.items)],
+                    args.set_size or 3)
+
+
 def load_data(args: argparse.Namespace, rng: np.random.Generator) -> DemoData:
     import numpy as np
 
+    data = dataset_items(args)
     if args.dataset == "msnbc":
         from segshuffle.datasets import load_msnbc
 
         collection = load_msnbc()
-        if args.users > collection.n_users:
-            raise ValueError(f"msnbc has {collection.n_users} users, asked for {args.users}")
         chosen = np.sort(rng.choice(collection.n_users, size=args.users, replace=False))
         sets = [[int(j) for j in collection.user_items(int(u))] for u in chosen]
-        names = list(collection.names) or [f"item{j}" for j in range(collection.item_count)]
-        return DemoData(_dataset_name(args), sets, names, args.set_size or 4)
-    from segshuffle.datasets import synthetic_source
+    else:
+        from segshuffle.datasets import synthetic_source
 
-    s = args.set_size or 3
-    population = synthetic_source(args.items).draw(args.users, s, rng)
-    sets = [[int(j) for j in row] for row in population.items]
-    return DemoData(_dataset_name(args), sets, [f"item{j}" for j in range(args.items)],
-                    s)
-
-
-def _dataset_name(args: argparse.Namespace) -> str:
-    """The name :func:`load_data` gives the dataset, known before anything is drawn."""
-    return "msnbc" if args.dataset == "msnbc" else f"synthetic-T{args.items}"
+        population = synthetic_source(args.items).draw(args.users, data.set_size, rng)
+        sets = [[int(j) for j in row] for row in population.items]
+    return replace(data, sets=sets)
 
 
 def _say(args: argparse.Namespace, message: str) -> None:
@@ -187,27 +193,27 @@ def run(args: argparse.Namespace) -> int:
             abs(math.fsum(shares) - 1.0) > 1e-6:
         raise ValueError("--shares needs one non-negative share per level, summing to 1")
     fake_tolerance = validation.require_tolerance("--fake-tolerance", args.fake_tolerance)
+    items = dataset_items(args)
+    body: dict[str, Any] = {
+        "id": CAMPAIGN_ID, "items": items.names, "set_size": items.set_size,
+        "levels": levels, "min_users": min(args.users, 100),
+        "dropout_tolerance": args.dropout_tolerance,
+        "fake_tolerance": fake_tolerance,
+        "blanket_mode": args.blanket_mode,
+    }
+    if args.delta is not None:
+        body["delta"] = args.delta
+    if args.level_privacy is not None:
+        body["level_privacy"] = args.level_privacy
+    _check_campaign(body)  # before the draw and any service: bad input is one line
     started = time.perf_counter()
     timings: dict[str, float] = {}
     # Drawing the users' sets costs users x items random keys (about 7 ns each: minutes at
     # the largest sizes), so it is said first and a signal ends it like any other phase.
     with SignalStop() as stop:
         try:
-            _say(args, f"{args.users} users, dataset {_dataset_name(args)}, "
-                       "drawing their item sets")
+            _say(args, f"{args.users} users, dataset {items.name}, drawing their item sets")
             data = load_data(args, np.random.default_rng(args.seed))
-            body: dict[str, Any] = {
-                "id": CAMPAIGN_ID, "items": data.names, "set_size": data.set_size,
-                "levels": levels, "min_users": min(args.users, 100),
-                "dropout_tolerance": args.dropout_tolerance,
-                "fake_tolerance": fake_tolerance,
-                "blanket_mode": args.blanket_mode,
-            }
-            if args.delta is not None:
-                body["delta"] = args.delta
-            if args.level_privacy is not None:
-                body["level_privacy"] = args.level_privacy
-            _check_campaign(body)  # before any service starts: bad input is one line
             _say(args, "starting the services")
             mark = time.perf_counter()
             with LocalStack(min_users=2) as stack:
