@@ -3,8 +3,11 @@ has none; without it these tests skip, except under ``CI=true``, where they fail
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -17,3 +20,24 @@ def node() -> str:
             pytest.fail("node is not installed (.ci/run installs Debian's nodejs)")
         pytest.skip("node is not installed")
     return found
+
+
+_USER_DELTA_SCRIPT = """
+const calls = JSON.parse(require("node:fs").readFileSync(0, "utf8"));
+import(process.argv[1]).then(({ userDelta }) => {
+  console.log(JSON.stringify(calls.map(([args, options]) => userDelta(...args, options))));
+});
+"""
+
+
+def javascript_user_deltas(calls: list[tuple[list[float], dict]], *, timeout: float = 600.0
+                           ) -> list[float]:
+    """The web client's ``userDelta(level, lam, s, h, m, d, options)`` for each
+    (arguments, options) of ``calls``, in one Node process."""
+    accountant = (Path(__file__).resolve().parents[1] / "clients" / "web" / "src"
+                  / "accountant" / "index.js")
+    done = subprocess.run([node(), "-e", _USER_DELTA_SCRIPT, accountant.as_uri()],
+                          input=json.dumps(calls), capture_output=True, text=True,
+                          timeout=timeout, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)

@@ -8,16 +8,12 @@ already certify the level.
 
 from __future__ import annotations
 
-import json
-import subprocess
-
 import pytest
 
 from segshuffle.core import accounting
 from segshuffle.core.portable import accounting as portable_accounting
 
-from .node_support import node
-from .test_portable_pairs import ACCOUNTANT_JS
+from .node_support import javascript_user_deltas
 
 DELTA = 1e-8
 
@@ -66,24 +62,13 @@ def test_the_groups_certify_without_the_revealed_send_bound() -> None:
     assert bound._revealed is not None
 
 
-_NODE = """
-const { userDelta } = await import(process.argv[1]);
-const delta = Number(process.argv[3]);
-const out = JSON.parse(process.argv[2]).map(([level, lam, s, h, m, d]) => [
-  userDelta(level, lam, s, h, m, d, { delta }),
-  userDelta(level, lam, s, h, m, d, { delta, enough: delta }),
-]);
-console.log(JSON.stringify(out));
-"""
-
-
 @pytest.mark.slow
 def test_the_javascript_accountant_stops_early_with_the_same_verdicts() -> None:
-    done = subprocess.run([node(), "--input-type=module", "-e", _NODE,
-                           (ACCOUNTANT_JS / "index.js").as_uri(), json.dumps(CAMPAIGNS),
-                           repr(DELTA)],
-                          capture_output=True, text=True, timeout=600, check=True)
-    for (full, early), case in zip(json.loads(done.stdout), CAMPAIGNS, strict=True):
+    deltas = javascript_user_deltas(
+        [(list(case), options) for case in CAMPAIGNS
+         for options in ({"delta": DELTA}, {"delta": DELTA, "enough": DELTA})])
+    pairs = zip(deltas[::2], deltas[1::2], strict=True)
+    for (full, early), case in zip(pairs, CAMPAIGNS, strict=True):
         assert (early <= DELTA) == (full <= DELTA), case
         assert early >= full, case
         if full > DELTA:

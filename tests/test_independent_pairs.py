@@ -10,9 +10,6 @@ delta = 1e-3) and loosened the upper bound.
 from __future__ import annotations
 
 import itertools
-import json
-import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -20,9 +17,7 @@ from segshuffle.core import accounting
 from segshuffle.core.portable import accounting as portable_accounting
 
 from .full_view import independent_full_view_delta
-from .node_support import node
-
-ACCOUNTANT_JS = Path(__file__).resolve().parents[1] / "clients" / "web" / "src" / "accountant"
+from .node_support import javascript_user_deltas
 
 USERS, DOMAIN, SET_SIZE, M, LAM, DELTA = 8, 4, 3, 0.5, 0.7, 1e-3
 
@@ -72,21 +67,8 @@ def test_the_portable_independent_bound_composes_one_pair_for_three_of_four_item
     assert three >= _exact_delta(level)
 
 
-def test_the_javascript_independent_bound_composes_min_s_and_d_minus_s_pairs(
-        tmp_path: Path) -> None:
-    script = tmp_path / "independent.mjs"
-    script.write_text(
-        'import { pathToFileURL } from "node:url";\n'
-        'import { readFileSync } from "node:fs";\n'
-        'const base = pathToFileURL(process.argv[2] + "/").href;\n'
-        'const { userDelta } = await import(base + "accounting.js");\n'
-        'const calls = JSON.parse(readFileSync(0, "utf8"));\n'
-        'console.log(JSON.stringify(calls.map((c) => userDelta(c[0], c[1], c[2], c[3], c[4], '
-        'c[5], { mode: "independent" }))));\n')
-    calls = [[level, LAM, s, USERS, M, DOMAIN] for level in (0.5, 2.5) for s in (1, 3)]
-    result = subprocess.run([node(), str(script), str(ACCOUNTANT_JS)], input=json.dumps(calls),
-                            capture_output=True, text=True, timeout=120, check=False)
-    assert result.returncode == 0, result.stderr[-2000:]
-    got = json.loads(result.stdout)
+def test_the_javascript_independent_bound_composes_min_s_and_d_minus_s_pairs() -> None:
+    got = javascript_user_deltas([([level, LAM, s, USERS, M, DOMAIN], {"mode": "independent"})
+                                  for level in (0.5, 2.5) for s in (1, 3)])
     assert got[0] == got[1] and got[2] == got[3]
     assert got[0] >= _exact_delta(0.5) and got[2] >= _exact_delta(2.5)
