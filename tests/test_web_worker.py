@@ -3,8 +3,8 @@
 The accountant runs in a Web Worker (``clients/web/src/accountant_runner.js``).  A page
 (``clients/web/harness/worker-check.html``) has a Session verify the heaviest parameters
 document of docs/test-vectors.json (its three levels take the JavaScript accountant about
-2 CPU-s) while a 50 ms interval timer measures how late the main thread lets it fire: no
-tick may be late by more than 50 ms, and the verdicts must be the vectors'.  A cancel
+0.4 s in Chromium) while a 50 ms interval timer measures how late the main thread lets it
+fire: no tick may be late by more than 50 ms, and the verdicts must be the vectors'.  A cancel
 terminates the worker and reaches the app as an AbortError; a worker that cannot load
 fails the request instead of leaving it waiting.
 """
@@ -29,12 +29,16 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 VECTORS = json.loads((ROOT / "docs" / "test-vectors.json").read_text())
-#: The documents whose levels take the JavaScript accountant longest (about 2.2 and 1.7 s
-#: in Node): the honest one and its tampered copy the client refuses on lambdas.
+#: The documents whose levels take the JavaScript accountant longest (about 0.4 s each in
+#: Node and Chromium): the honest one and its tampered copy the client refuses on lambdas.
 HEAVIEST = "slots blanket, s = 4, d = 32, m = 1.5 (published by the server)"
 LIGHT = "slots blanket, s = 1, d = 17, m = 0.5 (published by the server)"
 #: The largest lateness of a 50 ms tick the page may see during a check.
 MAX_LATE_MS = 50
+
+#: A check at least this long spends more than MAX_LATE_MS on one of its three levels,
+#: each one synchronous piece of work: on the page's main thread it would make a tick late.
+LONG_ENOUGH_MS = 4 * MAX_LATE_MS
 
 
 def _index(description: str, *, tampered: str | None = None) -> int:
@@ -99,7 +103,7 @@ def test_a_heavy_check_leaves_the_page_responsive_and_gives_the_vectors_verdicts
         assert result["checks"] == vector["client_checks"], label
         # The timer kept time through a check long enough to have frozen the page.
         assert result["worstLateMs"] <= MAX_LATE_MS, label
-        assert result["elapsedMs"] > 500, label
+        assert result["elapsedMs"] > LONG_ENOUGH_MS, label
         assert result["ticks"] >= result["elapsedMs"] // 50 - 2, label
         levels = len(vector["config"]["levels"])
         assert result["progress"] == [{"checked": k, "total": levels}
