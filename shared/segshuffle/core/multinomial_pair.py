@@ -52,7 +52,8 @@ law of the pair given t, and t has the law pi.  A block of one total is that tot
 pair exactly; a block of relative width BLOCK_SHARE changes the blanket by at most that
 share and the victim's probability by about as much, while the atoms drop by the block's width.
 
-**Enumeration.**  Totals t in a window of WINDOW_SIGMAS standard deviations around
+**Enumeration** (the windows and blocks of :mod:`segshuffle.core.pair_windows`).  Totals
+t in a window of WINDOW_SIGMAS standard deviations around
 the blanket's mean (each observed total t_lo .. t_hi + 1) are cut into blocks of
 width max(1, floor(BLOCK_SHARE min(t_0, k + 1 - t_0))); in each block the splits a
 within WINDOW_SIGMAS standard deviations of t_0 / 2 are atoms.  The P-mass outside,
