@@ -26,7 +26,7 @@ from segshuffle.core.hockey_stick import delta_for, epsilon_for, poisson_pair
 def test_blanket_geometry_follows_the_paper() -> None:
     # N = n ceil(m) - 1 slots, r = gamma / d with gamma = m / ceil(m).
     assert blanket_geometry(100, 2.5, 10) == (299, pytest.approx(2.5 / 3 / 10))
-    assert blanket_geometry(100, 2.5, 10, lower=True)[0] == 300
+    assert blanket_geometry(100, 2.5, 10, every_slot=True)[0] == 300
     assert blanket_geometry(100, 0.0, 10) == (0, 0.0)
 
 

@@ -99,7 +99,7 @@ def test_single_item_full_view_matches_enumeration() -> None:
 
     for users, m, d, lam, eps in ((5, 1.5, 4, 0.5, 1.0), (4, 0.5, 5, 0.9, 0.5),
                                   (6, 2.0, 4, 0.5, 2.0), (8, 0.25, 4, 0.5, 4.0)):
-        n_slots, r = blanket_geometry(users, m, d, lower=True)
+        n_slots, r = blanket_geometry(users, m, d, every_slot=True)
         gamma = m / math.ceil(m)
         assert single_item_full_view_delta(eps, lam, n_slots, r, gamma) == pytest.approx(
             slot_full_view_delta(eps, lam, users, m, d, (0,), (1,)), rel=1e-9)

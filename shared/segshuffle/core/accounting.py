@@ -142,11 +142,11 @@ class AuditResult:
     epsilon_lower: float | None
 
 
-def blanket_geometry(users: int, m: float, domain_size: int, *, lower: bool = False
+def blanket_geometry(users: int, m: float, domain_size: int, *, every_slot: bool = False
                      ) -> tuple[int, float]:
     """(N, r) of the slot blanket: N = users ceil(m) - 1, r = gamma / d.
 
-    ``lower=True`` counts every slot, N = users ceil(m) (the victim's own included):
+    ``every_slot=True`` counts every slot, N = users ceil(m) (the victim's own included):
     the exhibited lower bounds, and the one-item mixture of
     :mod:`segshuffle.core.slot_single`, whose proof covers every slot.  The other
     upper bounds count one slot fewer (fewer slots: a larger delta, so still sound).
@@ -156,14 +156,14 @@ def blanket_geometry(users: int, m: float, domain_size: int, *, lower: bool = Fa
     slots = blanket_slots(m)
     if slots == 0:
         return 0, 0.0
-    n_slots = users * slots - 1 + (1 if lower else 0)
+    n_slots = users * slots - 1 + (1 if every_slot else 0)
     return max(n_slots, 0), blanket_probability(m) / domain_size
 
 
 def item_pair(lam: float, users: int, m: float, domain_size: int, *, lower: bool = False
               ) -> CountPair:
     """The two-bin count pair of one item message sent with rate ``lam`` (slot blanket)."""
-    n_slots, r = blanket_geometry(users, m, domain_size, lower=lower)
+    n_slots, r = blanket_geometry(users, m, domain_size, every_slot=lower)
     return poisson_pair(lam, n_slots, r)
 
 
@@ -389,7 +389,7 @@ class SlotAccountant:
 def _slot_bound(users: int, m: float, domain_size: int, set_size: int, slack: float,
                 step: float = DEFAULT_STEP) -> SlotAccountant:
     n_slots, r = blanket_geometry(users, m, domain_size)
-    every_slot = blanket_geometry(users, m, domain_size, lower=True)[0]
+    every_slot = blanket_geometry(users, m, domain_size, every_slot=True)[0]
     return SlotAccountant(_accounted_trials(n_slots, r), blanket_probability(m), set_size,
                           domain_size, slack, step,
                           every_slot=_accounted_trials(every_slot, r))
@@ -493,7 +493,7 @@ def user_delta_lower(level: float, lam: float, set_size: int, users: int, m: flo
         if law.mean > ACCOUNTED_BLANKET_PER_ITEM:
             return 0.0  # too large a blanket to evaluate; 0 is a (trivial) lower bound
         return composed_pair(law, lam, pairs, upper=False, step=LOWER_STEP).delta(level)
-    n_slots, r = blanket_geometry(users, m, domain_size, lower=True)
+    n_slots, r = blanket_geometry(users, m, domain_size, every_slot=True)
     if n_slots * r > ACCOUNTED_BLANKET_PER_ITEM:
         return 0.0  # as above
     value = delta_for(poisson_pair(lam, n_slots, r), level)
@@ -674,7 +674,7 @@ def _lower_epsilon(lam: float, set_size: int, delta: float, users: int, m: float
     gamma = blanket_probability(m)
     applies = mode is BlanketMode.SLOTS and 0.0 < gamma < 1.0 and (
         set_size == 1 or (set_size >= 2 and 2 * set_size <= domain_size and joint_view(
-            blanket_geometry(users, m, domain_size, lower=True)[0], gamma, domain_size,
+            blanket_geometry(users, m, domain_size, every_slot=True)[0], gamma, domain_size,
             set_size, lower=True).usable))
     if not applies or cheap is None:
         return cheap
