@@ -112,13 +112,17 @@ def _enumerate(slots: int, r: float) -> PairAtoms | None:
         here.append(here_sum)
         before.append(before_sum)
     log2 = math.log(2.0)
-    log_factorials = [ln_factorial(j) for j in range(max(low) + 1)] if low else []
+    # ln j! for every j a split needs (a and t0 - a, both near t0 / 2): one table over
+    # their range, not every j up to the largest total.
+    first = min(min(a_lo, t0 - a_hi) for t0, (a_lo, a_hi) in zip(low, windows, strict=True))
+    last = max(max(a_hi, t0 - a_lo) for t0, (a_lo, a_hi) in zip(low, windows, strict=True))
+    table = [ln_factorial(j) for j in range(first, last + 1)]
     split: list[float] = []
     outside = _tail_outside(slots, q, t_lo, t_hi)
     for t0, (a_lo, a_hi), here_sum, before_sum in zip(low, windows, here, before, strict=True):
-        log_t = log_factorials[t0]
+        log_t = ln_factorial(t0)
         t_log2 = t0 * log2
-        split.extend([exp(log_t - log_factorials[a] - log_factorials[t0 - a] - t_log2)
+        split.extend([exp(log_t - table[a - first] - table[t0 - a - first] - t_log2)
                       for a in range(a_lo, a_hi + 1)])
         outside += 2.0 * max(here_sum, before_sum) * _tail_outside(t0, 0.5, a_lo, a_hi)
     return PairAtoms(slots, r, low, high, here, before, [lo for lo, _ in windows],
