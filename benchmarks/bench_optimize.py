@@ -96,6 +96,8 @@ CASES: list[Case] = [
     _case(1_000_000, 128, 8, levels=K1000_LEVELS, shares=K1000_SHARES, suffix=" K=1000"),
     *(_case(n, 128, 8, "--blanket-mode", "independent", suffix=" independent")
       for n in (1000, 1_000_000)),
+    # Small domains at s = 2 and 3, where the accountant enumerates the joint view.
+    *(_case(n, d, s) for n, d, s in ((40, 8, 2), (120, 10, 2), (20, 8, 3))),
 ]
 
 

@@ -49,6 +49,14 @@ smaller M.  Within one M the views with more than K active messages
 are left out: an upper bound charges their P-mass, at most
 Pr[Binomial(M, 2kq) > K - k], as 1.
 
+**Storage.**  The views of a bucket are a prefix of one lattice per k, listed by
+total, whose parts that do not depend on M or gamma (log-factorial sums, the rows of
+the shifted views) are computed once; and since permuting the k pairs changes neither
+P nor Q, one view per orbit is stored, weighted by the orbit's size (k! / prod r!,
+r the runs of equal pairs; :class:`_Lattice`).  The sum over views is unchanged, up to
+rounding.  The plans and their MAX_VALUES budget count every view, so which plan
+applies does not depend on this.
+
 **Numerics.**  Every Mult_M value is a float64 product of exact integer
 log-factorials (a table) and two logarithms, relatively accurate to far better
 than ROUNDING; a value that underflows to 0 costs at most the tiny
@@ -158,7 +166,9 @@ class _Bucket:
 
     ``p_terms[j][i]`` = sum over the j-subsets T of the x_j of Mult_M(view i - e_T),
     ``q_terms`` the same on the x'_j, so that
-    P(view i) = sum_j lambda^j (1 - lambda)^(k - j) p_terms[j][i], and Q alike.
+    P(view i) = sum_j lambda^j (1 - lambda)^(k - j) p_terms[j][i], and Q alike; view i
+    is the i-th stored view, which stands for its orbit (:class:`_Lattice`), and both
+    terms are multiplied by the orbit's size.
     """
 
     weight: float
@@ -223,53 +233,152 @@ def _log_factorials(top: int) -> np.ndarray:
     return special.gammaln(np.arange(top + 2, dtype=np.float64) + 1.0)
 
 
-def _multinomial(counts: np.ndarray, slots: int, rate: float, null_rate: float) -> np.ndarray:
-    """Mult_M(counts) with M = ``slots`` over the active items (rate each) and the nulls."""
-    total = counts.sum(axis=1)
-    valid = (counts >= 0).all(axis=1) & (total <= slots)
-    safe = np.where(valid[:, None], counts, 0)
-    nulls = np.where(valid, slots - total, 0)
-    table = _log_factorials(max(slots, int(safe.max(initial=0))))
-    log_value = (table[slots] - table[safe].sum(axis=1) - table[nulls]
-                 + special.xlogy(total, rate) + special.xlogy(nulls, null_rate))
+@dataclass(frozen=True)
+class _Lattice:
+    """The views of k differing items up to a total, in graded order, with everything
+    about them that does not depend on the slots or gamma.
+
+    Graded order lists the views by total, then lexicographically; every bucket's views
+    (total at most K <= ``top``) are then the first C(K + 2k, 2k) rows, and a shifted
+    view, whose total is smaller, lies among them too.
+
+    P and Q are unchanged when the k pairs (x_j, x'_j) are permuted (both worlds treat
+    them alike), so a view's masses equal those of every view its pairs' permutations
+    reach.  One view per such orbit is *stored*: the one whose pairs (c_j, c'_j) are in
+    non-increasing order; its terms are multiplied by the orbit's size k! / prod r!
+    (r: the lengths of runs of equal pairs), which max(0, P - e^E Q) commutes with.
+    ``stored_up_to[K]`` counts the stored views of total at most K (a prefix again);
+    ``p_shifts`` holds, per subset T of the x_j, |T| and the row of every stored view
+    minus e_T (-1 where a count would be negative); ``q_shifts`` the same on the x'_j.
+    """
+
+    top: int
+    totals: np.ndarray
+    log_factorial_sums: np.ndarray  # sum_i ln c_i! of every view
+    orbit_sizes: np.ndarray  # per stored view
+    stored_up_to: np.ndarray
+    p_shifts: tuple[tuple[int, np.ndarray], ...]
+    q_shifts: tuple[tuple[int, np.ndarray], ...]
+
+
+def _graded_lattice(pairs: int, top: int) -> _Lattice:
+    parts = 2 * pairs
+    lexicographic = compositions_up_to(parts, top)
+    order = np.argsort(lexicographic.sum(axis=1), kind="stable")
+    position = np.empty_like(order)
+    position[order] = np.arange(order.size)
+    views = lexicographic[order]
+    del lexicographic
+    totals = views.sum(axis=1)
+    keys = views[:, :pairs] * (top + 1) + views[:, pairs:]  # pair j, lexicographically
+    stored = np.ones(len(views), dtype=bool)
+    run = np.ones(len(views), dtype=np.int64)
+    repeats = np.ones(len(views), dtype=np.int64)  # prod over runs of r!
+    for j in range(1, pairs):
+        stored &= keys[:, j - 1] >= keys[:, j]
+        run = np.where(keys[:, j - 1] == keys[:, j], run + 1, 1)
+        repeats *= run
+    representatives = views[stored]
+    table = _log_factorials(top)
+    masks = np.arange(1 << pairs)
+    bits = (masks[:, None] >> np.arange(pairs)[None, :]) & 1  # (2^k, k)
+
+    def positions(shift: np.ndarray) -> np.ndarray:
+        moved = representatives - shift
+        valid = (moved >= 0).all(axis=1)
+        rank = composition_rank(np.where(valid[:, None], moved, 0), top)
+        return np.where(valid, position[rank], -1).astype(np.int32)
+
+    zero = np.zeros(pairs, dtype=np.int64)
+    return _Lattice(
+        top=top,
+        totals=totals,
+        log_factorial_sums=table[views].sum(axis=1),
+        orbit_sizes=(math.factorial(pairs) // repeats[stored]).astype(np.float64),
+        stored_up_to=np.cumsum(np.bincount(totals[stored], minlength=top + 1)),
+        p_shifts=tuple((int(bit.sum()), positions(np.concatenate((bit, zero)))) for bit in bits),
+        q_shifts=tuple((int(bit.sum()), positions(np.concatenate((zero, bit)))) for bit in bits),
+    )
+
+
+#: The largest lattice built per number of differing items (grown on demand).
+_lattices: dict[int, _Lattice] = {}
+
+
+def _lattice(pairs: int, top: int) -> _Lattice:
+    """A lattice of ``pairs`` differing items whose first rows are every view up to ``top``.
+
+    One lattice per k is kept, the largest asked for: a bucket's views are a prefix of it.
+    Its size is that of the largest single bucket, which MAX_VALUES bounds."""
+    kept = _lattices.get(pairs)
+    if kept is None or kept.top < top:
+        _lattices.pop(pairs, None)
+        kept = _lattices[pairs] = _graded_lattice(pairs, top)
+    return kept
+
+
+def _multinomial(totals: np.ndarray, log_factorial_sums: np.ndarray, slots: int, rate: float,
+                 null_rate: float) -> np.ndarray:
+    """Mult_M of views with these totals and sums of ln c_i!, M = ``slots`` over the active
+    items (rate each) and the nulls."""
+    valid = totals <= slots
+    nulls = np.where(valid, slots - totals, 0)
+    table = _log_factorials(slots)
+    log_value = (table[slots] - np.where(valid, log_factorial_sums, 0.0) - table[nulls]
+                 + special.xlogy(totals, rate) + special.xlogy(nulls, null_rate))
     with np.errstate(under="ignore"):
         return np.where(valid, np.exp(log_value), 0.0)
 
 
 def _bucket(weight: float, slots: int, gamma: float, domain_size: int, pairs: int,
             total: int, truncated: float) -> _Bucket:
+    """One bucket's stored views (one per orbit, times its size: :class:`_Lattice`)."""
     inside = (1.0 - gamma) + 2.0 * pairs * gamma / domain_size
     rate = (gamma / domain_size) / inside
     null_rate = (1.0 - gamma) / inside
-    views = compositions_up_to(2 * pairs, total)
-    blanket = np.append(_multinomial(views, slots, rate, null_rate), 0.0)
-    masks = np.arange(1 << pairs)
-    bits = (masks[:, None] >> np.arange(pairs)[None, :]) & 1  # (2^k, k)
-
-    def indices(shift: np.ndarray) -> np.ndarray:
-        moved = views - shift
-        valid = (moved >= 0).all(axis=1)
-        return np.where(valid, composition_rank(np.where(valid[:, None], moved, 0), total),
-                        -1).astype(np.int32)
-
-    p_terms = np.zeros((pairs + 1, len(views)))
-    q_terms = np.zeros((pairs + 1, len(views)))
-    for bit, zero in zip(bits, np.zeros_like(bits), strict=True):
-        size = int(bit.sum())
-        p_terms[size] += blanket[indices(np.concatenate((bit, zero)))]
-        q_terms[size] += blanket[indices(np.concatenate((zero, bit)))]
+    lattice = _lattice(pairs, total)
+    count = atom_count(2 * pairs, total)
+    blanket = np.append(_multinomial(lattice.totals[:count], lattice.log_factorial_sums[:count],
+                                     slots, rate, null_rate), 0.0)
+    stored = int(lattice.stored_up_to[total])
+    p_terms = np.zeros((pairs + 1, stored))
+    q_terms = np.zeros((pairs + 1, stored))
+    for (size, p_index), (_, q_index) in zip(lattice.p_shifts, lattice.q_shifts, strict=True):
+        p_terms[size] += blanket[p_index[:stored]]
+        q_terms[size] += blanket[q_index[:stored]]
+    p_terms *= lattice.orbit_sizes[:stored]
+    q_terms *= lattice.orbit_sizes[:stored]
     return _Bucket(weight, slots, p_terms, q_terms, truncated)
 
 
+@dataclass(frozen=True)
+class _Enumeration:
+    """Every bucket's views end to end, each bucket's terms times its probability:
+    P(view i) = sum_j lambda^j (1 - lambda)^(k - j) p_terms[j][i], and Q alike."""
+
+    p_terms: np.ndarray
+    q_terms: np.ndarray
+
+
 @lru_cache(maxsize=JOINT_VIEWS_KEPT)
-def _buckets(n_slots: int, gamma: float, domain_size: int, pairs: int, lower: bool
-             ) -> tuple[_Bucket, ...]:
+def _enumeration(n_slots: int, gamma: float, domain_size: int, pairs: int, lower: bool
+                 ) -> _Enumeration:
     """The enumerated buckets of one joint view (large: few are kept)."""
     plan = joint_view(n_slots, gamma, domain_size, pairs, lower)
     if not plan.usable:
         raise ValueError(f"{plan.values} stored values exceed the budget of {MAX_VALUES}")
-    return tuple(_bucket(weight, slots, gamma, domain_size, pairs, total, truncated)
-                 for weight, slots, total, truncated in plan.plan if weight > 0.0)
+    kept = [row for row in plan.plan if row[0] > 0.0]
+    lattice = _lattice(pairs, max(total for _, _, total, _ in kept))  # grown once
+    width = sum(int(lattice.stored_up_to[total]) for _, _, total, _ in kept)
+    p_terms, q_terms = np.empty((pairs + 1, width)), np.empty((pairs + 1, width))
+    start = 0
+    for weight, slots, total, truncated in kept:
+        bucket = _bucket(weight, slots, gamma, domain_size, pairs, total, truncated)
+        stop = start + bucket.p_terms.shape[1]
+        np.multiply(bucket.p_terms, weight, out=p_terms[:, start:stop])
+        np.multiply(bucket.q_terms, weight, out=q_terms[:, start:stop])
+        start = stop
+    return _Enumeration(p_terms, q_terms)
 
 
 @lru_cache(maxsize=2 * JOINT_VIEWS_KEPT)
@@ -278,9 +387,17 @@ def _masses(n_slots: int, gamma: float, domain_size: int, pairs: int, lower: boo
     """(P, Q) of every view at rate ``lam``, each bucket's weighted by its probability."""
     sizes = np.arange(pairs + 1)
     mix = lam ** sizes * (1.0 - lam) ** (pairs - sizes)
-    buckets = _buckets(n_slots, gamma, domain_size, pairs, lower)
-    return (np.concatenate([bucket.weight * (mix @ bucket.p_terms) for bucket in buckets]),
-            np.concatenate([bucket.weight * (mix @ bucket.q_terms) for bucket in buckets]))
+    views = _enumeration(n_slots, gamma, domain_size, pairs, lower)
+    return _mixed(mix, views.p_terms), _mixed(mix, views.q_terms)
+
+
+def _mixed(mix: np.ndarray, terms: np.ndarray) -> np.ndarray:
+    """sum_j mix[j] terms[j], one row at a time (a matrix product would take threads a
+    busy host does not have, for no gain on k + 1 <= 4 rows)."""
+    total = mix[0] * terms[0]
+    for weight, row in zip(mix[1:], terms[1:], strict=True):
+        total += weight * row
+    return total
 
 
 @dataclass
@@ -353,11 +470,14 @@ class JointView:
             return 0.0
         p, q = _masses(self.n_slots, self.gamma, self.domain_size, self.pairs, self.lower,
                        lam)
-        scaled = math.exp(eps) * q
-        gap = p - scaled
-        value = float(np.sum(np.maximum(gap, 0.0)))
-        # Terms rounding could have moved across zero count towards the error too.
-        error = 2.0 * ROUNDING * float(np.sum(p[gap > -2.0 * ROUNDING * (p + scaled)]))
+        scale = math.exp(eps)
+        # Only terms with P > e^E Q (1 - 2 ROUNDING) / (1 + 2 ROUNDING), i.e. P - e^E Q >
+        # -2 ROUNDING (P + e^E Q), can be positive or have been moved across zero by
+        # rounding ("Numerics"): the sum and its error are taken over them alone.
+        near = p > (scale * (1.0 - 2.0 * ROUNDING) / (1.0 + 2.0 * ROUNDING)) * q
+        p_near, q_near = p[near], q[near]
+        value = float(np.sum(np.maximum(p_near - scale * q_near, 0.0)))
+        error = 2.0 * ROUNDING * float(np.sum(p_near))
         if self.lower:
             return max(0.0, value - error)
         return min(1.0, value + error + self.left_out)
@@ -373,5 +493,6 @@ def joint_view(n_slots: int, gamma: float, domain_size: int, pairs: int,
 def clear_caches() -> None:
     """Forget the cached plans, enumerations and masses (cold benchmarks)."""
     joint_view.cache_clear()
-    _buckets.cache_clear()
+    _enumeration.cache_clear()
     _masses.cache_clear()
+    _lattices.clear()
