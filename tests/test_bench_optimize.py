@@ -25,7 +25,8 @@ def bench():
 
 def test_the_cases_are_named_and_filtered_by_substring(bench) -> None:
     names = [case.name for case in bench.CASES]
-    assert len(names) == len(set(names)) == 13
+    assert len(names) == len(set(names)) == 16
+    assert names[-3:] == ["n=40 d=8 s=2", "n=120 d=10 s=2", "n=20 d=8 s=3"]
     assert names[:6] == [f"n={n} d=128 s=8" for n in ("30", "100", "1e3", "1e4", "1e6", "1e8")]
     assert [c.name for c in bench.select("n=1e6 d=128")] == [
         "n=1e6 d=128 s=8", "n=1e6 d=128 s=8 K=1000", "n=1e6 d=128 s=8 independent"]
