@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from segshuffle.core import accounting
+from segshuffle.core import accounting, slot_groups
 from segshuffle.core.portable import accounting as portable_accounting
 
 from .node_support import javascript_user_deltas
@@ -73,3 +73,50 @@ def test_the_javascript_accountant_stops_early_with_the_same_verdicts() -> None:
         assert early >= full, case
         if full > DELTA:
             assert early == full, case
+
+
+#: Nearly every group slot on the pair (m just below an integer: gamma = 0.998, r_S =
+#: 0.486): a million atoms per rung of the groups' ladder, four rungs.  Its rates are far
+#: below their constraint, so a check needs no more than the first rung.
+FULL_GROUPS = (160_755, 3, 84, 19.961569615349426)
+FULL_GROUPS_LEVELS = [(0.5, 0.8610472179531965), (1.0, 0.8080487072041964),
+                      (2.0, 0.6068905883189007)]
+
+
+def test_a_check_the_first_rung_certifies_composes_one_group_size(monkeypatch) -> None:
+    """Before, each of the three checks composed every rung's pair (1.9 CPU-s in all)."""
+    h, s, d, m = FULL_GROUPS
+    accounting.clear_caches()
+    composed_sizes: set[int] = set()
+    compose = slot_groups._composed_groups
+
+    def recorded(slots: int, *rest):
+        composed_sizes.add(slots)
+        return compose(slots, *rest)
+
+    monkeypatch.setattr(slot_groups, "_composed_groups", recorded)
+    for level, lam in FULL_GROUPS_LEVELS:
+        assert accounting.user_delta(level, lam, s, h, m, d, delta=DELTA, enough=DELTA) <= DELTA
+    bound = accounting._slot_bound(h, m, d, s, accounting.POISSON_SLACK_SHARE * DELTA,
+                                   accounting.DEFAULT_STEP)
+    assert bound.groups is not None and len(bound.groups.ladder) >= 3
+    assert composed_sizes == {bound.groups.ladder[0] + 1}
+    # The full bound agrees with the verdict, and the first rung alone is never below it.
+    for level, lam in FULL_GROUPS_LEVELS:
+        full = accounting.user_delta(level, lam, s, h, m, d, delta=DELTA)
+        assert full <= accounting.user_delta(level, lam, s, h, m, d, delta=DELTA,
+                                             enough=DELTA) <= DELTA
+
+
+@pytest.mark.slow
+def test_the_first_rung_stop_is_the_same_in_every_accountant() -> None:
+    h, s, d, m = FULL_GROUPS
+    cases = [([level, lam, s, h, m, d], {"delta": DELTA, "enough": DELTA})
+             for level, lam in FULL_GROUPS_LEVELS]
+    javascript = javascript_user_deltas(cases)
+    for (level, lam), js in zip(FULL_GROUPS_LEVELS, javascript, strict=True):
+        ours = accounting.user_delta(level, lam, s, h, m, d, delta=DELTA, enough=DELTA)
+        light = portable_accounting.user_delta(level, lam, s, h, m, d, delta=DELTA,
+                                               enough=DELTA)
+        assert ours <= DELTA and light <= DELTA and js <= DELTA
+        assert light == pytest.approx(ours, rel=1e-6) and js == pytest.approx(ours, rel=1e-6)

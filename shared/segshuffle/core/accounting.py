@@ -379,7 +379,10 @@ class SlotAccountant:
         # At lambda = 1 nothing is subsampled: revealing who sent costs nothing, and the
         # labelled groups (with their union bound) are not worth their loss distributions.
         if self.groups is not None and lam < 1.0:
-            value = min(value, self.groups.delta(eps, lam))
+            if enough > 0.0:  # a check: the first rung alone may already certify it
+                value = min(value, self.groups.first_rung_delta(eps, lam))
+            if _certified(value) > enough:
+                value = min(value, self.groups.delta(eps, lam))
         if _certified(value) <= enough or value <= self.revealed.user_delta_floor(eps, lam):
             return float(value)
         return float(min(value, self.revealed.user_delta(eps, lam)))

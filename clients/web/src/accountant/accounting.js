@@ -213,7 +213,11 @@ class SlotAccountant {
     if (this.single !== null) value = this.single.delta(eps, lam);
     // At lambda = 1 nothing is subsampled: revealing who sent costs nothing, and the
     // labelled groups (with their union bound) are not worth their loss distributions.
-    if (this.groups !== null && lam < 1.0) value = Math.min(value, this.groups.delta(eps, lam));
+    if (this.groups !== null && lam < 1.0) {
+      // A check: the first rung alone may already certify it.
+      if (enough > 0.0) value = Math.min(value, this.groups.firstRungDelta(eps, lam));
+      if (certified(value) > enough) value = Math.min(value, this.groups.delta(eps, lam));
+    }
     if (certified(value) <= enough) return value;
     return Math.min(value, this.revealed.userDelta(eps, lam));
   }

@@ -188,6 +188,17 @@ export class GroupsBound {
   }
 
   /**
+   * The ladder bound with its first rung alone, F(k_0 + 1) + Pr[M <= k_0] (1 - F(k_0 + 1))
+   * (the Abel summation holds for any ladder): one composition, the first that
+   * ladderDelta computes.
+   * @param {number} eps @param {number} lam @returns {number}
+   */
+  firstRungDelta(eps, lam) {
+    const first = this.f(this.ladder[0] + 1, eps, lam);
+    return Math.min(first + this.ladderCdf[0] * (1.0 - first), 1.0);
+  }
+
+  /**
    * The Abel-summed ladder bound with the union bound on the minimum.
    * @param {number} eps @param {number} lam @returns {number}
    */

@@ -203,6 +203,13 @@ class GroupsBound:
         composed = _composed_groups(slots, self.r, lam, self.pairs, self.step)
         return 1.0 if composed is None else composed.delta(eps)
 
+    def first_rung_delta(self, eps: float, lam: float) -> float:
+        """The ladder bound with its first rung alone, F(k_0 + 1) + Pr[M <= k_0] (1 -
+        F(k_0 + 1)) (the Abel summation holds for any ladder): one composition, the first
+        that :meth:`ladder_delta` computes."""
+        first = self.f(self.ladder[0] + 1, eps, lam)
+        return min(first + self.ladder_cdf[0] * (1.0 - first), 1.0)
+
     def ladder_delta(self, eps: float, lam: float) -> float:
         """The Abel-summed ladder bound with the union bound on the minimum."""
         values = [1.0, *(self.f(k + 1, eps, lam) for k in self.ladder)]
