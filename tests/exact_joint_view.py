@@ -61,7 +61,7 @@ def exact_joint_view(n_slots: int, gamma: float, domain_size: int, pairs: int,
         slots = n_slots - b
         total, truncated = _view_total(slots, rate, k)
         left_out += weight * truncated
-        bucket = _bucket(weight, slots, gamma, d, k, total, truncated)
+        bucket = _bucket(slots, gamma, d, k, total)
         p_parts.append(weight * (mix @ bucket.p_terms))
         q_parts.append(weight * (mix @ bucket.q_terms))
     return ExactJointView(np.concatenate(p_parts), np.concatenate(q_parts), left_out)

@@ -171,11 +171,8 @@ class _Bucket:
     terms are multiplied by the orbit's size.
     """
 
-    weight: float
-    slots: int
     p_terms: np.ndarray
     q_terms: np.ndarray
-    truncated: float  # P-mass of the views left out (upper bound on it)
 
 
 def upper_quantile(trials: int, p: float, tail: float) -> int:
@@ -330,8 +327,7 @@ def _multinomial(totals: np.ndarray, log_factorial_sums: np.ndarray, slots: int,
         return np.where(valid, np.exp(log_value), 0.0)
 
 
-def _bucket(weight: float, slots: int, gamma: float, domain_size: int, pairs: int,
-            total: int, truncated: float) -> _Bucket:
+def _bucket(slots: int, gamma: float, domain_size: int, pairs: int, total: int) -> _Bucket:
     """One bucket's stored views (one per orbit, times its size: :class:`_Lattice`)."""
     inside = (1.0 - gamma) + 2.0 * pairs * gamma / domain_size
     rate = (gamma / domain_size) / inside
@@ -348,7 +344,7 @@ def _bucket(weight: float, slots: int, gamma: float, domain_size: int, pairs: in
         q_terms[size] += blanket[q_index[:stored]]
     p_terms *= lattice.orbit_sizes[:stored]
     q_terms *= lattice.orbit_sizes[:stored]
-    return _Bucket(weight, slots, p_terms, q_terms, truncated)
+    return _Bucket(p_terms, q_terms)
 
 
 @dataclass(frozen=True)
@@ -372,8 +368,8 @@ def _enumeration(n_slots: int, gamma: float, domain_size: int, pairs: int, lower
     width = sum(int(lattice.stored_up_to[total]) for _, _, total, _ in kept)
     p_terms, q_terms = np.empty((pairs + 1, width)), np.empty((pairs + 1, width))
     start = 0
-    for weight, slots, total, truncated in kept:
-        bucket = _bucket(weight, slots, gamma, domain_size, pairs, total, truncated)
+    for weight, slots, total, _ in kept:
+        bucket = _bucket(slots, gamma, domain_size, pairs, total)
         stop = start + bucket.p_terms.shape[1]
         np.multiply(bucket.p_terms, weight, out=p_terms[:, start:stop])
         np.multiply(bucket.q_terms, weight, out=q_terms[:, start:stop])
