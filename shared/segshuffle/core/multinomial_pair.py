@@ -77,11 +77,8 @@ import numpy as np
 from scipy import special
 
 from . import distributions
-from .pair_windows import block_starts, split_window, total_window
+from .pair_windows import MAX_ATOMS, block_starts, split_window, total_window
 from .privacy_loss import LossDistribution, discretise
-
-#: The most atoms one pair may enumerate; beyond it :func:`pair_atoms` returns None.
-MAX_ATOMS = 6_000_000
 
 #: The most grid points one pair's loss distribution may span; the step grows beyond it.
 MAX_GRID_POINTS = 1 << 17

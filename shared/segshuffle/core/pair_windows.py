@@ -24,6 +24,9 @@ WINDOW_SIGMAS = 9.0
 #: relative width in both t and k + 1 - t bounds what sharing its representative costs.
 BLOCK_SHARE = 1e-3
 
+#: The most atoms one pair may enumerate; a pair with more is not used.
+MAX_ATOMS = 6_000_000
+
 
 def total_window(slots: int, q: float) -> tuple[int, int]:
     """(t_lo, t_hi): the blanket totals T ~ Binomial(``slots``, ``q``) enumerated."""
@@ -49,3 +52,20 @@ def block_starts(slots: int, t_lo: int, t_end: int) -> list[int]:
         starts.append(t)
         t += max(1, math.floor(BLOCK_SHARE * min(t, slots + 1 - t)))
     return starts
+
+
+def atom_count(slots: int, q: float) -> int:
+    """How many atoms the pair with ``slots`` slots and total rate ``q`` = 2r enumerates:
+    the splits of every block's first total, summed over the blocks (no atom is built)."""
+    t_lo, t_hi = total_window(slots, q)
+    count = 0
+    for start in block_starts(slots, t_lo, t_hi + 1):
+        a_lo, a_hi = split_window(start)
+        count += a_hi - a_lo + 1
+    return count
+
+
+def enumerable(slots: int, r: float) -> bool:
+    """Whether the pair with ``slots`` slots at rate ``r`` has at most MAX_ATOMS atoms
+    (what a bound asks before it relies on the pair, without building it)."""
+    return atom_count(slots, 2.0 * r) <= MAX_ATOMS

@@ -85,6 +85,7 @@ import numpy as np
 from . import distributions
 from .memo import memory_bounded_cache
 from .multinomial_pair import PairAtoms, pair_atoms, pair_loss, pair_losses
+from .pair_windows import enumerable
 from .privacy_loss import COMPOSED_CACHE_BYTES, DEFAULT_STEP, ComposedLoss, _composed
 
 #: Ladder points in standard deviations of one group's size (above k_0).
@@ -207,8 +208,9 @@ class GroupsBound:
 
     @property
     def usable(self) -> bool:
-        """Whether the pairs are non-degenerate (r_S < 1/2) and small enough to enumerate."""
-        return 0.0 < self.r < 0.5 and pair_atoms(max(self.ladder[-1] + 1, 1), self.r) is not None
+        """Whether the pairs are non-degenerate (r_S < 1/2) and small enough to enumerate
+        (counted at the largest rung, not built: a check may need only the first)."""
+        return 0.0 < self.r < 0.5 and enumerable(max(self.ladder[-1] + 1, 1), self.r)
 
     def _f(self, slots: int, eps: float, lam: float) -> float:
         composed = _composed_groups(slots, self.r, lam, self.pairs, self.step)

@@ -88,6 +88,21 @@ export function blockStarts(slots, tLo, tEnd) {
   return starts;
 }
 
+/**
+ * Whether the pair with `slots` slots at rate `r` has at most MAX_ATOMS atoms, counted
+ * block by block without building them (what a bound asks before it relies on the pair).
+ * @param {number} slots @param {number} r @returns {boolean}
+ */
+export function enumerable(slots, r) {
+  const [tLo, tHi] = totalWindow(slots, 2.0 * r);
+  let count = 0;
+  for (const start of blockStarts(slots, tLo, tHi + 1)) {
+    const [aLo, aHi] = splitWindow(start);
+    count += aHi - aLo + 1;
+  }
+  return count <= MAX_ATOMS;
+}
+
 /** Pr[Binomial(trials, p) < lo] + Pr[Binomial(trials, p) > hi]. */
 function tailOutside(trials, p, lo, hi) {
   const below = lo > 0 ? binomCdf(Math.max(lo - 1, 0), trials, p) : 0.0;

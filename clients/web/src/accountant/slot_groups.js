@@ -38,7 +38,7 @@
 
 import { registeredCache, keyOf } from "./cache.js";
 import { binomCdf, binomIsf, binomPmf, binomPpf, fsum } from "./distributions.js";
-import { multinomialPairLoss, pairAtoms, pairLosses } from "./multinomial_pair.js";
+import { enumerable, multinomialPairLoss, pairAtoms, pairLosses } from "./multinomial_pair.js";
 import { DEFAULT_STEP, composeLoss } from "./privacy_loss.js";
 
 /** Ladder points in standard deviations of one group's size (above k_0). */
@@ -175,10 +175,13 @@ export class GroupsBound {
     this.ladderCdf = ladder.map((k) => (k < 0 ? 0.0 : Math.min(binomCdf(k, n, p) * pairs, 1.0)));
   }
 
-  /** Whether the pairs are non-degenerate (r_S < 1/2) and small enough to enumerate. */
+  /**
+   * Whether the pairs are non-degenerate (r_S < 1/2) and small enough to enumerate
+   * (counted at the largest rung, not built: a check may need only the first).
+   */
   get usable() {
     return this.r > 0.0 && this.r < 0.5
-      && pairAtoms(Math.max(this.ladder[this.ladder.length - 1] + 1, 1), this.r) !== null;
+      && enumerable(Math.max(this.ladder[this.ladder.length - 1] + 1, 1), this.r);
   }
 
   /** F(slots) at (E, lambda). */

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..pair_windows import block_starts, split_window, total_window
+from ..pair_windows import MAX_ATOMS, block_starts, split_window, total_window
 from .cache import key_of, registered_cache
 from .distributions import binom_cdf, binom_log_pmf, binom_sf, ln_factorial
 from .errors import AccountantError
@@ -41,8 +41,6 @@ from .privacy_loss import LossDistribution, grid_floor, round_down_atoms, spread
 
 __all__ = ["MAX_ATOMS", "PairAtoms", "multinomial_pair_loss", "pair_atoms", "pair_losses"]
 
-#: The most atoms one pair may enumerate; beyond it :func:`pair_atoms` returns None.
-MAX_ATOMS = 6_000_000
 
 #: The most grid points one pair's loss distribution may span; the step grows beyond it.
 _MAX_GRID_POINTS = 1 << 17

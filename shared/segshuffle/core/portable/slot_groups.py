@@ -50,6 +50,7 @@ from functools import partial
 from itertools import accumulate
 from operator import mul
 
+from ..pair_windows import enumerable
 from .cache import key_of, registered_cache
 from .distributions import binom_cdf, binom_isf, binom_pmf, binom_ppf, fsum
 from .multinomial_pair import multinomial_pair_loss, pair_atoms, pair_losses
@@ -194,9 +195,9 @@ class GroupsBound:
 
     @property
     def usable(self) -> bool:
-        """Whether the pairs are non-degenerate (r_S < 1/2) and small enough to enumerate."""
-        return (0.0 < self.r < 0.5
-                and pair_atoms(max(self.ladder[-1] + 1, 1), self.r) is not None)
+        """Whether the pairs are non-degenerate (r_S < 1/2) and small enough to enumerate
+        (counted at the largest rung, not built: a check may need only the first)."""
+        return 0.0 < self.r < 0.5 and enumerable(max(self.ladder[-1] + 1, 1), self.r)
 
     def f(self, slots: int, eps: float, lam: float) -> float:
         """F(slots) at (E, lambda)."""

@@ -1,0 +1,112 @@
+"""Whether the labelled groups' pairs fit is counted, not built.
+
+Before, ``GroupsBound.usable`` built the pair at the ladder's largest rung (a million atoms
+for nearly full groups) only to see that it fit; a check that the first rung certifies then
+built two pairs where it needs one.  The count (:func:`segshuffle.core.pair_windows.
+atom_count`) is the number of atoms the pair would hold, in every accountant.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from segshuffle.core import accounting, multinomial_pair, pair_windows, slot_groups
+from segshuffle.core.portable import accounting as portable_accounting
+from segshuffle.core.portable import cache as portable_cache
+from segshuffle.core.portable import multinomial_pair as portable_pair
+from segshuffle.core.portable import slot_groups as portable_groups
+
+from .node_support import node
+from .test_check_stops_early import DELTA, FULL_GROUPS, FULL_GROUPS_LEVELS
+
+PAIRS = [(0, 0.25), (1, 0.1), (40, 0.3), (1_000, 0.01), (12_345, 0.2), (80_000, 0.486)]
+
+
+@pytest.mark.parametrize(("slots", "r"), PAIRS)
+def test_the_count_is_the_number_of_atoms_built(slots: int, r: float) -> None:
+    count = pair_windows.atom_count(slots, 2.0 * r)
+    assert count == multinomial_pair.pair_atoms(slots, r).split.size
+    assert count == len(portable_pair.pair_atoms(slots, r).split)
+    assert pair_windows.enumerable(slots, r)
+
+
+def test_a_pair_beyond_the_limit_is_not_enumerable() -> None:
+    slots, r = 10**8, 0.4999999
+    assert pair_windows.atom_count(slots, 2.0 * r) > pair_windows.MAX_ATOMS
+    assert not pair_windows.enumerable(slots, r)
+    assert multinomial_pair.pair_atoms(slots, r) is None
+
+
+def _built_sizes(monkeypatch, module) -> list[int]:
+    built: list[int] = []
+    build = module.pair_atoms
+
+    def recorded(slots: int, r: float):
+        built.append(slots)
+        return build(slots, r)
+
+    monkeypatch.setattr(module, "pair_atoms", recorded)
+    return built
+
+
+def test_a_check_the_first_rung_certifies_builds_one_pair(monkeypatch) -> None:
+    """Before, the largest rung's pair was built too (0.22 of 0.9 CPU-s of this check)."""
+    h, s, d, m = FULL_GROUPS
+    accounting.clear_caches()
+    built = _built_sizes(monkeypatch, slot_groups)
+    for level, lam in FULL_GROUPS_LEVELS:
+        assert accounting.user_delta(level, lam, s, h, m, d, delta=DELTA, enough=DELTA) <= DELTA
+    bound = accounting._slot_bound(h, m, d, s, accounting.POISSON_SLACK_SHARE * DELTA,
+                                   accounting.DEFAULT_STEP)
+    assert bound.groups is not None and bound.groups.usable
+    assert set(built) == {bound.groups.ladder[0] + 1}
+
+
+@pytest.mark.slow
+def test_the_pure_python_check_builds_one_pair(monkeypatch) -> None:
+    h, s, d, m = FULL_GROUPS
+    portable_cache.clear_all_caches()
+    built = _built_sizes(monkeypatch, portable_groups)
+    for level, lam in FULL_GROUPS_LEVELS:
+        assert portable_accounting.user_delta(level, lam, s, h, m, d, delta=DELTA,
+                                              enough=DELTA) <= DELTA
+    groups = accounting._slot_bound(h, m, d, s, accounting.POISSON_SLACK_SHARE * DELTA,
+                                    accounting.DEFAULT_STEP).groups
+    assert groups is not None
+    assert set(built) == {groups.ladder[0] + 1}
+
+
+_ENUMERABLE_SCRIPT = """
+const pairs = JSON.parse(require("node:fs").readFileSync(0, "utf8"));
+import(process.argv[1]).then(({ enumerable }) => {
+  console.log(JSON.stringify(pairs.map(([slots, r]) => enumerable(slots, r))));
+});
+"""
+
+
+def test_the_javascript_count_agrees() -> None:
+    """On both sides of the limit: the slot counts at r = 0.4999 where the atoms first
+    exceed MAX_ATOMS (located by bisection on the Python count) and their neighbours."""
+    r = 0.4999
+    fits, too_many = 10**6, 10**7
+    assert pair_windows.enumerable(fits, r) and not pair_windows.enumerable(too_many, r)
+    while too_many - fits > 1:
+        middle = (fits + too_many) // 2
+        if pair_windows.enumerable(middle, r):
+            fits = middle
+        else:
+            too_many = middle
+    pairs = [*PAIRS, *((slots, r) for slots in range(fits - 2, too_many + 3))]
+    expected = [pair_windows.enumerable(n, rate) for n, rate in pairs]
+    assert expected[len(PAIRS):].count(True) >= 3 and expected[len(PAIRS):].count(False) >= 3
+    module = (Path(__file__).resolve().parents[1] / "clients" / "web" / "src" / "accountant"
+              / "multinomial_pair.js")
+    done = subprocess.run([node(), "-e", _ENUMERABLE_SCRIPT, module.as_uri()],
+                          input=json.dumps(pairs), capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == expected
