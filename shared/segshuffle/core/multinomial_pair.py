@@ -90,8 +90,10 @@ class PairAtoms:
 
     Per block: its lowest and highest observed totals (``low``, ``high``), and the
     blanket's mass on its totals ``here`` = W(B) and one below ``before`` = W'(B).
-    Per atom: its ``block``, its count ``a`` on x and ``split`` = h_{t_0}(a).  ``tail``
-    bounds the P-mass outside the atoms at every lambda.
+    Per atom: its ``block``, its count ``a`` on x, ``split`` = h_{t_0}(a) and ``moment``
+    = a h_{t_0}(a); per block, ``a_lo`` and ``a_hi``, its first and last split, and
+    ``start``, the index of its first atom.  ``tail`` bounds the P-mass outside the atoms
+    at every lambda.
     """
 
     slots: int
@@ -103,6 +105,10 @@ class PairAtoms:
     block: np.ndarray
     a: np.ndarray
     split: np.ndarray
+    moment: np.ndarray
+    a_lo: np.ndarray
+    a_hi: np.ndarray
+    start: np.ndarray
     tail: float
 
 
@@ -143,16 +149,14 @@ def pair_atoms(slots: int, r: float) -> PairAtoms | None:
                     + distributions.binom_sf(t_hi, slots, q))
     split_outside = _binomial_tail_outside(low, 0.5, a_lo, a_hi)
     outside += float(np.sum(2.0 * np.maximum(here, before) * split_outside))
+    start = np.concatenate(([0], np.cumsum(widths)[:-1]))
     return PairAtoms(slots=slots, r=r, low=low, high=high, here=here, before=before,
-                     block=block, a=a, split=split, tail=outside)
+                     block=block, a=a, split=split, moment=a * split, a_lo=a_lo, a_hi=a_hi,
+                     start=start, tail=outside)
 
 
-def pair_losses(atoms: PairAtoms, lam: float) -> tuple[np.ndarray, np.ndarray]:
-    """(L, P-mass) of every atom of the block pair at rate ``lam`` (module docstring).
-
-    Atoms that world P cannot produce have L = -inf and P-mass 0 and should be
-    dropped by the caller; those world Q cannot produce have L = +inf.
-    """
+def _block_rates(atoms: PairAtoms, lam: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(t_0, pi(B), c) of every block at rate ``lam`` (c = 0 where t_0 = 0)."""
     rho = atoms.r / (1.0 - 2.0 * atoms.r)
     low = atoms.low.astype(float)
     high = atoms.high.astype(float)
@@ -160,13 +164,42 @@ def pair_losses(atoms: PairAtoms, lam: float) -> tuple[np.ndarray, np.ndarray]:
     with np.errstate(divide="ignore", invalid="ignore"):
         c = np.where(low > 0.0, ((1.0 - lam) / lam) * rho * (atoms.slots - high + 1.0)
                      * low / high, 0.0)
-    t0 = low[atoms.block]
-    c_atom = c[atoms.block]
-    a = atoms.a.astype(float)
+    return low, pi, c
+
+
+def _split_loss(c: np.ndarray, t0: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """L(a | t_0) = ln(c + a) - ln(c + t_0 - a), evaluated the one way every caller does
+    (the cells of :func:`pair_loss` must hold exactly the atoms this puts in them)."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        loss = np.where(t0 > 0.0, np.log(c_atom + a) - np.log(c_atom + (t0 - a)), 0.0)
+        return np.log(c + a) - np.log(c + (t0 - a))
+
+
+def pair_losses(atoms: PairAtoms, lam: float, which: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(L, P-mass) of every atom of the block pair at rate ``lam`` (module docstring), or
+    of the atoms at the indices ``which``.
+
+    Atoms that world P cannot produce have L = -inf and P-mass 0 and should be
+    dropped by the caller; those world Q cannot produce have L = +inf.
+    """
+    low, pi, c = _block_rates(atoms, lam)
+    block = atoms.block if which is None else atoms.block[which]
+    t0 = low[block]
+    c_atom = c[block]
+    a = (atoms.a if which is None else atoms.a[which]).astype(float)
+    split = atoms.split if which is None else atoms.split[which]
+    loss = np.where(t0 > 0.0, _split_loss(c_atom, t0, a), 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(t0 > 0.0, (c_atom + a) / (c_atom + 0.5 * t0), 1.0)
-    return loss, pi[atoms.block] * atoms.split * share
+    return loss, pi[block] * split * share
+
+
+#: A block is summed cell by cell (:func:`pair_loss`) when it has at least this many atoms
+#: per grid cell it spans; sparser blocks are put on the grid atom by atom.
+ATOMS_PER_CELL = 8
+
+#: Unit roundoff of a float64.
+_UNIT_ROUNDOFF = 2.0**-53
 
 
 def pair_loss(atoms: PairAtoms, lam: float, *, upper: bool, step: float) -> LossDistribution:
@@ -176,9 +209,148 @@ def pair_loss(atoms: PairAtoms, lam: float, *, upper: bool, step: float) -> Loss
     lam = 1) go to the infinity atom; atoms of loss -infinity carry no P-mass that matters
     (they never reach delta), and are dropped.  The step grows when the losses span
     more than MAX_GRID_POINTS points.
+
+    **Cell by cell.**  In an upper bound, the atoms of a block with c > 0 are put on the
+    grid by cells rather than one by one.  L(a | t_0) increases with a, so the atoms
+    that :func:`~segshuffle.core.privacy_loss.discretise` places from the grid point
+    x = j h (those with floor(L / h + 1e-9) = j) are a run a_j .. a_{j+1} - 1, whose
+    ends are found by inverting L (a = ((c + t_0) e^y - c) / (1 + e^y)) and then
+    checking the same floating-point expression that discretise's caller evaluates.
+    discretise moves the share p (1 - e^{-(L - x')}) / (1 - e^{-h}) of an atom of P-mass p
+    up (x' = x - 1e-9 h), which is linear in (p, q) with q = p e^{-L} its Q-mass, so a
+    cell moves up
+
+        (P - e^{x'} Q) / (1 - e^{-h}),   P = pi (c S_0 + S_1) / (c + t_0 / 2),
+                                          Q = pi ((c + t_0) S_0 - S_1) / (c + t_0 / 2),
+
+    with S_0 = sum h_{t_0}(a) and S_1 = sum a h_{t_0}(a) over the run (lambda-free,
+    summed per lambda from the cached atoms: additions, no logarithm per atom).  Its
+    rounding is charged: n positive terms summed in order lose at most n u relative, so
+    P and Q are within (n + 2) u (1 + (c + t_0) / (c + t_0 - a_max)) of exact (Q by
+    cancellation), and as e^{x'} Q <= P the moved mass is widened by twice that times
+    P / (1 - e^{-h}); moving mass up only raises every divergence (discretise's proof),
+    so the result dominates the atom-by-atom one up to that widening.  The per-atom
+    widening by 1e-12 is kept.  Blocks with fewer than ATOMS_PER_CELL atoms per cell,
+    those with c = 0, lower bounds and lambda = 1 go atom by atom as before.
     """
     if not 0.0 < lam <= 1.0:
         raise ValueError(f"lambda must be in (0, 1], got {lam}")
+    if not upper or lam == 1.0:
+        return _pair_loss_by_atom(atoms, lam, upper=upper, step=step)
+    t0, pi, c = _block_rates(atoms, lam)
+    a_lo = atoms.a_lo.astype(float)
+    a_hi = atoms.a_hi.astype(float)
+    regular = (t0 > 0.0) & (c > 0.0) & (pi > 0.0)
+    end_lo = np.where(regular, _split_loss(c, t0, a_lo), 0.0)
+    end_hi = np.where(regular, _split_loss(c, t0, a_hi), 0.0)
+    # Which blocks are summed is decided on the step asked for (a wider one only puts
+    # more atoms in each cell); summing is exact either way, this only saves work.
+    widths = atoms.a_hi - atoms.a_lo + 1
+    cells = np.floor(end_hi / step + 1e-9) - np.floor(end_lo / step + 1e-9) + 1.0
+    summed = regular & (cells * ATOMS_PER_CELL <= widths)
+    if not summed.any():
+        return _pair_loss_by_atom(atoms, lam, upper=upper, step=step)
+    # The atoms of the other blocks, one by one (the old way).
+    single = np.flatnonzero(~regular[atoms.block])
+    loss, p_mass = pair_losses(atoms, lam, single)
+    infinity = float(np.sum(p_mass[np.isposinf(loss) & (p_mass > 0.0)])) + atoms.tail
+    finite = np.isfinite(loss) & (p_mass > 0.0)
+    single_loss, single_mass = loss[finite], p_mass[finite]
+    ends = [end_lo[regular], end_hi[regular], single_loss]
+    if not any(part.size for part in ends):
+        return LossDistribution(step=step, offset=0, pmf=np.zeros(1),
+                                infinity=min(infinity, 1.0))
+    low_loss = min(float(part.min()) for part in ends if part.size)
+    high_loss = max(float(part.max()) for part in ends if part.size)
+    step = max(step, (high_loss - low_loss) / MAX_GRID_POINTS)
+
+    def cell(block: np.ndarray, a: np.ndarray) -> np.ndarray:
+        # discretise's grid index floor(L / h + 1e-9), on the same loss expression.
+        return np.floor(_split_loss(c[block], t0[block], a) / step + 1e-9)
+
+    j_lo = np.floor(end_lo / step + 1e-9)
+    j_hi = np.floor(end_hi / step + 1e-9)
+    if not summed.all():
+        extra = np.flatnonzero((regular & ~summed)[atoms.block])
+        loss, p_mass = pair_losses(atoms, lam, extra)
+        keep = p_mass > 0.0
+        single_loss = np.concatenate((single_loss, loss[keep]))
+        single_mass = np.concatenate((single_mass, p_mass[keep]))
+    blocks = np.flatnonzero(summed)
+    # The cells of the summed blocks: block b spans cells j_lo[b] .. j_hi[b]; the first
+    # atom of cell j > j_lo[b] is the least a with cell(a) >= j.
+    inner = (j_hi[blocks] - j_lo[blocks]).astype(np.int64)
+    b_of = np.repeat(blocks, inner)
+    j = j_lo[b_of] + 1.0 + (np.arange(b_of.size)
+                            - np.repeat(np.cumsum(inner) - inner, inner))
+    y = (j - 1e-9) * step
+    grow = np.exp(y)
+    guess = np.ceil(((c[b_of] + t0[b_of]) * grow - c[b_of]) / (1.0 + grow))
+    first = np.clip(guess, a_lo[b_of] + 1.0, a_hi[b_of])
+    for _ in range(64):
+        low_side = cell(b_of, first) < j
+        high_side = (first - 1.0 > a_lo[b_of]) & (cell(b_of, first - 1.0) >= j)
+        if not (low_side.any() or high_side.any()):
+            break
+        first = np.clip(first + low_side - high_side, a_lo[b_of] + 1.0, a_hi[b_of])
+    else:  # never seen: L is monotone, so the guesses are off by an atom at most
+        return _pair_loss_by_atom(atoms, lam, upper=upper, step=step)
+    # Every cell as (block, grid index, first atom, end): first cells, then the others.
+    cell_block = np.concatenate((blocks, b_of))
+    cell_index = np.concatenate((j_lo[blocks], j))
+    cell_first = np.concatenate((a_lo[blocks], first))
+    order = np.lexsort((cell_index, cell_first, cell_block))
+    cell_block, cell_index, cell_first = cell_block[order], cell_index[order], cell_first[order]
+    cell_end = np.append(cell_first[1:], 0.0)
+    last_of_block = np.append(cell_block[1:] != cell_block[:-1], True)
+    cell_end = np.where(last_of_block, a_hi[cell_block] + 1.0, cell_end)
+    occupied = cell_end > cell_first
+    cell_block, cell_index = cell_block[occupied], cell_index[occupied]
+    cell_first, cell_end = cell_first[occupied], cell_end[occupied]
+    # Sums over each run: reduceat over the atoms, with the first atom of every block not
+    # summed here as a boundary too (its segment is dropped).
+    starts = atoms.start[cell_block] + (cell_first - a_lo[cell_block]).astype(np.int64)
+    others = atoms.start[np.flatnonzero(~summed)]
+    bounds = np.concatenate((starts, others))
+    kinds = np.concatenate((np.ones(starts.size, bool), np.zeros(others.size, bool)))
+    order = np.argsort(bounds, kind="stable")
+    bounds, kinds = bounds[order], kinds[order]
+    s0 = np.add.reduceat(atoms.split, bounds)[kinds]
+    s1 = np.add.reduceat(atoms.moment, bounds)[kinds]
+    # The cells are in the order of their starts already (blocks and atoms increase).
+    cb = cell_block
+    scale = pi[cb] / (c[cb] + 0.5 * t0[cb])
+    p_cell = scale * (c[cb] * s0 + s1)
+    q_cell = scale * ((c[cb] + t0[cb]) * s0 - s1)
+    count = cell_end - cell_first
+    last_a = cell_end - 1.0
+    rounding = 2.0 * (count + 2.0) * _UNIT_ROUNDOFF * (
+        1.0 + (c[cb] + t0[cb]) / (c[cb] + t0[cb] - last_a)) + 4.0 * _UNIT_ROUNDOFF
+    lift = 1.0 / -math.expm1(-step)
+    raised = np.maximum(p_cell - np.exp((cell_index - 1e-9) * step) * q_cell, 0.0)
+    up = np.minimum(p_cell, (raised * (1.0 + 1e-12) + rounding * p_cell) * lift)
+    index = cell_index.astype(np.int64)
+    offset = int(index.min()) if index.size else None
+    top = int(index.max()) + 1 if index.size else None
+    if single_loss.size:
+        single_offset, single_pmf = discretise(single_loss, single_mass, step, upper)
+        offset = single_offset if offset is None else min(offset, single_offset)
+        single_top = single_offset + single_pmf.size - 1
+        top = single_top if top is None else max(top, single_top)
+    assert offset is not None and top is not None
+    size = top - offset + 1
+    pmf = np.zeros(size)
+    if index.size:
+        pmf += np.bincount(index - offset, weights=p_cell - up, minlength=size)
+        pmf += np.bincount(index + 1 - offset, weights=up, minlength=size)
+    if single_loss.size:
+        pmf[single_offset - offset:single_offset - offset + single_pmf.size] += single_pmf
+    return LossDistribution(step=step, offset=offset, pmf=pmf, infinity=min(infinity, 1.0))
+
+
+def _pair_loss_by_atom(atoms: PairAtoms, lam: float, *, upper: bool, step: float
+                       ) -> LossDistribution:
+    """:func:`pair_loss` with every atom put on the grid by itself."""
     loss, p_mass = pair_losses(atoms, lam)
     infinite = np.isposinf(loss) & (p_mass > 0.0)
     finite = np.isfinite(loss) & (p_mass > 0.0)
