@@ -286,6 +286,7 @@ def pair_loss(atoms: PairAtoms, lam: float, *, upper: bool, step: float) -> Loss
     y = (j - 1e-9) * step
     grow = np.exp(y)
     guess = np.ceil(((c[b_of] + t0[b_of]) * grow - c[b_of]) / (1.0 + grow))
+    guess = np.where(np.isfinite(guess), guess, a_lo[b_of] + 1.0)
     first = np.clip(guess, a_lo[b_of] + 1.0, a_hi[b_of])
     for _ in range(64):
         low_side = cell(b_of, first) < j

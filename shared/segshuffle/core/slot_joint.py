@@ -77,6 +77,7 @@ import numpy as np
 from scipy import special
 
 from . import distributions
+from .joint_budget import values_floor
 
 #: The most float64 values (views times 2 (k + 1) polynomial terms, over every bucket) one
 #: joint view may store: at most about 48 MB, of which at most JOINT_VIEWS_KEPT are kept.
@@ -422,6 +423,12 @@ class JointView:
         q_out = self.gamma * (d - 2 * k) / d
         inside = (1.0 - self.gamma) + 2.0 * k * self.gamma / d
         rate = (self.gamma / d) / inside
+        floor = values_floor(n, q_out, rate, k, bucket_tail=BUCKET_TAIL, view_tail=VIEW_TAIL)
+        if floor > MAX_VALUES:  # no plan fits: not planned (joint_budget's docstring)
+            self.coarse = 0 if self.lower else len(COARSE_BUCKET_EDGES)
+            self.above = self.left_out = 0.0 if self.lower else 1.0
+            self.atoms, self.values, self.plan = floor // (2 * (k + 1)), floor, ()
+            return
         for coarse in range(len(COARSE_BUCKET_EDGES) + 1):
             buckets, self.above = _window(n, q_out, self.lower, coarse)
             plan, atoms = self._plan(buckets, q_out, rate)

@@ -200,43 +200,143 @@ export function pairLosses(atoms, lam) {
 }
 
 /**
+ * A block is summed cell by cell when it has at least this many atoms per grid cell it
+ * spans (the Python accountants' rule).
+ */
+const ATOMS_PER_CELL = 8;
+
+/** Unit roundoff of a float64. */
+const UNIT_ROUNDOFF = 2 ** -53;
+
+/** L(a | t0) = ln(c + a) - ln(c + t0 - a), as pairLosses has it. */
+function splitLoss(c, t0, a) {
+  return Math.log(c + a) - Math.log(c + (t0 - a));
+}
+
+/**
  * The loss distribution of the pair at rate `lam` on the grid `step`.  Atoms of
  * infinite loss go to the infinity atom (with the window's tail, in an upper bound);
  * atoms of loss -infinity never reach delta and are dropped.  The step grows when the
- * losses span more than MAX_GRID_POINTS points.
+ * losses span more than MAX_GRID_POINTS points.  In an upper bound at lambda < 1, blocks
+ * with c > 0 and at least ATOMS_PER_CELL atoms per grid cell are put on the grid cell by
+ * cell (the proof is in the Python accountant's multinomial_pair.pair_loss): each cell
+ * moves (P - e^{x'} Q) / (1 - e^{-h}) up, from the sums of h and a h over its run of
+ * splits, widened for their rounding.
  * @param {PairAtoms} atoms @param {number} lam @param {{upper: boolean, step: number}} options
  * @returns {import("./privacy_loss.js").LossDistribution}
  */
 export function multinomialPairLoss(atoms, lam, { upper, step }) {
   if (!(lam > 0.0 && lam <= 1.0)) throw new AccountantError(`lambda must be in (0, 1], got ${lam}`);
-  const [loss, pMass] = pairLosses(atoms, lam);
+  const rho = atoms.r / (1.0 - 2.0 * atoms.r);
+  const cellsAllowed = upper && lam < 1.0;
+  const loss = new Float64Array(atoms.split.length);
+  const pMass = new Float64Array(atoms.split.length);
+  let kept = 0;
+  const summed = [];  // [block, first atom, pi, c] of the blocks summed by cells
   let infinity = 0.0;
   let low = Infinity;
   let high = -Infinity;
-  let finiteCount = 0;
-  for (let i = 0; i < loss.length; i += 1) {
-    if (!(pMass[i] > 0.0)) continue;
-    if (loss[i] === Infinity) infinity += pMass[i];
-    else if (Number.isFinite(loss[i])) {
-      finiteCount += 1;
-      if (loss[i] < low) low = loss[i];
-      if (loss[i] > high) high = loss[i];
+  let at = 0;
+  for (let i = 0; i < atoms.low.length; i += 1) {
+    const t0 = atoms.low[i];
+    const aLo = atoms.aLo[i];
+    const aHi = atoms.aHi[i];
+    const pi = (1.0 - lam) * atoms.here[i] + lam * atoms.before[i];
+    const c = t0 === 0 ? 0.0 : ((1.0 - lam) / lam) * rho * (atoms.slots - atoms.high[i] + 1.0) * t0 / atoms.high[i];
+    if (cellsAllowed && t0 > 0 && c > 0.0 && pi > 0.0) {
+      const endLo = splitLoss(c, t0, aLo);
+      const endHi = splitLoss(c, t0, aHi);
+      const cells = gridFloor(endHi, step, true) - gridFloor(endLo, step, true) + 1;
+      if (cells * ATOMS_PER_CELL <= aHi - aLo + 1) {
+        summed.push([i, at, pi, c]);
+        if (endLo < low) low = endLo;
+        if (endHi > high) high = endHi;
+        at += aHi - aLo + 1;
+        continue;
+      }
+    }
+    const middle = c + 0.5 * t0;
+    for (let a = aLo; a <= aHi; a += 1, at += 1) {
+      const atomLoss = t0 === 0 ? 0.0 : Math.log(c + a) - Math.log(c + (t0 - a));
+      const mass = t0 === 0 ? pi * atoms.split[at] : pi * atoms.split[at] * ((c + a) / middle);
+      if (!(mass > 0.0)) continue;
+      if (atomLoss === Infinity) infinity += mass;
+      else if (Number.isFinite(atomLoss)) {
+        loss[kept] = atomLoss;
+        pMass[kept] = mass;
+        kept += 1;
+        if (atomLoss < low) low = atomLoss;
+        if (atomLoss > high) high = atomLoss;
+      }
     }
   }
   if (upper) infinity += atoms.tail;
-  if (finiteCount === 0) {
+  if (low === Infinity) {
     return { step, offset: 0, pmf: new Float64Array(1), infinity: Math.min(infinity, 1.0), noise: 0.0 };
   }
   step = Math.max(step, (high - low) / MAX_GRID_POINTS);
-  // privacy_loss.js discretise over the finite atoms of positive mass, in their order.
+  // privacy_loss.js discretise over the finite atoms of positive mass.
   const offset = gridFloor(low, step, upper);
   const pmf = new Float64Array(gridFloor(high, step, upper) - offset + (upper ? 2 : 1));
+  const singleLoss = loss.subarray(0, kept);
+  const singleMass = pMass.subarray(0, kept);
   if (upper) {
     const raised = new Float64Array(pmf.length);
-    spreadAtoms(loss, pMass, step, offset, pmf, raised);
+    spreadAtoms(singleLoss, singleMass, step, offset, pmf, raised);
+    for (const [block, first, pi, c] of summed) {
+      spreadCells(atoms, block, first, pi, c, step, offset, pmf, raised);
+    }
     for (let i = 0; i < pmf.length; i += 1) pmf[i] += raised[i];
   } else {
-    roundDownAtoms(loss, pMass, step, offset, pmf);
+    roundDownAtoms(singleLoss, singleMass, step, offset, pmf);
   }
   return { step, offset, pmf, infinity: Math.min(infinity, 1.0), noise: 0.0 };
+}
+
+/**
+ * One block's atoms on the grid cell by cell: the run of splits whose grid index
+ * floor(L / h + 1e-9) is j moves min(P, ((P - e^{(j - 1e-9) h} Q)_+ (1 + 1e-12) +
+ * rounding P) / (1 - e^{-h})) of its P-mass P to `raised[j + 1 - offset]`, the rest to
+ * `lower[j - offset]`.
+ */
+function spreadCells(atoms, block, startAtom, pi, c, step, offset, lower, raised) {
+  const t0 = atoms.low[block];
+  const aLo = atoms.aLo[block];
+  const aHi = atoms.aHi[block];
+  const base = startAtom - aLo;  // the atom of split a is at base + a
+  const cell = (a) => gridFloor(splitLoss(c, t0, a), step, true);
+  const lift = 1.0 / -Math.expm1(-step);
+  const scale = pi / (c + 0.5 * t0);
+  let first = aLo;
+  const lastCell = cell(aHi);
+  for (let j = cell(aLo); j <= lastCell; j += 1) {
+    let end = aHi + 1;
+    if (j < lastCell) {
+      // The least a with cell(a) >= j + 1: inverted, then checked.
+      const grow = Math.exp((j + 1 - 1e-9) * step);
+      const guess = ((c + t0) * grow - c) / (1.0 + grow);
+      end = Number.isFinite(guess) ? Math.min(Math.max(Math.ceil(guess), first), aHi) : first;
+      while (end <= aHi && cell(end) <= j) end += 1;
+      while (end > first && cell(end - 1) > j) end -= 1;
+    }
+    if (end > first) {
+      let s0 = 0.0;
+      let s1 = 0.0;
+      for (let a = first; a < end; a += 1) {
+        const h = atoms.split[base + a];
+        s0 += h;
+        s1 += a * h;
+      }
+      const count = end - first;
+      const pCell = scale * (c * s0 + s1);
+      const qCell = scale * ((c + t0) * s0 - s1);
+      const rounding = 2.0 * (count + 2.0) * UNIT_ROUNDOFF * (1.0 + (c + t0) / (c + t0 - (end - 1)))
+        + 4.0 * UNIT_ROUNDOFF;
+      const moved = Math.max(pCell - Math.exp((j - 1e-9) * step) * qCell, 0.0);
+      const up = Math.min(pCell, (moved * (1.0 + 1e-12) + rounding * pCell) * lift);
+      lower[j - offset] += pCell - up;
+      raised[j + 1 - offset] += up;
+    }
+    first = end;
+  }
 }

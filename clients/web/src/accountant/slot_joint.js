@@ -298,6 +298,25 @@ function makeBucket(weight, slots, gamma, domainSize, pairs, total) {
 }
 
 /** delta_k of the module comment for one (N, gamma, d, k): an upper bound (plan and cached views). */
+/**
+ * A lower bound on the values (views times 2 (k + 1)) of every plan of the joint view, known
+ * before the plan is built (the proof is in the Python accountants' joint_budget module):
+ * the top bucket has at least N - ceil(N q_out + t) - 1 slots, t from Bernstein's inequality
+ * at BUCKET_TAIL, and its view total is at least k + floor(M s) - 1 (the median).
+ * @param {number} n @param {number} qOut @param {number} rate @param {number} k @returns {number}
+ */
+function valuesFloor(n, qOut, rate, k) {
+  const logTail = -Math.log(BUCKET_TAIL);
+  const q = Math.min(Math.max(qOut, 0.0), 1.0);
+  const variance = n * q * (1.0 - q);
+  const reach = logTail / 3.0 + Math.sqrt((logTail * logTail) / 9.0 + 2.0 * logTail * variance);
+  const top = Math.ceil(n * q + reach) + 1;
+  const slots = Math.max(0, n - top);
+  const spread = Math.min(1.0, 2 * k * Math.max(rate, 0.0));
+  const total = k + Math.max(0, Math.floor(slots * spread) - 1);
+  return atomCount(2 * k, total) * 2 * (k + 1);
+}
+
 export class JointView {
   /** @param {number} nSlots @param {number} gamma @param {number} domainSize @param {number} pairs */
   constructor(nSlots, gamma, domainSize, pairs) {
@@ -319,6 +338,16 @@ export class JointView {
     let plan;
     let atoms;
     let coarse = 0;
+    const floor = valuesFloor(n, qOut, rate, k);
+    if (floor > MAX_VALUES) {  // no plan fits: not planned (valuesFloor)
+      this.coarse = COARSE_BUCKET_EDGES.length;
+      this.above = 1.0;
+      this.atoms = floor / (2 * (k + 1));
+      this.values = floor;
+      this.leftOut = 1.0;
+      this.plan = [];
+      return;
+    }
     for (; coarse <= COARSE_BUCKET_EDGES.length; coarse += 1) {
       [buckets, above] = bucketWindow(n, qOut, coarse);
       [plan, atoms] = bucketPlan(buckets, n, qOut, rate, k);

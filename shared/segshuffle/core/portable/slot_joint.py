@@ -52,6 +52,7 @@ import math
 from dataclasses import dataclass
 from operator import add, sub
 
+from ..joint_budget import values_floor
 from .cache import key_of, registered_cache
 from .distributions import binom_cdf, binom_sf, compensated_sum, ln_factorial, upper_quantile
 from .errors import AccountantError
@@ -297,6 +298,12 @@ class JointView:
         q_out = (gamma * (d - 2 * k)) / d
         inside = (1.0 - gamma) + (2.0 * k * gamma) / d
         rate = (gamma / d) / inside
+        floor = values_floor(n, q_out, rate, k, bucket_tail=BUCKET_TAIL, view_tail=VIEW_TAIL)
+        if floor > MAX_VALUES:  # no plan fits: not planned (joint_budget's docstring)
+            self.coarse = len(COARSE_BUCKET_EDGES)
+            self.above = self.left_out = 1.0
+            self.atoms, self.values, self.plan = floor // (2 * (k + 1)), floor, []
+            return
         for coarse in range(len(COARSE_BUCKET_EDGES) + 1):
             buckets, above = _bucket_window(n, q_out, coarse)
             plan, atoms = _plan(buckets, n, q_out, rate, k)
