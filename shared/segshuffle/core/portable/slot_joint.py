@@ -50,11 +50,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from operator import add, sub
+from operator import add
 
 from ..joint_budget import values_floor
 from .cache import key_of, registered_cache
-from .distributions import binom_cdf, binom_sf, compensated_sum, ln_factorial, upper_quantile
+from .distributions import binom_cdf, binom_sf, fsum, ln_factorial, upper_quantile
 from .errors import AccountantError
 
 __all__ = [
@@ -331,15 +331,13 @@ class JointView:
             return 0.0
         p, q = _joint_masses(self, lam)
         e = math.exp(eps)
-        scaled = [e * qi for qi in q]
-        gaps = list(map(sub, p, scaled))
-        positive = [gap if gap > 0.0 else 0.0 for gap in gaps]
-        # Terms that rounding could have moved across zero count towards the error too.
-        bound = -2.0 * ROUNDING
-        near = [pi if gap > bound * (pi + si) else 0.0
-                for pi, si, gap in zip(p, scaled, gaps, strict=True)]
-        value = compensated_sum(positive)
-        error = 2.0 * ROUNDING * compensated_sum(near)
+        # Only terms with P > e^E Q (1 - 2 ROUNDING) / (1 + 2 ROUNDING), i.e. P - e^E Q >
+        # -2 ROUNDING (P + e^E Q), can be positive or have been moved across zero by
+        # rounding: the sum and its error are taken over them alone (as in numpy).
+        ratio = e * (1.0 - 2.0 * ROUNDING) / (1.0 + 2.0 * ROUNDING)
+        near = [(pi, qi) for pi, qi in zip(p, q, strict=True) if pi > ratio * qi]
+        value = fsum([gap for pi, qi in near if (gap := pi - e * qi) > 0.0])
+        error = 2.0 * ROUNDING * fsum([pi for pi, _ in near])
         return min(1.0, value + error + self.left_out)
 
 
