@@ -198,6 +198,11 @@ def pair_losses(atoms: PairAtoms, lam: float, which: np.ndarray | None = None
 #: per grid cell it spans; sparser blocks are put on the grid atom by atom.
 ATOMS_PER_CELL = 8
 
+#: Pairs with fewer atoms go atom by atom whatever their blocks: below this numpy's cost
+#: per call of the cell path exceeds what it saves (the optimizer builds thousands of
+#: small pairs).
+CELLS_FROM_ATOMS = 50_000
+
 #: Unit roundoff of a float64.
 _UNIT_ROUNDOFF = 2.0**-53
 
@@ -231,11 +236,12 @@ def pair_loss(atoms: PairAtoms, lam: float, *, upper: bool, step: float) -> Loss
     P / (1 - e^{-h}); moving mass up only raises every divergence (discretise's proof),
     so the result dominates the atom-by-atom one up to that widening.  The per-atom
     widening by 1e-12 is kept.  Blocks with fewer than ATOMS_PER_CELL atoms per cell,
-    those with c = 0, lower bounds and lambda = 1 go atom by atom as before.
+    those with c = 0, pairs of fewer than CELLS_FROM_ATOMS atoms, lower bounds and
+    lambda = 1 go atom by atom as before.
     """
     if not 0.0 < lam <= 1.0:
         raise ValueError(f"lambda must be in (0, 1], got {lam}")
-    if not upper or lam == 1.0:
+    if not upper or lam == 1.0 or atoms.split.size < CELLS_FROM_ATOMS:
         return _pair_loss_by_atom(atoms, lam, upper=upper, step=step)
     t0, pi, c = _block_rates(atoms, lam)
     a_lo = atoms.a_lo.astype(float)
