@@ -77,8 +77,8 @@ import numpy as np
 from scipy import special
 
 from . import distributions
-from .pair_windows import MAX_ATOMS, block_starts, split_window, total_window
-from .privacy_loss import LossDistribution, discretise
+from .pair_windows import block_starts, enumerable, split_window, total_window
+from .privacy_loss import LossDistribution, discretise, upper_grid_index
 
 #: The most grid points one pair's loss distribution may span; the step grows beyond it.
 MAX_GRID_POINTS = 1 << 17
@@ -125,6 +125,8 @@ def pair_atoms(slots: int, r: float) -> PairAtoms | None:
     """The atoms of the pair with ``slots`` blanket slots at rate ``r`` (None: too many)."""
     if not 0.0 < r < 0.5:
         raise ValueError(f"r must be in (0, 1/2), got {r}")
+    if not enumerable(slots, r):
+        return None
     q = 2.0 * r
     t_lo, t_hi = total_window(slots, q)
     starts = block_starts(slots, t_lo, t_hi + 1)
@@ -133,8 +135,6 @@ def pair_atoms(slots: int, r: float) -> PairAtoms | None:
     a_lo, a_hi = (np.array(ends, dtype=np.int64)
                   for ends in zip(*map(split_window, starts), strict=True))
     widths = a_hi - a_lo + 1
-    if int(widths.sum()) > MAX_ATOMS:
-        return None
     # w(t) for t = t_lo - 1 .. t_hi + 1: each block's W(B) and W'(B) as sums over its totals.
     weights = np.exp(distributions.binom_logpmf(np.arange(t_lo - 1, t_hi + 2), slots, q))
     here = np.add.reduceat(weights[1:], low - t_lo)
@@ -252,7 +252,7 @@ def pair_loss(atoms: PairAtoms, lam: float, *, upper: bool, step: float) -> Loss
     # Which blocks are summed is decided on the step asked for (a wider one only puts
     # more atoms in each cell); summing is exact either way, this only saves work.
     widths = atoms.a_hi - atoms.a_lo + 1
-    cells = np.floor(end_hi / step + 1e-9) - np.floor(end_lo / step + 1e-9) + 1.0
+    cells = upper_grid_index(end_hi, step) - upper_grid_index(end_lo, step) + 1.0
     summed = regular & (cells * ATOMS_PER_CELL <= widths)
     if not summed.any():
         return _pair_loss_by_atom(atoms, lam, upper=upper, step=step)
@@ -271,11 +271,11 @@ def pair_loss(atoms: PairAtoms, lam: float, *, upper: bool, step: float) -> Loss
     step = max(step, (high_loss - low_loss) / MAX_GRID_POINTS)
 
     def cell(block: np.ndarray, a: np.ndarray) -> np.ndarray:
-        # discretise's grid index floor(L / h + 1e-9), on the same loss expression.
-        return np.floor(_split_loss(c[block], t0[block], a) / step + 1e-9)
+        # discretise's grid index, on the same loss expression.
+        return upper_grid_index(_split_loss(c[block], t0[block], a), step)
 
-    j_lo = np.floor(end_lo / step + 1e-9)
-    j_hi = np.floor(end_hi / step + 1e-9)
+    j_lo = upper_grid_index(end_lo, step)
+    j_hi = upper_grid_index(end_hi, step)
     if not summed.all():
         extra = np.flatnonzero((regular & ~summed)[atoms.block])
         loss, p_mass = pair_losses(atoms, lam, extra)
@@ -336,20 +336,16 @@ def pair_loss(atoms: PairAtoms, lam: float, *, upper: bool, step: float) -> Loss
     lift = 1.0 / -math.expm1(-step)
     raised = np.maximum(p_cell - np.exp((cell_index - 1e-9) * step) * q_cell, 0.0)
     up = np.minimum(p_cell, (raised * (1.0 + 1e-12) + rounding * p_cell) * lift)
+    # Some block is summed, so there is a cell; the single atoms may add grid points.
     index = cell_index.astype(np.int64)
-    offset = int(index.min()) if index.size else None
-    top = int(index.max()) + 1 if index.size else None
+    offset, top = int(index.min()), int(index.max()) + 1
     if single_loss.size:
         single_offset, single_pmf = discretise(single_loss, single_mass, step, upper)
-        offset = single_offset if offset is None else min(offset, single_offset)
-        single_top = single_offset + single_pmf.size - 1
-        top = single_top if top is None else max(top, single_top)
-    assert offset is not None and top is not None
+        offset = min(offset, single_offset)
+        top = max(top, single_offset + single_pmf.size - 1)
     size = top - offset + 1
-    pmf = np.zeros(size)
-    if index.size:
-        pmf += np.bincount(index - offset, weights=p_cell - up, minlength=size)
-        pmf += np.bincount(index + 1 - offset, weights=up, minlength=size)
+    pmf = np.bincount(index - offset, weights=p_cell - up, minlength=size)
+    pmf += np.bincount(index + 1 - offset, weights=up, minlength=size)
     if single_loss.size:
         pmf[single_offset - offset:single_offset - offset + single_pmf.size] += single_pmf
     return LossDistribution(step=step, offset=offset, pmf=pmf, infinity=min(infinity, 1.0))

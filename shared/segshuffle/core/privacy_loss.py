@@ -146,6 +146,12 @@ class LossDistribution:
 _UPWARD_MARGIN = 1e-12
 
 
+def upper_grid_index(losses: np.ndarray, step: float) -> np.ndarray:
+    """floor(L / h + 1e-9): the grid point :func:`discretise` places an upper bound's atom
+    from (as floats), the same operations in the same order."""
+    return np.floor(losses / step + 1e-9)
+
+
 def discretise(losses: np.ndarray, masses: np.ndarray, step: float, upper: bool
                ) -> tuple[int, np.ndarray]:
     """(offset, pmf): the atoms (losses, masses) put on the grid step * (offset + i).

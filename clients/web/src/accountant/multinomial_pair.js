@@ -120,6 +120,7 @@ export function pairAtoms(slots, r) {
   return atomsCache.get(keyOf(slots, r), () => {
     if (!(r > 0.0 && r < 0.5)) throw new AccountantError(`r must be in (0, 1/2), got ${r}`);
     const q = 2.0 * r;
+    if (!enumerable(slots, r)) return null;
     const [tLo, tHi] = totalWindow(slots, q);
     const starts = blockStarts(slots, tLo, tHi + 1);
     const blocks = starts.length;
@@ -133,7 +134,6 @@ export function pairAtoms(slots, r) {
       [aLo[i], aHi[i]] = splitWindow(low[i]);
       count += aHi[i] - aLo[i] + 1;
     }
-    if (count > MAX_ATOMS) return null;
     const weights = new Float64Array(tHi - tLo + 3);  // w(t) for t = tLo - 1 .. tHi + 1
     for (let i = 0; i < weights.length; i += 1) weights[i] = Math.exp(binomLogPmf(tLo - 1 + i, slots, q));
     const here = new Float64Array(blocks);
@@ -173,30 +173,39 @@ export function pairAtoms(slots, r) {
  * @param {PairAtoms} atoms @param {number} lam @returns {[Float64Array, Float64Array]}
  */
 export function pairLosses(atoms, lam) {
-  const rho = atoms.r / (1.0 - 2.0 * atoms.r);
-  const count = atoms.split.length;
-  const loss = new Float64Array(count);
-  const pMass = new Float64Array(count);
+  const loss = new Float64Array(atoms.split.length);
+  const pMass = new Float64Array(atoms.split.length);
   let at = 0;
   for (let i = 0; i < atoms.low.length; i += 1) {
-    const t0 = atoms.low[i];
-    const t1 = atoms.high[i];
-    const pi = (1.0 - lam) * atoms.here[i] + lam * atoms.before[i];
-    if (t0 === 0) {
-      for (let a = atoms.aLo[i]; a <= atoms.aHi[i]; a += 1, at += 1) {
-        loss[at] = 0.0;
-        pMass[at] = pi * atoms.split[at];
-      }
-      continue;
-    }
-    const c = ((1.0 - lam) / lam) * rho * (atoms.slots - t1 + 1.0) * t0 / t1;
-    const middle = c + 0.5 * t0;
-    for (let a = atoms.aLo[i]; a <= atoms.aHi[i]; a += 1, at += 1) {
-      loss[at] = Math.log(c + a) - Math.log(c + (t0 - a));
-      pMass[at] = pi * atoms.split[at] * ((c + a) / middle);
-    }
+    const [pi, c] = blockRates(atoms, lam, i);
+    at += writeBlockAtoms(atoms, i, at, pi, c, loss, pMass, at);
   }
   return [loss, pMass];
+}
+
+/** [pi(B), c] of block `i` at rate `lam` (c = 0 where t0 = 0). */
+function blockRates(atoms, lam, i) {
+  const t0 = atoms.low[i];
+  const pi = (1.0 - lam) * atoms.here[i] + lam * atoms.before[i];
+  if (t0 === 0) return [pi, 0.0];
+  const rho = atoms.r / (1.0 - 2.0 * atoms.r);
+  return [pi, ((1.0 - lam) / lam) * rho * (atoms.slots - atoms.high[i] + 1.0) * t0 / atoms.high[i]];
+}
+
+/**
+ * (L, P-mass) of block `i`'s atoms (the first of which is atom `at`), written to `loss` and
+ * `pMass` from index `out`; returns their number.
+ */
+function writeBlockAtoms(atoms, i, at, pi, c, loss, pMass, out) {
+  const t0 = atoms.low[i];
+  const middle = c + 0.5 * t0;
+  let k = out;
+  for (let a = atoms.aLo[i]; a <= atoms.aHi[i]; a += 1, k += 1) {
+    const h = atoms.split[at + k - out];
+    loss[k] = t0 === 0 ? 0.0 : Math.log(c + a) - Math.log(c + (t0 - a));
+    pMass[k] = t0 === 0 ? pi * h : pi * h * ((c + a) / middle);
+  }
+  return k - out;
 }
 
 /**
@@ -227,7 +236,6 @@ function splitLoss(c, t0, a) {
  */
 export function multinomialPairLoss(atoms, lam, { upper, step }) {
   if (!(lam > 0.0 && lam <= 1.0)) throw new AccountantError(`lambda must be in (0, 1], got ${lam}`);
-  const rho = atoms.r / (1.0 - 2.0 * atoms.r);
   const cellsAllowed = upper && lam < 1.0;
   const loss = new Float64Array(atoms.split.length);
   const pMass = new Float64Array(atoms.split.length);
@@ -241,8 +249,7 @@ export function multinomialPairLoss(atoms, lam, { upper, step }) {
     const t0 = atoms.low[i];
     const aLo = atoms.aLo[i];
     const aHi = atoms.aHi[i];
-    const pi = (1.0 - lam) * atoms.here[i] + lam * atoms.before[i];
-    const c = t0 === 0 ? 0.0 : ((1.0 - lam) / lam) * rho * (atoms.slots - atoms.high[i] + 1.0) * t0 / atoms.high[i];
+    const [pi, c] = blockRates(atoms, lam, i);
     if (cellsAllowed && t0 > 0 && c > 0.0 && pi > 0.0) {
       const endLo = splitLoss(c, t0, aLo);
       const endHi = splitLoss(c, t0, aHi);
@@ -255,10 +262,13 @@ export function multinomialPairLoss(atoms, lam, { upper, step }) {
         continue;
       }
     }
-    const middle = c + 0.5 * t0;
-    for (let a = aLo; a <= aHi; a += 1, at += 1) {
-      const atomLoss = t0 === 0 ? 0.0 : Math.log(c + a) - Math.log(c + (t0 - a));
-      const mass = t0 === 0 ? pi * atoms.split[at] : pi * atoms.split[at] * ((c + a) / middle);
+    // The block atom by atom: written after the atoms kept so far, then kept or not.
+    const count = writeBlockAtoms(atoms, i, at, pi, c, loss, pMass, kept);
+    at += count;
+    const written = kept;
+    for (let k = written; k < written + count; k += 1) {
+      const atomLoss = loss[k];
+      const mass = pMass[k];
       if (!(mass > 0.0)) continue;
       if (atomLoss === Infinity) infinity += mass;
       else if (Number.isFinite(atomLoss)) {

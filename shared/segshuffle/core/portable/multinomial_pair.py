@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..pair_windows import MAX_ATOMS, block_starts, split_window, total_window
+from ..pair_windows import MAX_ATOMS, block_starts, enumerable, split_window, total_window
 from .cache import key_of, registered_cache
 from .distributions import binom_cdf, binom_log_pmf, binom_sf, ln_factorial
 from .errors import AccountantError
@@ -91,13 +91,13 @@ def pair_atoms(slots: int, r: float) -> PairAtoms | None:
 def _enumerate(slots: int, r: float) -> PairAtoms | None:
     if not (r > 0.0 and r < 0.5):
         raise AccountantError(f"r must be in (0, 1/2), got {r}")
+    if not enumerable(slots, r):
+        return None
     q = 2.0 * r
     t_lo, t_hi = total_window(slots, q)
     low = block_starts(slots, t_lo, t_hi + 1)
     high = [t - 1 for t in low[1:]] + [t_hi + 1]
     windows = [split_window(t) for t in low]
-    if sum(hi - lo + 1 for lo, hi in windows) > MAX_ATOMS:
-        return None
     exp = math.exp
     weights = [exp(binom_log_pmf(t, slots, q)) for t in range(t_lo - 1, t_hi + 2)]
     here: list[float] = []
