@@ -273,24 +273,40 @@ def epsilon_for(pair: CountPair, delta: float, *, rtol: float = 1e-9) -> float |
 def _smallest_feasible(excess, lo: float, hi: float, rtol: float) -> float:
     """Smallest x in (lo, hi] with excess(x) <= 0, given excess(lo) > 0 >= excess(hi).
 
-    Brent's method locates the crossing; the answer is then nudged upwards until
-    it is verified feasible, so the result is always on the safe side.
+    Brent's method locates the crossing (:func:`_verified_root`); the answer is on
+    the safe side: verified feasible.
     """
-    root = bracketed_root(excess, lo, hi, xtol=1e-14, rtol=rtol / 4.0)
-    step = max(abs(root) * rtol / 4.0, 1e-14)
-    x = min(root, hi)
-    while excess(x) > 0.0:
-        x = min(x + step, hi)
-        step *= 2.0
-    return x
+    return _verified_root(excess, lo, hi, rtol, upwards=True)
 
 
 def _largest_feasible(excess, lo: float, hi: float, rtol: float) -> float:
     """Largest x in [lo, hi) with excess(x) <= 0, given excess(lo) <= 0 < excess(hi)."""
-    root = bracketed_root(excess, lo, hi, xtol=1e-14, rtol=rtol / 4.0)
+    return _verified_root(excess, lo, hi, rtol, upwards=False)
+
+
+def _verified_root(excess, lo: float, hi: float, rtol: float, *, upwards: bool) -> float:
+    """A point within about rtol (relative) of where ``excess`` crosses 0, verified <= 0.
+
+    :func:`bracketed_root` ends with a bracket at most rtol / 4 wide (relative) whose
+    ends have opposite signs, and both ends were evaluated: the feasible evaluated point
+    closest to its answer, when within rtol / 2 of it, is returned with no further
+    evaluation.  Otherwise the answer is nudged towards the feasible side (``upwards``:
+    the feasible side is above) in doubling steps until it is verified feasible.
+    """
+    seen: dict[float, float] = {}
+
+    def recorded(x: float) -> float:
+        value = seen[x] = excess(x)
+        return value
+
+    root = bracketed_root(recorded, lo, hi, xtol=1e-14, rtol=rtol / 4.0)
+    reach = abs(root) * rtol / 2.0 + 1e-14
+    near = [x for x, value in seen.items() if value <= 0.0 and abs(x - root) <= reach]
+    if near:
+        return min(near) if upwards else max(near)
     step = max(abs(root) * rtol / 4.0, 1e-14)
-    x = max(root, lo)
+    x = min(root, hi) if upwards else max(root, lo)
     while excess(x) > 0.0:
-        x = max(x - step, lo)
+        x = min(x + step, hi) if upwards else max(x - step, lo)
         step *= 2.0
     return x

@@ -54,6 +54,7 @@ from .accounting import (
     LAMBDA_XTOL,
     UnprotectableLevelError,
     full_signal_blanket,
+    log_excess,
     max_lambda,
     user_delta,
     user_epsilon,
@@ -67,8 +68,7 @@ from .blanket import (
 )
 from .correlation import CorrelationGuard, relative_bias_bound
 from .estimator import mse_bound, variance_given_data
-from .hockey_stick import _smallest_feasible
-from .privacy_loss import DEFAULT_STEP
+from .hockey_stick import _largest_feasible, _smallest_feasible
 from .rules import MAX_MESSAGES_PER_USER, accounting_users, honest_users
 from .scalar_search import bounded_minimum, remembered
 
@@ -137,6 +137,11 @@ LARGE_BELOW_DEPTH = 1e-2
 NEAR_FULL_SIGNAL = 0.9
 FULL_SIGNAL_REACH = 0.05
 FULL_SIGNAL_RTOL = 1e-6
+
+#: The m search's sweep first evaluates every COARSE_STRIDE-th point of its grid, then
+#: fills in the grid around its REFINED_LEADERS best points (:func:`_coarse_to_fine`).
+COARSE_STRIDE = 4
+REFINED_LEADERS = 3
 
 #: Levels for which the lower-bound epsilons are reported by default.
 LOWER_BOUND_LEVELS = 64
@@ -220,15 +225,10 @@ class _LambdaSolver:
         self._exact: dict[tuple[float, float], list[float]] = {}
 
     def solve(self, level: float, m: float, xtol: float,
-              bracket: tuple[float, float] = (0.0, 1.0), *, coarse: bool = False) -> float:
-        """Largest feasible lambda; ``bracket`` is a hint, verified before use.
-
-        ``coarse`` uses the accountant's coarse loss grid (a looser upper bound,
-        several times faster): good enough to steer the m search.
-        """
-        step = COARSE_STEP if coarse else DEFAULT_STEP
+              bracket: tuple[float, float] = (0.0, 1.0)) -> float:
+        """Largest feasible lambda (certified); ``bracket`` is a hint, verified before use."""
         return max_lambda(level, self.set_size, self.delta, self.users, m, self.domain_size,
-                          mode=self.mode, xtol=xtol, bracket=bracket, step=step)
+                          mode=self.mode, xtol=xtol, bracket=bracket)
 
     def all_exact(self, m: float, xtol: float) -> list[float]:
         """Exact lambdas for every level, bracketed by anchor solutions when K is large.
@@ -312,10 +312,16 @@ class _LambdaSolver:
         has made short)."""
         grid = STEERING_RATES
 
+        def value(lam: float) -> float:
+            return user_delta(level, lam, self.set_size, self.users, m, self.domain_size,
+                              mode=self.mode, delta=self.delta, step=COARSE_STEP)
+
+        # One memory for the grid's bisection and the root search inside the cell it
+        # finds: the cell's ends (and lambda = 1) are evaluated once.
+        excess = remembered(log_excess(value, self.delta))
+
         def holds(j: int) -> bool:
-            return user_delta(level, float(grid[j]), self.set_size, self.users, m,
-                              self.domain_size, mode=self.mode, delta=self.delta,
-                              step=COARSE_STEP) <= self.delta
+            return excess(float(grid[j])) <= 0.0
 
         last = grid.size - 1
         if holds(last):
@@ -343,8 +349,8 @@ class _LambdaSolver:
             else:
                 hi = mid
         self._cells[level] = lo
-        return lo, self.solve(level, m, SEARCH_XTOL, (float(grid[lo]), float(grid[hi])),
-                              coarse=True)
+        return lo, _largest_feasible(excess, float(grid[lo]), float(grid[hi]),
+                                     rtol=SEARCH_XTOL)
 
 
 def _hint_bracket(guess: float) -> tuple[float, float]:
@@ -580,13 +586,11 @@ def _capped_epsilons(epsilons: Sequence[float], lambdas: Sequence[float],
 def _full_signal_excess(solver: _LambdaSolver, level: float) -> Callable[[float], float]:
     """m -> log delta_user(level, lambda = 1, m) - log delta, certified: <= 0 exactly where
     the level keeps its full signal at m (close to linear in m within a bucket)."""
-    @remembered
-    def excess(m: float) -> float:
-        value = user_delta(level, 1.0, solver.set_size, solver.users, m, solver.domain_size,
-                           mode=solver.mode, delta=solver.delta)
-        return math.log(max(value, 1e-300)) - math.log(solver.delta)
+    def value(m: float) -> float:
+        return user_delta(level, 1.0, solver.set_size, solver.users, m, solver.domain_size,
+                          mode=solver.mode, delta=solver.delta)
 
-    return excess
+    return remembered(log_excess(value, solver.delta))
 
 
 def _full_signal_neighbours(solver: _LambdaSolver, finalists: Sequence[float],
@@ -743,7 +747,7 @@ def _search_blanket(solver: _LambdaSolver,
         below, depth = (64, 1e-4) if small else (LARGE_BELOW_POINTS, LARGE_BELOW_DEPTH)
         grid = sorted(set(_candidate_blankets(low, high, below, depth))
                       | {b for b in breakpoints if b > 0.0})
-    values = [objective(m) for m in grid]
+    values = _coarse_to_fine(grid, objective, {low, high, *breakpoints})
     best = int(np.argmin(values))
     m_best = grid[best]
     # Refine between the neighbouring grid points, staying inside one bucket.
@@ -762,8 +766,47 @@ def _search_blanket(solver: _LambdaSolver,
     margin, finalists = ((SMALL_FINALIST_MARGIN, SMALL_FINALISTS) if small
                          else (FINALIST_MARGIN, FINALISTS))
     close = sorted((value, m) for m, value in zip(grid, values, strict=True)
-                   if m != m_best and value <= best_value * (1.0 + margin))
+                   if m != m_best and value <= best_value * (1.0 + margin))  # inf: not swept
     return [m_best, *(m for _, m in close[:finalists - 1])]
+
+
+def _coarse_to_fine(grid: Sequence[float], objective: Callable[[float], float],
+                    kept: set[float], *, stride: int = COARSE_STRIDE,
+                    leaders: int = REFINED_LEADERS) -> list[float]:
+    """The objective on the sweep's grid where it matters; ``inf`` where it was skipped.
+
+    Every ``stride``-th point of the (increasing) grid is evaluated, with its ends and the
+    points of ``kept`` (the full-signal rates, where the objective has kinks).  Then, as
+    long as one of the ``leaders`` best points evaluated so far has an unevaluated
+    neighbour on the grid, every point between that leader and the evaluated points on
+    either side of it is evaluated.  So the best point found and the runners-up each end
+    with both grid neighbours known, as when the whole grid is swept, at about
+    len(grid) / stride + 2 leaders stride evaluations; a minimum narrower than
+    ``stride`` grid cells that no coarse point is near can be missed (the finalists are
+    then ranked among what was found; the sweep only steers, every published rate is
+    certified).  The loop ends: each pass evaluates at least one new point.
+    """
+    count = len(grid)
+    values = [math.inf] * count
+    known = [False] * count
+    for i, m in enumerate(grid):
+        if i % stride == 0 or i == count - 1 or m in kept:
+            values[i], known[i] = objective(m), True
+    while True:
+        ranked = sorted((values[i], i) for i in range(count) if known[i])[:leaders]
+        gaps = [i for _, i in ranked
+                if (i > 0 and not known[i - 1]) or (i + 1 < count and not known[i + 1])]
+        if not gaps:
+            return values
+        for i in gaps:
+            lo, hi = i - 1, i + 1
+            while lo > 0 and not known[lo]:
+                lo -= 1
+            while hi < count - 1 and not known[hi]:
+                hi += 1
+            for j in range(max(lo, 0), min(hi, count - 1) + 1):
+                if not known[j]:
+                    values[j], known[j] = objective(grid[j]), True
 
 
 def _achieved_epsilons(levels: Sequence[float], lambdas: Sequence[float], s: int, delta: float,

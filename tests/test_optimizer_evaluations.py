@@ -1,0 +1,130 @@
+"""The optimizer's searches ask the accountant for fewer bounds, with the same answers.
+
+Each test counts evaluations of the slot bound (``SlotAccountant.user_delta``): counts do
+not depend on the machine's speed, and each bound below is one the searches before the
+change exceeded (their counts are given).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from segshuffle.core import accounting
+from segshuffle.core.accounting import COARSE_STEP, full_signal_blanket, max_lambda, user_delta
+from segshuffle.core.hockey_stick import _largest_feasible, _smallest_feasible
+from segshuffle.core.optimizer import optimize
+
+
+@pytest.fixture
+def evaluations(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter]:
+    """Every slot bound evaluated, keyed by (bound, E, lambda), counted."""
+    counter: Counter = Counter()
+    original = accounting.SlotAccountant.user_delta
+
+    def counted(self, eps: float, lam: float, enough: float = 0.0) -> float:
+        counter[(id(self), eps, lam)] += 1
+        return original(self, eps, lam, enough)
+
+    monkeypatch.setattr(accounting.SlotAccountant, "user_delta", counted)
+    accounting.clear_caches()
+    yield counter
+    accounting.clear_caches()
+
+
+def test_an_m_search_evaluates_the_bound_about_half_as_often(evaluations: Counter) -> None:
+    # d = 17, s = 2, n = 5000: 616 evaluations before (a sweep of every grid rate, the
+    # steering's cell ends evaluated twice, root searches on delta itself), 339 after.
+    result = optimize([1250, 2500, 1250], [0.5, 1.0, 2.0], 17, 2, 2e-6, lower_bounds=False)
+    assert sum(evaluations.values()) <= 450
+    # The steering's grid bisection and its root search share one memory: 120 of the
+    # 616 evaluations repeated an earlier one before, 6 of 339 after.
+    repeated = sum(count - 1 for count in evaluations.values())
+    assert repeated <= 0.05 * sum(evaluations.values())
+    assert 0.2 < result.m < 0.4 and result.lambdas[1] == 1.0
+
+
+def test_a_hint_whose_top_fails_spares_the_full_signal_bound(evaluations: Counter) -> None:
+    # Before, max_lambda evaluated lambda = 1 first (a new m builds every composition of
+    # the revealed-send bound there) though the hint's top, below 1, already failed.
+    lam = max_lambda(0.5, 8, 1e-8, 900, 30.0, 128, bracket=(0.3, 0.4))
+    rates = [key[2] for key in evaluations]
+    assert 1.0 not in rates
+    assert user_delta(0.5, lam, 8, 900, 30.0, 128, delta=1e-8) <= 1e-8
+    # The hint is 50 times too high: the bracket's steps grow (17 evaluations before).
+    assert len(rates) <= 13
+
+
+def test_the_full_signal_rate_interpolates_its_bucket(evaluations: Counter) -> None:
+    # m_1 = 223 at n = 900, d = 128, s = 8: doubling to 256, then the bucket; bisection
+    # took 18 evaluations in all, interpolation in the logarithmic excess 13.
+    m_k = full_signal_blanket(0.5, 8, 1e-8, 900, 128, rtol=1e-2, step=COARSE_STEP)
+    assert m_k == pytest.approx(223.0)
+    assert sum(evaluations.values()) <= 14
+
+
+@pytest.mark.parametrize("root", [1, 2, 3, 57, 128, 255, 256])
+@pytest.mark.parametrize("shape", ["linear", "cubic", "logarithmic"])
+def test_the_integer_search_finds_the_first_feasible_integer(root: int, shape: str) -> None:
+    from segshuffle.core.accounting import _smallest_feasible_integer
+
+    def excess(c: int) -> float:
+        x = root - 0.5 - c
+        if shape == "linear":
+            return 3.0 * x
+        if shape == "cubic":
+            return x + 0.01 * x**3
+        return math.copysign(math.log1p(abs(x)), x)
+
+    asked: list[int] = []
+
+    def counted(c: int) -> float:
+        asked.append(c)
+        return excess(c)
+
+    assert _smallest_feasible_integer(counted, 0, 256) == root
+    assert all(0 < c <= 256 for c in asked)
+    assert len(asked) <= 3 * (math.log2(256) + 1)
+
+
+def test_a_verified_root_reuses_the_brackets_feasible_end() -> None:
+    # Brent's last point can sit on the infeasible side of a crossing; the other end of
+    # its final bracket is feasible and was evaluated.  Before, the answer was nudged
+    # from the infeasible point with new evaluations.
+    asked: list[float] = []
+    for crossing in (0.3, 0.123456789, 0.7071):
+        asked.clear()
+
+        def excess(x: float, crossing: float = crossing) -> float:
+            asked.append(x)
+            return math.log(x / crossing) + 1e-3 * (x > crossing)
+
+        below = _largest_feasible(excess, 0.01, 1.0, rtol=1e-5)
+        assert excess(below) <= 0.0 and below == pytest.approx(crossing, rel=1e-5)
+        asked.clear()
+        above = _smallest_feasible(lambda x: -excess(x), 0.01, 1.0, rtol=1e-5)
+        assert -excess(above) <= 0.0 and above == pytest.approx(crossing, rel=1e-5)
+        assert len(set(asked[:-1])) == len(asked) - 1  # nothing asked twice
+
+
+def test_the_sweep_fills_in_around_its_leaders_only() -> None:
+    from segshuffle.core.optimizer import _coarse_to_fine
+
+    grid = [1.0 + 0.1 * i for i in range(101)]
+    asked: list[float] = []
+
+    def objective(m: float) -> float:
+        asked.append(m)
+        return (m - 6.37) ** 2 + 0.3 * math.sin(7.0 * m)
+
+    values = _coarse_to_fine(grid, objective, {grid[17]})
+    full = [objective(m) for m in grid]
+    swept = len(asked) - len(grid)
+    assert swept <= len(grid) // 4 + 2 + 3 * 2 * 4
+    best = min(range(len(grid)), key=full.__getitem__)
+    assert min(range(len(grid)), key=values.__getitem__) == best
+    assert values[17] == full[17]  # a kept point is always evaluated
+    assert all(v in (math.inf, f) for v, f in zip(values, full, strict=True))
