@@ -128,3 +128,33 @@ def test_the_sweep_fills_in_around_its_leaders_only() -> None:
     assert min(range(len(grid)), key=values.__getitem__) == best
     assert values[17] == full[17]  # a kept point is always evaluated
     assert all(v in (math.inf, f) for v, f in zip(values, full, strict=True))
+
+
+def test_a_full_signal_rate_below_one_slot_is_searched_in_log_m(evaluations: Counter) -> None:
+    # n = 900,000, d = 16, s = 1: m_k = 0.0011 for level 1.  The search on m itself
+    # bisected down from m = 1 (16 evaluations); by decades, then in log m, 9.
+    m_k = full_signal_blanket(1.0, 1, 1e-8, 900_000, 16, rtol=1e-2, step=COARSE_STEP)
+    assert 0.00109 < m_k < 0.00112
+    assert user_delta(1.0, 1.0, 1, 900_000, m_k, 16, delta=1e-8, step=COARSE_STEP) <= 1e-8
+    assert sum(evaluations.values()) <= 11
+
+
+def test_finalists_are_ranked_at_a_coarser_precision_and_the_winner_refined() -> None:
+    # Certified lambdas to 1e-7 cost a bisection through the bound's staircase for every
+    # level of every finalist; the ranking needs 1e-4, and only the winner is refined.
+    from segshuffle.core import optimizer
+
+    asked: list[float] = []
+    original = optimizer.max_lambda
+
+    def recorded(*args, **kwargs):
+        asked.append(kwargs["xtol"])
+        return original(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(optimizer, "max_lambda", recorded)
+        result = optimize([1250, 2500, 1250], [0.5, 1.0, 2.0], 17, 2, 2e-6,
+                          lower_bounds=False)
+    fine = [x for x in asked if x == accounting.LAMBDA_XTOL]
+    assert len(fine) <= 3  # the published rate's three levels, nothing else
+    assert result.lambdas[1] == 1.0

@@ -760,6 +760,37 @@ def _smallest_feasible_integer(excess: Callable[[int], float], lo: int, hi: int)
     return hi
 
 
+#: Below this rate the full-signal search takes the rate itself (nothing smaller matters).
+_SMALLEST_RATE = 1e-12
+
+
+def _smallest_feasible_rate(excess: Callable[[float], float], top: float,
+                            rtol: float) -> float:
+    """The smallest m in (0, top] with excess(m) <= 0 (to ``rtol``), given excess(top) <= 0,
+    excess falling with m and large as m -> 0.
+
+    Such rates span orders of magnitude (m_k is 0.004 at a million users and d = 16), so
+    the root is bracketed by decades below ``top`` and then searched in log m, where the
+    logarithmic excess is close to linear: a handful of evaluations, where a search on m
+    itself first bisects its way down from ``top``.  The answer is verified feasible.
+    """
+    hi, lo = top, top / 10.0
+    while excess(lo) <= 0.0:
+        if lo <= _SMALLEST_RATE:
+            return lo
+        hi, lo = lo, lo / 10.0
+    log_lo, log_hi = math.log(lo), math.log(hi)
+    # rtol relative in m is rtol absolute in log m: relative to the larger |log| end.
+    scale = max(abs(log_lo), abs(log_hi), 1.0)
+    ends = {log_lo: lo, log_hi: hi}  # evaluated already: exp(log(x)) need not be x
+
+    def rate(t: float) -> float:
+        return ends.get(t, min(math.exp(t), hi))
+
+    return rate(_smallest_feasible(lambda t: excess(rate(t)), log_lo, log_hi,
+                                   rtol=rtol / scale))
+
+
 def full_signal_blanket(level: float, set_size: int, delta: float, users: int,
                         domain_size: int, *, mode: str | BlanketMode = BlanketMode.SLOTS,
                         rtol: float = 1e-9, step: float = DEFAULT_STEP) -> float:
@@ -793,7 +824,7 @@ def full_signal_blanket(level: float, set_size: int, delta: float, users: int,
         top = domain_size / 2.0
         if excess(top) > 0.0:
             return top
-        return _smallest_feasible(excess, 0.0, top, rtol=rtol)
+        return _smallest_feasible_rate(excess, top, rtol)
     hi = 1
     while excess(float(hi)) > 0.0:
         if hi >= MAX_BLANKET_RATE:
@@ -802,6 +833,8 @@ def full_signal_blanket(level: float, set_size: int, delta: float, users: int,
                 "lambda = 1")
         hi = min(2 * hi, int(MAX_BLANKET_RATE))
     hi = _smallest_feasible_integer(lambda c: excess(float(c)), hi // 2, hi)
+    if hi == 1:  # gamma = m: the rates below one slot span orders of magnitude
+        return _smallest_feasible_rate(excess, 1.0, rtol)
     bucket_start = float(hi - 1)
     low_end = math.nextafter(bucket_start, math.inf)
     if excess(low_end) <= 0.0:

@@ -98,6 +98,12 @@ STEERING_ANCHORS = 8
 #: the anchors' rates (a certified rate within 1/BETWEEN_ANCHORS of that gap of the largest).
 BETWEEN_ANCHORS = 64
 
+#: Precision of the certified lambdas by which the m search's finalists are ranked: the
+#: root searches stop where the certified bound, a staircase at finer scales, would leave
+#: them only bisection; the chosen rate's lambdas are then refined to LAMBDA_XTOL from
+#: these (a bracket this narrow costs a few evaluations).
+RANKING_XTOL = 1e-4
+
 #: Lambda precision during the m search (the final lambdas use LAMBDA_XTOL).
 SEARCH_XTOL = 3e-3
 
@@ -245,18 +251,30 @@ class _LambdaSolver:
 
     def _solve_all(self, m: float, xtol: float) -> list[float]:
         count = len(self.levels)
-        guesses = self.approximate(m)
+        brackets = self._brackets(m, xtol)
         if count <= ANCHOR_LEVELS:
-            return [self.solve(level, m, xtol, _hint_bracket(guess))
-                    for level, guess in zip(self.levels, guesses, strict=True)]
+            return [self.solve(level, m, xtol, bracket)
+                    for level, bracket in zip(self.levels, brackets, strict=True)]
         anchors = _anchor_indices(count, ANCHOR_LEVELS)
         values: dict[int, float] = {
-            i: self.solve(self.levels[i], m, xtol, _hint_bracket(guesses[i])) for i in anchors}
+            i: self.solve(self.levels[i], m, xtol, brackets[i]) for i in anchors}
         for left, right in pairwise(anchors):
             grid = np.linspace(values[left], values[right], BETWEEN_ANCHORS + 1)
             for i in range(left + 1, right):
                 values[i] = self._largest_feasible_on(grid, self.levels[i], m)
         return [values[i] for i in range(count)]
+
+    def _brackets(self, m: float, xtol: float) -> list[tuple[float, float]]:
+        """Hints for the certified searches at m: a coarser certified solution when one is
+        kept (it is feasible, and within its tolerance of the root: a bracket that
+        narrow leaves the root search a few steps), else the steering solution."""
+        coarser = [key for key in self._exact if key[0] == m and key[1] > xtol]
+        if coarser:
+            finest = min(coarser, key=lambda key: key[1])
+            width = 2.0 * finest[1]
+            return [(lam, min(1.0, lam * (1.0 + width) + 1e-12))
+                    for lam in self._exact[finest]]
+        return [_hint_bracket(guess) for guess in self.approximate(m)]
 
     def _largest_feasible_on(self, grid: np.ndarray, level: float, m: float) -> float:
         """The largest rate of ``grid`` (increasing; its first point feasible) meeting level.
@@ -490,7 +508,7 @@ def optimize(
                                     small=users < SMALL_POPULATION)
         if len(levels) <= ANCHOR_LEVELS:
             finalists += _full_signal_neighbours(solver, finalists, ceiling)
-        ranked = [(score(rate, solver.all_exact(rate, LAMBDA_XTOL)), i, rate)
+        ranked = [(score(rate, solver.all_exact(rate, RANKING_XTOL)), i, rate)
                   for i, rate in enumerate(finalists)] if len(finalists) > 1 else []
         m = min(ranked)[2] if ranked else finalists[0]
 
@@ -612,7 +630,7 @@ def _full_signal_neighbours(solver: _LambdaSolver, finalists: Sequence[float],
     for rate in finalists:
         if rate <= 0.0:
             continue
-        lambdas = solver.all_exact(rate, LAMBDA_XTOL)
+        lambdas = solver.all_exact(rate, RANKING_XTOL)
         short = [level for level, lam in zip(solver.levels, lambdas, strict=True)
                  if NEAR_FULL_SIGNAL <= lam < 1.0]
         if not short:
