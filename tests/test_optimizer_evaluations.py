@@ -158,3 +158,21 @@ def test_finalists_are_ranked_at_a_coarser_precision_and_the_winner_refined() ->
     fine = [x for x in asked if x == accounting.LAMBDA_XTOL]
     assert len(fine) <= 3  # the published rate's three levels, nothing else
     assert result.lambdas[1] == 1.0
+
+
+def test_levels_between_two_full_signal_anchors_cost_nothing(evaluations: Counter) -> None:
+    # With K > 24 levels the lambdas between two anchor levels are searched on a grid
+    # between the anchors' rates.  When both anchors send their full signal, every level
+    # between them does too (the left anchor's level is stricter): before, each of them
+    # evaluated the bound at lambda = 1 once more (1,000 evaluations per solve at K = 1000).
+    import numpy as np
+
+    from segshuffle.core.blanket import BlanketMode
+    from segshuffle.core.optimizer import _LambdaSolver
+
+    solver = _LambdaSolver([0.5, 1.0, 1.5], 8, 1e-8, 900_000, 128, BlanketMode.SLOTS)
+    assert solver._largest_feasible_on(np.ones(65), 1.0, 0.25) == 1.0
+    assert not evaluations
+    grid = np.linspace(0.5, 1.0, 65)
+    assert 0.5 <= solver._largest_feasible_on(grid, 1.0, 0.25) <= 1.0
+    assert evaluations  # a grid that spans rates is still searched

@@ -281,13 +281,18 @@ class _LambdaSolver:
 
         A bisection over the grid's points: the levels between two anchors share the
         points, and the accountant caches its work per rate, so each point is paid for
-        once and then read at every level.
+        once and then read at every level.  The first point is feasible because the
+        left anchor's rate meets a stricter level (delta_user falls as E grows); so when
+        both anchors have the same rate (both send their full signal, typically), that
+        rate is the answer with nothing to evaluate.
         """
         def holds(lam: float) -> bool:
             return user_delta(level, lam, self.set_size, self.users, m, self.domain_size,
                               mode=self.mode, delta=self.delta) <= self.delta
 
         lo, hi = 0, grid.size - 1
+        if grid[hi] <= grid[lo]:
+            return float(grid[lo])
         if holds(float(grid[hi])):
             return float(grid[hi])
         while hi - lo > 1:
@@ -508,7 +513,10 @@ def optimize(
                                     small=users < SMALL_POPULATION)
         if len(levels) <= ANCHOR_LEVELS:
             finalists += _full_signal_neighbours(solver, finalists, ceiling)
-        ranked = [(score(rate, solver.all_exact(rate, RANKING_XTOL)), i, rate)
+        # With many levels most lambdas come from grids between anchor solutions, which
+        # a refinement would rebuild: those finalists are ranked with the final precision.
+        ranking = RANKING_XTOL if len(levels) <= ANCHOR_LEVELS else LAMBDA_XTOL
+        ranked = [(score(rate, solver.all_exact(rate, ranking)), i, rate)
                   for i, rate in enumerate(finalists)] if len(finalists) > 1 else []
         m = min(ranked)[2] if ranked else finalists[0]
 
