@@ -176,3 +176,19 @@ def test_levels_between_two_full_signal_anchors_cost_nothing(evaluations: Counte
     grid = np.linspace(0.5, 1.0, 65)
     assert 0.5 <= solver._largest_feasible_on(grid, 1.0, 0.25) <= 1.0
     assert evaluations  # a grid that spans rates is still searched
+
+
+def test_the_steering_spends_little_where_no_level_can_send(evaluations: Counter) -> None:
+    # 27 honest users, d = 128, s = 8: below m of about 100 every level's steering rate
+    # is under the grid's first positive rate, 1e-4.  Before, each level then ran a root
+    # search towards 0 (12 to 27 evaluations, two thirds of the m search at n = 30) and
+    # first evaluated lambda = 1 at every new m.
+    from segshuffle.core.blanket import BlanketMode
+    from segshuffle.core.optimizer import _LambdaSolver
+
+    solver = _LambdaSolver([0.5, 1.0, 2.0], 8, 1e-8, 27, 128, BlanketMode.SLOTS)
+    assert solver.approximate(34.0) == [0.0, 0.0, 0.0]
+    evaluations.clear()
+    assert solver.approximate(61.0) == [0.0, 0.0, 0.0]
+    assert 1.0 not in {key[2] for key in evaluations}
+    assert sum(evaluations.values()) <= 6
