@@ -110,7 +110,7 @@ class InlineHost {
 /**
  * @typedef {object} Job
  * @property {Request} request @property {AbortSignal | undefined} signal
- * @property {(value: number) => void} resolve @property {(error: unknown) => void} reject
+ * @property {(value: number | null) => void} resolve @property {(error: unknown) => void} reject
  * @property {() => void} onAbort
  */
 
@@ -143,6 +143,24 @@ export class AccountantRunner {
    * @returns {Promise<number>}
    */
   userDelta(args, { signal } = {}) {
+    return /** @type {Promise<number>} */ (this.#ask(args, undefined, signal));
+  }
+
+  /**
+   * The accountant's refutingDelta for `args` (userDelta's; options.delta is required): a
+   * certified lower bound on delta_user above that delta, or null. Rejects as userDelta.
+   * @param {UserDeltaArgs} args @param {{ signal?: AbortSignal }} [options]
+   * @returns {Promise<number | null>}
+   */
+  refutingDelta(args, { signal } = {}) {
+    return this.#ask(args, "refute", signal);
+  }
+
+  /**
+   * @param {UserDeltaArgs} args @param {"refute" | undefined} kind
+   * @param {AbortSignal | undefined} signal @returns {Promise<number | null>}
+   */
+  #ask(args, kind, signal) {
     return new Promise((resolve, reject) => {
       if (signal?.aborted) {
         reject(signal.reason);
@@ -150,7 +168,7 @@ export class AccountantRunner {
       }
       /** @type {Job} */
       const job = {
-        request: { id: this.#nextId++, args }, signal, resolve, reject,
+        request: { id: this.#nextId++, args, ...(kind ? { kind } : {}) }, signal, resolve, reject,
         onAbort: () => this.#cancel(job),
       };
       signal?.addEventListener("abort", job.onAbort, { once: true });

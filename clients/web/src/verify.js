@@ -368,8 +368,11 @@ const MAX_REMEMBERED = 256;
 
 /**
  * An accountant as a check calls it; `key` identifies it for the remembered verdicts.
+ * `refute`, where there is one, is the accountant's refutingDelta (an injected userDelta
+ * comes without it: every level is then checked with the upper bounds).
  * @typedef {{ key: object, call: (args: import("./accountant_runner.js").UserDeltaArgs)
- *   => number | Promise<number> }} Accountant
+ *   => number | Promise<number>, refute?: (args: import("./accountant_runner.js")
+ *   .UserDeltaArgs) => Promise<number | null> }} Accountant
  */
 
 /**
@@ -381,14 +384,19 @@ const MAX_REMEMBERED = 256;
 function accountantOf(userDelta, signal) {
   if (userDelta !== undefined) return { key: userDelta, call: (args) => userDelta(...args) };
   const runner = defaultRunner();
-  return { key: runner, call: (args) => runner.userDelta(args, { signal }) };
+  return {
+    key: runner, call: (args) => runner.userDelta(args, { signal }),
+    refute: (args) => runner.refutingDelta(args, { signal }),
+  };
 }
 
 /**
  * The accountant's bound for `args`; a refusal when it cannot be had, and the signal's
  * reason when the caller cancelled.
- * @param {Accountant["call"]} call @param {import("./accountant_runner.js").UserDeltaArgs} args
- * @param {AbortSignal | undefined} signal @returns {Promise<number>}
+ * @template T
+ * @param {(args: import("./accountant_runner.js").UserDeltaArgs) => T | Promise<T>} call
+ * @param {import("./accountant_runner.js").UserDeltaArgs} args
+ * @param {AbortSignal | undefined} signal @returns {Promise<T>}
  */
 async function bound(call, args, signal) {
   try {
@@ -412,7 +420,7 @@ async function bound(call, args, signal) {
  * @param {Pick<ParameterOptions, "signal" | "onProgress">} options @returns {Promise<Problem[]>}
  */
 async function unprotectedLevels(accountant, args, { signal, onProgress }) {
-  const { key: source, call } = accountant;
+  const { key: source, call, refute } = accountant;
   const { levels, epsilons, lambdas, setSize, delta, users, m, domainSize, mode } = args;
   const progress = (checked) => onProgress?.({ checked, total: levels.length });
   const key = JSON.stringify(args);
@@ -431,7 +439,23 @@ async function unprotectedLevels(accountant, args, { signal, onProgress }) {
   /** @type {Problem[]} */
   const failing = [];
   progress(0);
-  for (let k = 0; k < levels.length; k += 1) {
+  // First, for every level, an exhibited pair of datasets whose divergence at the level
+  // itself already exceeds delta (cheap): such parameters are refused whatever the upper
+  // bounds say, and those are not computed.
+  if (refute !== undefined) {
+    for (let k = 0; k < levels.length; k += 1) {
+      signal?.throwIfAborted();
+      const [level, lam] = [levels[k], lambdas[k]];
+      const lower = await bound(
+        refute, [level, lam, setSize, users, m, domainSize, { mode, delta }], signal);
+      if (lower !== null) {
+        failing.push(["lambdas", `level ${g(level)} (lambda=${g(lam)}: delta_user>=${g(lower)}, `
+          + "shown by an exhibited pair of datasets)"]);
+      }
+    }
+  }
+  const refuted = failing.length > 0;
+  for (let k = 0; k < levels.length && !refuted; k += 1) {
     signal?.throwIfAborted();
     const [level, eps, lam] = [levels[k], epsilons[k], lambdas[k]];
     const atEps = await bound(call, [eps, lam, setSize, users, m, domainSize, options], signal);
@@ -447,6 +471,7 @@ async function unprotectedLevels(accountant, args, { signal, onProgress }) {
     }
     progress(k + 1);
   }
+  if (refuted) progress(levels.length);
   if (remembered.size >= MAX_REMEMBERED) remembered.delete(remembered.keys().next().value);
   remembered.set(key, failing);
   return failing;

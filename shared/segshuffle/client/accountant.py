@@ -30,9 +30,17 @@ _MODULES = {"numpy": "segshuffle.core.accounting", "portable": "segshuffle.core.
 UserDelta = Callable[..., float]
 
 
+RefutingDelta = Callable[..., "float | None"]
+
+
 @functools.cache
 def _load(name: str) -> UserDelta:
     return importlib.import_module(_MODULES[name]).user_delta
+
+
+@functools.cache
+def _load_refutation(name: str) -> RefutingDelta:
+    return importlib.import_module(_MODULES[name]).refuting_delta
 
 
 def accountant_name(choice: str | None = None) -> str:
@@ -61,6 +69,13 @@ def _default_name() -> str:
 def implementation(name: str | None = None) -> UserDelta:
     """The ``user_delta`` function of the accountant :func:`accountant_name` picks."""
     return _load(accountant_name(name))
+
+
+def refutation(name: str | None = None) -> RefutingDelta:
+    """The ``refuting_delta`` function of the same accountant: a certified lower bound on
+    delta_user when it exceeds the ``delta`` asked, else None (checked first: a level it
+    refutes fails whatever the upper bounds say)."""
+    return _load_refutation(accountant_name(name))
 
 
 def user_delta(level: float, lam: float, set_size: int, users: int, m: float,

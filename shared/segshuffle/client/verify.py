@@ -49,7 +49,10 @@ Round 2 (:func:`verify_parameters`): the published parameters
   the same for everyone; a server that under-protects one level would learn who sits
   at it from who refuses.  A level whose rate protects E_k but not the published e_k
   fails the ``epsilons`` check (an understated guarantee), one whose rate does not
-  protect E_k fails ``lambdas``.
+  protect E_k fails ``lambdas``.  The check first looks, for every level, for an
+  exhibited pair of datasets whose divergence at E_k already exceeds delta
+  (:func:`segshuffle.client.accountant.refutation`, a certified lower bound, cheap):
+  when there is one, those levels fail ``lambdas`` and no upper bound is computed.
 
 Parameters published with ``insecure: true`` (a test-only server flag) are refused
 unless the caller explicitly allows them.
@@ -346,6 +349,18 @@ def _unprotected_levels(levels: tuple[float, ...], epsilons: tuple[float, ...],
     (:func:`segshuffle.client.accountant.accountant_name`).
     """
     user_delta = accountant.implementation(accountant_name)
+    # First an exhibited pair of datasets per level, at the level itself (cheap): a level
+    # whose pair already exceeds delta is refused whatever the upper bounds say, and when
+    # one is, the upper bounds are not computed.
+    refute = accountant.refutation(accountant_name)
+    refuted: list[Problem] = []
+    for level, lam in zip(levels, lambdas, strict=True):
+        lower = refute(level, lam, set_size, users, m, domain_size, mode=mode, delta=delta)
+        if lower is not None:
+            refuted.append(("lambdas", f"level {level:g} (lambda={lam:g}: delta_user>="
+                                       f"{lower:.3g}, shown by an exhibited pair of datasets)"))
+    if refuted:
+        return tuple(refuted)
     failing: list[Problem] = []
     for level, eps, lam in zip(levels, epsilons, lambdas, strict=True):
         # Compared with delta only: the accountant may stop at the first bound that

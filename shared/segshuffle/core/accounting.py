@@ -68,6 +68,7 @@ from .hockey_stick import (
     epsilon_for,
     poisson_pair,
     summation_window,
+    window_delta,
 )
 from .poisson_comparison import dominated_poisson_mean, steering_poisson_mean
 from .privacy_loss import DEFAULT_STEP, LOWER_STEP, BinLaw, ComposedLoss, composed_pair
@@ -467,6 +468,47 @@ def user_delta(level: float, lam: float, set_size: int, users: int, m: float,
         return 0.0
     law = _independent_law(users, m, domain_size, lower=False)
     return _certified(composed_pair(law, lam, pairs, upper=True, step=step).delta(level))
+
+
+def refuting_delta(level: float, lam: float, set_size: int, users: int, m: float,
+                   domain_size: int, *, mode: str | BlanketMode = BlanketMode.SLOTS,
+                   delta: float) -> float | None:
+    """A certified lower bound on delta_user(E = ``level``) when it exceeds ``delta``; else None.
+
+    A client refuses parameters as soon as one level provably fails, so this comes before
+    the upper bounds: where it answers, no upper bound can certify ``delta`` (each is at
+    least delta_user), and none is computed.
+
+    Proof (slot blanket).  Take two datasets that differ in one user, whose item set is
+    {j0} + R in one and {j1} + R in the other, R a set of s - 1 other items, and in which
+    no other user holds j0 or j1 (s <= d - 2 leaves room for that).  The server's view
+    determines the counts (C0, C1) of messages on j0 and j1, so by post-processing the
+    divergence of those counts lower-bounds delta_user.  The counts come from the
+    blanket, N = h ceil(m) slots each landing on j0 and on j1 with probability
+    r = gamma / d (the victim's own slots included: every slot is in the view), and from
+    the victim's differing item, sent with probability lambda: the two-bin pair
+    (own = lambda, other = 0; :func:`segshuffle.core.hockey_stick.poisson_pair`), whose
+    divergence at E is summed exactly per total count.  Only its window's terms are
+    summed (:func:`segshuffle.core.hockey_stick.window_delta`: the omitted mass is left
+    out, which can only lower the sum) and the result is lowered by the certified
+    margins, which cover the terms' rounding; so the value returned is at most the
+    exact divergence, and so at most delta_user.  It is returned only when it exceeds
+    ``delta``.  The independent blanket has no such shortcut here (its check is one
+    composition): None.
+    """
+    mode = parse_mode(mode)
+    level = _require_epsilon(level)
+    lam = validation.require_unit_interval("lambda", lam)
+    _check(users, m, domain_size, set_size, mode)
+    delta = validation.require_probability_open("delta", delta)
+    if mode is not BlanketMode.SLOTS or lam == 0.0 or set_size > domain_size - 2:
+        return None
+    n_slots, r = blanket_geometry(users, m, domain_size, every_slot=True)
+    if n_slots * r > ACCOUNTED_BLANKET_PER_ITEM:
+        return None  # too large a blanket to sum; the upper bounds decide
+    exhibited = window_delta(poisson_pair(lam, n_slots, r), level)
+    certified = exhibited * (1.0 - CERTIFIED_RELATIVE_MARGIN) - CERTIFIED_ABSOLUTE_MARGIN
+    return certified if certified > delta else None
 
 
 def user_delta_lower(level: float, lam: float, set_size: int, users: int, m: float,

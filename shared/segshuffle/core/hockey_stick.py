@@ -207,15 +207,28 @@ def delta_for(pair: CountPair, eps: float) -> float:
     Returns an upper bound: the exact sum over the window plus the omitted mass.
     ``eps`` must be >= 0 (for eps < 0 the divergence is not a privacy guarantee).
     """
+    inside, omitted = _window_sum(pair, eps)
+    return inside + omitted
+
+
+def window_delta(pair: CountPair, eps: float) -> float:
+    """The window's part of :func:`delta_for`, without the omitted mass: a lower bound on
+    the pair's exact divergence, up to the rounding of its terms (about 1e-11 relative,
+    :data:`segshuffle.core.accounting.CERTIFIED_RELATIVE_MARGIN` covers it)."""
+    return _window_sum(pair, eps)[0]
+
+
+def _window_sum(pair: CountPair, eps: float) -> tuple[float, float]:
+    """(sum of the window's terms, the omitted mass that bounds every term outside it)."""
     if eps < 0.0 or math.isnan(eps):
         raise ValueError(f"eps must be >= 0, got {eps}")
     own, other = pair.own, pair.other
     if own <= other:  # identical distributions
-        return 0.0
+        return 0.0, 0.0
     window = summation_window(pair.n_slots, pair.r)
     terms = window_terms(window.t, window.w0, window.w1, window.rho_slack, own, other, eps)
     omitted = max(0.0, 1.0 - own - other) * window.omitted0 + (own + other) * window.omitted1
-    return float(np.sum(terms) + omitted)
+    return float(np.sum(terms)), float(omitted)
 
 
 def window_terms(t: np.ndarray, w0: np.ndarray, w1: np.ndarray, rho_slack: np.ndarray,

@@ -36,7 +36,7 @@
 import { AccountantError } from "./errors.js";
 import { registeredCache, keyOf } from "./cache.js";
 import { BlanketMode, blanketProbability, blanketSlots, parseMode, requireBlanketRate } from "./blanket.js";
-import { deltaFor, poissonPair } from "./hockey_stick.js";
+import { deltaFor, poissonPair, windowDelta } from "./hockey_stick.js";
 import { dominatedPoissonMean } from "./poisson_comparison.js";
 import { BinLaw, DEFAULT_STEP, composedPair } from "./privacy_loss.js";
 import { MAX_LEVEL } from "../rules.js";
@@ -271,6 +271,54 @@ function certified(value) {
  */
 
 /**
+ * The validated [mode, E, lambda, h, d, s, m, delta] of a call (userDelta's arguments).
+ * @returns {[string, number, number, number, number, number, number, number]}
+ */
+function validated(level, lambda, setSize, users, m, domainSize, mode, delta) {
+  const blanketMode = parseMode(mode);
+  const eps = requireFinite("privacy level", level);
+  if (!(eps >= 0.0 && eps <= MAX_LEVEL)) {
+    throw new AccountantError(`privacy level must be in [0, ${MAX_LEVEL}], got ${level}`);
+  }
+  const lam = requireUnitInterval("lambda", lambda);
+  const h = requireUsers("users", users);
+  const [d, s] = requireDomain(domainSize, setSize);
+  const rate = requireBlanketRate(m, d, blanketMode);
+  let target = DEFAULT_DELTA;
+  if (delta !== undefined && delta !== null) {
+    target = requireFinite("delta", delta);
+    // A budget of zero or less admits no Poisson comparison at all.
+    if (!(target > 0.0)) throw new AccountantError(`delta must be > 0, got ${delta}`);
+  }
+  return [blanketMode, eps, lam, h, d, s, rate, target];
+}
+
+/**
+ * A certified lower bound on delta_user(E = `level`) when it exceeds `delta`, else null:
+ * the exhibited pair of datasets of the Python accountant's refuting_delta (whose
+ * docstring has the proof): one user's differing item j0 against j1, nobody else on
+ * either, the two-bin counts over every slot; the window's terms only, lowered by the
+ * certified margins.  Null in the independent mode, where s > d - 2, or for a blanket too
+ * large to sum.  A check asks it first: a level it refutes fails whatever the upper
+ * bounds say, and they are not computed.
+ * @param {number} level @param {number} lambda @param {number} setSize @param {number} users
+ * @param {number} m @param {number} domainSize
+ * @param {{ mode?: "slots" | "independent", delta: number }} options
+ * @returns {number | null}
+ */
+export function refutingDelta(level, lambda, setSize, users, m, domainSize,
+  { mode = BlanketMode.SLOTS, delta } = /** @type {any} */ ({})) {
+  const [blanketMode, eps, lam, h, d, s, rate, target] = validated(
+    level, lambda, setSize, users, m, domainSize, mode, requireFinite("delta", delta));
+  if (blanketMode !== BlanketMode.SLOTS || lam === 0.0 || s > d - 2) return null;
+  const [nSlots, r] = blanketGeometry(h, rate, d, true);
+  if (nSlots * r > ACCOUNTED_BLANKET_PER_ITEM) return null;
+  const exhibited = windowDelta(poissonPair(lam, nSlots, r), eps);
+  const lower = exhibited * (1.0 - CERTIFIED_RELATIVE_MARGIN) - CERTIFIED_ABSOLUTE_MARGIN;
+  return lower > target ? lower : null;
+}
+
+/**
  * An upper bound on the user-level delta at E = `level` of the server's full view, for a
  * user sending each of its `setSize` items with rate `lambda` among `users` honest users
  * with blanket rate `m` over a privacy domain of `domainSize` items.
@@ -287,21 +335,8 @@ function certified(value) {
  */
 export function userDelta(level, lambda, setSize, users, m, domainSize,
   { mode = BlanketMode.SLOTS, delta, enough = 0.0 } = {}) {
-  const blanketMode = parseMode(mode);
-  const eps = requireFinite("privacy level", level);
-  if (!(eps >= 0.0 && eps <= MAX_LEVEL)) {
-    throw new AccountantError(`privacy level must be in [0, ${MAX_LEVEL}], got ${level}`);
-  }
-  const lam = requireUnitInterval("lambda", lambda);
-  const h = requireUsers("users", users);
-  const [d, s] = requireDomain(domainSize, setSize);
-  const rate = requireBlanketRate(m, d, blanketMode);
-  let target = DEFAULT_DELTA;
-  if (delta !== undefined && delta !== null) {
-    target = requireFinite("delta", delta);
-    // A budget of zero or less admits no Poisson comparison at all.
-    if (!(target > 0.0)) throw new AccountantError(`delta must be > 0, got ${delta}`);
-  }
+  const [blanketMode, eps, lam, h, d, s, rate, target] = validated(
+    level, lambda, setSize, users, m, domainSize, mode, delta);
   if (lam === 0.0) return 0.0;
   if (blanketMode === BlanketMode.SLOTS) {
     const bound = slotBound(h, rate, d, s, POISSON_SLACK_SHARE * target, DEFAULT_STEP);

@@ -130,9 +130,27 @@ export function pairWindow(nSlots, r) {
  * @param {CountPair} pair @param {number} eps (>= 0) @returns {number}
  */
 export function deltaFor(pair, eps) {
+  const [inside, omitted] = windowSum(pair, eps);
+  return inside + omitted;
+}
+
+/**
+ * The window's part of deltaFor, without the omitted mass: a lower bound on the pair's
+ * exact divergence, up to the rounding of its terms.
+ * @param {CountPair} pair @param {number} eps (>= 0) @returns {number}
+ */
+export function windowDelta(pair, eps) {
+  return windowSum(pair, eps)[0];
+}
+
+/**
+ * [sum of the window's terms, the omitted mass that bounds every term outside it].
+ * @param {CountPair} pair @param {number} eps @returns {[number, number]}
+ */
+function windowSum(pair, eps) {
   if (!(eps >= 0)) throw new AccountantError(`eps must be >= 0, got ${eps}`);
   const { own, other } = pair;
-  if (own <= other) return 0.0; // identical distributions
+  if (own <= other) return [0.0, 0.0]; // identical distributions
   const window = pairWindow(pair.nSlots, pair.r);
   const e = Math.exp(eps);
   const k0 = Math.max(0.0, 1.0 - own - other);
@@ -166,5 +184,5 @@ export function deltaFor(pair, eps) {
     terms[i] = Math.max(pT - e * qT, 0.0);
   }
   const omitted = k0 * window.omitted0 + (own + other) * window.omitted1;
-  return compensatedSum(terms) + omitted;
+  return [compensatedSum(terms), omitted];
 }

@@ -9,5 +9,6 @@ export {
   CERTIFIED_ABSOLUTE_MARGIN,
   CERTIFIED_RELATIVE_MARGIN,
   POISSON_SLACK_SHARE,
+  refutingDelta,
   userDelta,
 } from "./accounting.js";

@@ -3,7 +3,7 @@
 // runner (../accountant_runner.js) calls it in-process, so a value is computed by the
 // same code, and crosses to the caller as the same double, wherever it runs.
 
-import { userDelta } from "./accounting.js";
+import { refutingDelta, userDelta } from "./accounting.js";
 
 /**
  * The arguments of userDelta: level, lambda, set size, users, m, domain size, options.
@@ -11,11 +11,15 @@ import { userDelta } from "./accounting.js";
  *   { mode?: string, delta?: number }]} UserDeltaArgs
  */
 
-/** @typedef {{ id: number, args: UserDeltaArgs }} Request */
+/**
+ * A request: userDelta's bound, or with kind "refute" refutingDelta's (a certified lower
+ * bound above the delta asked, or null).
+ * @typedef {{ id: number, args: UserDeltaArgs, kind?: "refute" }} Request
+ */
 
 /**
  * The bound, or the error the accountant threw (its class name and message).
- * @typedef {{ id: number, value: number }
+ * @typedef {{ id: number, value: number | null }
  *   | { id: number, error: { name: string, message: string } }} Reply
  */
 
@@ -27,6 +31,11 @@ export function answer(request) {
   const id = request?.id;
   try {
     if (!Array.isArray(request?.args)) throw new TypeError("a request carries its arguments");
+    const [level, lam, setSize, users, m, domainSize, options] = request.args;
+    if (request.kind === "refute") {
+      return { id, value: refutingDelta(level, lam, setSize, users, m, domainSize,
+        { mode: options?.mode, delta: /** @type {number} */ (options?.delta) }) };
+    }
     return { id, value: userDelta(...request.args) };
   } catch (error) {
     const name = typeof error?.name === "string" ? error.name : "Error";

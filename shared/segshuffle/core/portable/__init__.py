@@ -28,6 +28,7 @@ from .accounting import (
     CERTIFIED_ABSOLUTE_MARGIN,
     CERTIFIED_RELATIVE_MARGIN,
     POISSON_SLACK_SHARE,
+    refuting_delta,
     user_delta,
 )
 from .blanket import BlanketMode
@@ -42,5 +43,6 @@ __all__ = [
     "AccountantError",
     "BlanketMode",
     "clear_accountant_caches",
+    "refuting_delta",
     "user_delta",
 ]

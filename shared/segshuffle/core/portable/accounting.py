@@ -52,7 +52,7 @@ from .blanket import (
 )
 from .cache import key_of, registered_cache
 from .errors import AccountantError
-from .hockey_stick import delta_for, poisson_pair
+from .hockey_stick import delta_for, poisson_pair, window_delta
 from .poisson_comparison import dominated_poisson_mean
 from .privacy_loss import DEFAULT_STEP, BinLaw, ComposedLoss, composed_pair
 from .slot_groups import GroupsBound
@@ -66,6 +66,7 @@ __all__ = [
     "CERTIFIED_RELATIVE_MARGIN",
     "POISSON_SLACK_SHARE",
     "blanket_geometry",
+    "refuting_delta",
     "user_delta",
 ]
 
@@ -257,6 +258,50 @@ def _certified(value: float) -> float:
     return min(1.0, value * (1.0 + CERTIFIED_RELATIVE_MARGIN) + CERTIFIED_ABSOLUTE_MARGIN)
 
 
+def _arguments(level: float, lam: float, set_size: int, users: int, m: float,
+               domain_size: int, mode: str | BlanketMode, delta: float | None
+               ) -> tuple[BlanketMode, float, float, int, int, int, float, float]:
+    """The validated (mode, E, lambda, h, d, s, m, delta) of a call (:func:`user_delta`)."""
+    blanket_mode = parse_mode(mode)
+    eps = require_finite("privacy level", level)
+    if not 0.0 <= eps <= MAX_LEVEL:
+        raise AccountantError(f"privacy level must be in [0, {MAX_LEVEL:g}], got {level!r}")
+    lam = require_unit_interval("lambda", lam)
+    h = require_users("users", users)
+    d, s = require_domain(domain_size, set_size)
+    rate = require_blanket_rate(m, d, blanket_mode)
+    target = DEFAULT_DELTA
+    if delta is not None:
+        target = require_finite("delta", delta)
+        # A budget of zero or less admits no Poisson comparison at all.
+        if not target > 0.0:
+            raise AccountantError(f"delta must be > 0, got {delta!r}")
+    return blanket_mode, eps, lam, h, d, s, rate, target
+
+
+def refuting_delta(level: float, lam: float, set_size: int, users: int, m: float,
+                   domain_size: int, *, mode: str | BlanketMode = BlanketMode.SLOTS,
+                   delta: float) -> float | None:
+    """A certified lower bound on delta_user(E = ``level``) when it exceeds ``delta``; else None.
+
+    The exhibited pair of datasets of the numpy accountant's ``refuting_delta`` (its
+    docstring has the proof): one user's differing item j0 against j1, nobody else on
+    either, the two-bin counts over every slot; the window's terms only, lowered by the
+    certified margins.  None in the independent mode, where s > d - 2, or for a blanket
+    too large to sum.
+    """
+    blanket_mode, eps, lam, h, d, s, rate, target = _arguments(
+        level, lam, set_size, users, m, domain_size, mode, delta)
+    if blanket_mode is not BlanketMode.SLOTS or lam == 0.0 or s > d - 2:
+        return None
+    n_slots, r = blanket_geometry(h, rate, d, every_slot=True)
+    if n_slots * r > ACCOUNTED_BLANKET_PER_ITEM:
+        return None
+    exhibited = window_delta(poisson_pair(lam, n_slots, r), eps)
+    certified = exhibited * (1.0 - CERTIFIED_RELATIVE_MARGIN) - CERTIFIED_ABSOLUTE_MARGIN
+    return certified if certified > target else None
+
+
 def user_delta(level: float, lam: float, set_size: int, users: int, m: float,
                domain_size: int, *, mode: str | BlanketMode = BlanketMode.SLOTS,
                delta: float | None = None, enough: float = 0.0) -> float:
@@ -273,20 +318,8 @@ def user_delta(level: float, lam: float, set_size: int, users: int, m: float,
 
     Raises AccountantError (a ValueError) on an argument out of range.
     """
-    blanket_mode = parse_mode(mode)
-    eps = require_finite("privacy level", level)
-    if not 0.0 <= eps <= MAX_LEVEL:
-        raise AccountantError(f"privacy level must be in [0, {MAX_LEVEL:g}], got {level!r}")
-    lam = require_unit_interval("lambda", lam)
-    h = require_users("users", users)
-    d, s = require_domain(domain_size, set_size)
-    rate = require_blanket_rate(m, d, blanket_mode)
-    target = DEFAULT_DELTA
-    if delta is not None:
-        target = require_finite("delta", delta)
-        # A budget of zero or less admits no Poisson comparison at all.
-        if not target > 0.0:
-            raise AccountantError(f"delta must be > 0, got {delta!r}")
+    blanket_mode, eps, lam, h, d, s, rate, target = _arguments(
+        level, lam, set_size, users, m, domain_size, mode, delta)
     if lam == 0.0:
         return 0.0
     if blanket_mode is BlanketMode.SLOTS:

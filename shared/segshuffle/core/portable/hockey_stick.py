@@ -157,12 +157,24 @@ def delta_for(pair: CountPair, eps: float) -> float:
     The sum over the window plus the omitted mass: an upper bound on the exact divergence.
     ``eps`` must be >= 0.
     """
+    inside, omitted = _window_sum(pair, eps)
+    return inside + omitted
+
+
+def window_delta(pair: CountPair, eps: float) -> float:
+    """The window's part of :func:`delta_for`, without the omitted mass: a lower bound on
+    the pair's exact divergence, up to the rounding of its terms."""
+    return _window_sum(pair, eps)[0]
+
+
+def _window_sum(pair: CountPair, eps: float) -> tuple[float, float]:
+    """(sum of the window's terms, the omitted mass that bounds every term outside it)."""
     if not eps >= 0:
         raise AccountantError(f"eps must be >= 0, got {eps}")
     own = pair.own
     other = pair.other
     if own <= other:  # identical distributions
-        return 0.0
+        return 0.0, 0.0
     window = pair_window(pair.n_slots, pair.r)
     e = _exp(eps)
     k0 = max(0.0, 1.0 - own - other)
@@ -197,4 +209,4 @@ def delta_for(pair: CountPair, eps: float) -> float:
         q_t = shared + w1 * (other * s_prev_lo + own * s_prev_hi)
         append(max(p_t - e * q_t, 0.0))
     omitted = k0 * window.omitted0 + (own + other) * window.omitted1
-    return compensated_sum(terms) + omitted
+    return compensated_sum(terms), omitted
