@@ -20,19 +20,16 @@ from .node_support import node
 
 
 def _points(count: int, seed: int) -> list[tuple[float, float, int, int, float, int]]:
-    """(level, lambda, s, h, m, d) drawn as the verification benchmark draws campaigns."""
+    """(level, lambda, s, h, m, d): h from 8 to 1e7, m from 0.05 to 20 and d from 2 s + 2
+    to 16384, each uniform in its logarithm."""
     rng = random.Random(seed)
-
-    def log_uniform(lo: float, hi: float) -> float:
-        return math.exp(rng.uniform(math.log(lo), math.log(hi)))
-
     points = []
     for _ in range(count):
         s = rng.randint(1, 8)
-        d = round(log_uniform(2 * s + 2, 16384))
-        h = round(log_uniform(8, 1e7))
-        m = min(log_uniform(0.05, 20.0), float(d))
-        points.append((rng.choice([0.25, 0.5, 1.0, 2.0]), rng.uniform(0.02, 1.0), s, h, m, d))
+        d = round((2 * s + 2) * (16384 / (2 * s + 2)) ** rng.random())
+        points.append((rng.choice([0.25, 0.5, 1.0, 2.0]), rng.uniform(0.02, 1.0), s,
+                       round(8 * (1e7 / 8) ** rng.random()),
+                       min(0.05 * 400 ** rng.random(), float(d)), d))
     return points
 
 
