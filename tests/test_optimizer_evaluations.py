@@ -192,3 +192,35 @@ def test_the_steering_spends_little_where_no_level_can_send(evaluations: Counter
     assert solver.approximate(61.0) == [0.0, 0.0, 0.0]
     assert 1.0 not in {key[2] for key in evaluations}
     assert sum(evaluations.values()) <= 6
+
+
+def test_close_finalists_share_their_full_signal_neighbour(monkeypatch) -> None:
+    # n = 1e4, d = 128, s = 8: the finalists 1.6288 and 1.6311 both sit just below the
+    # least strict level's certified full-signal rate 1.6401; each ran its own search of
+    # certified lambda = 1 bounds at new rates (0.15 s each) for the same answer.
+    from segshuffle.core import optimizer
+    from segshuffle.core.blanket import BlanketMode
+
+    class Solver:
+        levels = (0.5, 1.0, 2.0)
+        mode = BlanketMode.SLOTS
+
+        @staticmethod
+        def all_exact(rate: float, xtol: float) -> list[float]:
+            return [0.26, 0.5, 0.985]
+
+    def excess_of(solver, level):
+        return lambda m: math.log(1.6401 / m) * 50.0
+
+    searches: list[tuple[float, float]] = []
+    original = optimizer._smallest_feasible
+
+    def counted(excess, lo, hi, rtol):
+        searches.append((lo, hi))
+        return original(excess, lo, hi, rtol)
+
+    monkeypatch.setattr(optimizer, "_full_signal_excess", excess_of)
+    monkeypatch.setattr(optimizer, "_smallest_feasible", counted)
+    found = optimizer._full_signal_neighbours(Solver(), [1.6311, 1.6288], 1024.0)
+    assert len(found) == 1 and found[0] == pytest.approx(1.6401, rel=1e-5)
+    assert len(searches) == 1  # before: one per finalist, for the same rate

@@ -642,9 +642,16 @@ def _full_signal_neighbours(solver: _LambdaSolver, finalists: Sequence[float],
     most FULL_SIGNAL_REACH higher, inside its bucket ceil(m) in the slot mode) at
     which that level's certified lambda is 1 joins the finalists.  Every returned
     rate is verified feasible.
+
+    Finalists close together often share that rate: they are taken in increasing order,
+    each level's excess is remembered across them, and a rate found for a lower
+    finalist is the answer for a higher one that it lies above (the higher finalist
+    still short of the full signal), with no new search.
     """
     found: list[float] = []
-    for rate in finalists:
+    excesses: dict[float, Callable[[float], float]] = {}
+    last_found: dict[float, float] = {}
+    for rate in sorted(finalists):
         if rate <= 0.0:
             continue
         lambdas = solver.all_exact(rate, RANKING_XTOL)
@@ -652,13 +659,21 @@ def _full_signal_neighbours(solver: _LambdaSolver, finalists: Sequence[float],
                  if NEAR_FULL_SIGNAL <= lam < 1.0]
         if not short:
             continue
-        excess = _full_signal_excess(solver, short[-1])
+        level = short[-1]
+        excess = excesses.setdefault(level, _full_signal_excess(solver, level))
         top = min(rate * (1.0 + FULL_SIGNAL_REACH), ceiling)
         if solver.mode is BlanketMode.SLOTS:
             top = min(top, float(math.ceil(rate)))
-        if top <= rate or excess(rate) <= 0.0 or excess(top) > 0.0:
+        if top <= rate or excess(rate) <= 0.0:
             continue
-        found.append(_smallest_feasible(excess, rate, top, rtol=FULL_SIGNAL_RTOL))
+        known = last_found.get(level)
+        if known is not None and rate < known <= top:
+            found.append(known)  # the smallest feasible rate above a lower finalist, too
+            continue
+        if excess(top) > 0.0:
+            continue
+        last_found[level] = _smallest_feasible(excess, rate, top, rtol=FULL_SIGNAL_RTOL)
+        found.append(last_found[level])
     return [m for m in dict.fromkeys(found) if m not in finalists]
 
 
