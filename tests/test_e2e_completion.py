@@ -30,13 +30,16 @@ def _status(stack: LocalStack, campaign_id: str, round_number: int) -> dict[str,
     return dict(httpx.get(url, timeout=30).json())
 
 
-def _population(stack: LocalStack, campaign_id: str, users: int, seed: int) -> Population:
+def _population(stack: LocalStack, campaign_id: str, users: int, seed: int, *,
+                items: int = ITEMS, set_size: int = 2,
+                levels: tuple[float, ...] = (1.0, 2.0)) -> Population:
     rng = np.random.default_rng(seed)
-    sets = [list(rng.choice(ITEMS, size=2, replace=False)) for _ in range(users)]
-    stack.create_campaign({"id": campaign_id, "domain_size": ITEMS, "set_size": 2,
-                           "levels": [1.0, 2.0], "min_users": 20})
-    return Population.with_shares(stack.shuffler_url, campaign_id, sets, [0.5, 0.5],
-                                  seed=seed, server_key=stack.server_key,
+    sets = [list(rng.choice(items, size=set_size, replace=False)) for _ in range(users)]
+    stack.create_campaign({"id": campaign_id, "domain_size": items, "set_size": set_size,
+                           "levels": list(levels), "min_users": 20})
+    return Population.with_shares(stack.shuffler_url, campaign_id, sets,
+                                  [1.0 / len(levels)] * len(levels), seed=seed,
+                                  server_key=stack.server_key,
                                   invitations=stack.invitations(campaign_id, users))
 
 
@@ -89,12 +92,19 @@ def test_a_server_killed_while_it_computes_the_parameters_completes_after_restar
         tmp_path: Path) -> None:
     users = 120
     with LocalStack(tmp_path, min_users=10) as stack:
-        population = _population(stack, "killed", users, seed=4)
+        # A campaign whose parameters take the optimizer several seconds (about 6 CPU-s:
+        # d = 64, s = 4, three levels), so that the shuffler, asking every 2 s, reports it
+        # optimizing before it is done.
+        population = _population(stack, "killed", users, seed=4, items=64, set_size=4,
+                                 levels=(0.5, 1.0, 2.0))
         run_rounds(population, 1)
         stack.release("killed", 1, wait=False)
         deadline = time.monotonic() + harness_seconds("release", 1800.0)
-        while "the server is optimizing" not in str(_status(stack, "killed", 1)["last_error"]):
-            assert time.monotonic() < deadline, _status(stack, "killed", 1)
+        while "the server is optimizing" not in str(
+                (status := _status(stack, "killed", 1))["last_error"]):
+            assert time.monotonic() < deadline, status
+            assert status["state"] != "released", ("the optimizer finished before the "
+                                                   f"shuffler saw it run: {status}")
             time.sleep(0.05)
         stack.kill("server")  # SIGKILL while the optimizer runs
         stack.start_service("server")
