@@ -488,7 +488,8 @@ async function unprotectedLevels(accountant, args, { signal, onProgress }) {
  *   worker is terminated and the check rejects with the signal's reason (a DOMException
  *   named AbortError unless the app gave another), not a VerificationError
  * @property {(progress: Progress) => void} [onProgress] called as the check starts
- *   (`checked` 0) and after each level (a remembered verdict: once, all checked)
+ *   (`checked` 0) and after each level (a remembered verdict, or parameters an exhibited
+ *   pair of datasets refutes: once more, all checked)
  */
 
 /**
