@@ -503,10 +503,10 @@ def refuting_delta(level: float, lam: float, set_size: int, users: int, m: float
     delta = validation.require_probability_open("delta", delta)
     if mode is not BlanketMode.SLOTS or lam == 0.0 or set_size > domain_size - 2:
         return None
-    n_slots, r = blanket_geometry(users, m, domain_size, every_slot=True)
-    if n_slots * r > ACCOUNTED_BLANKET_PER_ITEM:
+    pair = item_pair(lam, users, m, domain_size, lower=True)  # over every slot
+    if pair.n_slots * pair.r > ACCOUNTED_BLANKET_PER_ITEM:
         return None  # too large a blanket to sum; the upper bounds decide
-    exhibited = window_delta(poisson_pair(lam, n_slots, r), level)
+    exhibited = window_delta(pair, level)
     certified = exhibited * (1.0 - CERTIFIED_RELATIVE_MARGIN) - CERTIFIED_ABSOLUTE_MARGIN
     return certified if certified > delta else None
 
