@@ -145,7 +145,7 @@ def main() -> None:
         eps = epsilon_for(pair, TARGET)
 
         def cold(pair=pair, eps=eps) -> float:
-            hockey_stick.summation_window.cache_clear()
+            hockey_stick.clear_caches()
             return delta_for(pair, eps)
 
         cold_s = median_seconds(cold, args.repeats)

@@ -15,11 +15,11 @@ import mpmath
 import numpy as np
 import pytest
 
+from segshuffle.core import bounded_cache as portable_cache
 from segshuffle.core import distributions as numpy_distributions
-from segshuffle.core.portable import cache as portable_cache
+from segshuffle.core.errors import AccountantError
 from segshuffle.core.portable import distributions as dist
 from segshuffle.core.portable import fft as pfft
-from segshuffle.core.portable.errors import AccountantError
 
 from .node_support import node
 
@@ -378,7 +378,7 @@ def test_accountant_error_is_a_value_error() -> None:
 def test_the_foundations_import_neither_numpy_nor_scipy() -> None:
     code = (
         "import sys\n"
-        "import segshuffle.core.portable.errors, segshuffle.core.portable.cache\n"
+        "import segshuffle.core.errors, segshuffle.core.bounded_cache\n"
         "import segshuffle.core.portable.distributions, segshuffle.core.portable.fft\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'scipy'))\n"
         "assert not heavy, heavy\n"

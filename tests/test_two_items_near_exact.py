@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from segshuffle.core import accounting, slot_joint
+from segshuffle.core import bounded_cache as portable_cache
 from segshuffle.core.accounting import user_epsilon
-from segshuffle.core.portable import cache as portable_cache
 from segshuffle.core.portable import slot_joint as portable_joint
 from segshuffle.core.slot_joint import JointView
 

@@ -56,7 +56,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from . import slot_groups, slot_joint, validation
+from . import hockey_stick, slot_groups, slot_joint, validation
 from .blanket import BlanketMode, parse_mode, require_blanket_rate
 from .full_view import single_item_full_view_delta, slot_view_lower_delta
 from .hockey_stick import (
@@ -67,7 +67,6 @@ from .hockey_stick import (
     delta_for,
     epsilon_for,
     poisson_pair,
-    summation_window,
     window_delta,
 )
 from .poisson_comparison import dominated_poisson_mean, steering_poisson_mean
@@ -409,7 +408,7 @@ def clear_caches() -> None:
     slot_joint.clear_caches()
     composed_pair.cache_clear()
     dominated_poisson_mean.cache_clear()
-    summation_window.cache_clear()
+    hockey_stick.clear_caches()
 
 
 def _independent_law(users: int, m: float, domain_size: int, *, lower: bool) -> BinLaw:

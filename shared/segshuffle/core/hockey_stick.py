@@ -55,19 +55,38 @@ omitted per-t term is at most K0 w0(t) + (own + other) w1(t), so the omitted
 binomial mass, weighted that way, is added to the result: the returned value is
 an upper bound on the exact divergence (up to floating-point rounding of the
 terms, which is relative to the mass involved, ~1e-13).
+
+**One implementation.**  The server's optimizer and every Python client evaluate the pair
+with this module: its vectors are numpy's where numpy is installed and lists otherwise
+(:mod:`segshuffle.core.arrays`), the same formulas either way.  The web client's
+JavaScript accountant is its port (``clients/web/src/accountant/hockey_stick.js``), held
+equal to it by the test vectors.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from typing import Any
 
-import numpy as np
-from scipy import special
-
-from . import distributions
+from . import arrays
+from .bounded_cache import key_of, registered_cache
+from .errors import AccountantError
 from .scalar_search import bracketed_root
+
+__all__ = [
+    "EPSILON_CAP",
+    "CountPair",
+    "SummationWindow",
+    "clear_caches",
+    "delta_for",
+    "epsilon_for",
+    "poisson_pair",
+    "summation_window",
+    "variation_ratio_pair",
+    "window_delta",
+    "window_terms",
+]
 
 #: Largest item-level epsilon any search considers.  e^eps has lost the
 #: precision the divergence needs well before eps ~ 36 (docs/protocol.md section 4).
@@ -78,7 +97,7 @@ EPSILON_CAP = 30.0
 _WINDOW_SIGMAS = 9.5
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CountPair:
     """The count pair (P, Q) of the variation-ratio reduction (see the module docstring)."""
 
@@ -88,12 +107,12 @@ class CountPair:
     other: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.n_slots < 0:
-            raise ValueError(f"n_slots must be >= 0, got {self.n_slots}")
+        if not self.n_slots >= 0:
+            raise AccountantError(f"n_slots must be >= 0, got {self.n_slots}")
         if not 0.0 <= self.r <= 0.5:
-            raise ValueError(f"r must be in [0, 1/2], got {self.r}")
+            raise AccountantError(f"r must be in [0, 1/2], got {self.r}")
         if not (0.0 <= self.other <= self.own and self.own + self.other <= 1.0 + 1e-15):
-            raise ValueError(
+            raise AccountantError(
                 f"need 0 <= other <= own and own + other <= 1, got own={self.own}, "
                 f"other={self.other}"
             )
@@ -102,7 +121,7 @@ class CountPair:
 def poisson_pair(lam: float, n_slots: int, r: float) -> CountPair:
     """The p = +inf pair of the Poisson randomizer with rate ``lam`` (docs/protocol.md sec. 4)."""
     if not 0.0 <= lam <= 1.0:
-        raise ValueError(f"lambda must be in [0, 1], got {lam}")
+        raise AccountantError(f"lambda must be in [0, 1], got {lam}")
     return CountPair(n_slots=int(n_slots), r=float(r), own=float(lam), other=0.0)
 
 
@@ -117,53 +136,67 @@ def variation_ratio_pair(p: float, beta: float, q: float, n_users: int) -> Count
     r = beta p / ((p - 1) q).  For p = +inf: own = beta, other = 0, r = beta / q.
     """
     if not p > 1.0:
-        raise ValueError(f"p must be > 1, got {p}")
+        raise AccountantError(f"p must be > 1, got {p}")
     if q < 1.0:
-        raise ValueError(f"q must be >= 1, got {q}")
+        raise AccountantError(f"q must be >= 1, got {q}")
     if n_users < 1:
-        raise ValueError(f"n_users must be >= 1, got {n_users}")
+        raise AccountantError(f"n_users must be >= 1, got {n_users}")
     if math.isinf(p):
         if not 0.0 <= beta <= 1.0:
-            raise ValueError(f"beta must be in [0, 1] for p = inf, got {beta}")
+            raise AccountantError(f"beta must be in [0, 1] for p = inf, got {beta}")
         own, other = float(beta), 0.0
     else:
         if not 0.0 <= beta <= (p - 1.0) / (p + 1.0) + 1e-15:
-            raise ValueError(f"beta must be in [0, (p-1)/(p+1)], got {beta}")
+            raise AccountantError(f"beta must be in [0, (p-1)/(p+1)], got {beta}")
         other = beta / (p - 1.0)
         own = p * other
     r = own / q
     if 2.0 * r > 1.0 + 1e-15:
-        raise ValueError(f"2 beta p / ((p-1) q) must be <= 1, got {2.0 * r}")
+        raise AccountantError(f"2 beta p / ((p-1) q) must be <= 1, got {2.0 * r}")
     return CountPair(n_slots=int(n_users) - 1, r=min(r, 0.5), own=own, other=other)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SummationWindow:
-    """Totals t = lo..hi and the binomial weights w0(t), w1(t) over them."""
+    """Totals t = lo..hi and the binomial weights w0(t), w1(t) over them (vectors of the
+    backend that built the window)."""
 
-    t: np.ndarray
-    w0: np.ndarray
-    w1: np.ndarray
+    t: Any
+    w0: Any
+    w1: Any
     omitted0: float  # w0 mass outside the window
     omitted1: float  # w1 mass outside the window
-    rho_slack: np.ndarray  # rho (N - t + 1)
+    rho_slack: Any  # rho (N - t + 1)
 
 
-@lru_cache(maxsize=256)
+_windows = registered_cache(256)
+
+
 def summation_window(n_slots: int, r: float) -> SummationWindow:
-    """Summation window and weights for Binomial(n_slots, 2r); cached per (N, r).
+    """Summation window and weights for Binomial(n_slots, 2r); kept per (backend, N, r).
 
     Totals range over 0..N+1 (the victim may add one).  The window spans the
     mean +- 9.5 standard deviations plus a skew margin, clipped to the support;
-    the mass outside is computed exactly and reported so callers can add it.
+    the mass outside is computed from the binomial tails and reported so callers can
+    add it.
     """
+    backend = arrays.name()
+    return _windows.get(key_of(backend, n_slots, r),
+                        lambda: _make_window(n_slots, r, arrays.namespace()))
+
+
+def clear_caches() -> None:
+    """Forget every kept summation window (benchmarks measure cold costs)."""
+    _windows.clear()
+
+
+def _make_window(n_slots: int, r: float, xp: Any) -> SummationWindow:
     trials = n_slots
     prob = 2.0 * r
     if trials == 0 or prob == 0.0:
         # No blanket mass can land on j0 or j1: the totals are 0 and 1.
-        t = np.arange(0, 2, dtype=np.int64)
-        w0 = np.array([1.0, 0.0])
-        w1 = np.array([0.0, 1.0])
+        t = xp.arange(0, 2)
+        w0, w1 = xp.vector([1.0, 0.0]), xp.vector([0.0, 1.0])
         omitted0 = omitted1 = 0.0
     else:
         mean = trials * prob
@@ -171,34 +204,17 @@ def summation_window(n_slots: int, r: float) -> SummationWindow:
         margin = _WINDOW_SIGMAS * sigma + _WINDOW_SIGMAS**2 + 2.0
         lo = max(0, math.floor(mean - margin))
         hi = min(trials + 1, math.ceil(mean + margin) + 1)
-        t = np.arange(lo, hi + 1, dtype=np.int64)
-        pmf = distributions.binom_pmf(np.arange(lo - 1, hi + 1), trials, prob)
-        w0 = pmf[1:]
-        w1 = pmf[:-1]
+        t = xp.arange(lo, hi + 1)
+        pmf = xp.binom_pmf(xp.arange(lo - 1, hi + 1), trials, prob)  # f(lo - 1) .. f(hi)
+        w0, w1 = pmf[1:], pmf[:-1]
         # Mass outside the window: w0 at t < lo or t > hi, w1 at t - 1 < lo - 1 or t - 1 > hi - 1.
-        omitted0 = (distributions.binom_cdf(lo - 1, trials, prob)
-                    + distributions.binom_sf(hi, trials, prob))
-        omitted1 = (distributions.binom_cdf(lo - 2, trials, prob)
-                    + distributions.binom_sf(hi - 1, trials, prob))
+        omitted0 = xp.binom_cdf(lo - 1, trials, prob) + xp.binom_sf(hi, trials, prob)
+        omitted1 = xp.binom_cdf(lo - 2, trials, prob) + xp.binom_sf(hi - 1, trials, prob)
     rho = r / (1.0 - prob) if prob < 1.0 else math.inf
-    remaining = (trials - t + 1).astype(float)
-    with np.errstate(invalid="ignore"):
-        slack = np.where(remaining == 0.0, 0.0, rho * remaining)
+    remaining = trials - t + 1
+    with xp.quiet():  # rho = inf times no remaining trial: charged 0 below
+        slack = xp.where(remaining == 0, 0.0, rho * remaining)
     return SummationWindow(t, w0, w1, omitted0, omitted1, slack)
-
-
-def _binomial_half_tail(trials: np.ndarray, k: np.ndarray) -> np.ndarray:
-    """S_c(k) = Pr[Binomial(c, 1/2) >= k], elementwise; 1 for k <= 0, 0 for k > c.
-
-    For 1 <= k <= c it is the regularized incomplete beta I_{1/2}(k, c - k + 1).
-    """
-    out = np.where(k <= 0, 1.0, 0.0)
-    inside = (k >= 1) & (k <= trials)
-    if inside.any():
-        kk = k[inside].astype(float)
-        cc = trials[inside].astype(float)
-        out[inside] = special.betainc(kk, cc - kk + 1.0, 0.5)
-    return out
 
 
 def delta_for(pair: CountPair, eps: float) -> float:
@@ -220,50 +236,63 @@ def window_delta(pair: CountPair, eps: float) -> float:
 
 def _window_sum(pair: CountPair, eps: float) -> tuple[float, float]:
     """(sum of the window's terms, the omitted mass that bounds every term outside it)."""
-    if eps < 0.0 or math.isnan(eps):
-        raise ValueError(f"eps must be >= 0, got {eps}")
+    if not eps >= 0.0:
+        raise AccountantError(f"eps must be >= 0, got {eps}")
     own, other = pair.own, pair.other
     if own <= other:  # identical distributions
         return 0.0, 0.0
     window = summation_window(pair.n_slots, pair.r)
     terms = window_terms(window.t, window.w0, window.w1, window.rho_slack, own, other, eps)
     omitted = max(0.0, 1.0 - own - other) * window.omitted0 + (own + other) * window.omitted1
-    return float(np.sum(terms)), float(omitted)
+    return arrays.namespace().total(terms), float(omitted)
 
 
-def window_terms(t: np.ndarray, w0: np.ndarray, w1: np.ndarray, rho_slack: np.ndarray,
-                 own: float, other: float, eps: float) -> np.ndarray:
+def _exp(x: float) -> float:
+    """e^x, +inf where it overflows."""
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
+def window_terms(t: Any, w0: Any, w1: Any, rho_slack: Any, own: float, other: float,
+                 eps: float) -> Any:
     """(P_t - e^eps Q_t)_+ at every total of a window (the module docstring's per-t sum).
 
     Elementwise in t, so the windows of several pairs (several slot counts) may be
-    laid end to end and evaluated in one pass.  Needs own > other and eps >= 0.
+    laid end to end and evaluated in one pass.  Needs own > other and eps >= 0; the
+    vectors are those of the backend in use.
     """
-    e = math.exp(eps)
+    xp = arrays.namespace()
+    e = _exp(eps)
     k0 = max(0.0, 1.0 - own - other)
-    with np.errstate(over="ignore", invalid="ignore"):
-        # A threshold beyond every a (rho = inf when 2r = 1, or overflow when own - other
-        # is subnormal) empties the set for that t.
-        base = k0 * (e - 1.0) * rho_slack if k0 > 0.0 else 0.0
-        x = (base + t * (e * own - other)) / ((own - other) * (1.0 + e))
-    x = np.where(np.isfinite(x), x, t + 1.0)
-    a_star = np.clip(np.floor(x) + 1.0, 0.0, t + 1.0).astype(np.int64)
     if k0 == 0.0 and other == 0.0:
         # Every message is the victim's or the blanket's: x = t e / (1 + e) = t - y with
         # y = t / (1 + e) > 0, so a* = t + 1 - ceil(y) <= t exactly.  Computing t - y in
         # floating point rounds to t once e / (1 + e) rounds to 1 (eps >~ 36.7), which
         # would drop the b = 0 atom of infinite privacy loss.
-        a_star = (t + 1 - np.ceil(t / (1.0 + e))).astype(np.int64)
+        a_star = t + 1 - xp.ceil_int(t / (1.0 + e))
+    else:
+        with xp.quiet():
+            # A threshold beyond every a (rho = inf when 2r = 1, or overflow when
+            # own - other is subnormal) empties the set for that t.
+            base = k0 * (e - 1.0) * rho_slack if k0 > 0.0 else 0.0
+            x = (base + t * (e * own - other)) / ((own - other) * (1.0 + e))
+        x = xp.where(xp.isfinite(x), x, t + 1.0)
+        # a* = min(max(floor(x) + 1, 0), t + 1), clipped before it becomes an integer.
+        a_star = xp.floor_int(xp.clip(x, -1.0, t)) + 1
     # S_{t-1}(a*) by the incomplete beta function, S_{t-1}(a* - 1) by adding the pmf at
     # a* - 1, and S_t(a*) by Pascal's rule as the mean of the two: only sums of
     # non-negative terms, so no precision is lost, and one incomplete beta per t instead
     # of three.  At t = 0 the t - 1 terms carry w1(0) = 0 and S_0(a*) = 0 as a* >= 1.
-    previous = np.maximum(t - 1, 0)
-    s_prev_hi = _binomial_half_tail(previous, a_star)
-    s_prev_lo = np.minimum(s_prev_hi + distributions.binom_pmf(a_star - 1, previous, 0.5), 1.0)
-    s_t = np.where(t == 0, np.where(a_star <= 0, 1.0, 0.0), 0.5 * (s_prev_lo + s_prev_hi))
-    p_t = k0 * w0 * s_t + w1 * (own * s_prev_lo + other * s_prev_hi)
-    q_t = k0 * w0 * s_t + w1 * (other * s_prev_lo + own * s_prev_hi)
-    return np.maximum(p_t - e * q_t, 0.0)
+    previous = xp.maximum(t - 1, 0)
+    s_prev_hi = xp.half_tail(previous, a_star)
+    s_prev_lo = xp.minimum(s_prev_hi + xp.binom_pmf(a_star - 1, previous, 0.5), 1.0)
+    s_t = xp.where(t == 0, xp.where(a_star <= 0, 1.0, 0.0), 0.5 * (s_prev_lo + s_prev_hi))
+    shared = k0 * w0 * s_t
+    p_t = shared + w1 * (own * s_prev_lo + other * s_prev_hi)
+    q_t = shared + w1 * (other * s_prev_lo + own * s_prev_hi)
+    return xp.maximum(p_t - e * q_t, 0.0)
 
 
 def epsilon_for(pair: CountPair, delta: float, *, rtol: float = 1e-9) -> float | None:

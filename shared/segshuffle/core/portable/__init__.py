@@ -8,21 +8,27 @@ this package computes the same bound in pure Python (the standard library, plus 
 :mod:`segshuffle.core.rules`, :mod:`segshuffle.core.validation` and
 :mod:`segshuffle.core.blanket`), so that an install without numpy or scipy can verify it too.
 
-It is a port, operation for operation, of the web client's JavaScript accountant
-(``clients/web/src/accountant``), one module per JavaScript module: :mod:`.accounting`
-(the bound and its branches), :mod:`.slot_single`, :mod:`.slot_joint`, :mod:`.slot_groups`
-(the slot blanket's bounds), :mod:`.hockey_stick`, :mod:`.poisson_comparison`,
-:mod:`.privacy_loss`, :mod:`.multinomial_pair` (divergences and loss distributions),
-:mod:`.distributions`, :mod:`.fft` (special functions and transforms), :mod:`.cache`,
-:mod:`.validation`, :mod:`.blanket` and :mod:`.errors`.  ``tests/test_portable_accountant*.py``
+It follows the web client's JavaScript accountant (``clients/web/src/accountant``), one
+module per JavaScript module: :mod:`.accounting` (the bound and its branches),
+:mod:`.slot_single`, :mod:`.slot_joint`, :mod:`.slot_groups` (the slot blanket's bounds),
+:mod:`.poisson_comparison`, :mod:`.privacy_loss`, :mod:`.multinomial_pair` (divergences and
+loss distributions), :mod:`.distributions`, :mod:`.fft` (special functions and transforms),
+:mod:`.validation` and :mod:`.blanket`.  The count pair is not here: its one implementation,
+:mod:`segshuffle.core.hockey_stick`, runs on the standard-library backend of
+:mod:`segshuffle.core.arrays` (:func:`user_delta` and :func:`refuting_delta` choose it), and
+the memo tables and the error class are :mod:`segshuffle.core.bounded_cache` and
+:mod:`segshuffle.core.errors`.  ``tests/test_portable_accountant*.py``
 keep it equal to :mod:`segshuffle.core.accounting` and to the JavaScript accountant: within
 1e-9 relative and 1e-13 absolute on every test vector of ``docs/test-vectors.json``.
 
-Nothing here imports numpy or scipy, not even lazily.
+Nothing here imports numpy or scipy, not even lazily, and neither does the count pair on
+the standard-library backend.
 """
 
 from __future__ import annotations
 
+from ..bounded_cache import clear_all_caches as clear_accountant_caches
+from ..errors import AccountantError
 from .accounting import (
     ACCOUNTED_BLANKET_PER_ITEM,
     CERTIFIED_ABSOLUTE_MARGIN,
@@ -32,8 +38,6 @@ from .accounting import (
     user_delta,
 )
 from .blanket import BlanketMode
-from .cache import clear_all_caches as clear_accountant_caches
-from .errors import AccountantError
 
 __all__ = [
     "ACCOUNTED_BLANKET_PER_ITEM",

@@ -42,6 +42,10 @@ from __future__ import annotations
 
 import math
 
+from .. import arrays
+from ..bounded_cache import key_of, registered_cache
+from ..errors import AccountantError
+from ..hockey_stick import delta_for, poisson_pair, window_delta
 from ..rules import MAX_LEVEL
 from .blanket import (
     BlanketMode,
@@ -50,9 +54,6 @@ from .blanket import (
     parse_mode,
     require_blanket_rate,
 )
-from .cache import key_of, registered_cache
-from .errors import AccountantError
-from .hockey_stick import delta_for, poisson_pair, window_delta
 from .poisson_comparison import dominated_poisson_mean
 from .privacy_loss import DEFAULT_STEP, BinLaw, ComposedLoss, composed_pair
 from .slot_groups import GroupsBound
@@ -279,6 +280,7 @@ def _arguments(level: float, lam: float, set_size: int, users: int, m: float,
     return blanket_mode, eps, lam, h, d, s, rate, target
 
 
+@arrays.on_python
 def refuting_delta(level: float, lam: float, set_size: int, users: int, m: float,
                    domain_size: int, *, mode: str | BlanketMode = BlanketMode.SLOTS,
                    delta: float) -> float | None:
@@ -302,6 +304,7 @@ def refuting_delta(level: float, lam: float, set_size: int, users: int, m: float
     return certified if certified > target else None
 
 
+@arrays.on_python
 def user_delta(level: float, lam: float, set_size: int, users: int, m: float,
                domain_size: int, *, mode: str | BlanketMode = BlanketMode.SLOTS,
                delta: float | None = None, enough: float = 0.0) -> float:

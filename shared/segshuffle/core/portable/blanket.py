@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from .. import blanket as _blanket
 from ..blanket import BlanketMode
+from ..errors import AccountantError
 from ..rules import MAX_BLANKET_RATE
-from .errors import AccountantError
 from .validation import require_non_negative
 
 __all__ = [

@@ -33,7 +33,7 @@ from itertools import repeat
 from operator import add, mul, sub
 from typing import NamedTuple
 
-from segshuffle.core.portable.cache import BoundedCache
+from segshuffle.core.bounded_cache import BoundedCache
 
 __all__ = [
     "Spectrum",

@@ -33,10 +33,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..bounded_cache import key_of, registered_cache
+from ..errors import AccountantError
 from ..pair_windows import MAX_ATOMS, block_starts, enumerable, split_window, total_window
-from .cache import key_of, registered_cache
 from .distributions import binom_cdf, binom_log_pmf, binom_sf, ln_factorial
-from .errors import AccountantError
 from .privacy_loss import LossDistribution, grid_floor, round_down_atoms, spread_atoms
 
 __all__ = ["MAX_ATOMS", "PairAtoms", "multinomial_pair_loss", "pair_atoms", "pair_losses"]

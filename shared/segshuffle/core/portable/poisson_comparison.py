@@ -36,7 +36,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .cache import key_of, registered_cache
+from ..bounded_cache import key_of, registered_cache
 from .distributions import binom_cdf, binom_tails_range, poisson_tails
 
 __all__ = ["BINOMIAL_TAIL_RTOL", "dominated_poisson_mean"]

@@ -55,9 +55,9 @@ from dataclasses import dataclass
 from itertools import accumulate, repeat
 from operator import add, mul
 
-from .cache import key_of, registered_cache
+from ..bounded_cache import key_of, registered_cache
+from ..errors import AccountantError
 from .distributions import binom_cdf, binom_pmf, binom_sf, poisson_pmf, poisson_tails
-from .errors import AccountantError
 from .fft import irfft, multiply_spectra, next_power_of_two, power_spectrum, rfft
 
 __all__ = [

@@ -50,8 +50,8 @@ from functools import partial
 from itertools import accumulate
 from operator import mul
 
+from ..bounded_cache import key_of, registered_cache
 from ..pair_windows import enumerable
-from .cache import key_of, registered_cache
 from .distributions import binom_cdf, binom_isf, binom_pmf, binom_ppf, fsum
 from .multinomial_pair import multinomial_pair_loss, pair_atoms, pair_losses
 from .privacy_loss import DEFAULT_STEP, ComposedLoss, compose_loss

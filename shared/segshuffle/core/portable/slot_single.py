@@ -39,9 +39,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .cache import key_of, registered_cache
+from .. import arrays
+from ..bounded_cache import key_of, registered_cache
+from ..hockey_stick import delta_for, poisson_pair
 from .distributions import binom_cdf, binom_sf
-from .hockey_stick import delta_for, poisson_pair
 
 __all__ = ["SingleItemMixture", "single_item_mixture"]
 
@@ -71,6 +72,7 @@ class SingleItemMixture:
     slots: list[int]
     tail: float
 
+    @arrays.on_python
     def delta(self, eps: float, lam: float) -> float:
         """An upper bound on delta_full(E) at rate ``lam`` (exact but for the buckets)."""
         if lam == 0.0:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from numbers import Integral, Real
 
+from ..errors import AccountantError
 from ..rules import MAX_DOMAIN_SIZE, MAX_SET_SIZE, MAX_USERS
-from .errors import AccountantError
 
 __all__ = [
     "require_domain",

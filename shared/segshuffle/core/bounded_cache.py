@@ -1,13 +1,12 @@
-"""Bounded memo tables for the numpy-free accountant.
+"""Bounded memo tables for the accountant's bounds, numpy or not.
 
 The accountant evaluates the same loss distributions and summation windows over and
 over while a client checks every privacy level, so it keeps them in small
 least-recently-used tables.  :func:`registered_cache` makes one that
 :func:`clear_all_caches` empties (to measure cold costs).
 
-This module belongs to the numpy-free port of the JavaScript accountant used by light
-client installs; ``tests/test_portable_accountant*.py`` keep that port equal to the
-JavaScript and numpy accountants.
+Imports nothing from numpy, so the numpy-free accountant (:mod:`segshuffle.core.portable`)
+keeps its tables here too.
 """
 
 from __future__ import annotations

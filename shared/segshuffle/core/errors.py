@@ -1,9 +1,8 @@
-"""The one error class of the numpy-free accountant.
+"""The one error class of the privacy accountant's bounds.
 
-This package is the numpy-free, scipy-free port of the JavaScript accountant
-(``clients/web/src/accountant``), used by light client installs to verify a server's
-privacy parameters; ``tests/test_portable_accountant*.py`` keep it equal to the
-JavaScript and numpy accountants.
+Raised by the bounds that work with or without numpy (:mod:`segshuffle.core.arrays`) and by
+the numpy-free accountant of :mod:`segshuffle.core.portable`; a :class:`ValueError`, so a
+caller that catches the numpy accountant's errors catches these too.  Imports nothing.
 """
 
 from __future__ import annotations

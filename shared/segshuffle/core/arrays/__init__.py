@@ -1,0 +1,88 @@
+"""Elementwise arithmetic for the accountant's bounds: numpy's when installed, else lists.
+
+A bound written once must run in two places: on the server, whose optimizer evaluates it
+thousands of times (numpy and scipy are installed), and in a light client install, which
+has neither.  Such a bound is written against the small namespace a backend module exports
+(:mod:`.numpy_backend`, :mod:`.python_backend`): vectors with numpy's arithmetic,
+comparisons and slicing, and the few elementwise functions and special functions a bound
+needs (``where``, ``floor_int``, ``binom_pmf``, ``half_tail``, ``total``, ...).  The numpy
+backend hands them to numpy and scipy; the Python backend computes them element by element
+with the standard library, the same operations the web client's JavaScript accountant
+performs, which the test vectors hold equal to it.
+
+Which backend runs is a context setting (:func:`use`), so one process can check a value both
+ways: the numpy-free accountant (:mod:`segshuffle.core.portable`) runs its bounds inside
+``use(PYTHON)``, and everything else gets numpy when numpy and scipy are installed
+(:func:`default_name`).  Memo tables of a bound key their entries by :func:`name`, so the
+two backends never share a cached vector.  Nothing here imports numpy until the numpy
+backend is asked for.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from types import ModuleType
+from typing import ParamSpec, TypeVar
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+__all__ = ["NUMPY", "PYTHON", "default_name", "name", "namespace", "on_python", "use"]
+
+NUMPY = "numpy"
+PYTHON = "python"
+_BACKENDS = {NUMPY: ".numpy_backend", PYTHON: ".python_backend"}
+
+_chosen: ContextVar[str | None] = ContextVar("segshuffle_arrays_backend", default=None)
+
+
+@functools.cache
+def default_name() -> str:
+    """``numpy`` when numpy and scipy are importable, else ``python`` (found without
+    importing either)."""
+    installed = all(importlib.util.find_spec(package) is not None
+                    for package in ("numpy", "scipy"))
+    return NUMPY if installed else PYTHON
+
+
+def name() -> str:
+    """The backend the bounds use here: the one :func:`use` chose, else the default."""
+    chosen = _chosen.get()
+    return chosen if chosen is not None else default_name()
+
+
+@functools.cache
+def _load(backend: str) -> ModuleType:
+    return importlib.import_module(_BACKENDS[backend], __name__)
+
+
+def namespace() -> ModuleType:
+    """The module of the backend in use (:func:`name`)."""
+    return _load(name())
+
+
+@contextmanager
+def use(backend: str) -> Iterator[ModuleType]:
+    """Run the enclosed code on ``backend`` (``numpy`` or ``python``); yields its module."""
+    if backend not in _BACKENDS:
+        raise ValueError(f"array backend must be one of {sorted(_BACKENDS)}, got {backend!r}")
+    token = _chosen.set(backend)
+    try:
+        yield _load(backend)
+    finally:
+        _chosen.reset(token)
+
+
+def on_python(function: Callable[P, R]) -> Callable[P, R]:
+    """``function`` run on the Python backend, whatever the caller's (the numpy-free
+    accountant's entry points: they never import numpy)."""
+    @functools.wraps(function)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        with use(PYTHON):
+            return function(*args, **kwargs)
+    return wrapper

@@ -1,0 +1,89 @@
+"""The numpy backend of :mod:`segshuffle.core.arrays`: numpy arrays and scipy's functions.
+
+Vectors are numpy arrays (integer vectors are int64); each function is numpy's or scipy's,
+elementwise.  The special functions are :mod:`segshuffle.core.distributions`', whose
+tails carry a stated relative error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
+
+import numpy as np
+from scipy import special
+
+from .. import distributions
+
+__all__ = [
+    "arange", "binom_cdf", "binom_pmf", "binom_sf", "ceil_int", "clip", "floor_int",
+    "half_tail", "isfinite", "maximum", "minimum", "quiet", "total", "vector", "where",
+]
+
+Vector = np.ndarray
+
+isfinite = np.isfinite
+maximum = np.maximum
+minimum = np.minimum
+where = np.where
+clip = np.clip
+
+
+def vector(values: Iterable[float]) -> np.ndarray:
+    """A float vector of ``values``."""
+    return np.asarray(list(values), dtype=float)
+
+
+def arange(start: int, stop: int) -> np.ndarray:
+    """The integers start, ..., stop - 1."""
+    return np.arange(start, stop, dtype=np.int64)
+
+
+def floor_int(x: np.ndarray) -> np.ndarray:
+    """floor(x) as integers (x finite)."""
+    return np.floor(x).astype(np.int64)
+
+
+def ceil_int(x: np.ndarray) -> np.ndarray:
+    """ceil(x) as integers (x finite)."""
+    return np.ceil(x).astype(np.int64)
+
+
+def total(x: np.ndarray) -> float:
+    """The sum of the entries (numpy's pairwise summation)."""
+    return float(np.sum(x))
+
+
+def quiet() -> AbstractContextManager[object]:
+    """Overflow and invalid operations give inf and nan silently (as Python's floats do
+    where they do not raise)."""
+    return np.errstate(over="ignore", invalid="ignore", divide="ignore")
+
+
+def binom_pmf(k: np.ndarray, n: np.ndarray | int, p: float) -> np.ndarray:
+    """Pr[Binomial(n, p) = k], elementwise (0 outside 0..n)."""
+    return distributions.binom_pmf(k, n, p)
+
+
+def binom_cdf(k: int, n: int, p: float) -> float:
+    """Pr[Binomial(n, p) <= k]."""
+    return float(distributions.binom_cdf(k, n, p))
+
+
+def binom_sf(k: int, n: int, p: float) -> float:
+    """Pr[Binomial(n, p) > k]."""
+    return float(distributions.binom_sf(k, n, p))
+
+
+def half_tail(trials: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """S_c(k) = Pr[Binomial(c, 1/2) >= k], elementwise; 1 for k <= 0, 0 for k > c.
+
+    For 1 <= k <= c it is the regularized incomplete beta I_{1/2}(k, c - k + 1).
+    """
+    out = np.where(k <= 0, 1.0, 0.0)
+    inside = (k >= 1) & (k <= trials)
+    if inside.any():
+        kk = k[inside].astype(float)
+        cc = trials[inside].astype(float)
+        out[inside] = special.betainc(kk, cc - kk + 1.0, 0.5)
+    return out

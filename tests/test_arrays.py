@@ -1,0 +1,144 @@
+"""The array backends the accountant's bounds are written against, and the count pair's one
+implementation in Python.
+
+The Python backend must give numpy's answers element by element (a bound written once runs
+on either); the count pair of :mod:`segshuffle.core.hockey_stick` is the only one: the
+numpy-free accountant evaluates it on the Python backend without importing numpy.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from segshuffle.core import arrays, hockey_stick
+from segshuffle.core.arrays import numpy_backend as npb
+from segshuffle.core.arrays import python_backend as pyb
+
+
+def _random_vectors(seed: int, size: int = 40) -> tuple[list[float], list[float]]:
+    chooser = random.Random(seed)
+    specials = [0.0, -0.0, 1.0, -1.0, math.inf, -math.inf, 1e-300, 1e300]
+    x = [chooser.choice(specials) if chooser.random() < 0.2 else chooser.uniform(-50, 50)
+         for _ in range(size)]
+    y = [chooser.choice(specials) if chooser.random() < 0.2 else chooser.uniform(-50, 50)
+         for _ in range(size)]
+    return x, y
+
+
+def _same(actual: object, expected: np.ndarray) -> None:
+    got = list(actual)  # type: ignore[call-overload]
+    want = expected.tolist()
+    assert len(got) == len(want)
+    for a, b in zip(got, want, strict=True):
+        assert (a == b) or (a != a and b != b), (got, want)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_python_vectors_compute_what_numpy_computes(seed: int) -> None:
+    x, y = _random_vectors(seed)
+    px, py = pyb.vector(x), pyb.vector(y)
+    nx, ny = np.array(x), np.array(y)
+    with np.errstate(all="ignore"):
+        _same(px + py, nx + ny)
+        _same(px - 2.5, nx - 2.5)
+        _same(3.0 - px, 3.0 - nx)
+        _same(px * py, nx * ny)
+        _same(0.5 * px, 0.5 * nx)
+        _same(px / 7.0, nx / 7.0)
+        _same(-px, -nx)
+        _same(px <= py, nx <= ny)
+        _same(px == 0.0, nx == 0.0)
+        _same(pyb.maximum(px, py), np.maximum(nx, ny))
+        _same(pyb.minimum(px, 0.0), np.minimum(nx, 0.0))
+        _same(pyb.isfinite(px), np.isfinite(nx))
+        _same(pyb.where(px <= py, px, 1.0), np.where(nx <= ny, nx, 1.0))
+        finite = [v if math.isfinite(v) and abs(v) < 1e15 else 0.0 for v in x]
+        _same(pyb.floor_int(pyb.clip(pyb.vector(finite), -1.0, 20.0)),
+              np.floor(np.clip(np.array(finite), -1.0, 20.0)).astype(np.int64))
+        _same(pyb.ceil_int(pyb.vector(finite)), np.ceil(np.array(finite)).astype(np.int64))
+
+
+def test_python_vectors_slice_into_vectors_and_keep_list_behaviour() -> None:
+    v = pyb.arange(3, 9)
+    assert v.tolist() == [3, 4, 5, 6, 7, 8] and v.size == 6
+    assert isinstance(v[1:], pyb.Vector) and (v[1:] - v[:-1]).tolist() == [1] * 5
+    assert v[0] == 3 and len(v) == 6
+    assert (v + 1).tolist() == [4, 5, 6, 7, 8, 9]  # adds, does not append
+
+
+def test_the_special_functions_agree_across_backends() -> None:
+    k = list(range(-2, 40))
+    _same_close(pyb.binom_pmf(pyb.vector(k), 37, 0.3), npb.binom_pmf(np.array(k), 37, 0.3))
+    c = [max(0, i - 1) for i in range(50)]
+    a = [(7 * i) % 53 - 3 for i in range(50)]
+    _same_close(pyb.half_tail(pyb.vector(c), pyb.vector(a)),
+                npb.half_tail(np.array(c), np.array(a)))
+    for kk in (-1, 0, 5, 30, 36, 37):
+        assert math.isclose(pyb.binom_cdf(kk, 37, 0.3), npb.binom_cdf(kk, 37, 0.3),
+                            rel_tol=1e-12, abs_tol=1e-300)
+        assert math.isclose(pyb.binom_sf(kk, 37, 0.3), npb.binom_sf(kk, 37, 0.3),
+                            rel_tol=1e-12, abs_tol=1e-300)
+
+
+def _same_close(actual: object, expected: np.ndarray) -> None:
+    got, want = list(actual), expected.tolist()  # type: ignore[call-overload]
+    assert len(got) == len(want)
+    for a, b in zip(got, want, strict=True):
+        assert math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-300), (a, b)
+
+
+def test_use_chooses_the_backend_and_restores_the_caller_s() -> None:
+    outer = arrays.name()
+    with arrays.use(arrays.PYTHON) as module:
+        assert module is pyb and arrays.namespace() is pyb
+        with arrays.use(arrays.NUMPY):
+            assert arrays.namespace() is npb
+        assert arrays.name() == arrays.PYTHON
+    assert arrays.name() == outer
+    with pytest.raises(ValueError, match="backend"), arrays.use("fortran"):
+        pass
+
+
+def test_the_default_backend_is_numpy_where_numpy_and_scipy_are_installed() -> None:
+    installed = all(importlib.util.find_spec(p) for p in ("numpy", "scipy"))
+    assert arrays.default_name() == (arrays.NUMPY if installed else arrays.PYTHON)
+
+
+def test_windows_are_kept_per_backend() -> None:
+    hockey_stick.clear_caches()
+    with arrays.use(arrays.PYTHON):
+        python_window = hockey_stick.summation_window(5000, 0.01)
+    numpy_window = hockey_stick.summation_window(5000, 0.01)
+    assert isinstance(python_window.w0, pyb.Vector)
+    assert isinstance(numpy_window.w0, np.ndarray)
+
+
+def test_the_count_pair_has_one_implementation() -> None:
+    """The numpy-free accountant evaluates the count pair of segshuffle.core.hockey_stick;
+    no second copy of the bound remains in the portable package."""
+    from segshuffle.core.portable import accounting, slot_single
+
+    assert importlib.util.find_spec("segshuffle.core.portable.hockey_stick") is None
+    assert accounting.delta_for is hockey_stick.delta_for
+    assert accounting.window_delta is hockey_stick.window_delta
+    assert slot_single.delta_for is hockey_stick.delta_for
+
+
+def test_the_numpy_free_accountant_runs_the_one_pair_without_numpy() -> None:
+    code = (
+        "import sys\n"
+        "from segshuffle.core.portable import refuting_delta, user_delta\n"
+        "value = user_delta(1.0, 0.5, 1, 1000, 0.5, 16, delta=1e-6)\n"
+        "assert 0.0 < value < 1.0, value\n"
+        "refuting_delta(0.1, 1.0, 1, 1000, 0.5, 16, delta=1e-6)\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'scipy'))\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
