@@ -384,3 +384,33 @@ def test_the_foundations_import_neither_numpy_nor_scipy() -> None:
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_bounded_cache_shared_by_threads_stays_bounded_and_never_raises() -> None:
+    """The server's optimizer and its requests share the accountant's tables: evicting while
+    another thread reads must not raise, and the table never holds more than its limit."""
+    import threading
+
+    cache = portable_cache.BoundedCache(3)
+    errors: list[BaseException] = []
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+
+    def hammer(seed: int) -> None:
+        try:
+            for i in range(3000):
+                key = (seed * 7 + i) % 5
+                assert cache.get(key, lambda key=key: key * 10) == key * 10
+                assert len(cache) <= 3
+        except BaseException as error:
+            errors.append(error)
+
+    try:
+        threads = [threading.Thread(target=hammer, args=(seed,)) for seed in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+    finally:
+        sys.setswitchinterval(previous)
+    assert not errors, errors[:3]

@@ -11,6 +11,7 @@ keeps its tables here too.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
@@ -21,31 +22,39 @@ V = TypeVar("V")
 
 
 class BoundedCache(Generic[V]):
-    """A mapping that keeps at most ``limit`` entries, forgetting the least recently used."""
+    """A mapping that keeps at most ``limit`` entries, forgetting the least recently used.
 
-    __slots__ = ("limit", "map")
+    Safe to share between threads (the server's optimizer and its requests): the table is
+    read and changed under a lock, and ``make`` runs outside it, so two threads missing the
+    same key may both compute it (the values are equal; the later one is kept).
+    """
+
+    __slots__ = ("limit", "lock", "map")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
+        self.lock = threading.Lock()
         self.map: OrderedDict[Hashable, V] = OrderedDict()
 
     def get(self, key: Hashable, make: Callable[[], V]) -> V:
         """The value kept under ``key``, computed by ``make()`` (and kept) when there is none."""
         table = self.map
-        try:
-            table.move_to_end(key)
-            return table[key]
-        except KeyError:
-            pass
+        with self.lock:
+            if key in table:
+                table.move_to_end(key)
+                return table[key]
         value = make()
-        if len(table) >= self.limit and table:
-            table.popitem(last=False)
-        table[key] = value
+        with self.lock:
+            table[key] = value
+            table.move_to_end(key)
+            while len(table) > self.limit:
+                table.popitem(last=False)
         return value
 
     def clear(self) -> None:
         """Forget every entry."""
-        self.map.clear()
+        with self.lock:
+            self.map.clear()
 
     def __len__(self) -> int:
         return len(self.map)
