@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from segshuffle.core import accounting, multinomial_pair, pair_windows, slot_groups
-from segshuffle.core.portable import accounting as portable_accounting
 from segshuffle.core import bounded_cache as portable_cache
+from segshuffle.core.portable import accounting as portable_accounting
 from segshuffle.core.portable import multinomial_pair as portable_pair
 from segshuffle.core.portable import slot_groups as portable_groups
 
