@@ -26,16 +26,16 @@ __all__ = [
 
 
 def _binary(op: Callable[[Any, Any], Any]) -> Callable[[Vector, Any], Vector]:
+    """The operator method ``self op other`` (:func:`_map2`)."""
     def method(self: Vector, other: Any) -> Vector:
-        if isinstance(other, list):
-            return Vector([op(a, b) for a, b in zip(self, other, strict=True)])
-        return Vector([op(a, other) for a in self])
+        return _map2(op, self, other)
     return method
 
 
 def _reflected(op: Callable[[Any, Any], Any]) -> Callable[[Vector, Any], Vector]:
+    """The reflected operator method ``other op self``, ``other`` a scalar."""
     def method(self: Vector, other: Any) -> Vector:
-        return Vector([op(other, a) for a in self])
+        return _map2(op, other, self)
     return method
 
 
