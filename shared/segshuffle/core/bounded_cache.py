@@ -45,10 +45,12 @@ class BoundedCache(Generic[V]):
                 return table[key]
         value = make()
         with self.lock:
+            if key in table:  # another thread computed it meanwhile
+                table.move_to_end(key)
+            else:  # room first: the table never holds more than ``limit``, even briefly
+                while table and len(table) >= self.limit:
+                    table.popitem(last=False)
             table[key] = value
-            table.move_to_end(key)
-            while len(table) > self.limit:
-                table.popitem(last=False)
         return value
 
     def clear(self) -> None:
