@@ -37,9 +37,6 @@ LIGHT = "slots blanket, s = 1, d = 17, m = 0.5 (published by the server)"
 #: The largest lateness of a 50 ms tick the page may see during a check.
 MAX_LATE_MS = 50
 
-#: A check at least this long spends more than MAX_LATE_MS on one of its three levels,
-#: each one synchronous piece of work: on the page's main thread it would make a tick late.
-LONG_ENOUGH_MS = 4 * MAX_LATE_MS
 
 
 def _index(description: str, *, tampered: str | None = None) -> int:
@@ -104,7 +101,11 @@ def test_a_heavy_check_leaves_the_page_responsive_and_gives_the_vectors_verdicts
     assert result["checks"] == vector["client_checks"], label
     # The timer kept time through a check long enough to have frozen the page.
     assert result["worstLateMs"] <= MAX_LATE_MS, label
-    assert result["elapsedMs"] > LONG_ENOUGH_MS, label
+    # One level's bound (a single synchronous piece of work, timed between two progress
+    # steps) took longer than a tick may be late: on the page's main thread it would have
+    # made a tick that late.  (The whole check's length is no measure of that: a fast host
+    # checked the three levels in 180 ms, each over 50 ms.)
+    assert result["longestStepMs"] > MAX_LATE_MS, label
     assert result["ticks"] >= result["elapsedMs"] // 50 - 2, label
     levels = len(vector["config"]["levels"])
     assert result["progress"] == [{"checked": k, "total": levels}

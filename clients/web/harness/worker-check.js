@@ -42,12 +42,14 @@ async function check(index, { abortAfterMs = null } = {}) {
   const shuffler = await FakeShuffler.create(VECTORS.parameters[index]);
   const controller = new AbortController();
   const progress = [];
+  const progressAtMs = [];
   let abortedAt = null;
   const session = new Session({
     shufflerUrl: "https://shuffler.example", campaignId: shuffler.id,
     serverKey: shuffler.serverKey, fetch: shuffler.fetch, signal: controller.signal,
     onProgress: (step) => {
       progress.push(step);
+      progressAtMs.push(performance.now());
       if (abortAfterMs !== null && step.checked === 0) {
         setTimeout(() => {
           abortedAt = performance.now();
@@ -70,6 +72,9 @@ async function check(index, { abortAfterMs = null } = {}) {
   const ended = performance.now();
   return {
     ...outcome, ...monitor.stop(), progress, elapsedMs: ended - started,
+    // The longest stretch between two progress steps: one level's bound, a single
+    // synchronous piece of work in the Worker.
+    longestStepMs: Math.max(0, ...progressAtMs.slice(1).map((at, i) => at - progressAtMs[i])),
     cancelMs: abortedAt === null ? null : ended - abortedAt,
   };
 }
