@@ -76,12 +76,13 @@ class Deployment:
             return list(db.execute(query, args).fetchall())  # type: ignore[arg-type]
 
     def status(self, campaign_id: str, round_number: int) -> dict[str, object]:
-        """The round status through the balancer; ``{}`` on the balancer's 502, which a
-        client retries: when every replica is marked failed (one killed, the other
-        restarted less than ``fail_timeout`` ago) nginx has no live upstream for a moment."""
+        """The round status through the balancer; ``{}`` on the balancer's own unavailable
+        problem (503, Retry-After: 5: deploy/scale/shuffler.conf), which a client retries:
+        when every replica is marked failed (one killed, the other restarted less than
+        ``fail_timeout`` ago) nginx has no live upstream for a moment."""
         answer = httpx.get(f"{self.shuffler_url}/v1/campaigns/{campaign_id}/rounds/"
                            f"{round_number}", timeout=10)
-        if answer.status_code == 502 and "nginx" in answer.text:
+        if answer.status_code == 503 and "no shuffler replica answered" in answer.text:
             return {}
         assert answer.status_code == 200, (answer.status_code, answer.text)
         return dict(answer.json())
