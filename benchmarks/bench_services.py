@@ -150,10 +150,21 @@ class Phase:
     latencies: list[float] = field(default_factory=list)
 
     def cpu_ms_per_request(self, process: str) -> float:
-        """Median over the slices of the process's CPU-ms per request."""
-        values = [1000.0 * cpu / size for cpu, size in
-                  zip(self.slice_cpu.get(process, []), self.slice_sizes, strict=True) if size]
-        return statistics.median(values) if values else math.nan
+        """Median over the slices of the process's CPU-ms per request.
+
+        A slice smaller than :data:`MIN_SLICE` (a small campaign's rounds) may read no
+        clock tick at all, so the median of such slices can be 0 while the process did
+        work. When the median is 0, the pooled figure (all slices' CPU over all their
+        requests) is returned instead: it is 0 only if no slice read a tick."""
+        readings = [(cpu, size) for cpu, size in
+                    zip(self.slice_cpu.get(process, []), self.slice_sizes, strict=True)
+                    if size]
+        if not readings:
+            return math.nan
+        median = statistics.median(1000.0 * cpu / size for cpu, size in readings)
+        if median > 0:
+            return median
+        return 1000.0 * sum(cpu for cpu, _ in readings) / sum(size for _, size in readings)
 
     def summary(self) -> dict[str, Any]:
         total = {p: sum(v) for p, v in self.slice_cpu.items()}
@@ -538,6 +549,11 @@ def run_configuration(args: argparse.Namespace, database: str, users: int) -> di
     return summarize(database, users, args, phases, operations, sizes)
 
 
+def _over(numerator: float, denominator: float) -> float:
+    """``numerator / denominator``, NaN where the denominator read no CPU at all."""
+    return numerator / denominator if denominator > 0 else math.nan
+
+
 def summarize(database: str, users: int, args: argparse.Namespace,
               phases: dict[str, Phase], operations: dict[str, dict[str, Any]],
               sizes: dict[str, Any]) -> dict[str, Any]:
@@ -562,14 +578,14 @@ def summarize(database: str, users: int, args: argparse.Namespace,
         "server_cpu_ms_per_get": server_get,
         "bare_cpu_ms_per_request": bare_post,
         "bare_cpu_ms_per_get": bare_get,
-        "shuffler_rate_vs_bare": bare_post / shuffler,
-        "server_get_rate_vs_bare": bare_get / server_get,
+        "shuffler_rate_vs_bare": _over(bare_post, shuffler),
+        "server_get_rate_vs_bare": _over(bare_get, server_get),
         "bare_stored_cpu_ms_per_request": bare_stored,
-        "shuffler_rate_vs_bare_stored": bare_stored / shuffler,
+        "shuffler_rate_vs_bare_stored": _over(bare_stored, shuffler),
         "raw_cpu_ms_per_request": raw_post,
         "raw_stored_cpu_ms_per_request": raw_stored,
-        "shuffler_rate_vs_raw": raw_post / shuffler,
-        "shuffler_rate_vs_raw_stored": raw_stored / shuffler,
+        "shuffler_rate_vs_raw": _over(raw_post, shuffler),
+        "shuffler_rate_vs_raw_stored": _over(raw_stored, shuffler),
         "baselines": baseline_figures(phases, shuffler),
         **_database_figures(phases, submissions),
         "sizes": sizes,
@@ -585,7 +601,7 @@ def baseline_figures(phases: dict[str, Phase], shuffler: float) -> dict[str, dic
     for name in BASELINES:
         cost = phases[name].cpu_ms_per_request("bare")
         answer[name] = {"cpu_ms_per_request": cost,
-                        "shuffler_cost_ratio": shuffler / cost if cost else math.nan}
+                        "shuffler_cost_ratio": _over(shuffler, cost)}
     return answer
 
 

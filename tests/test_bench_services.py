@@ -187,6 +187,22 @@ def test_each_baseline_reports_the_shuffler_cost_over_it() -> None:
     assert figures["bare_stored"]["shuffler_cost_ratio"] == pytest.approx(2.0)
 
 
+def test_slices_below_the_clock_resolution_pool_their_ticks() -> None:
+    """A small campaign's submission slices (tens of requests) can each read 0 or 1 tick
+    of 10 ms: the median of such slices was 0 and the report divided by it. The figure
+    is then the pooled one, all the slices' CPU over all their requests."""
+    bench_services = _bench_services()
+    phase = bench_services.Phase("submissions")
+    phase.slice_sizes = [20, 20, 20, 20]
+    phase.slice_cpu = {"shuffler": [0.0, 0.01, 0.0, 0.0]}
+    assert phase.cpu_ms_per_request("shuffler") == pytest.approx(10.0 / 80)
+    phase.slice_cpu = {"shuffler": [0.01, 0.02, 0.0, 0.01]}
+    assert phase.cpu_ms_per_request("shuffler") == pytest.approx(0.5)
+    phase.slice_cpu = {"shuffler": [0.0] * 4}
+    assert phase.cpu_ms_per_request("shuffler") == 0.0
+    assert math.isnan(bench_services.Phase("empty").cpu_ms_per_request("shuffler"))
+
+
 def _bare_app() -> ModuleType:
     """The bare app's module, imported from its directory."""
     sys.path.insert(0, str(SCRIPT.parent))
