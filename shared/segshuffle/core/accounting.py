@@ -58,6 +58,7 @@ import numpy as np
 
 from . import hockey_stick, slot_groups, slot_joint, validation
 from .blanket import BlanketMode, parse_mode, require_blanket_rate
+from .full_view import clear_caches as clear_full_view_caches
 from .full_view import single_item_full_view_delta, slot_view_lower_delta
 from .hockey_stick import (
     EPSILON_CAP,
@@ -409,6 +410,7 @@ def clear_caches() -> None:
     composed_pair.cache_clear()
     dominated_poisson_mean.cache_clear()
     hockey_stick.clear_caches()
+    clear_full_view_caches()
 
 
 def _independent_law(users: int, m: float, domain_size: int, *, lower: bool) -> BinLaw:

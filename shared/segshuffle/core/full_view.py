@@ -117,12 +117,83 @@ def slot_view_lower_delta(eps: float, lam: float, set_size: int, n_slots: int,
 #: The most (total, rest) cells :func:`single_item_full_view_delta` sums before giving up.
 MAX_FULL_VIEW_CELLS = 200_000
 
+#: The most entries of a table of Binomial(t, 1/2) tails (8 bytes each) that a grid keeps;
+#: a larger grid evaluates its tails where it needs them, at every E.
+MAX_TAIL_TABLE = 2_000_000
+
 
 def _rest_pmf(rest: np.ndarray, trials: np.ndarray, p: float) -> np.ndarray:
     """Binomial(trials, p) pmf at ``rest`` (rows: trials), 0 where trials < 0."""
     valid = trials >= 0
     pmf = distributions.binom_pmf(rest[None, :], np.maximum(trials, 0)[:, None], p)
     return np.where(valid[:, None], np.nan_to_num(pmf), 0.0)
+
+
+class _HalfTails:
+    """S_t(k) = Pr[Binomial(t, 1/2) >= k] for the totals of one grid.
+
+    Where the totals are few enough, every S_t(k) with 0 <= t <= ``top`` and
+    -1 <= k <= top + 2 is computed once (the incomplete beta function, as
+    :func:`_half_tail` computes it) and read by index afterwards: the same numbers, at a
+    small fraction of the cost, for every E and lambda the lower-bound search asks for.
+    """
+
+    def __init__(self, top: int) -> None:
+        self.table: np.ndarray | None = None
+        if (top + 1) * (top + 4) <= MAX_TAIL_TABLE:
+            t = np.arange(top + 1)[:, None]
+            k = np.arange(-1, top + 3)[None, :]
+            self.table = _half_tail(np.broadcast_to(t, (t.size, k.size)).ravel(),
+                                    np.broadcast_to(k, (t.size, k.size)).ravel()
+                                    ).reshape(t.size, k.size)
+
+    def __call__(self, trials: np.ndarray, k: np.ndarray) -> np.ndarray:
+        """S_trials(k) elementwise (broadcast), for 0 <= trials <= top and
+        -1 <= k <= trials + 2."""
+        if self.table is None:
+            trials, k = np.broadcast_arrays(trials, k)
+            return _half_tail(trials.ravel(), k.ravel()).reshape(k.shape)
+        return self.table[trials, k + 1]
+
+
+class _FullViewGrid:
+    """What :func:`single_item_full_view_delta` sums over that depends on neither E nor
+    lambda, for one blanket (N, r, gamma): the totals t, the blanket's weights
+    W(t) g_t(R) and W(t - 1) g_{t-1}(R) of every (t, R) cell, their ratio, and the tails."""
+
+    def __init__(self, n_slots: int, u: np.ndarray, w_u: np.ndarray, rest: np.ndarray,
+                 rest_p: float) -> None:
+        t = np.arange(max(int(u[0]), 0), int(u[-1]) + 2)  # blanket u plus 0 or 1
+        w_t = np.interp(t, u, w_u, left=0.0, right=0.0)
+        w_prev = np.interp(t - 1, u, w_u, left=0.0, right=0.0)
+        self.with_total = w_t[:, None] * _rest_pmf(rest, n_slots - t, rest_p)
+        self.with_previous = w_prev[:, None] * _rest_pmf(rest, n_slots - t + 1, rest_p)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self.ratio = np.where(self.with_previous > 0.0,
+                                  self.with_total / self.with_previous, np.inf)
+        self.totals = t[:, None].astype(np.int64)  # a column: rows are totals
+        self.previous = np.maximum(self.totals - 1, 0)
+        self.totals_float = self.totals.astype(float)
+        self.tails = _HalfTails(int(t[-1]))
+
+
+@lru_cache(maxsize=4)
+def _full_view_grid(n_slots: int, r: float, gamma: float) -> _FullViewGrid | None:
+    """The grid of :func:`single_item_full_view_delta` (kept for the few blankets a
+    search visits: each holds up to MAX_FULL_VIEW_CELLS cells in a few arrays), or
+    ``None`` when it would exceed :data:`MAX_FULL_VIEW_CELLS`."""
+    u, w_u, _ = _total_window(n_slots, min(2.0 * r, 1.0))
+    rest_p = min(max((gamma - 2.0 * r) / (1.0 - 2.0 * r), 0.0), 1.0) if r < 0.5 else 0.0
+    t = np.arange(max(int(u[0]), 0), int(u[-1]) + 2)
+    trials = n_slots - t
+    mean = trials * rest_p
+    sigma = np.sqrt(np.maximum(trials * rest_p * (1.0 - rest_p), 0.0))
+    lo = max(0, int(np.floor(np.min(mean - _WINDOW_SIGMAS * sigma))) - 2)
+    hi = int(np.ceil(np.max(mean + _WINDOW_SIGMAS * sigma))) + 3
+    rest = np.arange(lo, hi + 1)
+    if t.size * rest.size > MAX_FULL_VIEW_CELLS:
+        return None
+    return _FullViewGrid(n_slots, u, w_u, rest, rest_p)
 
 
 def single_item_full_view_delta(eps: float, lam: float, n_slots: int, r: float,
@@ -146,38 +217,35 @@ def single_item_full_view_delta(eps: float, lam: float, n_slots: int, r: float,
     summed with binomial tails as in :mod:`segshuffle.core.hockey_stick`.  Mass
     outside the windows is left out, so the value never exceeds the exact one.
     ``None`` when the grid would exceed :data:`MAX_FULL_VIEW_CELLS`.
+
+    Everything but the set's threshold depends on the blanket alone (k is the blanket's
+    ratio W(t) g_t / W(t - 1) g_{t-1} times (1 - lambda) / lambda): it is computed once
+    per blanket (:class:`_FullViewGrid`), and a search over E or lambda pays for the
+    thresholds and the table reads only.
     """
     if n_slots == 0 or r == 0.0 or lam == 0.0:
         return 0.0
-    u, w_u, _ = _total_window(n_slots, min(2.0 * r, 1.0))
-    rest_p = min(max((gamma - 2.0 * r) / (1.0 - 2.0 * r), 0.0), 1.0) if r < 0.5 else 0.0
-    t = np.arange(max(int(u[0]), 0), int(u[-1]) + 2)  # totals seen: blanket u plus 0 or 1
-    trials = n_slots - t
-    mean = trials * rest_p
-    sigma = np.sqrt(np.maximum(trials * rest_p * (1.0 - rest_p), 0.0))
-    lo = max(0, int(np.floor(np.min(mean - _WINDOW_SIGMAS * sigma))) - 2)
-    hi = int(np.ceil(np.max(mean + _WINDOW_SIGMAS * sigma))) + 3
-    rest = np.arange(lo, hi + 1)
-    if t.size * rest.size > MAX_FULL_VIEW_CELLS:
+    grid = _full_view_grid(n_slots, r, gamma)
+    if grid is None:
         return None
-    w_t = np.interp(t, u, w_u, left=0.0, right=0.0)
-    w_prev = np.interp(t - 1, u, w_u, left=0.0, right=0.0)
-    g_t = _rest_pmf(rest, n_slots - t, rest_p)
-    g_prev = _rest_pmf(rest, n_slots - t + 1, rest_p)
-    big_a = (1.0 - lam) * w_t[:, None] * g_t
-    big_b = lam * w_prev[:, None] * g_prev
+    big_a = (1.0 - lam) * grid.with_total
+    big_b = lam * grid.with_previous
     e = math.exp(eps)
-    tt = np.broadcast_to(t[:, None], big_a.shape).astype(float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        k = np.where(big_b > 0.0, big_a / big_b, np.inf)
+    tt = grid.totals_float
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        k = grid.ratio * ((1.0 - lam) / lam)
         x = ((e - 1.0) * k * tt / 2.0 + e * tt) / (1.0 + e)
     x = np.where(np.isfinite(x), x, tt + 1.0)
     a_star = np.clip(np.floor(x) + 1.0, 0.0, tt + 1.0).astype(np.int64)
-    t_int = np.broadcast_to(t[:, None], big_a.shape).astype(np.int64)
-    previous = np.maximum(t_int - 1, 0)
-    s_t = _half_tail(t_int.ravel(), a_star.ravel()).reshape(a_star.shape)
-    s_prev_lo = _half_tail(previous.ravel(), (a_star - 1).ravel()).reshape(a_star.shape)
-    s_prev_hi = _half_tail(previous.ravel(), a_star.ravel()).reshape(a_star.shape)
+    s_t = grid.tails(grid.totals, a_star)
+    s_prev_lo = grid.tails(grid.previous, a_star - 1)
+    s_prev_hi = grid.tails(grid.previous, a_star)
     p_set = big_a * s_t + big_b * s_prev_lo
     q_set = big_a * s_t + big_b * s_prev_hi
     return float(np.sum(np.maximum(p_set - e * q_set, 0.0)))
+
+
+def clear_caches() -> None:
+    """Forget the kept windows and grids (benchmarks measure cold costs)."""
+    _total_window.cache_clear()
+    _full_view_grid.cache_clear()
