@@ -72,6 +72,7 @@ from .hockey_stick import (
 )
 from .poisson_comparison import dominated_poisson_mean, steering_poisson_mean
 from .privacy_loss import DEFAULT_STEP, LOWER_STEP, BinLaw, ComposedLoss, composed_pair
+from .privacy_loss import clear_caches as clear_loss_caches
 from .randomizers import blanket_probability, blanket_slots
 from .rules import MAX_BLANKET_RATE, MAX_LEVEL
 from .scalar_search import remembered
@@ -191,13 +192,17 @@ class SlotBlanketBound:
     """
 
     def __init__(self, n_slots: int, r: float, set_size: int, domain_size: int,
-                 slack: float, step: float = DEFAULT_STEP) -> None:
+                 slack: float, step: float = DEFAULT_STEP, *,
+                 steering_law: BinLaw | None = None) -> None:
+        if steering_law is not None and step <= DEFAULT_STEP:
+            raise ValueError("a steering law is for searches that only steer (a coarse grid)")
         self.n_slots = n_slots
         self.r = r
         self.set_size = set_size
         self.active = min(set_size, domain_size // 2)
         self.slack = slack
         self.step = step
+        self.steering_law = steering_law
         self._pair = poisson_pair(1.0, n_slots, r)
         self._poisson: dict[int, tuple[BinLaw, float]] = {}
         self._taus: dict[float, np.ndarray] = {}
@@ -208,6 +213,13 @@ class SlotBlanketBound:
         The Poisson comparison is kept here; the composition is kept by
         :func:`composed_pair`'s memory-bounded table (a reference here would hold it
         past that table's budget for as long as this bound is cached)."""
+        if self.steering_law is not None:
+            # Steering only: every D_i composes the one pair with Poisson(N r) bins (the
+            # mean, which the comparisons lower a little) and is charged the whole slack
+            # budget (the comparisons' eta comes close to it), so the i-fold compositions
+            # share one pair loss and no comparison is computed.
+            composed = composed_pair(self.steering_law, 1.0, i, upper=True, step=self.step)
+            return composed, self.slack
         term = self._poisson.get(i)
         if term is None:
             # The coarse grid only steers searches: its comparison need not be certified.
@@ -353,9 +365,15 @@ class SlotAccountant:
 
     @property
     def revealed(self) -> SlotBlanketBound:
-        """The revealed-send bound, built on first use (its Poisson comparisons cost)."""
+        """The revealed-send bound, built on first use (its Poisson comparisons cost).
+
+        Beside the steering estimate it is an estimate too: its i-fold compositions take
+        the estimate's Poisson(N gamma / d) bins (the same mean: p_g r_S = gamma / d)
+        instead of a comparison's certified mean per i.
+        """
         if self._revealed is None:
-            self._revealed = SlotBlanketBound(*self._revealed_arguments)
+            self._revealed = SlotBlanketBound(*self._revealed_arguments,
+                                              steering_law=self.estimate)
         return self._revealed
 
     def user_delta(self, eps: float, lam: float, enough: float = 0.0) -> float:
@@ -374,8 +392,14 @@ class SlotAccountant:
         if self.joint:  # the full view itself, up to the buckets: nothing to add
             return float(max(view.delta(eps, lam) for view in self.joint))
         if self.estimate is not None:
-            composed = composed_pair(self.estimate, lam, self.pairs, upper=True, step=self.step)
-            return float(min(self.revealed.user_delta(eps, lam), composed.delta(eps)))
+            estimate = composed_pair(self.estimate, lam, self.pairs, upper=True,
+                                     step=self.step).delta(eps)
+            # As below: where the estimate is at or below the revealed-send bound's floor,
+            # that bound cannot be the smaller, and its compositions (one per number of
+            # differing pairs, at every new m) are not built.
+            if estimate <= self.revealed.user_delta_floor(eps, lam):
+                return float(estimate)
+            return float(min(self.revealed.user_delta(eps, lam), estimate))
         value = math.inf
         if self.single is not None:
             value = self.single.delta(eps, lam)
@@ -407,7 +431,7 @@ def clear_caches() -> None:
     single_item_mixture.cache_clear()
     slot_groups.clear_caches()
     slot_joint.clear_caches()
-    composed_pair.cache_clear()
+    clear_loss_caches()
     dominated_poisson_mean.cache_clear()
     hockey_stick.clear_caches()
     clear_full_view_caches()
