@@ -123,12 +123,28 @@ def test_windows_are_kept_per_backend() -> None:
 def test_the_count_pair_has_one_implementation() -> None:
     """The numpy-free accountant evaluates the count pair of segshuffle.core.hockey_stick;
     no second copy of the bound remains in the portable package."""
-    from segshuffle.core.portable import accounting, slot_single
+    from segshuffle.core.portable import accounting
 
     assert importlib.util.find_spec("segshuffle.core.portable.hockey_stick") is None
     assert accounting.delta_for is hockey_stick.delta_for
     assert accounting.window_delta is hockey_stick.window_delta
-    assert slot_single.delta_for is hockey_stick.delta_for
+
+
+def test_the_single_item_mixture_has_one_implementation() -> None:
+    """The numpy-free accountant's one-item mixture is segshuffle.core.slot_single's, on
+    Python lists; no second copy of the bound remains in the portable package."""
+    from segshuffle.core import slot_single
+    from segshuffle.core.portable import accounting
+
+    assert importlib.util.find_spec("segshuffle.core.portable.slot_single") is None
+    assert accounting.single_item_mixture is slot_single.single_item_mixture
+    from segshuffle.core import accounting as numpy_accounting
+
+    for level, lam, users, m, d in ((0.7, 0.6, 300, 1.5, 16), (0.2, 1.0, 50, 3.0, 5),
+                                    (1.5, 0.05, 20_000, 0.4, 1024)):
+        portable = accounting.user_delta(level, lam, 1, users, m, d, delta=1e-6)
+        server = numpy_accounting.user_delta(level, lam, 1, users, m, d, delta=1e-6)
+        assert portable == pytest.approx(server, rel=1e-12) and portable > 0.0
 
 
 def test_the_numpy_free_accountant_runs_the_one_pair_without_numpy() -> None:

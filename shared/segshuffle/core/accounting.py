@@ -56,7 +56,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from . import hockey_stick, slot_groups, slot_joint, validation
+from . import hockey_stick, slot_groups, slot_joint, slot_single, validation
 from .blanket import BlanketMode, parse_mode, require_blanket_rate
 from .full_view import clear_caches as clear_full_view_caches
 from .full_view import single_item_full_view_delta, slot_view_lower_delta
@@ -428,7 +428,7 @@ def _slot_bound(users: int, m: float, domain_size: int, set_size: int, slack: fl
 def clear_caches() -> None:
     """Forget every cached per-(N, r) computation (benchmarks measure cold costs)."""
     _slot_bound.cache_clear()
-    single_item_mixture.cache_clear()
+    slot_single.clear_caches()
     slot_groups.clear_caches()
     slot_joint.clear_caches()
     clear_loss_caches()
@@ -732,8 +732,8 @@ def _single_item_hint(lam: float, set_size: int, delta: float, users: int, m: fl
     mixture = _slot_bound(users, m, domain_size, set_size, POISSON_SLACK_SHARE * delta).single
     if mixture is None:
         return None
-    heaviest = int(np.argmax(mixture.weights))
-    slots = int(mixture.slots[min(heaviest + 1, mixture.slots.size - 1)])
+    heaviest = max(range(len(mixture.weights)), key=mixture.weights.__getitem__)
+    slots = mixture.slots[min(heaviest + 1, len(mixture.slots) - 1)]
     guess = epsilon_for(poisson_pair(lam, slots, mixture.r1), delta) if mixture.r1 else None
     return None if guess is None else guess * 1.01
 

@@ -50,18 +50,26 @@ above the summed window is charged 1.  Buckets are single values where the
 window is narrow and widen towards the tails elsewhere; the charge at the
 bucket's top costs at most a relative 1e-3 or so of the slot count near the
 mean, where the mass is.
+
+**One implementation.**  The mixture is written once against :mod:`segshuffle.core.arrays`:
+the server's accountant runs it on numpy, the numpy-free accountant of
+:mod:`segshuffle.core.portable` on Python lists (its entry points choose the backend), with
+the same buckets, weights and per-total terms; the summation order differs (numpy's pairwise
+sums, Neumaier's compensated ones), by a few ulps.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cached_property
+from typing import Any
 
-import numpy as np
-
-from . import distributions
+from . import arrays
+from .bounded_cache import key_of, registered_cache
 from .hockey_stick import SummationWindow, summation_window, window_terms
+
+__all__ = ["SingleItemMixture", "clear_caches", "single_item_mixture"]
 
 #: Standard deviations of b summed above its mean (above: charged 1) and below it.
 UPPER_SIGMAS = 10.0
@@ -78,53 +86,59 @@ BUCKET_EDGES = (-6.0, -3.0, -2.0, -1.5, -1.0, -0.6, -0.3, 0.0, 0.3, 0.6, 1.0, 1.
 COARSE_EDGES = (-6.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.5, 5.0, 7.0, 10.0)
 COARSE_BELOW = 2e-3
 
-#: Totals the buckets' summation windows put in one array pass (larger runs fall out of
-#: the cache and cost more than the calls they save).
+#: Totals the buckets' summation windows put in one pass (larger runs fall out of numpy's
+#: cache and cost more than the calls they save).
 RUN_TOTALS = 4096
 
 
 @dataclass(frozen=True)
 class SingleItemMixture:
-    """The buckets of the claim: (probability, slots charged) pairs, and the mass charged 1."""
+    """The buckets of the claim: their weights, the slots charged to each (plain lists), the
+    mass charged 1 (``tail``), and the backend whose vectors its windows hold."""
 
     r1: float
-    weights: np.ndarray
-    slots: np.ndarray
+    weights: list[float]
+    slots: list[int]
     tail: float
+    backend: str
 
     def delta(self, eps: float, lam: float) -> float:
         """An upper bound on delta_full(E) at rate ``lam`` (exact but for the buckets).
 
-        Every bucket's pair is :func:`~segshuffle.core.hockey_stick.delta_for`; their
-        summation windows are laid end to end, a few thousand totals at a time, and
-        evaluated a run at once.
+        Every bucket's pair is :func:`~segshuffle.core.hockey_stick.delta_for` at N - b_hi
+        slots: the buckets' summation windows are laid end to end, a few thousand totals at
+        a time, their per-total terms computed in one pass and summed per bucket.
         """
         if lam == 0.0:
             return 0.0
-        total = self.tail
-        for run in self._runs:
-            terms = window_terms(run.t, run.w0, run.w1, run.rho_slack, lam, 0.0, eps)
-            per_bucket = np.add.reduceat(terms, run.starts)
-            omitted = (1.0 - lam) * run.omitted0 + lam * run.omitted1
-            total += float(np.sum(run.weights * (per_bucket + omitted)))
-        return min(total, 1.0)
+        with arrays.use(self.backend) as xp:
+            total = self.tail
+            for run in self._runs:
+                terms = window_terms(run.t, run.w0, run.w1, run.rho_slack, lam, 0.0, eps)
+                per_bucket = xp.segment_totals(terms, run.starts)
+                omitted = run.omitted0 * (1.0 - lam) + run.omitted1 * lam
+                total += xp.total(run.weights * (per_bucket + omitted))
+        return min(float(total), 1.0)
 
     @cached_property
     def _runs(self) -> list[_StackedWindows]:
         """The summation windows of the buckets with weight, end to end in runs of at most
-        RUN_TOTALS totals (or one window), which numpy's temporaries keep in cache."""
+        RUN_TOTALS totals (or one window)."""
         runs: list[_StackedWindows] = []
         pending: list[tuple[float, SummationWindow]] = []
-        for weight, slots in zip(self.weights.tolist(), self.slots.tolist(), strict=True):
-            if weight <= 0.0:
-                continue
-            window = summation_window(int(slots), self.r1)
-            if pending and sum(w.t.size for _, w in pending) + window.t.size > RUN_TOTALS:
-                runs.append(_StackedWindows.of(pending))
-                pending = []
-            pending.append((weight, window))
-        if pending:
-            runs.append(_StackedWindows.of(pending))
+        size = 0
+        with arrays.use(self.backend) as xp:
+            for weight, slots in zip(self.weights, self.slots, strict=True):
+                if weight <= 0.0:
+                    continue
+                window = summation_window(int(slots), self.r1)
+                if pending and size + len(window.t) > RUN_TOTALS:
+                    runs.append(_StackedWindows.of(pending, xp))
+                    pending, size = [], 0
+                pending.append((weight, window))
+                size += len(window.t)
+            if pending:
+                runs.append(_StackedWindows.of(pending, xp))
         return runs
 
 
@@ -132,27 +146,30 @@ class SingleItemMixture:
 class _StackedWindows:
     """Several pairs' summation windows laid end to end (``starts``: where each begins)."""
 
-    weights: np.ndarray
-    starts: np.ndarray
-    t: np.ndarray
-    w0: np.ndarray
-    w1: np.ndarray
-    rho_slack: np.ndarray
-    omitted0: np.ndarray
-    omitted1: np.ndarray
+    weights: Any
+    starts: list[int]
+    t: Any
+    w0: Any
+    w1: Any
+    rho_slack: Any
+    omitted0: Any
+    omitted1: Any
 
     @classmethod
-    def of(cls, windows: list[tuple[float, SummationWindow]]) -> _StackedWindows:
-        """(weight, window) pairs laid end to end."""
-        sizes = np.array([window.t.size for _, window in windows])
-        return cls(weights=np.array([weight for weight, _ in windows]),
-                   starts=np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64),
-                   t=np.concatenate([window.t for _, window in windows]),
-                   w0=np.concatenate([window.w0 for _, window in windows]),
-                   w1=np.concatenate([window.w1 for _, window in windows]),
-                   rho_slack=np.concatenate([window.rho_slack for _, window in windows]),
-                   omitted0=np.array([window.omitted0 for _, window in windows]),
-                   omitted1=np.array([window.omitted1 for _, window in windows]))
+    def of(cls, windows: list[tuple[float, SummationWindow]], xp: Any) -> _StackedWindows:
+        """(weight, window) pairs laid end to end, in vectors of the backend ``xp``."""
+        starts, at = [], 0
+        for _, window in windows:
+            starts.append(at)
+            at += len(window.t)
+        return cls(weights=xp.vector([weight for weight, _ in windows]),
+                   starts=starts,
+                   t=xp.concatenate([window.t for _, window in windows]),
+                   w0=xp.concatenate([window.w0 for _, window in windows]),
+                   w1=xp.concatenate([window.w1 for _, window in windows]),
+                   rho_slack=xp.concatenate([window.rho_slack for _, window in windows]),
+                   omitted0=xp.vector([window.omitted0 for _, window in windows]),
+                   omitted1=xp.vector([window.omitted1 for _, window in windows]))
 
 
 def _edges(n_slots: int, q_out: float) -> list[int]:
@@ -171,27 +188,46 @@ def _edges(n_slots: int, q_out: float) -> list[int]:
     return sorted(tops)
 
 
-@lru_cache(maxsize=256)
+_mixtures = registered_cache(256)
+
+
 def single_item_mixture(n_slots: int, gamma: float, domain_size: int) -> SingleItemMixture:
-    """The mixture of the claim for N = ``n_slots`` slots at rate gamma over d items."""
+    """The mixture of the claim for N = ``n_slots`` slots at rate gamma over d items, on
+    the backend in use (kept per backend and (N, gamma, d))."""
+    backend = arrays.name()
+    return _mixtures.get(key_of(backend, n_slots, gamma, domain_size),
+                         lambda: _mixture(n_slots, gamma, domain_size, backend))
+
+
+def clear_caches() -> None:
+    """Forget every kept mixture (benchmarks measure cold costs)."""
+    _mixtures.clear()
+
+
+def _mixture(n_slots: int, gamma: float, domain_size: int, backend: str) -> SingleItemMixture:
     d = domain_size
     if d < 2 or n_slots == 0 or gamma == 0.0:
-        return SingleItemMixture(r1=0.0, weights=np.array([1.0]), slots=np.array([0]),
-                                 tail=0.0)
-    q_out = gamma * (d - 2) / d
+        return SingleItemMixture(0.0, [1.0], [0], 0.0, backend)
+    q_out = (gamma * (d - 2)) / d
     # 1 - q_out written without the cancellation; r1 <= 1/2 exactly (1/2 at gamma = 1).
-    r1 = min(0.5, (gamma / d) / ((1.0 - gamma) + 2.0 * gamma / d))
+    r1 = min(0.5, (gamma / d) / ((1.0 - gamma) + (2.0 * gamma) / d))
     if q_out == 0.0:
-        return SingleItemMixture(r1=r1, weights=np.array([1.0]), slots=np.array([n_slots]),
-                                 tail=0.0)
-    tops = np.array(_edges(n_slots, q_out))
+        return SingleItemMixture(r1, [1.0], [n_slots], 0.0, backend)
+    tops = _edges(n_slots, q_out)
+    mean = n_slots * q_out
+    xp = arrays.namespace()
     # Pr[b <= top] differences below the mean, Pr[b > top] differences above it: each
     # side from the small tail, so no weight is a difference of numbers close to 1.
-    below = np.diff(np.concatenate(([0.0], distributions.binom_cdf(tops, n_slots,
-                                                                   q_out))))
-    survival = distributions.binom_sf(np.concatenate(([-1], tops)), n_slots, q_out)
-    above = survival[:-1] - survival[1:]
-    weights = np.where(np.concatenate(([-1], tops[:-1])) >= n_slots * q_out, above, below)
-    tail = distributions.binom_sf(int(tops[-1]), n_slots, q_out)
-    return SingleItemMixture(r1=r1, weights=np.maximum(weights, 0.0),
-                             slots=n_slots - tops, tail=tail)
+    top_vector = xp.floor_int(xp.vector(tops))
+    cdf = xp.binom_cdf(top_vector, n_slots, q_out).tolist()
+    sf = xp.binom_sf(top_vector, n_slots, q_out).tolist()
+    weights = []
+    for i in range(len(tops)):
+        start = -1 if i == 0 else tops[i - 1]
+        if start >= mean:
+            weight = (1.0 if i == 0 else sf[i - 1]) - sf[i]
+        else:
+            weight = cdf[i] - (0.0 if i == 0 else cdf[i - 1])
+        weights.append(max(weight, 0.0))
+    tail = sf[-1] if tops[-1] < n_slots else 0.0
+    return SingleItemMixture(r1, weights, [n_slots - top for top in tops], tail, backend)

@@ -16,8 +16,9 @@ from scipy import special
 from .. import distributions
 
 __all__ = [
-    "arange", "binom_cdf", "binom_pmf", "binom_sf", "ceil_int", "clip", "floor_int",
-    "half_tail", "isfinite", "maximum", "minimum", "quiet", "total", "vector", "where",
+    "arange", "binom_cdf", "binom_pmf", "binom_sf", "ceil_int", "clip", "concatenate",
+    "floor_int", "half_tail", "isfinite", "maximum", "minimum", "quiet", "segment_totals",
+    "total", "vector", "where",
 ]
 
 Vector = np.ndarray
@@ -65,14 +66,27 @@ def binom_pmf(k: np.ndarray, n: np.ndarray | int, p: float) -> np.ndarray:
     return distributions.binom_pmf(k, n, p)
 
 
-def binom_cdf(k: int, n: int, p: float) -> float:
-    """Pr[Binomial(n, p) <= k]."""
-    return float(distributions.binom_cdf(k, n, p))
+def binom_cdf(k: int | np.ndarray, n: int, p: float) -> float | np.ndarray:
+    """Pr[Binomial(n, p) <= k]: a float for an integer k, elementwise over a vector."""
+    value = distributions.binom_cdf(k, n, p)
+    return value if isinstance(k, np.ndarray) else float(value)
 
 
-def binom_sf(k: int, n: int, p: float) -> float:
-    """Pr[Binomial(n, p) > k]."""
-    return float(distributions.binom_sf(k, n, p))
+def binom_sf(k: int | np.ndarray, n: int, p: float) -> float | np.ndarray:
+    """Pr[Binomial(n, p) > k]: a float for an integer k, elementwise over a vector."""
+    value = distributions.binom_sf(k, n, p)
+    return value if isinstance(k, np.ndarray) else float(value)
+
+
+def concatenate(parts: list[np.ndarray]) -> np.ndarray:
+    """The vectors of ``parts`` end to end."""
+    return np.concatenate(parts)
+
+
+def segment_totals(x: np.ndarray, starts: list[int]) -> np.ndarray:
+    """The sums of x[starts[i]:starts[i + 1]] (the last segment runs to the end);
+    ``starts`` increasing from 0."""
+    return np.add.reduceat(x, np.asarray(starts, dtype=np.int64))
 
 
 def half_tail(trials: np.ndarray, k: np.ndarray) -> np.ndarray:

@@ -20,8 +20,8 @@ from ..portable import distributions
 
 __all__ = [
     "Vector", "arange", "binom_cdf", "binom_pmf", "binom_sf", "ceil_int", "clip",
-    "floor_int", "half_tail", "isfinite", "maximum", "minimum", "quiet", "total", "vector",
-    "where",
+    "concatenate", "floor_int", "half_tail", "isfinite", "maximum", "minimum", "quiet",
+    "segment_totals", "total", "vector", "where",
 ]
 
 
@@ -160,14 +160,31 @@ def binom_pmf(k: Any, n: Any, p: float) -> Vector:
     return _map2(lambda kk, nn: distributions.binom_pmf(kk, nn, p), k, n)
 
 
-def binom_cdf(k: int, n: int, p: float) -> float:
-    """Pr[Binomial(n, p) <= k]."""
+def binom_cdf(k: Any, n: int, p: float) -> Any:
+    """Pr[Binomial(n, p) <= k]: a float for an integer k, elementwise over a vector."""
+    if isinstance(k, list):
+        return Vector([distributions.binom_cdf(a, n, p) for a in k])
     return distributions.binom_cdf(k, n, p)
 
 
-def binom_sf(k: int, n: int, p: float) -> float:
-    """Pr[Binomial(n, p) > k]."""
+def binom_sf(k: Any, n: int, p: float) -> Any:
+    """Pr[Binomial(n, p) > k]: a float for an integer k, elementwise over a vector."""
+    if isinstance(k, list):
+        return Vector([distributions.binom_sf(a, n, p) for a in k])
     return distributions.binom_sf(k, n, p)
+
+
+def concatenate(parts: list[Vector]) -> Vector:
+    """The vectors of ``parts`` end to end."""
+    return Vector([a for part in parts for a in part])
+
+
+def segment_totals(x: Vector, starts: list[int]) -> Vector:
+    """The sums (:func:`total`) of x[starts[i]:starts[i + 1]] (the last segment runs to
+    the end); ``starts`` increasing from 0."""
+    ends = [*starts[1:], len(x)]
+    return Vector([distributions.compensated_sum(x[a:b]) for a, b in zip(starts, ends,
+                                                                          strict=True)])
 
 
 def half_tail(trials: Vector, k: Vector) -> Vector:

@@ -13,7 +13,7 @@ protected when delta_user(E) <= delta.
 probability r = gamma / d.  The smallest of the bounds that apply is taken:
 
 - at most one differing pair (S = min(s, d // 2) = 1): the exact mixture of
-  :mod:`.slot_single`, over all h ceil(m) slots (the victim's own included);
+  :mod:`segshuffle.core.slot_single`, over all h ceil(m) slots (the victim's own included);
 - S >= 2 and a blanket small enough to enumerate: the exact joint view of :mod:`.slot_joint`,
   the largest over k = 1..S differing items;
 - otherwise, S >= 2: the labelled-groups bound of :mod:`.slot_groups` where it applies;
@@ -47,6 +47,7 @@ from ..bounded_cache import key_of, registered_cache
 from ..errors import AccountantError
 from ..hockey_stick import delta_for, poisson_pair, window_delta
 from ..rules import MAX_LEVEL
+from ..slot_single import SingleItemMixture, single_item_mixture
 from .blanket import (
     BlanketMode,
     blanket_probability,
@@ -58,7 +59,6 @@ from .poisson_comparison import dominated_poisson_mean
 from .privacy_loss import DEFAULT_STEP, BinLaw, ComposedLoss, composed_pair
 from .slot_groups import GroupsBound
 from .slot_joint import JointView, joint_view
-from .slot_single import SingleItemMixture, single_item_mixture
 from .validation import require_domain, require_finite, require_unit_interval, require_users
 
 __all__ = [
@@ -96,7 +96,7 @@ def blanket_geometry(users: int, m: float, domain_size: int, *, every_slot: bool
     """(N, r) of the slot blanket: N = h ceil(m) - 1 slots, r = gamma / d ((0, 0) when m = 0).
 
     ``every_slot=True`` counts all h ceil(m) slots, the victim's own included: the
-    one-item mixture of :mod:`.slot_single`, whose proof covers every slot."""
+    one-item mixture of :mod:`segshuffle.core.slot_single`, whose proof covers every slot."""
     slots = blanket_slots(m)
     if slots == 0:
         return 0, 0.0
