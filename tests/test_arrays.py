@@ -87,6 +87,23 @@ def test_the_special_functions_agree_across_backends() -> None:
                             rel_tol=1e-12, abs_tol=1e-300)
 
 
+def test_vector_tails_and_segment_totals_agree_across_backends() -> None:
+    """The one-item mixture's vector operations: tails at a vector of counts, vectors
+    laid end to end, and sums of consecutive segments."""
+    k = [-1, 0, 3, 10, 20, 36, 37]
+    _same_close(pyb.binom_cdf(pyb.vector(k), 37, 0.3), npb.binom_cdf(np.array(k), 37, 0.3))
+    _same_close(pyb.binom_sf(pyb.vector(k), 37, 0.3), npb.binom_sf(np.array(k), 37, 0.3))
+    assert isinstance(npb.binom_cdf(5, 37, 0.3), float)
+    parts = [[1.0, 2.0], [3.0], [1e-17, 1.0, -1.0]]
+    joined = pyb.concatenate([pyb.vector(p) for p in parts])
+    assert isinstance(joined, pyb.Vector)
+    _same(joined, npb.concatenate([np.array(p) for p in parts]))
+    starts = [0, 2, 3]
+    _same_close(pyb.segment_totals(joined, starts),
+                npb.segment_totals(npb.concatenate([np.array(p) for p in parts]), starts))
+    assert pyb.segment_totals(joined, starts).tolist() == [3.0, 3.0, 1e-17]
+
+
 def _same_close(actual: object, expected: np.ndarray) -> None:
     got, want = list(actual), expected.tolist()  # type: ignore[call-overload]
     assert len(got) == len(want)
