@@ -42,7 +42,7 @@ def test_poisson_tails_find_their_windows_without_numpy_calls(monkeypatch) -> No
 
 
 def test_a_poisson_comparison_costs_one_mass_array_per_evaluation(monkeypatch) -> None:
-    poisson_comparison.dominated_poisson_mean.cache_clear()
+    poisson_comparison.clear_caches()
     pmf = _Counted(distributions.poisson_pmf)
     tails = _Counted(distributions.poisson_tails)
     monkeypatch.setattr(distributions, "poisson_pmf", pmf)

@@ -164,6 +164,22 @@ def test_the_single_item_mixture_has_one_implementation() -> None:
         assert portable == pytest.approx(server, rel=1e-12) and portable > 0.0
 
 
+def test_the_poisson_comparison_has_one_implementation() -> None:
+    """The numpy-free accountant's Poisson comparison is segshuffle.core.poisson_comparison's,
+    on Python lists; no second copy remains in the portable package."""
+    from segshuffle.core import poisson_comparison
+    from segshuffle.core.portable import accounting
+
+    assert importlib.util.find_spec("segshuffle.core.portable.poisson_comparison") is None
+    assert accounting.dominated_poisson_mean is poisson_comparison.dominated_poisson_mean
+    poisson_comparison.clear_caches()
+    with arrays.use(arrays.PYTHON):
+        on_lists = poisson_comparison.dominated_poisson_mean(20_000, 0.02, 1e-11)
+    on_numpy = poisson_comparison.dominated_poisson_mean(20_000, 0.02, 1e-11)
+    assert on_lists[0] == on_numpy[0]  # the same bisection lands on the same nu
+    assert on_lists[1] == pytest.approx(on_numpy[1], rel=1e-9)  # tails within ~1e-12
+
+
 def test_the_numpy_free_accountant_runs_the_one_pair_without_numpy() -> None:
     code = (
         "import sys\n"

@@ -56,7 +56,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from . import hockey_stick, slot_groups, slot_joint, slot_single, validation
+from . import hockey_stick, poisson_comparison, slot_groups, slot_joint, slot_single, validation
 from .blanket import BlanketMode, parse_mode, require_blanket_rate
 from .full_view import clear_caches as clear_full_view_caches
 from .full_view import single_item_full_view_delta, slot_view_lower_delta
@@ -432,7 +432,7 @@ def clear_caches() -> None:
     slot_groups.clear_caches()
     slot_joint.clear_caches()
     clear_loss_caches()
-    dominated_poisson_mean.cache_clear()
+    poisson_comparison.clear_caches()
     hockey_stick.clear_caches()
     clear_full_view_caches()
 

@@ -27,26 +27,43 @@ smaller of
 each an upper bound on the exact difference, so the computed eta is never below the
 exact one.  Below the window the difference is at most F_B(lo - 1), above it at most
 S_P(hi), both widened alike.
+
+**One implementation.**  The comparison is written once against
+:mod:`segshuffle.core.arrays`: the server runs it on numpy, the numpy-free accountant of
+:mod:`segshuffle.core.portable` on Python lists, with the same windows, bisection and
+verification; the two backends' tails differ by about 1e-13 relative, far inside the
+1e-10 charged, so both charge the same eta.  Only :func:`steering_poisson_mean`, which
+never certifies anything, needs numpy and scipy (it imports them when called).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from typing import Any
 
-import numpy as np
-from scipy import special
+from . import arrays
+from .bounded_cache import key_of, registered_cache
 
-from . import distributions
-from .distributions import BINOMIAL_TAIL_RTOL
+__all__ = ["BINOMIAL_TAIL_RTOL", "cdf_excess", "clear_caches", "dominated_poisson_mean",
+           "steering_poisson_mean"]
+
+#: The relative error charged on every binomial tail (numpy's are within
+#: :data:`segshuffle.core.distributions.BINOMIAL_TAIL_RTOL`, the same 1e-10, and the
+#: standard library's within about 1e-13 of numpy's).
+BINOMIAL_TAIL_RTOL = 1e-10
 
 #: Standard deviations each side of the means over which the CDFs are compared.
 _SIGMAS = 14.0
 
+#: Totals compared during the bisection (the answer is then verified on all of them).
+_COARSE_POINTS = 256
+
 
 def _window_bounds(trials: int, q: float) -> tuple[int, int]:
-    """Totals lo..hi within 14 standard deviations (plus 50) of the mean, clipped to the support."""
+    """Totals lo..hi within 14 standard deviations (plus 50) of the mean, clipped to the
+    support."""
     mean = trials * q
     sigma = math.sqrt(max(mean, 1.0))
     lo = max(0, math.floor(mean - _SIGMAS * sigma - 50))
@@ -55,41 +72,43 @@ def _window_bounds(trials: int, q: float) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
-class _Window:
-    """Totals t where F_B is not negligible (every ``stride``-th), both binomial tails
-    on them, and F_B just below them."""
+class _ComparedTotals:
+    """Totals compared (increasing), F_B (``lower``) and S_B = 1 - F_B (``upper``) on them,
+    and ``below`` = F_B(lo - 1), a bound on the difference below the window (vectors of
+    the backend in use)."""
 
-    totals: np.ndarray
-    lower: np.ndarray  #: F_B(t)
-    upper: np.ndarray  #: S_B(t) = 1 - F_B(t)
-    below: float  #: F_B(lo - 1)
+    totals: Any
+    lower: Any
+    upper: Any
+    below: float
 
-    def subsampled(self, keep: np.ndarray) -> _Window:
-        return _Window(self.totals[keep], self.lower[keep], self.upper[keep], self.below)
+    def subsampled(self, keep: list[int]) -> _ComparedTotals:
+        xp = arrays.namespace()
+        return _ComparedTotals(xp.take(self.totals, keep), xp.take(self.lower, keep),
+                               xp.take(self.upper, keep), self.below)
 
 
-def _window(trials: int, q: float, stride: int = 1) -> _Window:
-    """The comparison window of Binomial(trials, q) (:func:`_window_bounds`)."""
+def _full_window(trials: int, q: float) -> _ComparedTotals:
+    """Every total of the comparison window of Binomial(trials, q), with both tails."""
+    xp = arrays.namespace()
     lo, hi = _window_bounds(trials, q)
-    t = np.arange(lo, hi + 1, dtype=float)
-    if stride > 1:
-        t = np.append(t[::stride], t[-1])
-    below = distributions.binom_cdf(lo - 1, trials, q)
-    return _Window(t, distributions.binom_cdf(t, trials, q),
-                   distributions.binom_sf(t, trials, q), below)
+    lower, upper = xp.binom_tails_range(lo, hi, trials, q)
+    return _ComparedTotals(xp.arange(lo, hi + 1), lower, upper,
+                           float(xp.binom_cdf(lo - 1, trials, q)))
 
 
-def _excess_on(window: _Window, nu: float) -> float:
+def _excess_on(totals: _ComparedTotals, nu: float) -> float:
     """A certified upper bound on max_t (F_B(t) - F_P(t))_+ (module docstring)."""
     if nu <= 0.0:
         return 0.0
-    poisson = distributions.poisson_tails(window.totals, nu)
+    xp = arrays.namespace()
+    poisson = xp.poisson_tails(totals.totals, nu)
     rho_b, rho_p = BINOMIAL_TAIL_RTOL, poisson.rtol
-    via_lower = window.lower * (1.0 + rho_b) - poisson.lower * (1.0 - rho_p)
-    via_upper = poisson.upper * (1.0 + rho_p) - window.upper * (1.0 - rho_b)
-    excess = float(np.max(np.minimum(via_lower, via_upper)))
-    above = float(poisson.upper[-1]) * (1.0 + rho_p)  # S_P(hi) bounds every t > hi
-    return max(0.0, excess, above, window.below * (1.0 + rho_b))
+    via_lower = totals.lower * (1.0 + rho_b) - poisson.lower * (1.0 - rho_p)
+    via_upper = poisson.upper * (1.0 + rho_p) - totals.upper * (1.0 - rho_b)
+    excess = xp.largest(xp.minimum(via_lower, via_upper))
+    above = float(poisson.upper[len(poisson.upper) - 1]) * (1.0 + rho_p)  # S_P(hi) bounds t > hi
+    return max(0.0, excess, above, totals.below * (1.0 + rho_b))
 
 
 def cdf_excess(trials: int, q: float, nu: float) -> float:
@@ -98,12 +117,14 @@ def cdf_excess(trials: int, q: float, nu: float) -> float:
     if trials <= 0 or q <= 0.0:  # F_B = 1 everywhere
         if nu == 0.0:
             return 0.0
-        tails = distributions.poisson_tails(np.zeros(1), nu)
+        xp = arrays.namespace()
+        tails = xp.poisson_tails(xp.arange(0, 1), nu)
         return float(tails.upper[0]) * (1.0 + tails.rtol)
-    return _excess_on(_window(trials, q), nu)
+    return _excess_on(_full_window(trials, q), nu)
 
 
-def _largest_admissible(admissible, mean: float, q: float, precision: float) -> float:
+def _largest_admissible(admissible: Callable[[float], bool], mean: float, q: float,
+                        precision: float) -> float:
     """Largest nu in [0, mean] (to ``precision`` times the gap) that is ``admissible``.
 
     The gap mean - nu is a few times q sqrt(mean); it is bracketed by doubling
@@ -128,6 +149,47 @@ def _largest_admissible(admissible, mean: float, q: float, precision: float) -> 
     return lo
 
 
+_dominated = registered_cache(4096)
+
+
+def dominated_poisson_mean(trials: int, q: float, slack: float) -> tuple[float, float]:
+    """(nu, eta): a nu within about 1e-4 relative of the largest with eta <= ``slack``, and
+    eta the excess at that nu, verified on every total of the window (nu = 0 always
+    qualifies).
+
+    The bisection compares the CDFs at about 256 totals (the difference is smooth in
+    t); its answer is then checked on every total and lowered until it passes, so the
+    pair is a certified comparison.  Kept per backend and (trials, q, slack).
+    """
+    if not slack >= 0.0:  # the verification below lowers nu until eta <= slack
+        raise ValueError(f"the Poisson slack must be a number >= 0, got {slack!r}")
+    return _dominated.get(key_of(arrays.name(), trials, q, slack),
+                          lambda: _dominated_mean(trials, q, slack))
+
+
+def clear_caches() -> None:
+    """Forget every kept comparison (benchmarks measure cold costs)."""
+    _dominated.clear()
+
+
+def _dominated_mean(trials: int, q: float, slack: float) -> tuple[float, float]:
+    if trials <= 0 or q <= 0.0:
+        return 0.0, 0.0
+    lo, hi = _window_bounds(trials, q)
+    stride = max(1, (hi - lo + 1) // _COARSE_POINTS)
+    full = _full_window(trials, q)
+    size = len(full.totals)
+    # Subsample the full window rather than evaluate twice.
+    coarse = full.subsampled([*range(0, size, stride), size - 1])
+    nu = _largest_admissible(lambda value: _excess_on(coarse, value) <= slack, trials * q, q,
+                             1e-3)
+    step = max(q * math.sqrt(trials * q), 1e-9 * trials * q) / 64.0
+    while (eta := _excess_on(full, nu)) > slack:
+        nu = max(0.0, nu - step)
+        step *= 2.0
+    return nu, eta
+
+
 #: Candidate means and totals of one pass of :func:`steering_poisson_mean`.
 _STEERING_GRID = 48
 
@@ -140,7 +202,11 @@ def steering_poisson_mean(trials: int, q: float, slack: float) -> tuple[float, f
     docstring of :mod:`segshuffle.core.distributions`), and the CDFs are compared at
     48 totals.  In exchange it costs two array evaluations instead of a bisection:
     48 candidate gaps below the mean on a geometric grid, then 48 inside the best cell.
+    Needs numpy and scipy (the server's optimizer only).
     """
+    import numpy as np
+    from scipy import special
+
     if trials <= 0 or q <= 0.0:
         return 0.0, 0.0
     mean = trials * q
@@ -169,43 +235,3 @@ def steering_poisson_mean(trials: int, q: float, slack: float) -> tuple[float, f
     values = excess(finer)
     best = int(np.flatnonzero(values <= slack).max())
     return float(finer[best]), float(values[best])
-
-
-#: Totals compared during the bisection (the answer is then verified on all of them).
-_COARSE_POINTS = 256
-
-
-@lru_cache(maxsize=4096)
-def dominated_poisson_mean(trials: int, q: float, slack: float, *, verified: bool = True
-                           ) -> tuple[float, float]:
-    """(nu, eta): a nu within about 1e-4 relative of the largest with eta <= ``slack``.
-
-    The bisection compares the CDFs at about 256 totals (the difference is
-    smooth in t).  ``verified``: the answer is then checked on every total and
-    lowered until it passes, and eta = cdf_excess at the returned nu, so the
-    pair is a certified comparison.  Unverified answers (eta measured on the
-    coarse totals only) are for steering searches, never for a published bound.
-    nu = 0 always qualifies (eta = 0 there).
-    """
-    if not slack >= 0.0:  # the verification below lowers nu until eta <= slack
-        raise ValueError(f"the Poisson slack must be a number >= 0, got {slack!r}")
-    if trials <= 0 or q <= 0.0:
-        return 0.0, 0.0
-    lo, hi = _window_bounds(trials, q)
-    points = _COARSE_POINTS if verified else _COARSE_POINTS // 4
-    stride = max(1, (hi - lo + 1) // points)
-    full = _window(trials, q) if verified else None
-    if full is not None:  # subsample the full window rather than evaluate twice
-        keep = np.append(np.arange(0, full.totals.size, stride), full.totals.size - 1)
-        coarse = full.subsampled(keep)
-    else:
-        coarse = _window(trials, q, stride)
-    lo = _largest_admissible(lambda nu: _excess_on(coarse, nu) <= slack, trials * q, q,
-                             1e-3 if verified else 2e-2)
-    if full is None:
-        return lo, _excess_on(coarse, lo)
-    step = max(q * math.sqrt(trials * q), 1e-9 * trials * q) / 64.0
-    while (eta := _excess_on(full, lo)) > slack:
-        lo = max(0.0, lo - step)
-        step *= 2.0
-    return lo, eta

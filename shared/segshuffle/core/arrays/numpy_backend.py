@@ -16,9 +16,9 @@ from scipy import special
 from .. import distributions
 
 __all__ = [
-    "arange", "binom_cdf", "binom_pmf", "binom_sf", "ceil_int", "clip", "concatenate",
-    "floor_int", "half_tail", "isfinite", "maximum", "minimum", "quiet", "segment_totals",
-    "total", "vector", "where",
+    "arange", "binom_cdf", "binom_pmf", "binom_sf", "binom_tails_range", "ceil_int", "clip",
+    "concatenate", "floor_int", "half_tail", "isfinite", "largest", "maximum", "minimum",
+    "poisson_tails", "quiet", "segment_totals", "take", "total", "vector", "where",
 ]
 
 Vector = np.ndarray
@@ -76,6 +76,28 @@ def binom_sf(k: int | np.ndarray, n: int, p: float) -> float | np.ndarray:
     """Pr[Binomial(n, p) > k]: a float for an integer k, elementwise over a vector."""
     value = distributions.binom_sf(k, n, p)
     return value if isinstance(k, np.ndarray) else float(value)
+
+
+def binom_tails_range(lo: int, hi: int, n: int, p: float) -> tuple[np.ndarray, np.ndarray]:
+    """(Pr[Binomial(n, p) <= t], Pr[Binomial(n, p) > t]) for t = lo..hi."""
+    t = np.arange(lo, hi + 1, dtype=np.int64)
+    return distributions.binom_cdf(t, n, p), distributions.binom_sf(t, n, p)
+
+
+def poisson_tails(k: np.ndarray, mean: float) -> distributions.Tails:
+    """Pr[Poisson(mean) <= k] and Pr[Poisson(mean) > k] at the counts ``k`` (vectors), with
+    a bound on their relative error (``lower``, ``upper``, ``rtol``)."""
+    return distributions.poisson_tails(k, mean)
+
+
+def largest(x: np.ndarray) -> float:
+    """The largest entry."""
+    return float(np.max(x))
+
+
+def take(x: np.ndarray, indices: list[int]) -> np.ndarray:
+    """The entries of x at ``indices``."""
+    return x[np.asarray(indices, dtype=np.int64)]
 
 
 def concatenate(parts: list[np.ndarray]) -> np.ndarray:

@@ -19,9 +19,9 @@ from typing import Any
 from ..portable import distributions
 
 __all__ = [
-    "Vector", "arange", "binom_cdf", "binom_pmf", "binom_sf", "ceil_int", "clip",
-    "concatenate", "floor_int", "half_tail", "isfinite", "maximum", "minimum", "quiet",
-    "segment_totals", "total", "vector", "where",
+    "Vector", "arange", "binom_cdf", "binom_pmf", "binom_sf", "binom_tails_range", "ceil_int",
+    "clip", "concatenate", "floor_int", "half_tail", "isfinite", "largest", "maximum",
+    "minimum", "poisson_tails", "quiet", "segment_totals", "take", "total", "vector", "where",
 ]
 
 
@@ -172,6 +172,31 @@ def binom_sf(k: Any, n: int, p: float) -> Any:
     if isinstance(k, list):
         return Vector([distributions.binom_sf(a, n, p) for a in k])
     return distributions.binom_sf(k, n, p)
+
+
+def binom_tails_range(lo: int, hi: int, n: int, p: float) -> tuple[Vector, Vector]:
+    """(Pr[Binomial(n, p) <= t], Pr[Binomial(n, p) > t]) for t = lo..hi."""
+    tails = distributions.binom_tails_range(lo, hi, n, p)
+    return Vector(tails.lower), Vector(tails.upper)
+
+
+def poisson_tails(k: Vector, mean: float) -> distributions.Tails:
+    """Pr[Poisson(mean) <= k] and Pr[Poisson(mean) > k] at the counts ``k``, with a bound
+    on their relative error (``lower``, ``upper``: vectors; ``rtol``)."""
+    tails = distributions.poisson_tails(k, mean)
+    return distributions.Tails(Vector(tails.lower), Vector(tails.upper), tails.rtol)
+
+
+def largest(x: Vector) -> float:
+    """The largest entry (nan if any is nan, as numpy's)."""
+    if any(a != a for a in x):
+        return math.nan
+    return max(x)
+
+
+def take(x: Vector, indices: list[int]) -> Vector:
+    """The entries of x at ``indices``."""
+    return Vector([x[i] for i in indices])
 
 
 def concatenate(parts: list[Vector]) -> Vector:

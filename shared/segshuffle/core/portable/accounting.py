@@ -26,7 +26,7 @@ probability r = gamma / d.  The smallest of the bounds that apply is taken:
   differing pairs, so tau_j = max_{i <= min(j, d // 2)} (D_i + eta_i), with D_1 the exact
   two-bin pair of :mod:`.hockey_stick` at lambda = 1 and, for i >= 2, D_i the i-fold
   composition of the lambda = 1 pair with independent Poisson bins whose mean the binomial
-  total dominates up to the slack eta_i (:mod:`.poisson_comparison`).
+  total dominates up to the slack eta_i (:mod:`segshuffle.core.poisson_comparison`).
 
 **Independent blanket.**  Every item's blanket count is Binomial(h - 1, m / d), independent
 across items, so the view is exactly the product of one item pair per item of x not in x':
@@ -46,6 +46,7 @@ from .. import arrays
 from ..bounded_cache import key_of, registered_cache
 from ..errors import AccountantError
 from ..hockey_stick import delta_for, poisson_pair, window_delta
+from ..poisson_comparison import dominated_poisson_mean
 from ..rules import MAX_LEVEL
 from ..slot_single import SingleItemMixture, single_item_mixture
 from .blanket import (
@@ -55,7 +56,6 @@ from .blanket import (
     parse_mode,
     require_blanket_rate,
 )
-from .poisson_comparison import dominated_poisson_mean
 from .privacy_loss import DEFAULT_STEP, BinLaw, ComposedLoss, composed_pair
 from .slot_groups import GroupsBound
 from .slot_joint import JointView, joint_view
