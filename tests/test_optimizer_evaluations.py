@@ -319,3 +319,38 @@ def test_the_lowest_full_signal_rate_costs_one_certified_rate(
     assert original(0.5, 1.0, s, users, lowest, d, delta=delta) <= delta
     assert max_lambda(0.5, s, delta, users, lowest, d) == 1.0
     accounting.clear_caches()
+
+
+def test_one_differing_item_steers_with_one_count_pair(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For s = 1 the steering estimate (groups of 200 slots or more) is the one-item
+    mixture's count pair at the mean of b, one window sum per rate; it was a Poisson pair's
+    loss distribution per rate (0.3 of the 0.5 CPU-s of the m sweep at n = 1e3,
+    d = 16384).  Near delta it is 0.67-0.85 of the exact mixture here, where the Poisson
+    pair was 0.29-0.56 of it."""
+    from segshuffle.core import privacy_loss
+    from segshuffle.core.slot_groups import group_geometry
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a loss distribution was built for a one-item steering bound")
+
+    accounting.clear_caches()
+    users, d, m, delta = 900, 16384, 11.6, 1e-8
+    slack = accounting.POISSON_SLACK_SHARE * delta
+    exact = accounting._slot_bound(users, m, d, 1, slack)
+    assert exact.single is not None
+    n_slots, r = accounting.blanket_geometry(users, m, d)
+    p_group, r_pair = group_geometry(r * d, d, 1)
+    poisson = privacy_loss.BinLaw(n_slots * p_group * r_pair)
+    points = ((0.5, 0.05), (1.0, 0.12), (2.0, 0.32), (1.0, 1.0))
+    before = [privacy_loss.composed_pair(poisson, lam, 1, upper=True,
+                                         step=COARSE_STEP).delta(eps) for eps, lam in points]
+    monkeypatch.setattr(privacy_loss, "pair_loss", refused)
+    accounting.clear_caches()
+    steering = accounting._slot_bound(users, m, d, 1, slack, COARSE_STEP)
+    assert steering.single_estimate is not None and steering.single is None
+    for (eps, lam), old in zip(points, before, strict=True):
+        value, estimate = exact.user_delta(eps, lam), steering.user_delta(eps, lam)
+        assert 0.6 * value <= estimate <= 1.05 * value
+        if value < 1e-6:  # near delta, where the steering's roots are
+            assert abs(estimate - value) < abs(old - value)
+    accounting.clear_caches()

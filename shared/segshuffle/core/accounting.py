@@ -340,14 +340,23 @@ class SlotAccountant:
         self.groups: GroupsBound | None = None
         self.joint: list[JointView] = []
         self.estimate: BinLaw | None = None
+        self.single_estimate: tuple[int, float] | None = None
         self.step = step
         if step > DEFAULT_STEP and n_slots > 0 and gamma > 0.0 and self.pairs >= 1:
             p_group, r_pair = group_geometry(gamma, domain_size, self.pairs)
             if r_pair < 0.5 and n_slots * p_group >= STEERING_GROUP_SLOTS:
-                self.estimate = BinLaw(n_slots * p_group * r_pair)
-        if self.estimate is None and self.pairs == 1 and every_slot > 0:
+                if self.pairs == 1 and every_slot > 0:
+                    # One differing item: the mixture's pair at the mean of b (its
+                    # heaviest buckets), one exact count pair (a window sum), instead of
+                    # a loss distribution per rate.
+                    outside = gamma * (domain_size - 2) / domain_size
+                    self.single_estimate = (every_slot - round(every_slot * outside), r_pair)
+                else:
+                    self.estimate = BinLaw(n_slots * p_group * r_pair)
+        steering = self.estimate is not None or self.single_estimate is not None
+        if not steering and self.pairs == 1 and every_slot > 0:
             self.single = single_item_mixture(every_slot, gamma, domain_size)
-        elif self.estimate is None and self.pairs >= 2 and n_slots > 0 and gamma > 0.0:
+        elif not steering and self.pairs >= 2 and n_slots > 0 and gamma > 0.0:
             # The most differing items first: the largest view is the one that may not
             # fit, and then the smaller ones are not built.
             joint: list[JointView] = []
@@ -362,6 +371,16 @@ class SlotAccountant:
                 groups = GroupsBound(n_slots, gamma, domain_size, self.pairs, slack, step)
                 if groups.usable:
                     self.groups = groups
+
+    def _steering_estimate(self, eps: float, lam: float) -> float:
+        """The steering estimate at E and lambda (not a bound): S pairs with Poisson bins,
+        or for one differing item the one-item mixture's pair at the mean of b."""
+        if self.single_estimate is not None:
+            slots, r1 = self.single_estimate
+            return delta_for(poisson_pair(lam, slots, r1), eps)
+        assert self.estimate is not None
+        return composed_pair(self.estimate, lam, self.pairs, upper=True,
+                             step=self.step).delta(eps)
 
     @property
     def revealed(self) -> SlotBlanketBound:
@@ -391,9 +410,8 @@ class SlotAccountant:
             return 0.0
         if self.joint:  # the full view itself, up to the buckets: nothing to add
             return float(max(view.delta(eps, lam) for view in self.joint))
-        if self.estimate is not None:
-            estimate = composed_pair(self.estimate, lam, self.pairs, upper=True,
-                                     step=self.step).delta(eps)
+        if self.estimate is not None or self.single_estimate is not None:
+            estimate = self._steering_estimate(eps, lam)
             # As below: where the estimate is at or below the revealed-send bound's floor,
             # that bound cannot be the smaller, and its compositions (one per number of
             # differing pairs, at every new m) are not built.
