@@ -689,7 +689,8 @@ def _full_signal_neighbours(solver: _LambdaSolver, finalists: Sequence[float],
 
 
 def _lowest_full_signal_blanket(solver: _LambdaSolver, strictest: float, m: float) -> float:
-    """A smaller m' <= m (within about 0.1%) at which the strictest level keeps lambda = 1.
+    """A smaller m' <= m at which the strictest level keeps lambda = 1, near the rate where
+    it stops doing so (one to three certified evaluations).
 
     The certified excess log delta_user(E, lambda = 1) - log delta, negative at m, is
     followed down to its crossing along the slope of the steering estimate's excess (two
