@@ -354,3 +354,30 @@ def test_one_differing_item_steers_with_one_count_pair(monkeypatch: pytest.Monke
         if value < 1e-6:  # near delta, where the steering's roots are
             assert abs(estimate - value) < abs(old - value)
     accounting.clear_caches()
+
+
+def test_a_full_signal_rate_below_one_slot_never_evaluates_one_slot(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """At m = 1 every slot sends (gamma = 1): the steering estimate does not apply and the
+    revealed-send bound's loss distributions are as large as the blanket, 100 ms of the
+    first level's 135 ms at n = 1e6, d = 128, s = 8 (156 ms at n = 1e8).  The search below
+    one slot now starts from gamma = 0.999, and where that holds, m = 1 is never asked."""
+    asked: list[float] = []
+    original = accounting.user_delta
+
+    def recorded(level: float, lam: float, s: int, users: int, m: float, d: int,
+                 **kwargs: object) -> float:
+        asked.append(m)
+        return original(level, lam, s, users, m, d, **kwargs)
+
+    monkeypatch.setattr(accounting, "user_delta", recorded)
+    accounting.clear_caches()
+    m_k = full_signal_blanket(0.5, 8, 1e-8, 900_000, 128, rtol=1e-2, step=COARSE_STEP)
+    assert 0.2 < m_k < 0.25
+    assert original(0.5, 1.0, 8, 900_000, m_k, 128, delta=1e-8, step=COARSE_STEP) <= 1e-8
+    assert 1.0 not in asked and accounting.ONE_SLOT_PROBE in asked
+    # Where even gamma = 0.999 fails (few users), m = 1 and the integers above are asked.
+    asked.clear()
+    above = full_signal_blanket(0.5, 8, 1e-8, 900, 128, rtol=1e-2, step=COARSE_STEP)
+    assert above > 1.0 and 1.0 in asked
+    accounting.clear_caches()

@@ -112,6 +112,10 @@ STEERING_GROUP_SLOTS = 200
 #: fewer is conservative (less blanket, larger delta) and keeps every window bounded.
 ACCOUNTED_BLANKET_PER_ITEM = 1e7
 
+#: The full-signal search's first top below one slot per user (:func:`full_signal_blanket`):
+#: gamma = 0.999, where the rate m = 1 (gamma = 1) costs up to 30 times more to evaluate.
+ONE_SLOT_PROBE = 0.999
+
 #: Target delta assumed for the slack when a caller asks for a bare delta_user.
 _DEFAULT_DELTA = 1e-9
 
@@ -910,6 +914,13 @@ def full_signal_blanket(level: float, set_size: int, delta: float, users: int,
         if excess(top) > 0.0:
             return top
         return _smallest_feasible_rate(excess, top, rtol)
+    # Below one slot per user the rates span orders of magnitude and are searched by
+    # decades below a top; m = 1 is the costliest top to evaluate (gamma = 1: every slot
+    # sends, the steering estimate does not apply, and a million users' slots make large
+    # loss distributions), so a top just below it is tried first.  The bound falls with
+    # gamma inside the bucket ceil(m) = 1, so where that top holds, m_k lies below it.
+    if excess(ONE_SLOT_PROBE) <= 0.0:
+        return _smallest_feasible_rate(excess, ONE_SLOT_PROBE, rtol)
     hi = 1
     while excess(float(hi)) > 0.0:
         if hi >= MAX_BLANKET_RATE:
