@@ -350,11 +350,10 @@ class SlotAccountant:
             p_group, r_pair = group_geometry(gamma, domain_size, self.pairs)
             if r_pair < 0.5 and n_slots * p_group >= STEERING_GROUP_SLOTS:
                 if self.pairs == 1 and every_slot > 0:
-                    # One differing item: the mixture's pair at the mean of b (its
-                    # heaviest buckets), one exact count pair (a window sum), instead of
-                    # a loss distribution per rate.
-                    outside = gamma * (domain_size - 2) / domain_size
-                    self.single_estimate = (every_slot - round(every_slot * outside), r_pair)
+                    # One differing item: the mixture's pair at the mean of b, one exact
+                    # count pair (a window sum), instead of a loss distribution per rate.
+                    self.single_estimate = slot_single.pair_at_mean(every_slot, gamma,
+                                                                    domain_size)
                 else:
                     self.estimate = BinLaw(n_slots * p_group * r_pair)
         steering = self.estimate is not None or self.single_estimate is not None

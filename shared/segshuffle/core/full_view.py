@@ -161,9 +161,8 @@ class _FullViewGrid:
     lambda, for one blanket (N, r, gamma): the totals t, the blanket's weights
     W(t) g_t(R) and W(t - 1) g_{t-1}(R) of every (t, R) cell, their ratio, and the tails."""
 
-    def __init__(self, n_slots: int, u: np.ndarray, w_u: np.ndarray, rest: np.ndarray,
-                 rest_p: float) -> None:
-        t = np.arange(max(int(u[0]), 0), int(u[-1]) + 2)  # blanket u plus 0 or 1
+    def __init__(self, n_slots: int, t: np.ndarray, u: np.ndarray, w_u: np.ndarray,
+                 rest: np.ndarray, rest_p: float) -> None:
         w_t = np.interp(t, u, w_u, left=0.0, right=0.0)
         w_prev = np.interp(t - 1, u, w_u, left=0.0, right=0.0)
         self.with_total = w_t[:, None] * _rest_pmf(rest, n_slots - t, rest_p)
@@ -184,7 +183,7 @@ def _full_view_grid(n_slots: int, r: float, gamma: float) -> _FullViewGrid | Non
     ``None`` when it would exceed :data:`MAX_FULL_VIEW_CELLS`."""
     u, w_u, _ = _total_window(n_slots, min(2.0 * r, 1.0))
     rest_p = min(max((gamma - 2.0 * r) / (1.0 - 2.0 * r), 0.0), 1.0) if r < 0.5 else 0.0
-    t = np.arange(max(int(u[0]), 0), int(u[-1]) + 2)
+    t = np.arange(max(int(u[0]), 0), int(u[-1]) + 2)  # blanket u plus 0 or 1
     trials = n_slots - t
     mean = trials * rest_p
     sigma = np.sqrt(np.maximum(trials * rest_p * (1.0 - rest_p), 0.0))
@@ -193,7 +192,7 @@ def _full_view_grid(n_slots: int, r: float, gamma: float) -> _FullViewGrid | Non
     rest = np.arange(lo, hi + 1)
     if t.size * rest.size > MAX_FULL_VIEW_CELLS:
         return None
-    return _FullViewGrid(n_slots, u, w_u, rest, rest_p)
+    return _FullViewGrid(n_slots, t, u, w_u, rest, rest_p)
 
 
 def single_item_full_view_delta(eps: float, lam: float, n_slots: int, r: float,

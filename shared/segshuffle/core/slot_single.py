@@ -69,7 +69,8 @@ from . import arrays
 from .bounded_cache import key_of, registered_cache
 from .hockey_stick import SummationWindow, summation_window, window_terms
 
-__all__ = ["SingleItemMixture", "clear_caches", "single_item_mixture"]
+__all__ = ["SingleItemMixture", "clear_caches", "mixture_geometry", "pair_at_mean",
+           "single_item_mixture"]
 
 #: Standard deviations of b summed above its mean (above: charged 1) and below it.
 UPPER_SIGMAS = 10.0
@@ -204,13 +205,28 @@ def clear_caches() -> None:
     _mixtures.clear()
 
 
-def _mixture(n_slots: int, gamma: float, domain_size: int, backend: str) -> SingleItemMixture:
+def mixture_geometry(gamma: float, domain_size: int) -> tuple[float, float]:
+    """(q_out, r1) of the claim: a slot's chance to land outside {x, x'}, and the pair's
+    rate per bin given that it does not (d >= 2)."""
     d = domain_size
-    if d < 2 or n_slots == 0 or gamma == 0.0:
-        return SingleItemMixture(0.0, [1.0], [0], 0.0, backend)
     q_out = (gamma * (d - 2)) / d
     # 1 - q_out written without the cancellation; r1 <= 1/2 exactly (1/2 at gamma = 1).
     r1 = min(0.5, (gamma / d) / ((1.0 - gamma) + (2.0 * gamma) / d))
+    return q_out, r1
+
+
+def pair_at_mean(n_slots: int, gamma: float, domain_size: int) -> tuple[int, float]:
+    """(slots, r1) of the mixture's pair at the mean of b, N - round(N q_out) slots: its
+    heaviest buckets, for searches that only steer (not a bound: the mixture averages
+    the pairs around it)."""
+    q_out, r1 = mixture_geometry(gamma, domain_size)
+    return n_slots - round(n_slots * q_out), r1
+
+
+def _mixture(n_slots: int, gamma: float, domain_size: int, backend: str) -> SingleItemMixture:
+    if domain_size < 2 or n_slots == 0 or gamma == 0.0:
+        return SingleItemMixture(0.0, [1.0], [0], 0.0, backend)
+    q_out, r1 = mixture_geometry(gamma, domain_size)
     if q_out == 0.0:
         return SingleItemMixture(r1, [1.0], [n_slots], 0.0, backend)
     tops = _edges(n_slots, q_out)
