@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from segshuffle.core import multinomial_pair, privacy_loss
-from segshuffle.core.privacy_loss import LossDistribution, _composed, discretise
+from segshuffle.core.privacy_loss import LossDistribution, compose_loss, discretise
 from segshuffle.core.slot_groups import group_geometry
 
 
@@ -89,7 +89,7 @@ def test_composed_groups_pair_on_a_coarse_grid_stays_above_the_exact_composition
     exact_l, exact_m = _exact_composition(loss[finite], p_mass[finite], times)
     exact_inf = 1.0 - (1.0 - infinite - atoms.tail) ** times
     step = 0.02
-    composed = _composed(multinomial_pair.pair_loss(atoms, lam, upper=True, step=step),
+    composed = compose_loss(multinomial_pair.pair_loss(atoms, lam, upper=True, step=step),
                          times, True)
     for eps in (0.0, 0.1, 0.5, 1.0, 2.0):
         exact = exact_inf + _hockey_stick(exact_l, exact_m, math.exp(eps))
@@ -108,7 +108,7 @@ def test_the_heavy_groups_composition_needs_few_grid_points() -> None:
     # Regression: rounding up on a 1e-4 grid composed eight pairs over 104,576 points,
     # most of the optimizer's time at a thousand users.
     atoms, lam = _heavy_groups_pair()
-    composed = _composed(multinomial_pair.pair_loss(atoms, lam, upper=True,
+    composed = compose_loss(multinomial_pair.pair_loss(atoms, lam, upper=True,
                                                     step=privacy_loss.DEFAULT_STEP), 8, True)
     assert composed.tail_p.size <= 12_000
 
@@ -122,8 +122,8 @@ def test_the_coarser_grid_is_tighter_than_rounding_up_on_the_fine_one() -> None:
     fine_up = LossDistribution(step=1e-4, offset=offset,
                                pmf=np.bincount(index - offset, weights=p_mass[finite]),
                                infinity=atoms.tail + float(np.sum(p_mass[np.isposinf(loss)])))
-    before = _composed(fine_up, 8, True)
-    after = _composed(multinomial_pair.pair_loss(atoms, lam, upper=True,
+    before = compose_loss(fine_up, 8, True)
+    after = compose_loss(multinomial_pair.pair_loss(atoms, lam, upper=True,
                                                  step=privacy_loss.DEFAULT_STEP), 8, True)
     # Beyond E = 1 both are below 1e-12, where each is its FFT rounding charge (about
     # 1e-17 per grid point) and the comparison says nothing about the grids.

@@ -25,7 +25,7 @@ from segshuffle.core import accounting as numpy_accounting
 from segshuffle.core import portable
 from segshuffle.core.portable import AccountantError, BlanketMode, user_delta
 from segshuffle.core.portable import accounting as portable_accounting
-from segshuffle.core.portable.privacy_loss import DEFAULT_STEP
+from segshuffle.core.privacy_loss import DEFAULT_STEP
 
 ROOT = Path(__file__).resolve().parents[1]
 VECTORS = json.loads((ROOT / "docs" / "test-vectors.json").read_text(encoding="utf-8"))

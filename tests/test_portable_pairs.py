@@ -1,10 +1,10 @@
 """The numpy-free pair losses against the numpy accountant and the JavaScript one, within
 1e-9 relative or 1e-13 absolute, at small and medium sizes (slots 1e3..1e6, r around 1/256,
-lambda 0.1..1, eps 0.1..4): the count pair of :mod:`segshuffle.core.hockey_stick` (one
-module) on its Python backend against its numpy backend, and the numpy-free
-privacy_loss and multinomial_pair of segshuffle.core.portable against their numpy twins,
-and the modules written once (the count pair, the one-item mixture, the Poisson comparison)
-on both backends."""
+lambda 0.1..1, eps 0.1..4): the modules written once (the count pair of
+:mod:`segshuffle.core.hockey_stick`, the one-item mixture, the Poisson comparison, the
+item pairs' loss distributions of :mod:`segshuffle.core.privacy_loss`) on their Python
+backend against their numpy backend, and the numpy-free multinomial_pair of
+segshuffle.core.portable against its numpy twin."""
 
 from __future__ import annotations
 
@@ -18,14 +18,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from segshuffle.core import arrays, distributions, hockey_stick, poisson_comparison, slot_single
-from segshuffle.core import multinomial_pair as np_multinomial_pair
-from segshuffle.core import privacy_loss as np_privacy_loss
-from segshuffle.core.errors import AccountantError
-from segshuffle.core.portable import (
-    multinomial_pair,
+from segshuffle.core import (
+    arrays,
+    distributions,
+    hockey_stick,
+    poisson_comparison,
     privacy_loss,
+    slot_single,
 )
+from segshuffle.core import multinomial_pair as np_multinomial_pair
+from segshuffle.core.errors import AccountantError
+from segshuffle.core.portable import multinomial_pair
 
 from .node_support import node
 
@@ -146,17 +149,30 @@ def test_single_item_mixture_on_both_backends(n_slots: int, gamma: float, domain
 
 # --- privacy_loss -----------------------------------------------------------------------
 
+def on_python(function, *args, **kwargs):
+    """``function(*args, **kwargs)`` on the Python backend."""
+    with arrays.use(arrays.PYTHON):
+        return function(*args, **kwargs)
+
+
+def on_numpy(function, *args, **kwargs):
+    """``function(*args, **kwargs)`` on the numpy backend."""
+    with arrays.use(arrays.NUMPY):
+        return function(*args, **kwargs)
+
+
 LAWS = [(10.0, None, 1.0), (10.0, None, 0.5), (3906.0, None, 1.0), (200.0, 1000, 0.3),
         (50.0, 60, 0.7), (0.0, None, 0.5), (1e5, None, 0.2), (2.0, 5, 1.0), (3.0, 0, 0.5)]
 
 
 @pytest.mark.parametrize(("mean", "trials", "lam"), LAWS)
 @pytest.mark.parametrize("upper", [True, False])
-def test_pair_loss_matches_numpy(mean: float, trials: int | None, lam: float, upper: bool
-                                 ) -> None:
-    loss = privacy_loss.pair_loss(privacy_loss.BinLaw(mean, trials), lam, upper=upper)
-    reference = np_privacy_loss.pair_loss(np_privacy_loss.BinLaw(mean, trials), lam,
-                                          upper=upper)
+def test_pair_loss_is_the_same_on_both_backends(mean: float, trials: int | None, lam: float,
+                                                upper: bool) -> None:
+    law = privacy_loss.BinLaw(mean, trials)
+    loss = on_python(privacy_loss.pair_loss, law, lam, upper=upper)
+    reference = on_numpy(privacy_loss.pair_loss, law, lam, upper=upper)
+    assert isinstance(loss.pmf, list) and isinstance(reference.pmf, np.ndarray)
     assert loss.step == reference.step
     assert loss.offset == reference.offset
     assert_all_close(loss.pmf, reference.pmf, "pmf")
@@ -169,13 +185,13 @@ def test_pair_loss_matches_numpy(mean: float, trials: int | None, lam: float, up
 @pytest.mark.parametrize(("mean", "trials", "lam", "times"), [
     (10.0, None, 1.0, 3), (390.0, None, 1.0, 2), (3906.0, None, 1.0, 2), (200.0, 1000, 0.3, 3),
     (20.0, 10**6, 0.5, 3), (1.5, None, 0.9, 4), (0.0, None, 0.5, 3)])
-def test_composed_pair_matches_numpy(mean: float, trials: int | None, lam: float,
-                                     times: int) -> None:
+def test_composed_pair_is_the_same_on_both_backends(mean: float, trials: int | None,
+                                                    lam: float, times: int) -> None:
+    law = privacy_loss.BinLaw(mean, trials)
     for upper in (True, False):
-        composed = privacy_loss.composed_pair(privacy_loss.BinLaw(mean, trials), lam, times,
-                                              upper=upper)
-        reference = np_privacy_loss.composed_pair(np_privacy_loss.BinLaw(mean, trials), lam,
-                                                  times, upper=upper)
+        composed = on_python(privacy_loss.composed_pair, law, lam, times, upper=upper)
+        reference = on_numpy(privacy_loss.composed_pair, law, lam, times, upper=upper)
+        assert isinstance(composed.tail_p, list) and isinstance(reference.tail_p, np.ndarray)
         assert composed.first == reference.first
         assert len(composed.tail_p) == reference.tail_p.size
         assert_close(composed.infinity, reference.infinity)
@@ -188,20 +204,23 @@ def test_composed_pair_matches_numpy(mean: float, trials: int | None, lam: float
 def test_bin_law_and_grid() -> None:
     poisson = privacy_loss.BinLaw(10.0)
     binomial = privacy_loss.BinLaw(10.0, 100)
-    assert poisson.window() == np_privacy_loss.BinLaw(10.0).window()
-    assert binomial.window() == np_privacy_loss.BinLaw(10.0, 100).window()
+    assert poisson.window() == (0, 195) and binomial.window() == (0, 101)
     assert binomial.p == 0.1
     assert poisson.key != binomial.key and poisson.key == privacy_loss.BinLaw(10.0).key
-    for count in (-1, 0, 1, 5, 10, 40, 101):
-        assert_close(poisson.pmf(count), np_privacy_loss.BinLaw(10.0).pmf(count))
-        assert_close(binomial.pmf(count), np_privacy_loss.BinLaw(10.0, 100).pmf(count))
-    for a in (0, 1, 7, 100, 101):
-        expected = np_privacy_loss.BinLaw(10.0, 100).previous_ratio(np.array([a]))[0]
-        assert_close(binomial.previous_ratio(a), expected, a)
-    assert poisson.previous_ratio(0) == 0.0 and poisson.previous_ratio(5) == 0.5
-    assert privacy_loss.BinLaw(0.0).previous_ratio(3) == math.inf
-    assert_close(poisson.outside(2, 20), np_privacy_loss.BinLaw(10.0).outside(2, 20))
-    assert_close(binomial.outside(2, 20), np_privacy_loss.BinLaw(10.0, 100).outside(2, 20))
+    counts = [0, 1, 5, 10, 40, 101]
+    for law in (poisson, binomial):
+        assert_all_close(on_python(law.pmf, _python_ints(counts)),
+                         on_numpy(law.pmf, np.array(counts)), law)
+        assert_all_close(on_python(law.previous_ratio, _python_ints([0, 1, 7, 100, 101])),
+                         on_numpy(law.previous_ratio, np.array([0, 1, 7, 100, 101])), law)
+        assert_close(on_python(law.outside, 2, 20), on_numpy(law.outside, 2, 20), law)
+    assert_close(on_numpy(law.pmf, np.array([7]))[0],
+                 math.comb(100, 7) * 0.1**7 * 0.9**93)
+    # f(a - 1) / f(a): a / mean for Poisson, a (1 - p) / ((n - a + 1) p) for a binomial,
+    # infinite above the binomial's support and for a point mass at 0.
+    assert on_python(poisson.previous_ratio, _python_ints([0, 5])) == [0.0, 0.5]
+    assert on_python(binomial.previous_ratio, _python_ints([101, 102]))[1] == math.inf
+    assert on_python(privacy_loss.BinLaw(0.0).previous_ratio, _python_ints([3]))[0] == math.inf
     assert privacy_loss.BinLaw(0.0).outside(0, 3) == 0.0
     assert privacy_loss.BinLaw(0.0).outside(1, 3) == 1.0
     # The grid point an atom is placed from: its mass goes there and to the next point up
@@ -213,14 +232,19 @@ def test_bin_law_and_grid() -> None:
     # to the next point outwards.
     assert privacy_loss.grid_floor(0.3, 0.1, True) == 3
     assert privacy_loss.grid_floor(0.3, 0.1, False) == 2
-    assert privacy_loss.DEFAULT_STEP == np_privacy_loss.DEFAULT_STEP == 2e-3
-    assert privacy_loss.LOWER_STEP == np_privacy_loss.LOWER_STEP == 1e-4
+    assert privacy_loss.DEFAULT_STEP == 2e-3 and privacy_loss.LOWER_STEP == 1e-4
     assert privacy_loss.sparse_is_cheaper(1000, 1000, 200000)
     assert not privacy_loss.sparse_is_cheaper(1000, 1000, 100000)
     assert not privacy_loss.sparse_is_cheaper(2000, 2000, 10**7)
     for lam in (0.0, 1.5, math.nan):
         with pytest.raises(AccountantError, match="lambda"):
-            privacy_loss.pair_loss(poisson, lam, upper=True)
+            on_python(privacy_loss.pair_loss, poisson, lam, upper=True)
+
+
+def _python_ints(values: list[int]) -> list[int]:
+    """An integer vector of the Python backend."""
+    with arrays.use(arrays.PYTHON) as xp:
+        return xp.vector(values)
 
 
 def _random_atoms(seed: int) -> tuple[list[float], list[float]]:
@@ -238,48 +262,69 @@ def _random_atoms(seed: int) -> tuple[list[float], list[float]]:
     return losses, [w / total for w in weights]
 
 
+def _discretised_on_python(losses: list[float], masses: list[float], step: float,
+                           upper: bool, grid: tuple[int, int] | None = None):
+    with arrays.use(arrays.PYTHON) as xp:
+        return privacy_loss.discretise(xp.vector(losses), xp.vector(masses), step, upper, grid)
+
+
+def _discretised_on_numpy(losses: list[float], masses: list[float], step: float,
+                          upper: bool, grid: tuple[int, int] | None = None):
+    with arrays.use(arrays.NUMPY):
+        return privacy_loss.discretise(np.array(losses), np.array(masses), step, upper, grid)
+
+
 @pytest.mark.parametrize("seed", range(12))
 @pytest.mark.parametrize("step", [1e-3, 1e-4, 0.05, 0.7])
-def test_discretise_matches_numpy_on_random_atoms(seed: int, step: float) -> None:
+def test_discretise_is_the_same_on_both_backends(seed: int, step: float) -> None:
     """Connecting the dots (upper) and rounding down (lower) put every atom's mass on the
-    same grid points as the numpy accountant, each entry within 1e-12 relative."""
+    same grid points on both backends, each entry within 1e-12 relative."""
     losses, masses = _random_atoms(seed)
     for upper in (True, False):
-        offset, pmf = privacy_loss.discretise(losses, masses, step, upper)
-        expected_offset, expected = np_privacy_loss.discretise(
-            np.array(losses), np.array(masses), step, upper)
+        offset, pmf = _discretised_on_python(losses, masses, step, upper)
+        expected_offset, expected = _discretised_on_numpy(losses, masses, step, upper)
         assert offset == expected_offset, (seed, step, upper)
         assert len(pmf) == expected.size, (seed, step, upper)
         bad = [(i, x, y) for i, (x, y) in enumerate(zip(pmf, expected.tolist(), strict=True))
                if not abs(x - y) <= 1e-12 * abs(y)]
         assert not bad, (seed, step, upper, bad[:5])
+        # On a wider grid given by the caller, the same masses at the same points.
+        wide_offset, wide = _discretised_on_python(losses, masses, step, upper,
+                                                   (offset - 3, len(pmf) + 7))
+        assert wide_offset == offset - 3 and len(wide) == len(pmf) + 7
+        assert wide[3:3 + len(pmf)] == pmf and not any(wide[:3]) and not any(wide[-4:])
 
 
-def _direct_convolution(x_offset: int, x: list[float], y_offset: int, y: list[float]
-                        ) -> tuple[int, list[float]]:
+def _direct_convolution(x: list[float], y: list[float]) -> tuple[int, list[float]]:
     """The JavaScript double loop over non-zero entries, transliterated."""
     xi = [i for i, v in enumerate(x) if v != 0]
     yi = [j for j, v in enumerate(y) if v != 0]
     if not xi or not yi:
-        return x_offset + y_offset, [0.0]
+        return 0, [0.0]
     low = xi[0] + yi[0]
     pmf = [0.0] * (xi[-1] + yi[-1] - low + 1)
     for i in xi:
         for j in yi:
             pmf[i + j - low] += x[i] * y[j]
-    return x_offset + y_offset + low, pmf
+    return low, pmf
 
 
 @pytest.mark.parametrize("density", [0.05, 0.5, 0.95, 1.0])
-def test_sparse_convolution_adds_in_the_javascript_order(density: float) -> None:
+def test_exact_convolution_adds_in_the_javascript_order(density: float) -> None:
     generator = random.Random(7)
     for size_x, size_y in ((1, 1), (40, 300), (300, 40), (257, 513)):
         x = [generator.random() if generator.random() < density else 0.0
              for _ in range(size_x)]
         y = [generator.random() * 1e-3 if generator.random() < density else 0.0
              for _ in range(size_y)]
-        got = privacy_loss._sparse_convolve(-3, x, 5, y)
-        assert got == _direct_convolution(-3, x, 5, y)  # bit for bit
+        with arrays.use(arrays.PYTHON) as xp:
+            shift, got = xp.convolve_exact(x, y)
+        assert (shift, list(got)) == _direct_convolution(x, y)  # bit for bit
+        with arrays.use(arrays.NUMPY) as xp:
+            numpy_shift, numpy_got = xp.convolve_exact(np.array(x), np.array(y))
+        # numpy's direct convolution (dense) starts at index 0, the sparse one at the
+        # first non-zero sum: the same entries either way.
+        assert_all_close(numpy_got[shift - numpy_shift:][:len(got)], got, (size_x, size_y))
 
 
 # --- multinomial_pair -------------------------------------------------------------------
@@ -339,8 +384,8 @@ def test_multinomial_pair_loss_matches_numpy(slots: int, r: float, lam: float, t
         assert loss.offset == reference.offset
         assert_all_close(loss.pmf, reference.pmf, ("pmf", upper))
         assert_close(loss.infinity, reference.infinity)
-        composed = privacy_loss.compose_loss(loss, times, upper)
-        expected = np_privacy_loss._composed(reference, times, upper)
+        composed = on_python(privacy_loss.compose_loss, loss, times, upper)
+        expected = on_numpy(privacy_loss.compose_loss, reference, times, upper)
         assert composed.first == expected.first
         for eps in (0.0, 0.1, 0.5, 1.0, 4.0):
             assert_close(composed.delta(eps), expected.delta(eps), (upper, eps))
@@ -409,8 +454,7 @@ def test_the_javascript_discretise_matches_numpy_on_random_atoms(tmp_path: Path)
         calls.append({"fn": "discretise", "args": [losses, masses, step, upper]})
     for call, got in zip(calls, _run_node(tmp_path, calls), strict=True):
         losses, masses, step, upper = call["args"]
-        expected_offset, expected = np_privacy_loss.discretise(
-            np.array(losses), np.array(masses), step, upper)
+        expected_offset, expected = _discretised_on_numpy(losses, masses, step, upper)
         assert got["offset"] == expected_offset, (step, upper)
         assert len(got["pmf"]) == expected.size, (step, upper)
         bad = [(i, x, y) for i, (x, y) in enumerate(zip(got["pmf"], expected.tolist(),
@@ -456,14 +500,15 @@ def test_the_javascript_accountant_agrees(tmp_path: Path) -> None:
                 mixture = slot_single.single_item_mixture(*args[:3])
             assert_all_close([mixture.delta(e, lam) for e, lam in args[3]], reference, args)
         elif call["fn"] == "pair_loss":
-            loss = privacy_loss.pair_loss(privacy_loss.BinLaw(args[0], args[1]), args[2],
-                                          upper=args[3])
+            loss = on_python(privacy_loss.pair_loss, privacy_loss.BinLaw(args[0], args[1]),
+                             args[2], upper=args[3])
             assert (loss.step, loss.offset) == (reference["step"], reference["offset"])
             assert_all_close(loss.pmf, reference["pmf"], args)
             assert_close(loss.infinity, reference["infinity"], args)
         elif call["fn"] == "composed":
-            composed = privacy_loss.composed_pair(privacy_loss.BinLaw(args[0], args[1]),
-                                                  args[2], args[3], upper=args[4])
+            composed = on_python(privacy_loss.composed_pair,
+                                 privacy_loss.BinLaw(args[0], args[1]), args[2], args[3],
+                                 upper=args[4])
             assert_all_close([composed.delta(e) for e in args[5]], reference, args)
         else:
             atoms = multinomial_pair.pair_atoms(args[0], args[1])
@@ -472,7 +517,7 @@ def test_the_javascript_accountant_agrees(tmp_path: Path) -> None:
             assert (loss.step, loss.offset) == (reference["step"], reference["offset"])
             assert_all_close(loss.pmf, reference["pmf"], args)
             assert_close(loss.infinity, reference["infinity"], args)
-            composed = privacy_loss.compose_loss(loss, args[4], args[3])
+            composed = on_python(privacy_loss.compose_loss, loss, args[4], args[3])
             assert_all_close([composed.delta(e) for e in args[5]], reference["deltas"], args)
 
 
@@ -484,12 +529,13 @@ def test_the_pair_modules_import_neither_numpy_nor_scipy() -> None:
             "from segshuffle.core import arrays\n"
             "import segshuffle.core.poisson_comparison as pc\n"
             "import segshuffle.core.slot_single as ss\n"
-            "import segshuffle.core.portable.privacy_loss\n"
+            "import segshuffle.core.privacy_loss as pl\n"
             "import segshuffle.core.portable.multinomial_pair\n"
             "with arrays.use(arrays.PYTHON):\n"
             "    assert hs.delta_for(hs.poisson_pair(0.5, 1000, 0.01), 0.3) > 0.0\n"
             "    assert ss.single_item_mixture(3000, 0.5, 16).delta(0.3, 0.5) > 0.0\n"
             "    assert 0.0 < pc.dominated_poisson_mean(10**5, 0.01, 1e-9)[0] < 1000.0\n"
+            "    assert pl.composed_pair(pl.BinLaw(3906.0), 1.0, 3, upper=True).delta(0.5) > 0\n"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'scipy'))\n"
             "assert not bad, bad\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
-__all__ = ["BoundedCache", "clear_all_caches", "key_of", "registered_cache"]
+__all__ = ["BoundedCache", "clear_all_caches", "key_of", "on_clear_all", "registered_cache"]
 
 V = TypeVar("V")
 
@@ -75,6 +75,7 @@ def key_of(*parts: Hashable) -> tuple[Hashable, ...]:
 
 
 _registry: list[BoundedCache] = []
+_clear_hooks: list[Callable[[], None]] = []
 
 
 def registered_cache(limit: int) -> BoundedCache:
@@ -84,7 +85,15 @@ def registered_cache(limit: int) -> BoundedCache:
     return cache
 
 
+def on_clear_all(clear: Callable[[], None]) -> None:
+    """Have :func:`clear_all_caches` call ``clear`` too (for a table kept another way, such
+    as :func:`segshuffle.core.memo.memory_bounded_cache`'s)."""
+    _clear_hooks.append(clear)
+
+
 def clear_all_caches() -> None:
     """Forget every cached computation of the accountant (to measure cold costs)."""
     for cache in _registry:
         cache.clear()
+    for clear in _clear_hooks:
+        clear()

@@ -105,7 +105,7 @@ from .privacy_loss import (
     BinLaw,
     ComposedLoss,
     LossDistribution,
-    _composed,
+    compose_loss,
     discretise,
 )
 from .randomizers import blanket_probability, blanket_slots
@@ -177,7 +177,7 @@ def pair_loss(law: BinLaw, lam: float, other: float, *, upper: bool,
 def composed_level_pair(law: BinLaw, lam: float, other: float, times: int, *, upper: bool,
                         step: float = DEFAULT_STEP) -> ComposedLoss:
     """The ``times``-fold composition of :func:`pair_loss` (cached)."""
-    return _composed(pair_loss(law, lam, other, upper=upper, step=step), times, upper)
+    return compose_loss(pair_loss(law, lam, other, upper=upper, step=step), times, upper)
 
 
 def _certified(value: float) -> float:

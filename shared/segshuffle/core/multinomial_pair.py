@@ -78,7 +78,7 @@ from scipy import special
 
 from . import distributions
 from .pair_windows import block_starts, enumerable, split_window, total_window
-from .privacy_loss import LossDistribution, discretise, upper_grid_index
+from .privacy_loss import LossDistribution, discretise, grid_index
 
 #: The most grid points one pair's loss distribution may span; the step grows beyond it.
 MAX_GRID_POINTS = 1 << 17
@@ -252,7 +252,7 @@ def pair_loss(atoms: PairAtoms, lam: float, *, upper: bool, step: float) -> Loss
     # Which blocks are summed is decided on the step asked for (a wider one only puts
     # more atoms in each cell); summing is exact either way, this only saves work.
     widths = atoms.a_hi - atoms.a_lo + 1
-    cells = upper_grid_index(end_hi, step) - upper_grid_index(end_lo, step) + 1.0
+    cells = grid_index(end_hi, step) - grid_index(end_lo, step) + 1.0
     summed = regular & (cells * ATOMS_PER_CELL <= widths)
     if not summed.any():
         return _pair_loss_by_atom(atoms, lam, upper=upper, step=step)
@@ -272,10 +272,10 @@ def pair_loss(atoms: PairAtoms, lam: float, *, upper: bool, step: float) -> Loss
 
     def cell(block: np.ndarray, a: np.ndarray) -> np.ndarray:
         # discretise's grid index, on the same loss expression.
-        return upper_grid_index(_split_loss(c[block], t0[block], a), step)
+        return grid_index(_split_loss(c[block], t0[block], a), step)
 
-    j_lo = upper_grid_index(end_lo, step)
-    j_hi = upper_grid_index(end_hi, step)
+    j_lo = grid_index(end_lo, step)
+    j_hi = grid_index(end_hi, step)
     if not summed.all():
         extra = np.flatnonzero((regular & ~summed)[atoms.block])
         loss, p_mass = pair_losses(atoms, lam, extra)

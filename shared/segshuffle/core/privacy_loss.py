@@ -1,9 +1,14 @@
 """Privacy loss distributions of item pairs with independent bins, and their composition.
 
+One implementation for both accountants: written against the array backend in use
+(:mod:`segshuffle.core.arrays`), it runs on numpy and scipy's FFT on the server and in
+full client installs, and on Python lists and the pure-Python FFT of
+:mod:`segshuffle.core.portable.fft` in light ones (the JavaScript accountant's arithmetic,
+which the test vectors hold equal to it).
+
 **The item pair.**  Let f be the pmf of a bin's blanket count (Poisson(mu), or
-Binomial(n, p)), and f_lam(a) = (1 - lam) f(a) + lam f(a - 1) the pmf of a bin
-that also receives the victim's message with probability lam.  With the two
-bins independent,
+Binomial(n, p)), and f_lam(a) = (1 - lam) f(a) + lam f(a - 1) the pmf of a bin that also
+receives the victim's message with probability lam.  With the two bins independent,
 
     P(a, b) = f_lam(a) f(b),        Q(a, b) = f(a) f_lam(b),
 
@@ -12,11 +17,11 @@ so the privacy loss log P/Q at (a, b) splits into one term per bin,
     L(a, b) = l(a) - l(b),          l(a) = log(f_lam(a) / f(a)) = log(1 - lam + lam f(a-1)/f(a)),
 
 where, under P, a ~ f_lam and b ~ f are independent.  Hence the privacy loss
-distribution (PLD) of the pair is the distribution of l(A) convolved with that of
--l(B), and the PLD of j independent pairs (composition) is its j-fold
-convolution.  For Poisson(mu), f(a-1)/f(a) = a / mu; for Binomial(n, p) it is
-a (1 - p) / ((n - a + 1) p).  Where f(a) = 0 < f_lam(a) (above a binomial's
-support) or f_lam(b) = 0 < f(b) (b = 0 when lam = 1) the loss is +infinity.
+distribution (PLD) of the pair is the distribution of l(A) convolved with that of -l(B),
+and the PLD of j independent pairs (composition) is its j-fold convolution.  For
+Poisson(mu), f(a-1)/f(a) = a / mu; for Binomial(n, p) it is a (1 - p) / ((n - a + 1) p).
+Where f(a) = 0 < f_lam(a) (above a binomial's support) or f_lam(b) = 0 < f(b) (b = 0 when
+lam = 1) the loss is +infinity.
 
 **Hockey-stick divergence from the PLD.**  For a loss L ~ P (with E_P[e^-L] <= 1),
 
@@ -25,19 +30,23 @@ support) or f_lam(b) = 0 < f(b) (b = 0 when lam = 1) the loss is +infinity.
 which is non-decreasing in every loss value.
 
 **Discretisation** (:func:`discretise`).  Each bin's loss law is a pair of its own
-((f_lam, f) for the bin that may get the message, (f, f_lam) for the other), and the
-item pair is their composition; so each is put on a grid of step h and the two are
-convolved.  *Upper bounds* connect the dots: an atom between two grid points is split
-between them keeping its P- and Q-mass, which dominates it for every hockey-stick
-divergence (proof in :func:`discretise`), with an error second order in h; the mass
-of counts outside the summation window goes to +infinity.  *Lower bounds*
-(``upper=False``) round every loss down and drop the mass outside the window; their
-error in the loss is at most 2 h per pair.
+((f_lam, f) for the bin that may get the message, (f, f_lam) for the other), and the item
+pair is their composition; so each is put on a grid of step h and the two are convolved.
+*Upper bounds* connect the dots: an atom between two grid points is split between them
+keeping its P- and Q-mass, which dominates it for every hockey-stick divergence (proof in
+:func:`discretise`), with an error second order in h; the mass of counts outside the
+summation window goes to +infinity.  *Lower bounds* (``upper=False``) round every loss
+down and drop the mass outside the window; their error in the loss is at most 2 h per
+pair.
 
-**Composition** is done by FFT.  FFT rounding is absolute, about 1e-16 of the
-largest entry; it is bounded from the computed result (the largest negative
-excursion, which the exact result cannot have) and added, per grid point summed,
-to upper bounds (:attr:`ComposedLoss.noise`).
+**Composition** is summed atom by atom while the atoms are few (exact), the rest by FFT.
+FFT rounding is absolute, about 1e-16 of the largest entry; the exact result has no
+negative entry, so the largest negative excursion of the computed one measures it: four
+times it (floored at 2^-52 of the largest entry) is charged per grid point summed
+(:attr:`ComposedLoss.noise`), and the pair's own rounding is carried through the
+composition (``inherited``).  Those allowances depend on the transform (numpy pads to a
+fast length, the pure-Python one to a power of two), so the two backends' upper bounds
+agree to about 1e-14 absolute; both are upper bounds.
 """
 
 from __future__ import annotations
@@ -45,12 +54,31 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
-import numpy as np
-from scipy import fft
-
-from . import distributions
+from . import arrays
+from .bounded_cache import key_of, on_clear_all
+from .errors import AccountantError
 from .memo import memory_bounded_cache
+
+__all__ = [
+    "COMPOSED_CACHE_BYTES",
+    "DEFAULT_STEP",
+    "LOWER_STEP",
+    "MAX_BIN_POINTS",
+    "WINDOW_SIGMAS",
+    "BinLaw",
+    "ComposedLoss",
+    "LossDistribution",
+    "clear_caches",
+    "compose_loss",
+    "composed_pair",
+    "discretise",
+    "grid_floor",
+    "grid_index",
+    "pair_loss",
+    "sparse_is_cheaper",
+]
 
 #: Grid step of the loss for upper bounds (connect the dots: the error is second order).
 DEFAULT_STEP = 2e-3
@@ -61,19 +89,29 @@ LOWER_STEP = 1e-4
 #: The most grid points one per-bin loss distribution may span; the step grows beyond it.
 MAX_BIN_POINTS = 1 << 14
 
-#: Poisson means up to which a bin's outside mass is summed by the scalar tails.
-SCALAR_TAILS_UP_TO = 1000.0
-
 #: Standard deviations each side of the mean covered by a bin's summation window.
 WINDOW_SIGMAS = 12.0
 
 #: Relative safety factor on the measured FFT noise floor.
 _NOISE_FACTOR = 4.0
 
+#: Up to this many pairs of atoms a convolution may be summed atom by atom.
+_DIRECT_PAIRS = 1 << 20
+
+#: Relative widening of the share of an atom's mass moved up to the grid point above it.
+_UPWARD_MARGIN = 1e-12
+
+#: Steps a loss is moved outwards (up in an upper bound, down in a lower one) before it
+#: is placed: covers the rounding of the logarithm (~1e-16 |l|).
+_LOSS_MARGIN = 1e-9
+
+Vector = Any  # a vector of the backend in use (:mod:`segshuffle.core.arrays`)
+
 
 @dataclass(frozen=True)
 class BinLaw:
-    """The blanket count of one bin: Poisson(mean) when ``trials`` is None, else Binomial."""
+    """The blanket count of one bin: Poisson(mean) when ``trials`` is None, else
+    Binomial(trials, mean / trials)."""
 
     mean: float
     trials: int | None = None
@@ -84,8 +122,13 @@ class BinLaw:
         assert self.trials is not None and self.trials > 0
         return self.mean / self.trials
 
+    @property
+    def key(self) -> tuple:
+        """A cache key (:func:`segshuffle.core.bounded_cache.key_of`)."""
+        return key_of(self.mean, "poisson" if self.trials is None else self.trials)
+
     def window(self) -> tuple[int, int]:
-        """Counts lo..hi summed explicitly; the rest is handled as tail mass."""
+        """Counts lo..hi summed explicitly (mean +- 12 sd + 146); the rest is tail mass."""
         sigma = math.sqrt(max(self.mean, 0.0))
         margin = WINDOW_SIGMAS * sigma + WINDOW_SIGMAS**2 + 2.0
         lo = max(0, math.floor(self.mean - margin))
@@ -94,107 +137,115 @@ class BinLaw:
             hi = min(hi, self.trials + 1)
         return lo, hi
 
-    def pmf(self, counts: np.ndarray) -> np.ndarray:
-        """f(counts), zero outside the support (:mod:`segshuffle.core.distributions`)."""
+    def pmf(self, counts: Vector) -> Vector:
+        """f(counts), elementwise over an integer vector; 0 outside the support."""
+        xp = arrays.namespace()
         if self.mean == 0.0 or self.trials == 0:
-            return np.where(counts == 0, 1.0, 0.0)
+            return xp.where(counts == 0, 1.0, 0.0)
         if self.trials is None:
-            return distributions.poisson_pmf(counts, self.mean)
-        return distributions.binom_pmf(counts, self.trials, self.p)
+            return xp.poisson_pmf(counts, self.mean)
+        return xp.binom_pmf(counts, self.trials, self.p)
 
     def outside(self, lo: int, hi: int) -> float:
         """Pr[count < lo] + Pr[count > hi]."""
         if self.mean == 0.0 or self.trials == 0:
             return 0.0 if lo <= 0 <= hi else 1.0
+        xp = arrays.namespace()
         if self.trials is None:
-            # Two counts: at small means the scalar tails (the same sums, without numpy's
-            # cost per call), at large ones numpy's (the windows hold many masses).
-            if self.mean <= SCALAR_TAILS_UP_TO:
-                scalar = distributions.scalar_poisson_tails([lo - 1, hi], self.mean)
-                return scalar.lower[0] + scalar.upper[1]
-            tails = distributions.poisson_tails(np.array([lo - 1, hi]), self.mean)
-            return float(tails.lower[0] + tails.upper[1])
-        return (distributions.binom_cdf(lo - 1, self.trials, self.p)
-                + distributions.binom_sf(hi, self.trials, self.p))
+            return xp.poisson_outside(lo, hi, self.mean)
+        return float(xp.binom_cdf(lo - 1, self.trials, self.p)) + float(
+            xp.binom_sf(hi, self.trials, self.p))
 
-    def previous_ratio(self, counts: np.ndarray) -> np.ndarray:
-        """f(a - 1) / f(a) for a >= 1 inside the support (inf where f(a) = 0 < f(a - 1))."""
-        a = counts.astype(float)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            if self.trials is None:
-                ratio = a / self.mean if self.mean > 0.0 else np.full_like(a, np.inf)
-            elif self.trials == 0 or self.mean == 0.0:
-                ratio = np.full_like(a, np.inf)
-            else:
-                n, p = self.trials, self.p
-                remaining = n - a + 1.0
-                ratio = np.where(remaining > 0.0, a * (1.0 - p) / (remaining * p), np.inf)
-        return np.where(a <= 0.0, 0.0, ratio)
+    def previous_ratio(self, counts: Vector) -> Vector:
+        """f(a - 1) / f(a) over an integer vector of counts a: 0 at a <= 0, inf where
+        f(a) = 0 < f(a - 1) (above a binomial's support, or any a >= 1 of a point mass)."""
+        xp = arrays.namespace()
+        positive = counts > 0
+        if self.trials is None and self.mean > 0.0:
+            return xp.where(positive, counts / self.mean, 0.0)
+        if self.trials is None or self.trials == 0 or self.mean == 0.0:
+            return xp.where(positive, math.inf, 0.0)
+        p = self.p
+        remaining = (self.trials + 1) - counts  # n - a + 1, exact
+        inside = remaining > 0
+        ratio = counts * (1.0 - p) / (xp.where(inside, remaining, 1) * p)
+        return xp.where(positive, xp.where(inside, ratio, math.inf), 0.0)
 
 
 @dataclass(frozen=True)
 class LossDistribution:
-    """A sub-probability pmf on the grid h * (offset + i), plus an atom at +infinity."""
+    """A sub-probability mass function on the grid h (offset + i), plus an atom at +inf.
+
+    ``step`` is the grid step h, ``pmf[i]`` the mass at h (offset + i) (a vector of the
+    backend that computed it), ``infinity`` the atom at +infinity and ``noise`` a bound on
+    the absolute rounding of each entry.
+    """
 
     step: float
     offset: int
-    pmf: np.ndarray
+    pmf: Vector
     infinity: float
-    noise: float = 0.0  # bound on the absolute rounding of each pmf entry
+    noise: float = 0.0
 
 
-#: Relative widening of the share of an atom's mass moved up to the grid point above it.
-_UPWARD_MARGIN = 1e-12
+def grid_floor(loss: float, step: float, upper: bool) -> int:
+    """Index of the grid point an atom at ``loss`` is placed from: floor(l / h + 1e-9) in
+    an upper bound (its mass is split between that point and the next), floor(l / h - 1e-9)
+    in a lower bound (all of it goes there).  Non-decreasing in the loss, so the smallest
+    and largest loss give the grid's ends."""
+    scaled = loss / step
+    return math.floor(scaled + _LOSS_MARGIN) if upper else math.floor(scaled - _LOSS_MARGIN)
 
 
-def upper_grid_index(losses: np.ndarray, step: float) -> np.ndarray:
-    """floor(L / h + 1e-9): the grid point :func:`discretise` places an upper bound's atom
-    from (as floats), the same operations in the same order."""
-    return np.floor(losses / step + 1e-9)
+def grid_index(losses: Vector, step: float) -> Vector:
+    """:func:`grid_floor` of an upper bound over a vector of losses (as integers): the
+    same operations in the same order, for bounds that decide cells of the grid from it."""
+    return arrays.namespace().floor_int(losses / step + _LOSS_MARGIN)
 
 
-def discretise(losses: np.ndarray, masses: np.ndarray, step: float, upper: bool
-               ) -> tuple[int, np.ndarray]:
-    """(offset, pmf): the atoms (losses, masses) put on the grid step * (offset + i).
+def discretise(losses: Vector, masses: Vector, step: float, upper: bool,
+               grid: tuple[int, int] | None = None) -> tuple[int, Vector]:
+    """(offset, pmf): the atoms (``losses``, ``masses``; finite, at least one) put on the
+    grid step * (offset + i).
 
-    *Upper* (connect the dots): an atom of P-mass p at loss L between the grid
-    points x = i h and x + h is split into p (1 - w) at x and p w at x + h with
+    *Upper* (connect the dots): an atom of P-mass p at loss L between the grid points
+    x = i h and x + h is split into p (1 - w) at x and p w at x + h with
 
         w = (1 - e^{-(L - x)}) / (1 - e^{-h}),
 
     which keeps its P-mass and its Q-mass p e^{-L}.  In z = e^{-L} the split is a
-    mean-preserving spread, and every hockey-stick divergence is the P-expectation
-    of g_a(z) = (1 - a z)_+, convex and non-increasing in z; by Jensen the split
-    raises every D_a (a >= 0), so the grid pair dominates the pair (Blackwell), and
-    its compositions dominate the compositions.  Moving extra mass up (w widened by
-    a relative 1e-12, L by 1e-9 steps, for the rounding of the exponentials and the
-    logarithm) lowers the mean of z and only raises every D_a further.  The error
-    is second order in h: an atom whose cell does not straddle log a adds nothing.
+    mean-preserving spread, and every hockey-stick divergence is the P-expectation of
+    g_a(z) = (1 - a z)_+, convex and non-increasing in z; by Jensen the split raises every
+    D_a (a >= 0), so the grid pair dominates the pair (Blackwell), and its compositions
+    dominate the compositions.  Moving extra mass up (w widened by a relative 1e-12, then
+    capped at 1, and L by 1e-9 steps, for the rounding of the exponentials and the
+    logarithm) lowers the mean of z and only raises every D_a further.  The error is
+    second order in h: an atom whose cell does not straddle log a adds nothing.
     *Lower*: every loss is rounded down to the grid (optimistic).
+
+    The grid runs from the point at or below the smallest loss to the point above the
+    largest in an upper bound (so its last entry, and its first where a share is capped,
+    may be 0), to the point at or below the largest in a lower one; ``grid`` =
+    (offset, size) gives a wider grid instead (a bound that adds other mass to it).
     """
-    scaled = losses / step
+    xp = arrays.namespace()
+    scaled = losses / step + (_LOSS_MARGIN if upper else -_LOSS_MARGIN)
+    index = xp.floor_int(scaled)
+    if grid is None:
+        low = int(xp.smallest(index))
+        grid = (low, int(xp.largest(index)) - low + (2 if upper else 1))
+    offset, size = grid
+    at = index - offset
     if not upper:
-        index = np.floor(scaled - 1e-9).astype(np.int64)
-        offset = int(index.min())
-        return offset, np.bincount(index - offset, weights=masses)
-    scaled = scaled + 1e-9
-    below = np.floor(scaled)
-    above_share = np.minimum(
-        1.0, (-np.expm1(-(scaled - below) * step) / -math.expm1(-step)) * (1.0 + _UPWARD_MARGIN))
-    index = below.astype(np.int64)
-    offset = int(index.min())
-    size = int(index.max()) - offset + 2
-    up = masses * above_share
-    pmf = np.bincount(index - offset, weights=masses - up, minlength=size)
-    pmf += np.bincount(index + 1 - offset, weights=up, minlength=size)
-    return offset, pmf
+        return offset, xp.scatter_add(at, masses, size)
+    with xp.quiet():
+        share = xp.minimum(1.0, (-xp.expm1(-(scaled - index) * step) / -math.expm1(-step))
+                           * (1.0 + _UPWARD_MARGIN))
+    up = masses * share
+    return offset, xp.scatter_add(at, masses - up, size) + xp.scatter_add(at + 1, up, size)
 
 
-#: Up to this many pairs of atoms a convolution may be summed atom by atom.
-_DIRECT_PAIRS = 1 << 20
-
-
-def _sparse_is_cheaper(atoms_x: int, atoms_y: int, dense_size: int) -> bool:
+def sparse_is_cheaper(atoms_x: int, atoms_y: int, dense_size: int) -> bool:
     """Whether summing atom by atom (exact) costs less than an FFT of ``dense_size`` points."""
     pairs = atoms_x * atoms_y
     return pairs <= _DIRECT_PAIRS and pairs <= 8 * dense_size
@@ -202,94 +253,86 @@ def _sparse_is_cheaper(atoms_x: int, atoms_y: int, dense_size: int) -> bool:
 
 def pair_loss(law: BinLaw, lam: float, *, upper: bool, step: float = DEFAULT_STEP
               ) -> LossDistribution:
-    """The PLD of one item pair with independent bins of law ``law`` (module docstring).
+    """The PLD of one item pair with independent bins of law ``law`` at rate ``lam``
+    (module docstring).
 
-    The step is enlarged when the loss range would need more than MAX_BIN_POINTS
-    points per bin.
+    The step is enlarged when the loss range would need more than MAX_BIN_POINTS points
+    per bin.
     """
-    if not 0.0 < lam <= 1.0:
-        raise ValueError(f"lambda must be in (0, 1], got {lam}")
+    if not (lam > 0.0 and lam <= 1.0):
+        raise AccountantError(f"lambda must be in (0, 1], got {lam}")
+    xp = arrays.namespace()
     lo, hi = law.window()
-    counts = np.arange(lo, hi + 1, dtype=np.int64)
-    masses = law.pmf(np.arange(lo - 1, hi + 1, dtype=np.int64))  # f(lo - 1) .. f(hi)
+    masses = law.pmf(xp.arange(lo - 1, hi + 1))  # f(lo - 1) .. f(hi)
     f, f_prev = masses[1:], masses[:-1]
     f_lam = (1.0 - lam) * f + lam * f_prev
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = law.previous_ratio(counts)
-        loss = np.log1p(lam * (ratio - 1.0))
-    loss = np.where(f > 0.0, loss, np.inf)
-    loss = np.where(f_lam > 0.0, loss, -np.inf)
-    # A ~ f_lam contributes l(A); B ~ f contributes -l(B).
-    a_finite = np.isfinite(loss) & (f_lam > 0.0)
-    b_finite = np.isfinite(loss) & (f > 0.0)
-    a_inf = float(np.sum(f_lam[~a_finite & (loss > 0)]))
-    b_inf = float(np.sum(f[~b_finite & (loss < 0)]))
+    with xp.quiet():
+        loss = xp.log1p(lam * (law.previous_ratio(xp.arange(lo, hi + 1)) - 1.0))
+    loss = xp.where(f > 0.0, loss, math.inf)
+    loss = xp.where(f_lam > 0.0, loss, -math.inf)
+    # A ~ f_lam contributes l(A); B ~ f contributes -l(B).  +inf only where f_lam > 0 = f,
+    # -inf only where f_lam = 0 < f.
+    a_inf = xp.total(xp.where(loss == math.inf, f_lam, 0.0))
+    b_inf = xp.total(xp.where(loss == -math.inf, f, 0.0))
     if upper:
         # A = (blanket) + (victim's message with probability lam) lies outside lo..hi when
         # the blanket lies outside lo..hi, or outside lo-1..hi-1 and the message was sent.
         a_inf += (1.0 - lam) * law.outside(lo, hi) + lam * law.outside(lo - 1, hi - 1)
         b_inf += law.outside(lo, hi)
-    spread = 0.0
-    finite = loss[np.isfinite(loss)]
-    if finite.size:
-        spread = float(finite.max() - finite.min())
-    step = max(step, spread / MAX_BIN_POINTS)
-    if not a_finite.any() or not b_finite.any():  # every outcome has an infinite loss
-        offset, pmf, noise = 0, np.zeros(1), 0.0
-    else:
+    finite = xp.isfinite(loss)
+    a_kept = finite & (f_lam > 0.0)
+    b_kept = finite & (f > 0.0)
+    a_losses = xp.compress(a_kept, loss)
+    b_losses = -xp.compress(b_kept, loss)
+    if a_losses.size and b_losses.size:
+        spread = xp.largest(xp.compress(finite, loss)) - xp.smallest(xp.compress(finite, loss))
+        step = max(step, spread / MAX_BIN_POINTS)
         # Each bin is a pair of its own ((f_lam, f) and (f, f_lam)); the item pair is
         # their composition, so each is put on the grid and the two are convolved.
-        a_offset, a_pmf = discretise(loss[a_finite], f_lam[a_finite], step, upper)
-        b_offset, b_pmf = discretise(-loss[b_finite], f[b_finite], step, upper)
+        a_offset, a_pmf = discretise(a_losses, xp.compress(a_kept, f_lam), step, upper)
+        b_offset, b_pmf = discretise(b_losses, xp.compress(b_kept, f), step, upper)
         offset = a_offset + b_offset
-        atom_pairs = int(np.count_nonzero(a_pmf)) * int(np.count_nonzero(b_pmf))
-        if atom_pairs <= _DIRECT_PAIRS:
+        if xp.count_nonzero(a_pmf) * xp.count_nonzero(b_pmf) <= _DIRECT_PAIRS:
             # Add every pair of atoms exactly while that is affordable: FFT rounding
-            # charged here would be carried through every composition.  Dense grids
-            # are summed by numpy's direct convolution, sparse ones atom by atom.
-            if a_pmf.size * b_pmf.size <= 8 * atom_pairs:
-                pmf = np.convolve(a_pmf, b_pmf)
-            else:
-                offset, pmf = _sparse_convolve(a_offset, a_pmf, b_offset, b_pmf)
+            # charged here would be carried through every composition.
+            shift, pmf = xp.convolve_exact(a_pmf, b_pmf)
+            offset += shift
             noise = 0.0
         else:
-            pmf, noise = _fft_convolve(a_pmf, b_pmf)
+            raw = xp.fft_compose(a_pmf, b_pmf, 1)
+            pmf, noise = xp.maximum(raw, 0.0), _noise_floor(raw)
+    else:  # every outcome has an infinite loss
+        offset, pmf, noise = 0, xp.vector([0.0]), 0.0
     infinity = 1.0 - (1.0 - min(a_inf, 1.0)) * (1.0 - min(b_inf, 1.0))
     return LossDistribution(step=step, offset=offset, pmf=pmf, infinity=infinity, noise=noise)
 
 
-def _noise_floor(raw: np.ndarray) -> float:
+def _noise_floor(raw: Vector) -> float:
     """A bound on the FFT's absolute rounding per entry of a non-negative result.
 
-    The exact result has no negative entries, so the largest negative excursion
-    measures the rounding; it is widened by a safety factor and floored at
-    2^-52 of the largest entry.
+    The exact result has no negative entries, so the largest negative excursion measures
+    the rounding; it is widened by a safety factor and floored at 2^-52 of the largest
+    entry.
     """
-    largest_negative = float(max(0.0, -raw.min()))
-    return _NOISE_FACTOR * max(largest_negative, 2.0**-52 * float(raw.max()))
-
-
-def _fft_convolve(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
-    """x * y by FFT, clipped at 0, with the per-entry rounding bound of :func:`_noise_floor`."""
-    size = x.size + y.size - 1
-    n = fft.next_fast_len(size, real=True)
-    raw = fft.irfft(fft.rfft(x, n) * fft.rfft(y, n), n)[:size]
-    return np.maximum(raw, 0.0), _noise_floor(raw)
+    xp = arrays.namespace()
+    largest_negative = max(0.0, -float(xp.smallest(raw)))
+    return _NOISE_FACTOR * max(largest_negative, 2.0**-52 * float(xp.largest(raw)))
 
 
 @dataclass(frozen=True)
 class ComposedLoss:
     """The j-fold composition of a pair's PLD, ready for hockey-stick evaluation.
 
-    Only grid points with a positive loss are kept (the others never contribute
-    to delta at E >= 0), with suffix sums of p_i and p_i e^{-L_i}.  ``noise``
-    bounds the FFT's absolute rounding per grid point.
+    Only grid points with a positive loss are kept (the others never count at E >= 0):
+    ``tail_p[i]`` and ``tail_q[i]`` are the suffix sums of p_k and p_k e^{-L_k} from grid
+    index ``first + i`` on.  ``noise`` bounds the transform's rounding per grid point and
+    ``inherited`` the pair's own rounding carried through the composition.
     """
 
     step: float
     first: int
-    tail_p: np.ndarray
-    tail_q: np.ndarray
+    tail_p: Vector
+    tail_q: Vector
     infinity: float
     noise: float
     inherited: float
@@ -297,94 +340,93 @@ class ComposedLoss:
 
     @property
     def nbytes(self) -> int:
-        """Memory held by the suffix sums (for :mod:`segshuffle.core.memo`)."""
-        return int(self.tail_p.nbytes + self.tail_q.nbytes)
+        """Memory held by the suffix sums (for :mod:`segshuffle.core.memo`): an array's
+        bytes, or about 32 bytes an entry for a list of floats."""
+        return sum(int(getattr(tail, "nbytes", 32 * len(tail)))
+                   for tail in (self.tail_p, self.tail_q))
 
     def delta(self, eps: float) -> float:
-        """delta(E) = Pr[L = inf] + sum_{L_i > E} p_i (1 - e^{E - L_i}) (upper or lower bound)."""
+        """delta(E) = Pr[L = inf] + sum_{L_i > E} p_i (1 - e^{E - L_i}), with the rounding
+        allowances in an upper bound."""
         if eps < 0.0:
-            raise ValueError(f"eps must be >= 0, got {eps}")
-        # First kept index whose loss exceeds eps.
-        start = max(0, math.floor(eps / self.step) + 1 - self.first)
+            raise AccountantError(f"eps must be >= 0, got {eps}")
+        size = len(self.tail_p)
+        scaled = eps / self.step
+        # Beyond every grid point (eps = inf, or NaN as in JavaScript) nothing is summed.
+        start = max(0, math.floor(scaled) + 1 - self.first) if math.isfinite(scaled) else size
         value = self.infinity
-        if start < self.tail_p.size:
-            value += max(0.0, float(self.tail_p[start] - math.exp(eps) * self.tail_q[start]))
+        if start < size:
+            try:
+                e = math.exp(eps)
+            except OverflowError:
+                e = math.inf
+            value += max(0.0, float(self.tail_p[start]) - e * float(self.tail_q[start]))
             if self.upper:
-                value += self.noise * (self.tail_p.size - start)
+                value += self.noise * (size - start)
         if self.upper:
             value += self.inherited
         return min(value, 1.0)
 
 
-
-def _sparse_convolve(x_offset: int, x: np.ndarray, y_offset: int, y: np.ndarray
-                     ) -> tuple[int, np.ndarray]:
-    """x * y summed atom by atom over the non-zero entries (exact: no FFT rounding)."""
-    xi, yi = np.flatnonzero(x), np.flatnonzero(y)
-    if xi.size == 0 or yi.size == 0:
-        return x_offset + y_offset, np.zeros(1)
-    sums = (xi[:, None] + yi[None, :]).ravel()
-    low = int(sums.min())
-    pmf = np.bincount(sums - low, weights=np.outer(x[xi], y[yi]).ravel())
-    return x_offset + y_offset + low, pmf
-
-
-def _composed(pair: LossDistribution, times: int, upper: bool) -> ComposedLoss:
+def compose_loss(pair: LossDistribution, times: int, upper: bool) -> ComposedLoss:
     """The ``times``-fold composition of ``pair``.
 
-    While the atoms are few, compositions are summed atom by atom (exact); the
-    remaining power is taken by FFT, whose rounding is bounded by
-    :func:`_noise_floor` and reported as ``noise``.
+    While the atoms are few, compositions are summed atom by atom (exact); the remaining
+    power is taken by FFT, whose rounding is bounded by :func:`_noise_floor` and reported
+    as ``noise``.
     """
+    xp = arrays.namespace()
     # Rounding already in the pair's pmf: an L1 error of at most G noise, which the
     # composition carries into the result at most ``times`` over.
-    inherited = times * pair.noise * pair.pmf.size
+    inherited = times * pair.noise * len(pair.pmf)
     offset, pmf, done, noise = pair.offset, pair.pmf, 1, 0.0
-    atoms = int(np.count_nonzero(pair.pmf))
-    while done < times and _sparse_is_cheaper(int(np.count_nonzero(pmf)), atoms,
-                                              pmf.size + pair.pmf.size - 1):
-        offset, pmf = _sparse_convolve(offset, pmf, pair.offset, pair.pmf)
+    atoms = xp.count_nonzero(pair.pmf)
+    while done < times and sparse_is_cheaper(xp.count_nonzero(pmf), atoms,
+                                             len(pmf) + len(pair.pmf) - 1):
+        shift, pmf = xp.convolve_exact(pmf, pair.pmf)
+        offset += pair.offset + shift
         done += 1
     if done < times:
         remaining = times - done
-        size = pmf.size + remaining * (pair.pmf.size - 1)
-        n = fft.next_fast_len(size, real=True)
-        pair_spectrum = fft.rfft(pair.pmf, n)
-        # Nothing summed yet: pmf is the pair itself, whose transform is at hand.
-        base = pair_spectrum if done == 1 else fft.rfft(pmf, n)
-        raw = fft.irfft(base * pair_spectrum**remaining, n)[:size]
+        # Nothing summed yet: pmf is the pair itself, whose transform is taken once.
+        raw = xp.fft_compose(pmf, pair.pmf, remaining)
         noise = _noise_floor(raw)
-        pmf = np.maximum(raw, 0.0)
+        pmf = xp.maximum(raw, 0.0)
         offset += remaining * pair.offset
     # 1 - (1 - p)^times without the cancellation that loses a p below 1e-16.
     infinity = 1.0
     if pair.infinity < 1.0:
         infinity = -math.expm1(times * math.log1p(-pair.infinity))
-    losses_index = offset + np.arange(pmf.size)
-    keep = losses_index >= 1  # L = index * step > 0
-    first_kept = int(np.argmax(keep)) if keep.any() else pmf.size
+    # Keep the grid points of positive loss: index offset + i >= 1.
+    first_kept = min(len(pmf), max(0, 1 - offset))
     kept = pmf[first_kept:]
-    losses = pair.step * losses_index[first_kept:]
-    tail_p = np.cumsum(kept[::-1])[::-1]
-    tail_q = np.cumsum((kept * np.exp(-losses))[::-1])[::-1]
-    return ComposedLoss(step=pair.step, first=int(offset + first_kept), tail_p=tail_p,
+    losses = pair.step * xp.arange(offset + first_kept, offset + len(pmf))
+    tail_p = xp.suffix_sums(kept)
+    tail_q = xp.suffix_sums(kept * xp.exp(-losses))
+    return ComposedLoss(step=pair.step, first=offset + first_kept, tail_p=tail_p,
                         tail_q=tail_q, infinity=min(infinity, 1.0), noise=noise,
                         inherited=inherited, upper=upper)
 
 
-#: Memory that kept compositions may hold (each is two arrays of its grid's size).
+#: Memory that kept compositions may hold (each is two vectors of its grid's size).
 COMPOSED_CACHE_BYTES = 64 << 20
 
 
-@memory_bounded_cache(COMPOSED_CACHE_BYTES, max_entries=512)
 def composed_pair(law: BinLaw, lam: float, times: int, *, upper: bool,
                   step: float = DEFAULT_STEP) -> ComposedLoss:
     """The ``times``-fold composition of the item pair of :func:`pair_loss` (cached)."""
-    return _composed(_kept_pair_loss(law, lam, upper, step), times, upper)
+    return _composed_pair(arrays.name(), law, lam, times, upper, step)
+
+
+@memory_bounded_cache(COMPOSED_CACHE_BYTES, max_entries=512)
+def _composed_pair(backend: str, law: BinLaw, lam: float, times: int, upper: bool,
+                   step: float) -> ComposedLoss:
+    return compose_loss(_kept_pair_loss(backend, law, lam, upper, step), times, upper)
 
 
 @lru_cache(maxsize=16)
-def _kept_pair_loss(law: BinLaw, lam: float, upper: bool, step: float) -> LossDistribution:
+def _kept_pair_loss(backend: str, law: BinLaw, lam: float, upper: bool, step: float
+                    ) -> LossDistribution:
     """:func:`pair_loss`, kept for the few pairs whose compositions are asked for several
     numbers of pairs in a row (the revealed-send bound's i = 2..s at one blanket)."""
     return pair_loss(law, lam, upper=upper, step=step)
@@ -392,5 +434,8 @@ def _kept_pair_loss(law: BinLaw, lam: float, upper: bool, step: float) -> LossDi
 
 def clear_caches() -> None:
     """Forget the kept compositions and pair losses (benchmarks measure cold costs)."""
-    composed_pair.cache_clear()
+    _composed_pair.cache_clear()
     _kept_pair_loss.cache_clear()
+
+
+on_clear_all(clear_caches)

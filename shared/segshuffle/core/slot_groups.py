@@ -86,7 +86,7 @@ from . import distributions
 from .memo import memory_bounded_cache
 from .multinomial_pair import PairAtoms, pair_atoms, pair_loss, pair_losses
 from .pair_windows import enumerable
-from .privacy_loss import COMPOSED_CACHE_BYTES, DEFAULT_STEP, ComposedLoss, _composed
+from .privacy_loss import COMPOSED_CACHE_BYTES, DEFAULT_STEP, ComposedLoss, compose_loss
 
 #: Ladder points in standard deviations of one group's size (above k_0).
 LADDER_SIGMAS = (-6.0, -4.0, -3.0, -2.0, -1.25, -0.5, 0.25)
@@ -114,7 +114,7 @@ def _composed_groups(slots: int, r: float, lam: float, pairs: int, step: float
     atoms = pair_atoms(slots, r)
     if atoms is None:
         return None
-    return _composed(pair_loss(atoms, lam, upper=True, step=step), pairs, True)
+    return compose_loss(pair_loss(atoms, lam, upper=True, step=step), pairs, True)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 Vectors are numpy arrays (integer vectors are int64); each function is numpy's or scipy's,
 elementwise.  The special functions are :mod:`segshuffle.core.distributions`', whose
-tails carry a stated relative error.
+tails carry a stated relative error; the transforms are scipy's real FFT at its fast
+lengths.
 """
 
 from __future__ import annotations
@@ -11,14 +12,16 @@ from collections.abc import Iterable
 from contextlib import AbstractContextManager
 
 import numpy as np
-from scipy import special
+from scipy import fft, special
 
 from .. import distributions
 
 __all__ = [
     "arange", "binom_cdf", "binom_pmf", "binom_sf", "binom_tails_range", "ceil_int", "clip",
-    "concatenate", "floor_int", "half_tail", "isfinite", "largest", "maximum", "minimum",
-    "poisson_tails", "quiet", "segment_totals", "take", "total", "vector", "where",
+    "compress", "concatenate", "convolve_exact", "count_nonzero", "exp", "expm1", "fft_compose",
+    "floor_int", "half_tail", "isfinite", "largest", "log1p", "maximum", "minimum",
+    "poisson_outside", "poisson_pmf", "poisson_tails", "quiet", "scatter_add", "segment_totals",
+    "smallest", "suffix_sums", "take", "total", "vector", "where",
 ]
 
 Vector = np.ndarray
@@ -28,6 +31,16 @@ maximum = np.maximum
 minimum = np.minimum
 where = np.where
 clip = np.clip
+exp = np.exp
+expm1 = np.expm1
+log1p = np.log1p
+
+#: Poisson means up to which two tail values are summed by the scalar sums (numpy's cost
+#: per call on two-entry arrays is larger than the sums themselves).
+SCALAR_TAILS_UP_TO = 1000.0
+
+#: Up to this many pairs of atoms an exact convolution may run numpy's direct one (dense).
+_DENSE_FACTOR = 8
 
 
 def vector(values: Iterable[float]) -> np.ndarray:
@@ -123,3 +136,70 @@ def half_tail(trials: np.ndarray, k: np.ndarray) -> np.ndarray:
         cc = trials[inside].astype(float)
         out[inside] = special.betainc(kk, cc - kk + 1.0, 0.5)
     return out
+
+
+def poisson_pmf(k: np.ndarray, mean: float) -> np.ndarray:
+    """Pr[Poisson(mean) = k], elementwise (0 below 0)."""
+    return distributions.poisson_pmf(k, mean)
+
+
+def poisson_outside(lo: int, hi: int, mean: float) -> float:
+    """Pr[Poisson(mean) < lo] + Pr[Poisson(mean) > hi]."""
+    if mean <= SCALAR_TAILS_UP_TO:
+        scalar = distributions.scalar_poisson_tails([lo - 1, hi], mean)
+        return scalar.lower[0] + scalar.upper[1]
+    tails = distributions.poisson_tails(np.array([lo - 1, hi]), mean)
+    return float(tails.lower[0] + tails.upper[1])
+
+
+def compress(mask: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The entries of x where ``mask`` holds, in order."""
+    return x[mask]
+
+
+def smallest(x: np.ndarray) -> float | int:
+    """The smallest entry (an int for an integer vector)."""
+    return x.min().item()
+
+
+def count_nonzero(x: np.ndarray) -> int:
+    """The number of entries other than 0."""
+    return int(np.count_nonzero(x))
+
+
+def scatter_add(index: np.ndarray, weights: np.ndarray, size: int) -> np.ndarray:
+    """A vector of ``size`` zeros with each weight added, in order, at its index (0 <= index
+    < size)."""
+    return np.bincount(index, weights=weights, minlength=size)
+
+
+def suffix_sums(x: np.ndarray) -> np.ndarray:
+    """s[i] = x[i] + x[i + 1] + ... + x[-1], summed from the end."""
+    return np.cumsum(x[::-1])[::-1]
+
+
+def convolve_exact(x: np.ndarray, y: np.ndarray) -> tuple[int, np.ndarray]:
+    """(shift, z): the convolution of x and y summed term by term (no transform rounding),
+    z[i] being the entry at index i + shift of the full convolution.
+
+    numpy's direct convolution when the vectors are dense, else the products of the
+    non-zero entries only (then z starts at the first non-zero sum)."""
+    xi, yi = np.flatnonzero(x), np.flatnonzero(y)
+    if xi.size == 0 or yi.size == 0:
+        return 0, np.zeros(1)
+    if x.size * y.size <= _DENSE_FACTOR * xi.size * yi.size:
+        return 0, np.convolve(x, y)
+    sums = (xi[:, None] + yi[None, :]).ravel()
+    low = int(sums.min())
+    return low, np.bincount(sums - low, weights=np.outer(x[xi], y[yi]).ravel())
+
+
+def fft_compose(base: np.ndarray, pair: np.ndarray, times: int) -> np.ndarray:
+    """base * pair^{*times} (``times``-fold convolution power) by real FFT, unclipped: the
+    entries of the exact result are non-negative, the computed ones carry the transform's
+    rounding.  ``base`` may be ``pair`` itself (its transform is then taken once)."""
+    size = base.size + times * (pair.size - 1)
+    n = fft.next_fast_len(size, real=True)
+    pair_spectrum = fft.rfft(pair, n)
+    base_spectrum = pair_spectrum if base is pair else fft.rfft(base, n)
+    return fft.irfft(base_spectrum * pair_spectrum**times, n)[:size]

@@ -3,8 +3,10 @@
 A :class:`Vector` is a list with numpy's elementwise arithmetic and comparisons (a scalar
 operand is broadcast), and slices that stay vectors; the functions mirror the numpy
 backend's, element by element.  The special functions are the numpy-free ones of
-:mod:`segshuffle.core.portable.distributions`, and :func:`total` is Neumaier's compensated
-sum, as in the web client's JavaScript accountant.  Python's floats give inf and nan where
+:mod:`segshuffle.core.portable.distributions`, the transforms those of
+:mod:`segshuffle.core.portable.fft` (lengths padded to powers of two), the exact
+convolution adds its products in the JavaScript accountant's order, and :func:`total` is
+Neumaier's compensated sum, as in the web client's JavaScript accountant.  Python's floats give inf and nan where
 numpy's do, except that ``x / 0.0`` raises: a bound never divides by zero.
 """
 
@@ -14,14 +16,18 @@ import math
 import operator
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
+from itertools import accumulate, repeat
 from typing import Any
 
 from ..portable import distributions
+from ..portable.fft import irfft, multiply_spectra, next_power_of_two, power_spectrum, rfft
 
 __all__ = [
     "Vector", "arange", "binom_cdf", "binom_pmf", "binom_sf", "binom_tails_range", "ceil_int",
-    "clip", "concatenate", "floor_int", "half_tail", "isfinite", "largest", "maximum",
-    "minimum", "poisson_tails", "quiet", "segment_totals", "take", "total", "vector", "where",
+    "clip", "compress", "concatenate", "convolve_exact", "count_nonzero", "exp", "expm1",
+    "fft_compose", "floor_int", "half_tail", "isfinite", "largest", "log1p", "maximum",
+    "minimum", "poisson_outside", "poisson_pmf", "poisson_tails", "quiet", "scatter_add",
+    "segment_totals", "smallest", "suffix_sums", "take", "total", "vector", "where",
 ]
 
 
@@ -58,6 +64,8 @@ class Vector(list):  # type: ignore[type-arg]
     __le__ = _binary(operator.le)  # type: ignore[assignment]
     __gt__ = _binary(operator.gt)  # type: ignore[assignment]
     __ge__ = _binary(operator.ge)  # type: ignore[assignment]
+    __and__ = _binary(operator.and_)
+    __or__ = _binary(operator.or_)
     __hash__ = None  # type: ignore[assignment]
 
     def __neg__(self) -> Vector:
@@ -215,3 +223,138 @@ def segment_totals(x: Vector, starts: list[int]) -> Vector:
 def half_tail(trials: Vector, k: Vector) -> Vector:
     """S_c(k) = Pr[Binomial(c, 1/2) >= k], elementwise; 1 for k <= 0, 0 for k > c."""
     return _map2(distributions.half_tail, trials, k)
+
+
+def poisson_pmf(k: Vector, mean: float) -> Vector:
+    """Pr[Poisson(mean) = k], elementwise (0 below 0)."""
+    pmf = distributions.poisson_pmf
+    return Vector([pmf(a, mean) for a in k])
+
+
+def poisson_outside(lo: int, hi: int, mean: float) -> float:
+    """Pr[Poisson(mean) < lo] + Pr[Poisson(mean) > hi]."""
+    tails = distributions.poisson_tails([lo - 1, hi], mean)
+    return tails.lower[0] + tails.upper[1]
+
+
+def _log1p(x: float) -> float:
+    """ln(1 + x): -inf at x = -1 and nan below, as numpy's (and JavaScript's)."""
+    if x > -1.0:
+        return math.log1p(x)
+    return -math.inf if x == -1.0 else math.nan
+
+
+def _exp(x: float) -> float:
+    """e^x, inf where it overflows (as numpy's)."""
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
+def log1p(x: Vector) -> Vector:
+    return Vector([_log1p(a) for a in x])
+
+
+def exp(x: Vector) -> Vector:
+    return Vector([_exp(a) for a in x])
+
+
+def expm1(x: Vector) -> Vector:
+    """e^x - 1, elementwise (x never large here: the grid's fractions of a step)."""
+    return Vector([math.expm1(a) for a in x])
+
+
+def compress(mask: Vector, x: Vector) -> Vector:
+    """The entries of x where ``mask`` holds, in order."""
+    return Vector([a for a, keep in zip(x, mask, strict=True) if keep])
+
+
+def smallest(x: Vector) -> Any:
+    """The smallest entry (nan if any is nan, as numpy's)."""
+    if any(a != a for a in x):
+        return math.nan
+    return min(x)
+
+
+def count_nonzero(x: list[float]) -> int:
+    """The number of entries other than 0."""
+    return len(x) - x.count(0.0)
+
+
+def scatter_add(index: Vector, weights: Vector, size: int) -> Vector:
+    """A vector of ``size`` zeros with each weight added, in order, at its index (0 <= index
+    < size)."""
+    out = [0.0] * size
+    for at, weight in zip(index, weights, strict=True):
+        out[at] += weight
+    return Vector(out)
+
+
+def suffix_sums(x: list[float]) -> Vector:
+    """s[i] = x[i] + x[i + 1] + ... + x[-1], summed from the end."""
+    sums = list(accumulate(reversed(x)))
+    sums.reverse()
+    return Vector(sums)
+
+
+def _runs(indices: list[int]) -> list[tuple[int, int]]:
+    """(start, end) positions in ``indices`` of each run of consecutive values."""
+    out = []
+    first = 0
+    for position in range(1, len(indices)):
+        if indices[position] != indices[position - 1] + 1:
+            out.append((first, position))
+            first = position
+    if indices:
+        out.append((first, len(indices)))
+    return out
+
+
+def convolve_exact(x: list[float], y: list[float]) -> tuple[int, Vector]:
+    """(shift, z): the convolution of x and y summed term by term over their non-zero
+    entries (no transform rounding), z[i] being the entry at index i + shift of the full
+    convolution; z starts at the first non-zero sum.
+
+    Entries are added in the order of the direct double loop (x outer, y inner); runs of
+    consecutive non-zero entries of y are added as slices, which adds the same products to
+    the same entries in the same order (the JavaScript accountant's order).
+    """
+    xi = [i for i, value in enumerate(x) if value != 0]
+    yi = [j for j, value in enumerate(y) if value != 0]
+    if not xi or not yi:
+        return 0, Vector([0.0])
+    low = xi[0] + yi[0]
+    out = [0.0] * (xi[-1] + yi[-1] - low + 1)
+    runs = _runs(yi)
+    if 4 * len(runs) <= len(yi):
+        blocks = [(yi[start] - yi[0], y[yi[start]:yi[start] + end - start])
+                  for start, end in runs]
+        for i in xi:
+            value = x[i]
+            base = i - xi[0]
+            for shift, values in blocks:
+                at = base + shift
+                stop = at + len(values)
+                out[at:stop] = map(operator.add, out[at:stop],
+                                   map(operator.mul, repeat(value), values))
+    else:
+        y_pairs = [(j - yi[0], y[j]) for j in yi]
+        for i in xi:
+            value = x[i]
+            base = i - xi[0]
+            for shift, y_value in y_pairs:
+                out[base + shift] += value * y_value
+    return low, Vector(out)
+
+
+def fft_compose(base: list[float], pair: list[float], times: int) -> Vector:
+    """base * pair^{*times} (``times``-fold convolution power) by the real FFT of
+    :mod:`segshuffle.core.portable.fft` (lengths padded to a power of two), unclipped.
+    ``base`` may be ``pair`` itself (its transform is then taken once)."""
+    size = len(base) + times * (len(pair) - 1)
+    n = next_power_of_two(size)
+    pair_spectrum = rfft(pair, n)
+    base_spectrum = pair_spectrum if base is pair else rfft(base, n)
+    spectrum = multiply_spectra(base_spectrum, power_spectrum(pair_spectrum, times))
+    return Vector(irfft(spectrum.re, spectrum.im, n)[:size])

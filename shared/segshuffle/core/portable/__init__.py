@@ -11,12 +11,12 @@ this package computes the same bound in pure Python (the standard library, plus 
 It follows the web client's JavaScript accountant (``clients/web/src/accountant``), one
 module per JavaScript module: :mod:`.accounting` (the bound and its branches),
 :mod:`.slot_joint`, :mod:`.slot_groups` (the slot blanket's bounds),
-:mod:`.privacy_loss`, :mod:`.multinomial_pair` (divergences and loss distributions),
-:mod:`.distributions`, :mod:`.fft` (special functions and transforms), :mod:`.validation`
-and :mod:`.blanket`.  The count pair, the one-item mixture and the Poisson comparison are
-not here: their one implementations, :mod:`segshuffle.core.hockey_stick`,
-:mod:`segshuffle.core.slot_single` and :mod:`segshuffle.core.poisson_comparison`, run on
-the standard-library backend of
+:mod:`.multinomial_pair` (the group pair's loss distribution), :mod:`.distributions`,
+:mod:`.fft` (special functions and transforms), :mod:`.validation` and :mod:`.blanket`.
+The count pair, the one-item mixture, the Poisson comparison and the item pairs' loss
+distributions are not here: their one implementations, :mod:`segshuffle.core.hockey_stick`,
+:mod:`segshuffle.core.slot_single`, :mod:`segshuffle.core.poisson_comparison` and
+:mod:`segshuffle.core.privacy_loss`, run on the standard-library backend of
 :mod:`segshuffle.core.arrays` (:func:`user_delta` and :func:`refuting_delta` choose it), and
 the memo tables and the error class are :mod:`segshuffle.core.bounded_cache` and
 :mod:`segshuffle.core.errors`.  ``tests/test_portable_accountant*.py``

@@ -47,6 +47,7 @@ from ..bounded_cache import key_of, registered_cache
 from ..errors import AccountantError
 from ..hockey_stick import delta_for, poisson_pair, window_delta
 from ..poisson_comparison import dominated_poisson_mean
+from ..privacy_loss import DEFAULT_STEP, BinLaw, ComposedLoss, composed_pair
 from ..rules import MAX_LEVEL
 from ..slot_single import SingleItemMixture, single_item_mixture
 from .blanket import (
@@ -56,7 +57,6 @@ from .blanket import (
     parse_mode,
     require_blanket_rate,
 )
-from .privacy_loss import DEFAULT_STEP, BinLaw, ComposedLoss, composed_pair
 from .slot_groups import GroupsBound
 from .slot_joint import JointView, joint_view
 from .validation import require_domain, require_finite, require_unit_interval, require_users

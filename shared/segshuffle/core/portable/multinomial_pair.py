@@ -33,11 +33,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .. import arrays
 from ..bounded_cache import key_of, registered_cache
 from ..errors import AccountantError
 from ..pair_windows import MAX_ATOMS, block_starts, enumerable, split_window, total_window
+from ..privacy_loss import LossDistribution, discretise, grid_floor
 from .distributions import binom_cdf, binom_log_pmf, binom_sf, ln_factorial
-from .privacy_loss import LossDistribution, grid_floor, round_down_atoms, spread_atoms
 
 __all__ = ["MAX_ATOMS", "PairAtoms", "multinomial_pair_loss", "pair_atoms", "pair_losses"]
 
@@ -198,6 +199,7 @@ def _split_loss(c: float, t0: int, a: int) -> float:
     return math.log(c + a) - math.log(c + (t0 - a))
 
 
+@arrays.on_python
 def multinomial_pair_loss(atoms: PairAtoms, lam: float, *, upper: bool, step: float
                           ) -> LossDistribution:
     """The loss distribution of the pair at rate ``lam`` on the grid ``step``.
@@ -245,20 +247,24 @@ def multinomial_pair_loss(atoms: PairAtoms, lam: float, *, upper: bool, step: fl
         low = min(low, min(kept_losses))
         high = max(high, max(kept_losses))
     if low == _INF:
-        return LossDistribution(step, 0, [0.0], min(infinity, 1.0), 0.0)
+        return LossDistribution(step, 0, arrays.namespace().vector([0.0]), min(infinity, 1.0),
+                                0.0)
     step = max(step, (high - low) / _MAX_GRID_POINTS)
-    # The grid of privacy_loss.discretise over the finite atoms of positive mass.
+    # The grid of privacy_loss.discretise over the finite atoms of positive mass and the
+    # cells' losses; the atoms are put on it by discretise, the cells by _spread_cells.
+    xp = arrays.namespace()
     offset = grid_floor(low, step, upper)
-    size = grid_floor(high, step, upper) - offset + (2 if upper else 1)
-    pmf = [0.0] * size
-    if upper:
-        raised = [0.0] * size
-        spread_atoms(kept_losses, kept_masses, step, offset, pmf, raised)
-        for block, pi, c in summed:
-            _spread_cells(atoms, block, pi, c, step, offset, pmf, raised)
-        pmf = [x + y for x, y in zip(pmf, raised, strict=True)]
+    grid = (offset, grid_floor(high, step, upper) - offset + (2 if upper else 1))
+    if kept_losses:
+        _, pmf = discretise(xp.vector(kept_losses), xp.vector(kept_masses), step, upper, grid)
     else:
-        round_down_atoms(kept_losses, kept_masses, step, offset, pmf)
+        pmf = xp.vector([0.0] * grid[1])
+    if summed:
+        lower = [0.0] * grid[1]
+        raised = [0.0] * grid[1]
+        for block, pi, c in summed:
+            _spread_cells(atoms, block, pi, c, step, offset, lower, raised)
+        pmf = pmf + xp.vector(lower) + xp.vector(raised)
     return LossDistribution(step, offset, pmf, min(infinity, 1.0), 0.0)
 
 

@@ -50,11 +50,12 @@ from functools import partial
 from itertools import accumulate
 from operator import mul
 
+from .. import arrays
 from ..bounded_cache import key_of, registered_cache
 from ..pair_windows import enumerable
+from ..privacy_loss import DEFAULT_STEP, ComposedLoss, compose_loss
 from .distributions import binom_cdf, binom_isf, binom_pmf, binom_ppf, fsum
 from .multinomial_pair import multinomial_pair_loss, pair_atoms, pair_losses
-from .privacy_loss import DEFAULT_STEP, ComposedLoss, compose_loss
 
 __all__ = ["GroupsBound", "SortedLosses", "group_geometry"]
 
@@ -77,6 +78,7 @@ def group_geometry(gamma: float, domain_size: int, pairs: int) -> tuple[float, f
 _composed_groups_cache = registered_cache(512)
 
 
+@arrays.on_python
 def _composed_groups(slots: int, r: float, lam: float, pairs: int,
                      step: float) -> ComposedLoss | None:
     """The ``pairs``-fold composition of the group pair with ``slots`` slots (None: too many
