@@ -180,6 +180,29 @@ def test_the_poisson_comparison_has_one_implementation() -> None:
     assert on_lists[1] == pytest.approx(on_numpy[1], rel=1e-9)  # tails within ~1e-12
 
 
+def test_the_item_pair_losses_have_one_implementation() -> None:
+    """The numpy-free accountant's item-pair loss distributions and compositions are
+    segshuffle.core.privacy_loss's, on Python lists and the pure-Python FFT; no second copy
+    remains in the portable package, and the group pair's grid is privacy_loss's."""
+    from segshuffle.core import privacy_loss
+    from segshuffle.core.portable import accounting, multinomial_pair, slot_groups
+
+    assert importlib.util.find_spec("segshuffle.core.portable.privacy_loss") is None
+    assert accounting.composed_pair is privacy_loss.composed_pair
+    assert accounting.BinLaw is privacy_loss.BinLaw
+    assert slot_groups.compose_loss is privacy_loss.compose_loss
+    assert multinomial_pair.discretise is privacy_loss.discretise
+    privacy_loss.clear_caches()
+    law = privacy_loss.BinLaw(390.0)
+    with arrays.use(arrays.PYTHON):
+        on_lists = privacy_loss.composed_pair(law, 1.0, 3, upper=True)
+    on_numpy = privacy_loss.composed_pair(law, 1.0, 3, upper=True)
+    assert isinstance(on_lists.tail_p, pyb.Vector) and isinstance(on_numpy.tail_p, np.ndarray)
+    assert on_lists.first == on_numpy.first and len(on_lists.tail_p) == on_numpy.tail_p.size
+    for eps in (0.0, 0.3, 1.0):
+        assert on_lists.delta(eps) == pytest.approx(on_numpy.delta(eps), rel=1e-9, abs=1e-13)
+
+
 def test_the_numpy_free_accountant_runs_the_one_pair_without_numpy() -> None:
     code = (
         "import sys\n"

@@ -235,14 +235,14 @@ def discretise(losses: Vector, masses: Vector, step: float, upper: bool,
         low = int(xp.smallest(index))
         grid = (low, int(xp.largest(index)) - low + (2 if upper else 1))
     offset, size = grid
-    at = index - offset
     if not upper:
-        return offset, xp.scatter_add(at, masses, size)
+        return offset, xp.scatter_add(index, masses, size, offset)
+    # w = (e^{-(L - x)} - 1) / (e^{-h} - 1) (both negative: the same quotient, bit for bit,
+    # as that of 1 - e^{...}), widened.
     with xp.quiet():
-        share = xp.minimum(1.0, (-xp.expm1(-(scaled - index) * step) / -math.expm1(-step))
+        share = xp.minimum(1.0, xp.expm1((scaled - index) * -step) / math.expm1(-step)
                            * (1.0 + _UPWARD_MARGIN))
-    up = masses * share
-    return offset, xp.scatter_add(at, masses - up, size) + xp.scatter_add(at + 1, up, size)
+    return offset, xp.split_scatter(index, masses, share, size, offset)
 
 
 def sparse_is_cheaper(atoms_x: int, atoms_y: int, dense_size: int) -> bool:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from contextlib import AbstractContextManager
 
 import numpy as np
-from scipy import fft, special
+from scipy import special
 
 from .. import distributions
 
@@ -21,7 +21,7 @@ __all__ = [
     "compress", "concatenate", "convolve_exact", "count_nonzero", "exp", "expm1", "fft_compose",
     "floor_int", "half_tail", "isfinite", "largest", "log1p", "maximum", "minimum",
     "poisson_outside", "poisson_pmf", "poisson_tails", "quiet", "scatter_add", "segment_totals",
-    "smallest", "suffix_sums", "take", "total", "vector", "where",
+    "smallest", "split_scatter", "suffix_sums", "take", "total", "vector", "where",
 ]
 
 Vector = np.ndarray
@@ -167,10 +167,22 @@ def count_nonzero(x: np.ndarray) -> int:
     return int(np.count_nonzero(x))
 
 
-def scatter_add(index: np.ndarray, weights: np.ndarray, size: int) -> np.ndarray:
-    """A vector of ``size`` zeros with each weight added, in order, at its index (0 <= index
-    < size)."""
-    return np.bincount(index, weights=weights, minlength=size)
+def scatter_add(index: np.ndarray, weights: np.ndarray, size: int, offset: int = 0
+                ) -> np.ndarray:
+    """A vector of ``size`` zeros with each weight added, in order, at its index less
+    ``offset`` (0 <= index - offset < size)."""
+    return np.bincount(index - offset, weights=weights, minlength=size)
+
+
+def split_scatter(index: np.ndarray, masses: np.ndarray, share: np.ndarray, size: int,
+                  offset: int = 0) -> np.ndarray:
+    """A vector of ``size`` zeros with each mass split between two neighbours: m (1 - w)
+    computed as m - m w added at i = index - ``offset``, m w at i + 1 (0 <= i < size - 1);
+    the two parts are summed apart, then added."""
+    up = masses * share
+    at = index - offset
+    return (np.bincount(at, weights=masses - up, minlength=size)
+            + np.bincount(at + 1, weights=up, minlength=size))
 
 
 def suffix_sums(x: np.ndarray) -> np.ndarray:
@@ -198,6 +210,8 @@ def fft_compose(base: np.ndarray, pair: np.ndarray, times: int) -> np.ndarray:
     """base * pair^{*times} (``times``-fold convolution power) by real FFT, unclipped: the
     entries of the exact result are non-negative, the computed ones carry the transform's
     rounding.  ``base`` may be ``pair`` itself (its transform is then taken once)."""
+    from scipy import fft  # imported on first use: many checks never need a transform
+
     size = base.size + times * (pair.size - 1)
     n = fft.next_fast_len(size, real=True)
     pair_spectrum = fft.rfft(pair, n)

@@ -6,8 +6,9 @@ backend's, element by element.  The special functions are the numpy-free ones of
 :mod:`segshuffle.core.portable.distributions`, the transforms those of
 :mod:`segshuffle.core.portable.fft` (lengths padded to powers of two), the exact
 convolution adds its products in the JavaScript accountant's order, and :func:`total` is
-Neumaier's compensated sum, as in the web client's JavaScript accountant.  Python's floats give inf and nan where
-numpy's do, except that ``x / 0.0`` raises: a bound never divides by zero.
+Neumaier's compensated sum, as in the web client's JavaScript accountant.  Python's floats
+give inf and nan where numpy's do, except that ``x / 0.0`` raises: a bound never divides
+by zero.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import operator
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from itertools import accumulate, repeat
+from itertools import compress as _compress
 from typing import Any
 
 from ..portable import distributions
@@ -27,7 +29,8 @@ __all__ = [
     "clip", "compress", "concatenate", "convolve_exact", "count_nonzero", "exp", "expm1",
     "fft_compose", "floor_int", "half_tail", "isfinite", "largest", "log1p", "maximum",
     "minimum", "poisson_outside", "poisson_pmf", "poisson_tails", "quiet", "scatter_add",
-    "segment_totals", "smallest", "suffix_sums", "take", "total", "vector", "where",
+    "segment_totals", "smallest", "split_scatter", "suffix_sums", "take", "total", "vector",
+    "where",
 ]
 
 
@@ -69,7 +72,7 @@ class Vector(list):  # type: ignore[type-arg]
     __hash__ = None  # type: ignore[assignment]
 
     def __neg__(self) -> Vector:
-        return Vector([-a for a in self])
+        return Vector(map(operator.neg, self))
 
     def __getitem__(self, index: Any) -> Any:
         item = list.__getitem__(self, index)
@@ -86,12 +89,16 @@ class Vector(list):  # type: ignore[type-arg]
 
 
 def _map2(function: Callable[[Any, Any], Any], x: Any, y: Any) -> Vector:
-    """``function`` elementwise over two vectors, or a vector and a scalar (either side)."""
+    """``function`` elementwise over two vectors, or a vector and a scalar (either side).
+
+    By :func:`map`, which runs an operator over lists without a Python frame per entry."""
     if isinstance(x, list) and isinstance(y, list):
-        return Vector([function(a, b) for a, b in zip(x, y, strict=True)])
+        if len(x) != len(y):
+            raise ValueError(f"vectors of {len(x)} and {len(y)} entries")
+        return Vector(map(function, x, y))
     if isinstance(x, list):
-        return Vector([function(a, y) for a in x])
-    return Vector([function(x, b) for b in y])
+        return Vector(map(function, x, repeat(y)))
+    return Vector(map(function, repeat(x), y))
 
 
 def vector(values: Iterable[float]) -> Vector:
@@ -105,17 +112,34 @@ def arange(start: int, stop: int) -> Vector:
 
 
 def isfinite(x: Vector) -> Vector:
-    return Vector([math.isfinite(a) for a in x])
+    return Vector(map(math.isfinite, x))
+
+
+def _has_nan(x: Any) -> bool:
+    """Whether the vector or scalar x is or holds a nan (a vector's builtin sum, a fast
+    pass, is nan only if it holds one or infinities of both signs: then they are looked
+    for one by one)."""
+    if not isinstance(x, list):
+        return x != x
+    whole = sum(x)
+    return whole != whole and any(map(math.isnan, x))
 
 
 def maximum(x: Any, y: Any) -> Vector:
-    """The larger of x and y, elementwise (nan if either is nan, as numpy's)."""
-    return _map2(_larger, x, y)
+    """The larger of x and y, elementwise (nan if either is nan, as numpy's; without a
+    nan, the builtin's choice is the same)."""
+    return _map2(_larger if _has_nan(x) or _has_nan(y) else max, x, y)
 
 
 def minimum(x: Any, y: Any) -> Vector:
-    """The smaller of x and y, elementwise (nan if either is nan, as numpy's)."""
-    return _map2(_smaller, x, y)
+    """The smaller of x and y, elementwise (nan if either is nan, as numpy's; without a
+    nan, the builtin's choice is the same)."""
+    if isinstance(x, list) != isinstance(y, list) and not _has_nan(y if isinstance(x, list)
+                                                                    else x):
+        # A vector and a scalar cap c: a entry a stays unless a > c (a nan stays).
+        vector, cap = (x, y) if isinstance(x, list) else (y, x)
+        return Vector([a if not a > cap else cap for a in vector])
+    return _map2(_smaller if _has_nan(x) or _has_nan(y) else min, x, y)
 
 
 def _larger(a: float, b: float) -> float:
@@ -145,12 +169,12 @@ def clip(x: Vector, lo: Any, hi: Any) -> Vector:
 
 def floor_int(x: Vector) -> Vector:
     """floor(x) as integers (x finite)."""
-    return Vector([math.floor(a) for a in x])
+    return Vector(map(math.floor, x))
 
 
 def ceil_int(x: Vector) -> Vector:
     """ceil(x) as integers (x finite)."""
-    return Vector([math.ceil(a) for a in x])
+    return Vector(map(math.ceil, x))
 
 
 def total(x: Vector) -> float:
@@ -197,9 +221,7 @@ def poisson_tails(k: Vector, mean: float) -> distributions.Tails:
 
 def largest(x: Vector) -> float:
     """The largest entry (nan if any is nan, as numpy's)."""
-    if any(a != a for a in x):
-        return math.nan
-    return max(x)
+    return math.nan if _has_nan(x) else max(x)
 
 
 def take(x: Vector, indices: list[int]) -> Vector:
@@ -253,28 +275,28 @@ def _exp(x: float) -> float:
 
 
 def log1p(x: Vector) -> Vector:
-    return Vector([_log1p(a) for a in x])
+    return Vector(map(_log1p, x))
 
 
 def exp(x: Vector) -> Vector:
-    return Vector([_exp(a) for a in x])
+    return Vector(map(_exp, x))
 
 
 def expm1(x: Vector) -> Vector:
     """e^x - 1, elementwise (x never large here: the grid's fractions of a step)."""
-    return Vector([math.expm1(a) for a in x])
+    return Vector(map(math.expm1, x))
 
 
 def compress(mask: Vector, x: Vector) -> Vector:
     """The entries of x where ``mask`` holds, in order."""
-    return Vector([a for a, keep in zip(x, mask, strict=True) if keep])
+    if len(x) != len(mask):
+        raise ValueError(f"vectors of {len(x)} and {len(mask)} entries")
+    return Vector(_compress(x, mask))
 
 
 def smallest(x: Vector) -> Any:
     """The smallest entry (nan if any is nan, as numpy's)."""
-    if any(a != a for a in x):
-        return math.nan
-    return min(x)
+    return math.nan if _has_nan(x) else min(x)
 
 
 def count_nonzero(x: list[float]) -> int:
@@ -282,13 +304,29 @@ def count_nonzero(x: list[float]) -> int:
     return len(x) - x.count(0.0)
 
 
-def scatter_add(index: Vector, weights: Vector, size: int) -> Vector:
-    """A vector of ``size`` zeros with each weight added, in order, at its index (0 <= index
-    < size)."""
+def scatter_add(index: Vector, weights: Vector, size: int, offset: int = 0) -> Vector:
+    """A vector of ``size`` zeros with each weight added, in order, at its index less
+    ``offset`` (0 <= index - offset < size)."""
     out = [0.0] * size
     for at, weight in zip(index, weights, strict=True):
-        out[at] += weight
+        out[at - offset] += weight
     return Vector(out)
+
+
+def split_scatter(index: Vector, masses: Vector, share: Vector, size: int, offset: int = 0
+                  ) -> Vector:
+    """A vector of ``size`` zeros with each mass split between two neighbours: m (1 - w)
+    computed as m - m w added at i = index - ``offset``, m w at i + 1 (0 <= i < size - 1),
+    in order; the two parts are summed apart, then added."""
+    lower = [0.0] * size
+    raised = [0.0] * (size + 1)  # raised[i] is the mass moved up from point i
+    for at, mass, fraction in zip(index, masses, share, strict=True):
+        up = mass * fraction
+        lower[at - offset] += mass - up
+        raised[at - offset] += up
+    raised.pop()
+    raised.insert(0, 0.0)
+    return Vector(map(operator.add, lower, raised))
 
 
 def suffix_sums(x: list[float]) -> Vector:
