@@ -247,14 +247,6 @@ def _window_sum(pair: CountPair, eps: float) -> tuple[float, float]:
     return arrays.namespace().total(terms), float(omitted)
 
 
-def _exp(x: float) -> float:
-    """e^x, +inf where it overflows."""
-    try:
-        return math.exp(x)
-    except OverflowError:
-        return math.inf
-
-
 def window_terms(t: Any, w0: Any, w1: Any, rho_slack: Any, own: float, other: float,
                  eps: float) -> Any:
     """(P_t - e^eps Q_t)_+ at every total of a window (the module docstring's per-t sum).
@@ -264,7 +256,7 @@ def window_terms(t: Any, w0: Any, w1: Any, rho_slack: Any, own: float, other: fl
     vectors are those of the backend in use.
     """
     xp = arrays.namespace()
-    e = _exp(eps)
+    e = arrays.exp_or_inf(eps)
     k0 = max(0.0, 1.0 - own - other)
     if k0 == 0.0 and other == 0.0:
         # Every message is the victim's or the blanket's: x = t e / (1 + e) = t - y with

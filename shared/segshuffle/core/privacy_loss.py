@@ -356,10 +356,7 @@ class ComposedLoss:
         start = max(0, math.floor(scaled) + 1 - self.first) if math.isfinite(scaled) else size
         value = self.infinity
         if start < size:
-            try:
-                e = math.exp(eps)
-            except OverflowError:
-                e = math.inf
+            e = arrays.exp_or_inf(eps)
             value += max(0.0, float(self.tail_p[start]) - e * float(self.tail_q[start]))
             if self.upper:
                 value += self.noise * (size - start)

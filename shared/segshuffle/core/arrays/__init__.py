@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -32,7 +33,8 @@ from typing import ParamSpec, TypeVar
 P = ParamSpec("P")
 R = TypeVar("R")
 
-__all__ = ["NUMPY", "PYTHON", "default_name", "name", "namespace", "on_python", "use"]
+__all__ = ["NUMPY", "PYTHON", "default_name", "exp_or_inf", "name", "namespace", "on_python",
+           "use"]
 
 NUMPY = "numpy"
 PYTHON = "python"
@@ -86,3 +88,12 @@ def on_python(function: Callable[P, R]) -> Callable[P, R]:
         with use(PYTHON):
             return function(*args, **kwargs)
     return wrapper
+
+
+def exp_or_inf(x: float) -> float:
+    """e^x for one float, +inf where it overflows: numpy's and JavaScript's value, where
+    :func:`math.exp` raises (a bound's scalar steps and the Python backend's vectors)."""
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf

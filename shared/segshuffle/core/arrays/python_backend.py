@@ -23,6 +23,7 @@ from typing import Any
 
 from ..portable import distributions
 from ..portable.fft import irfft, multiply_spectra, next_power_of_two, power_spectrum, rfft
+from . import exp_or_inf
 
 __all__ = [
     "Vector", "arange", "binom_cdf", "binom_pmf", "binom_sf", "binom_tails_range", "ceil_int",
@@ -266,20 +267,12 @@ def _log1p(x: float) -> float:
     return -math.inf if x == -1.0 else math.nan
 
 
-def _exp(x: float) -> float:
-    """e^x, inf where it overflows (as numpy's)."""
-    try:
-        return math.exp(x)
-    except OverflowError:
-        return math.inf
-
-
 def log1p(x: Vector) -> Vector:
     return Vector(map(_log1p, x))
 
 
 def exp(x: Vector) -> Vector:
-    return Vector(map(_exp, x))
+    return Vector(map(exp_or_inf, x))
 
 
 def expm1(x: Vector) -> Vector:
