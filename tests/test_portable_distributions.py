@@ -17,9 +17,9 @@ import pytest
 
 from segshuffle.core import bounded_cache as portable_cache
 from segshuffle.core import distributions as numpy_distributions
+from segshuffle.core.arrays import python_distributions as dist
+from segshuffle.core.arrays import python_fft as pfft
 from segshuffle.core.errors import AccountantError
-from segshuffle.core.portable import distributions as dist
-from segshuffle.core.portable import fft as pfft
 
 from .node_support import node
 
@@ -379,7 +379,7 @@ def test_the_foundations_import_neither_numpy_nor_scipy() -> None:
     code = (
         "import sys\n"
         "import segshuffle.core.errors, segshuffle.core.bounded_cache\n"
-        "import segshuffle.core.portable.distributions, segshuffle.core.portable.fft\n"
+        "import segshuffle.core.arrays.python_distributions, segshuffle.core.arrays.python_fft\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'scipy'))\n"
         "assert not heavy, heavy\n"
     )

@@ -51,7 +51,7 @@ every count below 39):
   ``betainc`` was off by up to 7e-8 in the bulk (n just below 2^31; 1.5e-8 at
   Binomial(1e9, 3.2e-8), k = 31; 1.7e-10 at 1e7 trials, 2e-11 at 1e6), ``betaincc``
   by up to 2.4e-11.  Both tails are taken from
-  :mod:`segshuffle.core.portable.distributions` instead, sums of Loader's masses:
+  :mod:`segshuffle.core.arrays.python_distributions` instead, sums of Loader's masses:
   below the mean the lower tail, from k down (at most k + 1 masses), above it the
   upper tail from k + 1 up, each until what is left is provably below 2^-60 of the
   sum; the other tail is one minus it.  Within 7.7e-14 relative and 1.9e-15 absolute.
@@ -225,10 +225,10 @@ def _shaped(values: np.ndarray, scalar: bool) -> np.ndarray | float:
     return float(values) if scalar else values
 
 
-def _portable_distributions():
-    """The numpy-free :mod:`segshuffle.core.portable.distributions` (imported on first use:
-    its package costs about 30 ms to import)."""
-    from .portable import distributions as portable
+def _python_distributions():
+    """The numpy-free :mod:`segshuffle.core.arrays.python_distributions` (imported on first use:
+    about 30 ms to import)."""
+    from .arrays import python_distributions as portable
 
     return portable
 
@@ -246,7 +246,7 @@ def _mirror_correction(k: np.ndarray | int, n: np.ndarray | int, p: float, q: fl
     the slack s = p - (1 - q): g s (1 - s (k - (n - 1) p) / (2 p q)), g = (k + 1) f(k + 1) / p
     (module docstring).  Scalars through the pure-Python mass, arrays through numpy's."""
     if np.ndim(k) == 0 and np.ndim(n) == 0:
-        mass = _portable_distributions().binom_pmf(k + 1, n, p)
+        mass = _python_distributions().binom_pmf(k + 1, n, p)
     else:
         mass = binom_pmf(k + 1.0, n, p)
     return (k + 1.0) / p * mass * slack * (1.0 - 0.5 * slack * (k - (n - 1.0) * p) / (p * q))
@@ -295,7 +295,7 @@ def _binomial_tail(k: np.ndarray | int, n: np.ndarray | int, p: float, *, upper:
         if k < 0 or k >= n:
             return below if k < 0 else above
         if slack and k < _SMALL_COUNTS:
-            portable = _portable_distributions()
+            portable = _python_distributions()
             return portable.binom_sf(k, n, p) if upper else portable.binom_cdf(k, n, p)
         if upper:
             return _upper_scalar(k, n, p, q, slack)
@@ -313,7 +313,7 @@ def _binomial_tail(k: np.ndarray | int, n: np.ndarray | int, p: float, *, upper:
             values[rest] = (_upper_array(kr, nr, p, q, slack) if upper
                             else special.betaincc(kr + 1.0, nr - kr, p))
         if small.any():  # at most _SMALL_COUNTS counts per number of trials
-            portable = _portable_distributions()
+            portable = _python_distributions()
             tail = portable.binom_sf if upper else portable.binom_cdf
             values[small] = [tail(int(a), int(b), p)
                              for a, b in zip(ki[small].tolist(), ni[small].tolist(),
@@ -404,7 +404,7 @@ def poisson_tails(k: np.ndarray | int, mean: float) -> Tails:
     gap = max(64.0, _WINDOW_GAP_SIGMAS * math.sqrt(mean))
     below = (k >= 0) & (k < mode)
     for kmin, kmax in _clusters(k[below], gap) if below.any() else ():
-        a = _portable_distributions().lower_window_start(kmin, mean)
+        a = _python_distributions().lower_window_start(kmin, mean)
         sums = np.cumsum(poisson_pmf(np.arange(a, kmax + 1, dtype=float), mean))
         here = below & (k >= kmin) & (k <= kmax)
         lower[here] = sums[(k[here] - a).astype(np.int64)]
@@ -412,7 +412,7 @@ def poisson_tails(k: np.ndarray | int, mean: float) -> Tails:
     upper = 1.0 - lower
     above = k >= mode
     for kmin, kmax in _clusters(k[above], gap) if above.any() else ():
-        b = _portable_distributions().upper_window_end(kmax, mean)
+        b = _python_distributions().upper_window_end(kmax, mean)
         masses = poisson_pmf(np.arange(kmin + 1, b + 1, dtype=float), mean)
         sums = np.cumsum(masses[::-1])[::-1]  # sums[i]: the masses from kmin + 1 + i up
         here = above & (k >= kmin) & (k <= kmax)
@@ -425,7 +425,7 @@ def poisson_tails(k: np.ndarray | int, mean: float) -> Tails:
 def scalar_poisson_tails(counts: list[int], mean: float) -> Any:
     """:func:`poisson_tails` at a few counts by the scalar sums of the portable accountant
     (the same masses and windows, without numpy's cost per call on tiny arrays)."""
-    return _portable_distributions().poisson_tails(counts, mean)
+    return _python_distributions().poisson_tails(counts, mean)
 
 
 def poisson_cdf(k: np.ndarray | int, mean: float) -> np.ndarray | float:

@@ -3,7 +3,7 @@
 One implementation for both accountants: written against the array backend in use
 (:mod:`segshuffle.core.arrays`), it runs on numpy and scipy's FFT on the server and in
 full client installs, and on Python lists and the pure-Python FFT of
-:mod:`segshuffle.core.portable.fft` in light ones (the JavaScript accountant's arithmetic,
+:mod:`segshuffle.core.arrays.python_fft` in light ones (the JavaScript accountant's arithmetic,
 which the test vectors hold equal to it).
 
 **The item pair.**  Let f be the pmf of a bin's blanket count (Poisson(mu), or

@@ -71,7 +71,7 @@ def loopback_addresses(count: int, first: str = "127.0.0.2") -> list[str]:
     return [str(start + offset) for offset in range(count)]
 
 
-ACCOUNTANT_MODULES = ("segshuffle.core.portable.distributions",)
+ACCOUNTANT_MODULES = ("segshuffle.core.arrays.python_distributions",)
 """Modules the accountant imports on its first computation (the numpy accountant's exact
 binomial tails come from the portable package: some 30 ms of imports)."""
 

@@ -3,8 +3,8 @@
 A :class:`Vector` is a list with numpy's elementwise arithmetic and comparisons (a scalar
 operand is broadcast), and slices that stay vectors; the functions mirror the numpy
 backend's, element by element.  The special functions are the numpy-free ones of
-:mod:`segshuffle.core.portable.distributions`, the transforms those of
-:mod:`segshuffle.core.portable.fft` (lengths padded to powers of two), the exact
+:mod:`segshuffle.core.arrays.python_distributions`, the transforms those of
+:mod:`segshuffle.core.arrays.python_fft` (lengths padded to powers of two), the exact
 convolution adds its products in the JavaScript accountant's order, and :func:`total` is
 Neumaier's compensated sum, as in the web client's JavaScript accountant.  Python's floats
 give inf and nan where numpy's do, except that ``x / 0.0`` raises: a bound never divides
@@ -21,9 +21,9 @@ from itertools import accumulate, repeat
 from itertools import compress as _compress
 from typing import Any
 
-from ..portable import distributions
-from ..portable.fft import irfft, multiply_spectra, next_power_of_two, power_spectrum, rfft
 from . import exp_or_inf
+from . import python_distributions as distributions
+from .python_fft import irfft, multiply_spectra, next_power_of_two, power_spectrum, rfft
 
 __all__ = [
     "Vector", "arange", "binom_cdf", "binom_pmf", "binom_sf", "binom_tails_range", "ceil_int",
@@ -381,7 +381,7 @@ def convolve_exact(x: list[float], y: list[float]) -> tuple[int, Vector]:
 
 def fft_compose(base: list[float], pair: list[float], times: int) -> Vector:
     """base * pair^{*times} (``times``-fold convolution power) by the real FFT of
-    :mod:`segshuffle.core.portable.fft` (lengths padded to a power of two), unclipped.
+    :mod:`segshuffle.core.arrays.python_fft` (lengths padded to a power of two), unclipped.
     ``base`` may be ``pair`` itself (its transform is then taken once)."""
     size = len(base) + times * (len(pair) - 1)
     n = next_power_of_two(size)

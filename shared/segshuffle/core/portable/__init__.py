@@ -11,8 +11,10 @@ this package computes the same bound in pure Python (the standard library, plus 
 It follows the web client's JavaScript accountant (``clients/web/src/accountant``), one
 module per JavaScript module: :mod:`.accounting` (the bound and its branches),
 :mod:`.slot_joint`, :mod:`.slot_groups` (the slot blanket's bounds),
-:mod:`.multinomial_pair` (the group pair's loss distribution), :mod:`.distributions`,
-:mod:`.fft` (special functions and transforms), :mod:`.validation` and :mod:`.blanket`.
+:mod:`.multinomial_pair` (the group pair's loss distribution), :mod:`.validation` and
+:mod:`.blanket`; its special functions and transforms are those of the standard-library
+array backend (:mod:`segshuffle.core.arrays.python_distributions`,
+:mod:`segshuffle.core.arrays.python_fft`).
 The count pair, the one-item mixture, the Poisson comparison and the item pairs' loss
 distributions are not here: their one implementations, :mod:`segshuffle.core.hockey_stick`,
 :mod:`segshuffle.core.slot_single`, :mod:`segshuffle.core.poisson_comparison` and

@@ -34,11 +34,11 @@ import math
 from dataclasses import dataclass
 
 from .. import arrays
+from ..arrays.python_distributions import binom_cdf, binom_log_pmf, binom_sf, ln_factorial
 from ..bounded_cache import key_of, registered_cache
 from ..errors import AccountantError
 from ..pair_windows import MAX_ATOMS, block_starts, enumerable, split_window, total_window
 from ..privacy_loss import LossDistribution, discretise, grid_floor
-from .distributions import binom_cdf, binom_log_pmf, binom_sf, ln_factorial
 
 __all__ = ["MAX_ATOMS", "PairAtoms", "multinomial_pair_loss", "pair_atoms", "pair_losses"]
 

@@ -51,10 +51,10 @@ from itertools import accumulate
 from operator import mul
 
 from .. import arrays
+from ..arrays.python_distributions import binom_cdf, binom_isf, binom_pmf, binom_ppf, fsum
 from ..bounded_cache import key_of, registered_cache
 from ..pair_windows import enumerable
 from ..privacy_loss import DEFAULT_STEP, ComposedLoss, compose_loss
-from .distributions import binom_cdf, binom_isf, binom_pmf, binom_ppf, fsum
 from .multinomial_pair import multinomial_pair_loss, pair_atoms, pair_losses
 
 __all__ = ["GroupsBound", "SortedLosses", "group_geometry"]

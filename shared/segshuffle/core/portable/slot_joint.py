@@ -52,10 +52,10 @@ import math
 from dataclasses import dataclass
 from operator import add
 
+from ..arrays.python_distributions import binom_cdf, binom_sf, fsum, ln_factorial, upper_quantile
 from ..bounded_cache import key_of, registered_cache
 from ..errors import AccountantError
 from ..joint_budget import values_floor
-from .distributions import binom_cdf, binom_sf, fsum, ln_factorial, upper_quantile
 
 __all__ = [
     "MAX_VALUES",

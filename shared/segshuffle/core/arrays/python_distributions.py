@@ -1,9 +1,10 @@
 """Binomial and Poisson point masses and tails in double precision, without numpy.
 
-This module belongs to the numpy-free port of the JavaScript accountant
-(``clients/web/src/accountant/distributions.js``) used by light client installs;
-``tests/test_portable_accountant*.py`` and ``tests/test_portable_distributions.py`` keep
-it equal to the JavaScript and numpy accountants.  Every formula, constant and order of
+The special functions of the standard-library array backend (:mod:`.python_backend`), which
+light client installs verify parameters with; the port of the JavaScript accountant's
+``clients/web/src/accountant/distributions.js``.  ``tests/test_portable_accountant*.py``
+and ``tests/test_portable_distributions.py`` keep it equal to the JavaScript and numpy
+accountants.  Every formula, constant and order of
 summation is the JavaScript one.
 
 Point masses follow Catherine Loader's saddle-point method ("Fast and accurate

@@ -1,9 +1,10 @@
 """Real-input discrete Fourier transforms for convolving probability vectors, without numpy.
 
-This module belongs to the numpy-free port of the JavaScript accountant
-(``clients/web/src/accountant/fft.js``) used by light client installs;
-``tests/test_portable_accountant*.py`` and ``tests/test_portable_distributions.py`` keep
-it equal to the JavaScript and numpy accountants.
+The transforms of the standard-library array backend (:mod:`.python_backend`), which light
+client installs verify parameters with; the port of the JavaScript accountant's
+``clients/web/src/accountant/fft.js``.  ``tests/test_portable_accountant*.py`` and
+``tests/test_portable_distributions.py`` keep it equal to the JavaScript and numpy
+accountants.
 
 A transform of real length n (a power of two) is taken as one complex transform of
 length n / 2 on z[k] = x[2k] + i x[2k + 1], then split into the spectra of the even
@@ -33,7 +34,7 @@ from itertools import repeat
 from operator import add, mul, sub
 from typing import NamedTuple
 
-from segshuffle.core.bounded_cache import BoundedCache
+from ..bounded_cache import BoundedCache
 
 __all__ = [
     "Spectrum",
