@@ -65,6 +65,79 @@ def test_python_vectors_compute_what_numpy_computes(seed: int) -> None:
         _same(pyb.ceil_int(pyb.vector(finite)), np.ceil(np.array(finite)).astype(np.int64))
 
 
+def test_python_extremes_keep_numpy_s_nan_and_infinities() -> None:
+    """The builtin fast paths of minimum, maximum, smallest and largest give numpy's answer
+    with a nan anywhere, and with infinities of both signs (whose sum is nan too)."""
+    for x in ([1.0, math.nan, -2.0], [math.inf, -math.inf, 3.0], [0.5, 2.0, -1.0],
+              [math.nan], [-math.inf, math.inf, math.nan]):
+        with np.errstate(all="ignore"):
+            for cap in (1.0, math.nan, -math.inf):
+                _same(pyb.minimum(pyb.vector(x), cap), np.minimum(np.array(x), cap))
+                _same(pyb.minimum(cap, pyb.vector(x)), np.minimum(cap, np.array(x)))
+                _same(pyb.maximum(pyb.vector(x), cap), np.maximum(np.array(x), cap))
+            _same(pyb.minimum(pyb.vector(x), pyb.vector(x[::-1])),
+                  np.minimum(np.array(x), np.array(x[::-1])))
+            for mine, theirs in ((pyb.smallest, np.min), (pyb.largest, np.max)):
+                got, want = mine(pyb.vector(x)), float(theirs(np.array(x)))
+                assert got == want or (got != got and want != want), (x, got, want)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_loss_grid_kernels_agree_across_backends(seed: int) -> None:
+    """What the item pairs' loss distributions need of a backend: elementwise log1p, exp and
+    expm1 (inf and nan where numpy gives them), masks, scatters, suffix sums, exact and
+    FFT convolutions."""
+    chooser = random.Random(seed)
+    x = [chooser.uniform(-3.0, 3.0) for _ in range(60)] + [-1.0, -2.0, 800.0, -math.inf]
+    px, nx = pyb.vector(x), np.array(x)
+    with np.errstate(all="ignore"):
+        _same_close_or_special(pyb.log1p(px), np.log1p(nx))
+        _same_close_or_special(pyb.exp(px), np.exp(nx))
+        _same_close_or_special(pyb.expm1(px), np.expm1(nx))
+    mask = [value > 0.5 for value in x]
+    both = pyb.vector(mask) & (px < 2.0)
+    _same(both, np.array(mask) & (nx < 2.0))
+    _same(pyb.compress(both, px), nx[np.array(mask) & (nx < 2.0)])
+    index = [chooser.randrange(3, 40) for _ in range(200)]
+    weights = [chooser.random() for _ in range(200)]
+    share = [chooser.random() for _ in range(200)]
+    _same_close(pyb.scatter_add(pyb.vector(index), pyb.vector(weights), 38, 3),
+                npb.scatter_add(np.array(index), np.array(weights), 38, 3))
+    _same_close(pyb.split_scatter(pyb.vector(index), pyb.vector(weights), pyb.vector(share),
+                                  39, 3),
+                npb.split_scatter(np.array(index), np.array(weights), np.array(share), 39, 3))
+    _same_close(pyb.suffix_sums(weights), npb.suffix_sums(np.array(weights)))
+    assert pyb.count_nonzero([0.0, 1.0, -0.0, 2.0]) == npb.count_nonzero(
+        np.array([0.0, 1.0, -0.0, 2.0])) == 2
+    pair = [0.0, 0.0] + [chooser.random() for _ in range(30)] + [0.0]
+    base = [chooser.random() for _ in range(50)]
+    direct = np.convolve(np.convolve(np.array(base), pair), pair)
+    for xp, vector in ((pyb, pyb.vector), (npb, np.array)):
+        shift, once = xp.convolve_exact(vector(base), vector(pair))
+        _same_close(once, np.convolve(np.array(base), pair)[shift:shift + len(once)])
+        twice = xp.fft_compose(vector(base), vector(pair), 2)
+        assert len(twice) == direct.size
+        assert max(abs(a - b) for a, b in zip(twice, direct, strict=True)) < 1e-12
+        pair_vector = vector(pair)
+        _same_close_or_special(xp.fft_compose(pair_vector, pair_vector, 1),
+                               np.convolve(pair, pair), absolute=1e-13)
+    counts = [0, 1, 7, 40, 400]
+    _same_close(pyb.poisson_pmf(pyb.vector(counts), 30.0), npb.poisson_pmf(np.array(counts),
+                                                                            30.0))
+    for mean in (0.5, 30.0, 2500.0):
+        assert math.isclose(pyb.poisson_outside(3, 60, mean), npb.poisson_outside(3, 60, mean),
+                            rel_tol=1e-9, abs_tol=1e-300)
+
+
+def _same_close_or_special(actual: object, expected: np.ndarray, absolute: float = 1e-300
+                           ) -> None:
+    got, want = list(actual), expected.tolist()  # type: ignore[call-overload]
+    assert len(got) == len(want)
+    for a, b in zip(got, want, strict=True):
+        assert (a == b or (a != a and b != b)
+                or math.isclose(a, b, rel_tol=1e-12, abs_tol=absolute)), (a, b)
+
+
 def test_python_vectors_slice_into_vectors_and_keep_list_behaviour() -> None:
     v = pyb.arange(3, 9)
     assert v.tolist() == [3, 4, 5, 6, 7, 8] and v.size == 6

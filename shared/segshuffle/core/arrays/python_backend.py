@@ -272,12 +272,26 @@ def log1p(x: Vector) -> Vector:
 
 
 def exp(x: Vector) -> Vector:
-    return Vector(map(exp_or_inf, x))
+    """e^x, elementwise (inf where it overflows, as numpy's)."""
+    try:
+        return Vector(map(math.exp, x))
+    except OverflowError:
+        return Vector(map(exp_or_inf, x))
+
+
+def _expm1_or_inf(x: float) -> float:
+    try:
+        return math.expm1(x)
+    except OverflowError:
+        return math.inf
 
 
 def expm1(x: Vector) -> Vector:
-    """e^x - 1, elementwise (x never large here: the grid's fractions of a step)."""
-    return Vector(map(math.expm1, x))
+    """e^x - 1, elementwise (inf where it overflows, as numpy's)."""
+    try:
+        return Vector(map(math.expm1, x))
+    except OverflowError:
+        return Vector(map(_expm1_or_inf, x))
 
 
 def compress(mask: Vector, x: Vector) -> Vector:
