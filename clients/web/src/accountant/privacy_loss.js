@@ -78,6 +78,40 @@ const UPWARD_MARGIN = 1e-12;
 const LOSS_MARGIN = 1e-9;
 
 /**
+ * Chernoff exponents from which the mass outside a bin's window is bounded rather than
+ * summed (`BinLaw.outsideBound`): e^-50 ~ 2e-22 is far below any delta a campaign
+ * certifies.
+ */
+export const CHERNOFF_FROM = 50.0;
+
+/** Relative amount by which a Chernoff exponent is lowered before use (its rounding). */
+const EXPONENT_MARGIN = 1e-6;
+
+/**
+ * mu h(k / mu), h(x) = x ln x - x + 1 (h(0) = 1), as mu ((1 + u) ln(1 + u) - u) with
+ * u = (k - mu) / mu.
+ * @param {number} k @param {number} mean
+ */
+function poissonExponent(k, mean) {
+  if (k <= 0) return mean;
+  const u = (k - mean) / mean;
+  return mean * ((1.0 + u) * Math.log1p(u) - u);
+}
+
+/**
+ * n D(k / n || p), the Kullback-Leibler divergence of Bernoulli laws, each logarithm as
+ * log1p of the gap a - p over p and 1 - p.
+ * @param {number} k @param {number} trials @param {number} p
+ */
+function binomialExponent(k, trials, p) {
+  if (k <= 0) return -trials * Math.log1p(-p);
+  if (k >= trials) return -trials * Math.log(p);
+  const a = k / trials;
+  const gap = a - p;
+  return trials * (a * Math.log1p(gap / p) + (1.0 - a) * Math.log1p(-gap / (1.0 - p)));
+}
+
+/**
  * The blanket count of one bin: Poisson(mean) when `trials` is null, else
  * Binomial(trials, mean / trials).
  */
@@ -123,6 +157,37 @@ export class BinLaw {
       return tails.lower[0] + tails.upper[1];
     }
     return binomCdf(lo - 1, this.trials, this.p) + binomSf(hi, this.trials, this.p);
+  }
+
+  /**
+   * An upper bound on `outside`: Chernoff's on each tail where the window reaches far
+   * into it (both bounds at most e^-CHERNOFF_FROM), else the tails' sums (the Python
+   * accountant's segshuffle.core.privacy_loss.BinLaw.outside_bound, with its proof).
+   * @param {number} lo @param {number} hi
+   */
+  outsideBound(lo, hi) {
+    if (this.mean === 0.0 || this.trials === 0) return this.outside(lo, hi);
+    const below = lo <= 0 ? 0.0 : this.tailBound(lo - 1, false);
+    const above = this.trials !== null && hi >= this.trials
+      ? 0.0
+      : this.tailBound(hi + 1, true);
+    if (below === null || above === null) return this.outside(lo, hi);
+    return below + above;
+  }
+
+  /**
+   * Chernoff's bound on Pr[X >= k] (`upperTail`) or Pr[X <= k], or null where k is on the
+   * other side of the mean or the bound exceeds e^-CHERNOFF_FROM.
+   * @param {number} k @param {boolean} upperTail
+   * @returns {number | null}
+   */
+  tailBound(k, upperTail) {
+    if (upperTail ? k < this.mean : k > this.mean) return null;
+    let exponent = this.trials === null
+      ? poissonExponent(k, this.mean)
+      : binomialExponent(k, this.trials, this.p);
+    exponent *= 1.0 - EXPONENT_MARGIN;
+    return exponent >= CHERNOFF_FROM ? Math.exp(-exponent) : null;
   }
 
   /** f(a - 1) / f(a) for a >= 1 inside the support (inf where f(a) = 0 < f(a - 1)), 0 at a <= 0.
@@ -294,8 +359,9 @@ export function pairLoss(law, lam, { upper, step = DEFAULT_STEP }) {
   if (upper) {
     // A lies outside lo..hi when the blanket does, or when the blanket lies outside
     // lo-1..hi-1 and the message was sent.
-    aInf += (1.0 - lam) * law.outside(lo, hi) + lam * law.outside(lo - 1, hi - 1);
-    bInf += law.outside(lo, hi);
+    // (Each tail's mass is bounded, BinLaw.outsideBound.)
+    aInf += (1.0 - lam) * law.outsideBound(lo, hi) + lam * law.outsideBound(lo - 1, hi - 1);
+    bInf += law.outsideBound(lo, hi);
   }
   const spread = spreadHigh >= spreadLow ? spreadHigh - spreadLow : 0.0;
   step = Math.max(step, spread / MAX_BIN_POINTS);
