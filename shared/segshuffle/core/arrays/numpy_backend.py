@@ -39,8 +39,11 @@ log1p = np.log1p
 #: per call on two-entry arrays is larger than the sums themselves).
 SCALAR_TAILS_UP_TO = 1000.0
 
-#: Up to this many pairs of atoms an exact convolution may run numpy's direct one (dense).
-_DENSE_FACTOR = 8
+#: An exact convolution runs numpy's direct one (dense) while its length product is at
+#: most this many times the pairs of non-zero entries: the products of non-zero entries
+#: (sparse) take about as long as 35 times as many multiply-adds of the direct one
+#: (measured at 500 to 6,000 entries, densities 0.02 to 0.5).
+_DENSE_FACTOR = 32
 
 
 def vector(values: Iterable[float]) -> np.ndarray:
