@@ -107,7 +107,7 @@ def _excess_on(totals: _ComparedTotals, nu: float) -> float:
     via_lower = totals.lower * (1.0 + rho_b) - poisson.lower * (1.0 - rho_p)
     via_upper = poisson.upper * (1.0 + rho_p) - totals.upper * (1.0 - rho_b)
     excess = xp.largest(xp.minimum(via_lower, via_upper))
-    above = float(poisson.upper[len(poisson.upper) - 1]) * (1.0 + rho_p)  # S_P(hi) bounds t > hi
+    above = float(poisson.upper[-1]) * (1.0 + rho_p)  # S_P(hi) bounds every t > hi
     return max(0.0, excess, above, totals.below * (1.0 + rho_b))
 
 
@@ -175,10 +175,9 @@ def clear_caches() -> None:
 def _dominated_mean(trials: int, q: float, slack: float) -> tuple[float, float]:
     if trials <= 0 or q <= 0.0:
         return 0.0, 0.0
-    lo, hi = _window_bounds(trials, q)
-    stride = max(1, (hi - lo + 1) // _COARSE_POINTS)
     full = _full_window(trials, q)
     size = len(full.totals)
+    stride = max(1, size // _COARSE_POINTS)
     # Subsample the full window rather than evaluate twice.
     coarse = full.subsampled([*range(0, size, stride), size - 1])
     nu = _largest_admissible(lambda value: _excess_on(coarse, value) <= slack, trials * q, q,

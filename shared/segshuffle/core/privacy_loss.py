@@ -356,8 +356,9 @@ def pair_loss(law: BinLaw, lam: float, *, upper: bool, step: float = DEFAULT_STE
     a_losses = xp.compress(a_kept, loss)
     b_losses = -xp.compress(b_kept, loss)
     if a_losses.size and b_losses.size:
-        spread = xp.largest(xp.compress(finite, loss)) - xp.smallest(xp.compress(finite, loss))
-        step = max(step, spread / MAX_BIN_POINTS)
+        finite_losses = xp.compress(finite, loss)
+        step = max(step, (xp.largest(finite_losses) - xp.smallest(finite_losses))
+                   / MAX_BIN_POINTS)
         # Each bin is a pair of its own ((f_lam, f) and (f, f_lam)); the item pair is
         # their composition, so each is put on the grid and the two are convolved.
         a_offset, a_pmf = discretise(a_losses, xp.compress(a_kept, f_lam), step, upper)
