@@ -257,8 +257,8 @@ def test_the_item_pair_losses_have_one_implementation() -> None:
     """The numpy-free accountant's item-pair loss distributions and compositions are
     segshuffle.core.privacy_loss's, on Python lists and the pure-Python FFT; no second copy
     remains in the portable package, and the group pair's grid is privacy_loss's."""
-    from segshuffle.core import privacy_loss
-    from segshuffle.core.portable import accounting, multinomial_pair, slot_groups
+    from segshuffle.core import multinomial_pair, privacy_loss
+    from segshuffle.core.portable import accounting, slot_groups
 
     assert importlib.util.find_spec("segshuffle.core.portable.privacy_loss") is None
     assert accounting.composed_pair is privacy_loss.composed_pair
@@ -274,6 +274,28 @@ def test_the_item_pair_losses_have_one_implementation() -> None:
     assert on_lists.first == on_numpy.first and len(on_lists.tail_p) == on_numpy.tail_p.size
     for eps in (0.0, 0.3, 1.0):
         assert on_lists.delta(eps) == pytest.approx(on_numpy.delta(eps), rel=1e-9, abs=1e-13)
+
+
+def test_the_group_pair_has_one_implementation() -> None:
+    """The labelled groups' multinomial pair is segshuffle.core.multinomial_pair on both
+    backends: the numpy-free accountant's groups compose its loss distributions, no second
+    copy remains in the portable package, and the two backends give the same grid."""
+    from segshuffle.core import multinomial_pair
+    from segshuffle.core.portable import slot_groups
+
+    assert importlib.util.find_spec("segshuffle.core.portable.multinomial_pair") is None
+    assert slot_groups.pair_loss is multinomial_pair.pair_loss
+    assert slot_groups.pair_atoms is multinomial_pair.pair_atoms
+    for slots, r, lam in ((5_000, 0.2, 0.5), (80_000, 0.486, 0.86)):
+        with arrays.use(arrays.PYTHON):
+            atoms = multinomial_pair.pair_atoms(slots, r)
+            on_lists = multinomial_pair.pair_loss(atoms, lam, upper=True, step=2e-3)
+        numpy_atoms = multinomial_pair.pair_atoms(slots, r)
+        on_numpy = multinomial_pair.pair_loss(numpy_atoms, lam, upper=True, step=2e-3)
+        assert isinstance(atoms.split, pyb.Vector) and isinstance(numpy_atoms.split, np.ndarray)
+        assert (on_lists.step, on_lists.offset) == (on_numpy.step, on_numpy.offset)
+        np.testing.assert_allclose(list(on_lists.pmf), on_numpy.pmf, rtol=1e-9, atol=1e-300)
+        assert on_lists.infinity == pytest.approx(on_numpy.infinity, rel=1e-12)
 
 
 def test_the_numpy_free_accountant_runs_the_one_pair_without_numpy() -> None:

@@ -36,9 +36,9 @@ def _exact_atoms(slots: int, r: float, monkeypatch: pytest.MonkeyPatch
     """The pair with blocks of one total each (the pair itself)."""
     with monkeypatch.context() as patch:
         patch.setattr(pair_windows, "BLOCK_SHARE", 0.0)
-        multinomial_pair.pair_atoms.cache_clear()
+        multinomial_pair.clear_caches()
         atoms = multinomial_pair.pair_atoms(slots, r)
-    multinomial_pair.pair_atoms.cache_clear()
+    multinomial_pair.clear_caches()
     assert atoms is not None
     return atoms
 

@@ -1,4 +1,4 @@
-"""The multinomial pair put on the loss grid cell by cell, in all three accountants.
+"""The multinomial pair put on the loss grid cell by cell, on both array backends and in JavaScript.
 
 Before, every atom of the block pair had its loss computed (two logarithms) and was put on
 the grid by itself: about a million atoms per lambda where the labelled groups are nearly
@@ -17,8 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from segshuffle.core import multinomial_pair
-from segshuffle.core.portable import multinomial_pair as portable_pair
+from segshuffle.core import arrays, multinomial_pair
 
 from .node_support import node
 
@@ -48,7 +47,7 @@ def test_the_cells_dominate_the_atoms_within_the_margin(slots: int, r: float,
                                                         lam: float) -> None:
     atoms = multinomial_pair.pair_atoms(slots, r)
     cells = multinomial_pair.pair_loss(atoms, lam, upper=True, step=STEP)
-    each = multinomial_pair._pair_loss_by_atom(atoms, lam, upper=True, step=STEP)
+    each = multinomial_pair._by_atom(atoms, lam, upper=True, step=STEP)
     assert cells.step == each.step and cells.offset == each.offset
     assert cells.pmf.size == each.pmf.size
     assert cells.pmf.sum() == pytest.approx(each.pmf.sum(), rel=1e-12)
@@ -64,8 +63,9 @@ def test_the_cells_dominate_the_atoms_within_the_margin(slots: int, r: float,
 def test_the_pure_python_pair_agrees(slots: int, r: float, lam: float) -> None:
     ours = multinomial_pair.pair_loss(multinomial_pair.pair_atoms(slots, r), lam, upper=True,
                                       step=STEP)
-    light = portable_pair.multinomial_pair_loss(portable_pair.pair_atoms(slots, r), lam,
-                                                upper=True, step=STEP)
+    with arrays.use(arrays.PYTHON):
+        light = multinomial_pair.pair_loss(multinomial_pair.pair_atoms(slots, r), lam,
+                                           upper=True, step=STEP)
     assert light.step == ours.step and light.offset == ours.offset
     np.testing.assert_allclose(light.pmf, ours.pmf, rtol=1e-9, atol=1e-300)
     assert light.infinity == pytest.approx(ours.infinity, rel=1e-12)
@@ -78,9 +78,9 @@ def test_nearly_full_groups_take_no_logarithm_per_atom(monkeypatch) -> None:
     evaluated = []
     loss = multinomial_pair._split_loss
 
-    def counted(c, t0, a):
+    def counted(c, t0, a, c_plus_a=None):
         evaluated.append(np.size(a))
-        return loss(c, t0, a)
+        return loss(c, t0, a, c_plus_a)
 
     monkeypatch.setattr(multinomial_pair, "_split_loss", counted)
     multinomial_pair.pair_loss(atoms, 0.86, upper=True, step=STEP)
@@ -88,17 +88,18 @@ def test_nearly_full_groups_take_no_logarithm_per_atom(monkeypatch) -> None:
 
 
 def test_the_pure_python_pair_sums_nearly_full_groups_by_cells(monkeypatch) -> None:
-    atoms = portable_pair.pair_atoms(80_000, 0.486)
-    one_by_one = []
-    block_losses = portable_pair._block_losses
+    evaluated = []
+    loss = multinomial_pair._split_loss
 
-    def counted(atoms, block, pi, c):
-        one_by_one.append(block)
-        return block_losses(atoms, block, pi, c)
+    def counted(c, t0, a, c_plus_a=None):
+        evaluated.append(len(a))
+        return loss(c, t0, a, c_plus_a)
 
-    monkeypatch.setattr(portable_pair, "_block_losses", counted)
-    portable_pair.multinomial_pair_loss(atoms, 0.86, upper=True, step=STEP)
-    assert len(one_by_one) <= 2 < len(atoms.low)  # at most the two end blocks
+    with arrays.use(arrays.PYTHON):
+        atoms = multinomial_pair.pair_atoms(80_000, 0.486)
+        monkeypatch.setattr(multinomial_pair, "_split_loss", counted)
+        multinomial_pair.pair_loss(atoms, 0.86, upper=True, step=STEP)
+    assert 0 < sum(evaluated) < atoms.size / 10
 
 
 _PAIR_SCRIPT = """

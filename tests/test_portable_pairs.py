@@ -2,9 +2,9 @@
 1e-9 relative or 1e-13 absolute, at small and medium sizes (slots 1e3..1e6, r around 1/256,
 lambda 0.1..1, eps 0.1..4): the modules written once (the count pair of
 :mod:`segshuffle.core.hockey_stick`, the one-item mixture, the Poisson comparison, the
-item pairs' loss distributions of :mod:`segshuffle.core.privacy_loss`) on their Python
-backend against their numpy backend, and the numpy-free multinomial_pair of
-segshuffle.core.portable against its numpy twin."""
+item pairs' loss distributions of :mod:`segshuffle.core.privacy_loss`, the multinomial
+pair of :mod:`segshuffle.core.multinomial_pair`) on their Python backend against their
+numpy backend."""
 
 from __future__ import annotations
 
@@ -22,13 +22,12 @@ from segshuffle.core import (
     arrays,
     distributions,
     hockey_stick,
+    multinomial_pair,
     poisson_comparison,
     privacy_loss,
     slot_single,
 )
-from segshuffle.core import multinomial_pair as np_multinomial_pair
 from segshuffle.core.errors import AccountantError
-from segshuffle.core.portable import multinomial_pair
 
 from .node_support import node
 
@@ -334,8 +333,8 @@ ATOM_CASES = [(1000, R), (10**4, R), (10**5, 1 / 200), (50, 0.2), (3, 0.4), (7, 
 
 @pytest.mark.parametrize(("slots", "r"), ATOM_CASES)
 def test_pair_atoms_match_numpy(slots: int, r: float) -> None:
-    atoms = multinomial_pair.pair_atoms(slots, r)
-    reference = np_multinomial_pair.pair_atoms(slots, r)
+    atoms = on_python(multinomial_pair.pair_atoms, slots, r)
+    reference = on_numpy(multinomial_pair.pair_atoms, slots, r)
     assert atoms is not None and reference is not None
     assert atoms.low == reference.low.tolist()
     assert atoms.high == reference.high.tolist()
@@ -344,25 +343,25 @@ def test_pair_atoms_match_numpy(slots: int, r: float) -> None:
     assert_all_close(atoms.split, reference.split, "split")
     assert_close(atoms.tail, reference.tail)
     for lam in (0.1, 0.5, 1.0):
-        loss, p_mass = multinomial_pair.pair_losses(atoms, lam)
-        expected_loss, expected_mass = np_multinomial_pair.pair_losses(reference, lam)
+        loss, p_mass = on_python(multinomial_pair.pair_losses, atoms, lam)
+        expected_loss, expected_mass = on_numpy(multinomial_pair.pair_losses, reference, lam)
         assert_all_close(loss, expected_loss, ("loss", lam))
         assert_all_close(p_mass, expected_mass, ("p_mass", lam))
 
 
 def test_pair_atoms_limits() -> None:
     # Nearly every slot on the pair: blocks of one total, each with ~90,000 splits.
-    assert multinomial_pair.pair_atoms(10**8, 0.4999999) is None  # beyond MAX_ATOMS
-    assert np_multinomial_pair.pair_atoms(10**8, 0.4999999) is None
+    assert on_python(multinomial_pair.pair_atoms, 10**8, 0.4999999) is None  # > MAX_ATOMS
+    assert on_numpy(multinomial_pair.pair_atoms, 10**8, 0.4999999) is None
     assert multinomial_pair.MAX_ATOMS == 6_000_000
     for r in (0.0, 0.5, -0.1, math.nan):
         with pytest.raises(AccountantError, match="r must be"):
-            multinomial_pair.pair_atoms(100, r)
-    atoms = multinomial_pair.pair_atoms(100, R)
+            on_python(multinomial_pair.pair_atoms, 100, r)
+    atoms = on_python(multinomial_pair.pair_atoms, 100, R)
     assert atoms is not None
     for lam in (0.0, 1.5):
         with pytest.raises(AccountantError, match="lambda"):
-            multinomial_pair.multinomial_pair_loss(atoms, lam, upper=True, step=1e-4)
+            on_python(multinomial_pair.pair_loss, atoms, lam, upper=True, step=1e-4)
 
 
 @pytest.mark.parametrize(("slots", "r", "lam", "times", "uppers"), [
@@ -375,11 +374,12 @@ def test_pair_atoms_limits() -> None:
 ])
 def test_multinomial_pair_loss_matches_numpy(slots: int, r: float, lam: float, times: int,
                                              uppers: tuple[bool, ...]) -> None:
-    atoms = multinomial_pair.pair_atoms(slots, r)
-    reference_atoms = np_multinomial_pair.pair_atoms(slots, r)
+    atoms = on_python(multinomial_pair.pair_atoms, slots, r)
+    reference_atoms = on_numpy(multinomial_pair.pair_atoms, slots, r)
     for upper in uppers:
-        loss = multinomial_pair.multinomial_pair_loss(atoms, lam, upper=upper, step=1e-4)
-        reference = np_multinomial_pair.pair_loss(reference_atoms, lam, upper=upper, step=1e-4)
+        loss = on_python(multinomial_pair.pair_loss, atoms, lam, upper=upper, step=1e-4)
+        reference = on_numpy(multinomial_pair.pair_loss, reference_atoms, lam, upper=upper,
+                             step=1e-4)
         assert loss.step == reference.step
         assert loss.offset == reference.offset
         assert_all_close(loss.pmf, reference.pmf, ("pmf", upper))
@@ -511,9 +511,9 @@ def test_the_javascript_accountant_agrees(tmp_path: Path) -> None:
                                  upper=args[4])
             assert_all_close([composed.delta(e) for e in args[5]], reference, args)
         else:
-            atoms = multinomial_pair.pair_atoms(args[0], args[1])
-            loss = multinomial_pair.multinomial_pair_loss(atoms, args[2], upper=args[3],
-                                                          step=1e-4)
+            atoms = on_python(multinomial_pair.pair_atoms, args[0], args[1])
+            loss = on_python(multinomial_pair.pair_loss, atoms, args[2], upper=args[3],
+                             step=1e-4)
             assert (loss.step, loss.offset) == (reference["step"], reference["offset"])
             assert_all_close(loss.pmf, reference["pmf"], args)
             assert_close(loss.infinity, reference["infinity"], args)
@@ -530,8 +530,10 @@ def test_the_pair_modules_import_neither_numpy_nor_scipy() -> None:
             "import segshuffle.core.poisson_comparison as pc\n"
             "import segshuffle.core.slot_single as ss\n"
             "import segshuffle.core.privacy_loss as pl\n"
-            "import segshuffle.core.portable.multinomial_pair\n"
+            "import segshuffle.core.multinomial_pair as mp\n"
             "with arrays.use(arrays.PYTHON):\n"
+            "    pair = mp.pair_loss(mp.pair_atoms(80_000, 0.486), 0.86, upper=True, step=2e-3)\n"
+            "    assert 0.0 < pair.infinity < 1.0\n"
             "    assert hs.delta_for(hs.poisson_pair(0.5, 1000, 0.01), 0.3) > 0.0\n"
             "    assert ss.single_item_mixture(3000, 0.5, 16).delta(0.3, 0.5) > 0.0\n"
             "    assert 0.0 < pc.dominated_poisson_mean(10**5, 0.01, 1e-9)[0] < 1000.0\n"

@@ -65,146 +65,175 @@ lambda-free and cached per (k, r).  Atoms are put on the grid of
 :mod:`segshuffle.core.privacy_loss` by its
 :func:`~segshuffle.core.privacy_loss.discretise` (connecting the dots), whose
 composition then applies.  Only upper bounds use this pair.
+
+**Backends.**  Written once against :mod:`segshuffle.core.arrays`: numpy's on the server
+and in a numpy client, the standard library's in a light client install (the web client's
+JavaScript accountant is its port, held equal by the test vectors).  Only where the cells
+pay differs: on lists from the first block that qualifies, on numpy from CELLS_FROM_ATOMS
+atoms on (below that, numpy's cost per call exceeds what the cells save).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from typing import Any
 
-import numpy as np
-from scipy import special
+from . import arrays
+from .bounded_cache import key_of, registered_cache
+from .errors import AccountantError
+from .pair_windows import MAX_ATOMS, block_starts, enumerable, split_window, total_window
+from .privacy_loss import LossDistribution, discretise, grid_floor, grid_index
 
-from . import distributions
-from .pair_windows import block_starts, enumerable, split_window, total_window
-from .privacy_loss import LossDistribution, discretise, grid_index
+__all__ = ["MAX_ATOMS", "PairAtoms", "clear_caches", "pair_atoms", "pair_loss", "pair_losses"]
 
 #: The most grid points one pair's loss distribution may span; the step grows beyond it.
 MAX_GRID_POINTS = 1 << 17
-
-
-@dataclass(frozen=True, eq=False)
-class PairAtoms:
-    """The lambda-free part of the block pair (module docstring).
-
-    Per block: its lowest and highest observed totals (``low``, ``high``), and the
-    blanket's mass on its totals ``here`` = W(B) and one below ``before`` = W'(B).
-    Per atom: its ``block``, its count ``a`` on x, ``split`` = h_{t_0}(a) and ``moment``
-    = a h_{t_0}(a); per block, ``a_lo`` and ``a_hi``, its first and last split, and
-    ``start``, the index of its first atom.  ``tail`` bounds the P-mass outside the atoms
-    at every lambda.
-    """
-
-    slots: int
-    r: float
-    low: np.ndarray
-    high: np.ndarray
-    here: np.ndarray
-    before: np.ndarray
-    block: np.ndarray
-    a: np.ndarray
-    split: np.ndarray
-    moment: np.ndarray
-    a_lo: np.ndarray
-    a_hi: np.ndarray
-    start: np.ndarray
-    tail: float
-
-
-def _binomial_tail_outside(trials: np.ndarray, p: float, lo: np.ndarray, hi: np.ndarray
-                           ) -> np.ndarray:
-    """Pr[Binomial(trials, p) < lo] + Pr[Binomial(trials, p) > hi], elementwise."""
-    below = distributions.binom_cdf(lo - 1, trials, p)
-    above = distributions.binom_sf(hi, trials, p)
-    return below + above
-
-
-@lru_cache(maxsize=16)
-def pair_atoms(slots: int, r: float) -> PairAtoms | None:
-    """The atoms of the pair with ``slots`` blanket slots at rate ``r`` (None: too many)."""
-    if not 0.0 < r < 0.5:
-        raise ValueError(f"r must be in (0, 1/2), got {r}")
-    if not enumerable(slots, r):
-        return None
-    q = 2.0 * r
-    t_lo, t_hi = total_window(slots, q)
-    starts = block_starts(slots, t_lo, t_hi + 1)
-    low = np.array(starts, dtype=np.int64)
-    high = np.append(low[1:] - 1, t_hi + 1)
-    a_lo, a_hi = (np.array(ends, dtype=np.int64)
-                  for ends in zip(*map(split_window, starts), strict=True))
-    widths = a_hi - a_lo + 1
-    # w(t) for t = t_lo - 1 .. t_hi + 1: each block's W(B) and W'(B) as sums over its totals.
-    weights = np.exp(distributions.binom_logpmf(np.arange(t_lo - 1, t_hi + 2), slots, q))
-    here = np.add.reduceat(weights[1:], low - t_lo)
-    before = np.add.reduceat(weights[:-1], low - t_lo)
-    block = np.repeat(np.arange(low.size), widths)
-    first = np.repeat(a_lo - np.cumsum(np.concatenate(([0], widths[:-1]))), widths)
-    a = np.arange(block.size, dtype=np.int64) + first
-    t0 = low[block].astype(float)
-    split = np.exp(special.gammaln(t0 + 1.0) - special.gammaln(a + 1.0)
-                   - special.gammaln(t0 - a + 1.0) - t0 * math.log(2.0))
-    outside = float(distributions.binom_cdf(t_lo - 1, slots, q)
-                    + distributions.binom_sf(t_hi, slots, q))
-    split_outside = _binomial_tail_outside(low, 0.5, a_lo, a_hi)
-    outside += float(np.sum(2.0 * np.maximum(here, before) * split_outside))
-    start = np.concatenate(([0], np.cumsum(widths)[:-1]))
-    return PairAtoms(slots=slots, r=r, low=low, high=high, here=here, before=before,
-                     block=block, a=a, split=split, moment=a * split, a_lo=a_lo, a_hi=a_hi,
-                     start=start, tail=outside)
-
-
-def _block_rates(atoms: PairAtoms, lam: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(t_0, pi(B), c) of every block at rate ``lam`` (c = 0 where t_0 = 0)."""
-    rho = atoms.r / (1.0 - 2.0 * atoms.r)
-    low = atoms.low.astype(float)
-    high = atoms.high.astype(float)
-    pi = (1.0 - lam) * atoms.here + lam * atoms.before
-    with np.errstate(divide="ignore", invalid="ignore"):
-        c = np.where(low > 0.0, ((1.0 - lam) / lam) * rho * (atoms.slots - high + 1.0)
-                     * low / high, 0.0)
-    return low, pi, c
-
-
-def _split_loss(c: np.ndarray, t0: np.ndarray, a: np.ndarray) -> np.ndarray:
-    """L(a | t_0) = ln(c + a) - ln(c + t_0 - a), evaluated the one way every caller does
-    (the cells of :func:`pair_loss` must hold exactly the atoms this puts in them)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.log(c + a) - np.log(c + (t0 - a))
-
-
-def pair_losses(atoms: PairAtoms, lam: float, which: np.ndarray | None = None
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """(L, P-mass) of every atom of the block pair at rate ``lam`` (module docstring), or
-    of the atoms at the indices ``which``.
-
-    Atoms that world P cannot produce have L = -inf and P-mass 0 and should be
-    dropped by the caller; those world Q cannot produce have L = +inf.
-    """
-    low, pi, c = _block_rates(atoms, lam)
-    block = atoms.block if which is None else atoms.block[which]
-    t0 = low[block]
-    c_atom = c[block]
-    a = (atoms.a if which is None else atoms.a[which]).astype(float)
-    split = atoms.split if which is None else atoms.split[which]
-    loss = np.where(t0 > 0.0, _split_loss(c_atom, t0, a), 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(t0 > 0.0, (c_atom + a) / (c_atom + 0.5 * t0), 1.0)
-    return loss, pi[block] * split * share
-
 
 #: A block is summed cell by cell (:func:`pair_loss`) when it has at least this many atoms
 #: per grid cell it spans; sparser blocks are put on the grid atom by atom.
 ATOMS_PER_CELL = 8
 
-#: Pairs with fewer atoms go atom by atom whatever their blocks: below this numpy's cost
-#: per call of the cell path exceeds what it saves (the optimizer builds thousands of
-#: small pairs).
-CELLS_FROM_ATOMS = 50_000
+#: Per backend, the atoms from which a pair is summed by cells at all: numpy's cost per
+#: call of the cell path exceeds what it saves below 50,000 atoms (the optimizer builds
+#: thousands of small pairs); on lists every pass over the atoms costs, so from the first.
+CELLS_FROM_ATOMS = {arrays.NUMPY: 50_000, arrays.PYTHON: 0}
 
 #: Unit roundoff of a float64.
 _UNIT_ROUNDOFF = 2.0**-53
+
+
+@dataclass(frozen=True, eq=False)
+class PairAtoms:
+    """The lambda-free part of the block pair (module docstring), as vectors of the backend
+    that built it.
+
+    Per block: its lowest and highest observed totals (``low``, ``high``), and the
+    blanket's mass on its totals ``here`` = W(B) and one below ``before`` = W'(B); ``a_lo``
+    and ``a_hi``, its first and last split, and ``start``, the index of its first atom.
+    Per atom, block by block and a increasing: its ``block``, its count ``a`` on x,
+    ``split`` = h_{t_0}(a) and ``moment`` = a h_{t_0}(a).  ``tail`` bounds the P-mass
+    outside the atoms at every lambda.
+    """
+
+    slots: int
+    r: float
+    low: Any
+    high: Any
+    here: Any
+    before: Any
+    a_lo: Any
+    a_hi: Any
+    start: Any
+    block: Any
+    a: Any
+    split: Any
+    moment: Any
+    tail: float
+
+    @property
+    def size(self) -> int:
+        """The number of atoms."""
+        return len(self.split)
+
+
+_atoms_cache = registered_cache(16)
+
+
+def pair_atoms(slots: int, r: float) -> PairAtoms | None:
+    """The atoms of the pair with ``slots`` blanket slots at rate ``r`` (None: too many),
+    on the backend in use (kept per backend)."""
+    if not (r > 0.0 and r < 0.5):
+        raise AccountantError(f"r must be in (0, 1/2), got {r}")
+    return _atoms_cache.get(key_of(arrays.name(), slots, r), lambda: _enumerate(slots, r))
+
+
+def _enumerate(slots: int, r: float) -> PairAtoms | None:
+    if not enumerable(slots, r):
+        return None
+    xp = arrays.namespace()
+    q = 2.0 * r
+    t_lo, t_hi = total_window(slots, q)
+    starts = block_starts(slots, t_lo, t_hi + 1)
+    windows = [split_window(t) for t in starts]
+    low = xp.indices(starts)
+    high = xp.indices([*(t - 1 for t in starts[1:]), t_hi + 1])
+    a_lo = xp.indices([lo for lo, _ in windows])
+    a_hi = xp.indices([hi for _, hi in windows])
+    widths = a_hi - a_lo + 1
+    first_atom = xp.cumsum(widths) - widths
+    # w(t) for t = t_lo - 1 .. t_hi + 1: each block's W(B) and W'(B) as sums over its totals.
+    weights = xp.binom_pmf(xp.arange(t_lo - 1, t_hi + 2), slots, q)
+    offsets = [t - t_lo for t in starts]
+    here = xp.segment_totals(weights[1:], offsets)
+    before = xp.segment_totals(weights[:-1], offsets)
+    block = xp.repeat(xp.arange(0, len(starts)), widths)
+    a = xp.arange(0, len(block)) + xp.repeat(a_lo - first_atom, widths)
+    t0 = xp.take(low, block)
+    # h_{t_0}(a) = t_0! / (a! (t_0 - a)!) 2^-t_0, from ln k! (t_0! once per block).
+    log_t0 = xp.take(xp.ln_factorial(low) - low * math.log(2.0), block)
+    split = xp.exp(log_t0 - xp.ln_factorial(a) - xp.ln_factorial(t0 - a))
+    a_float = a * 1.0
+    # The P-mass outside: the blanket's totals outside the window, and per block the
+    # splits outside its window (by symmetry Pr[X < a_lo] = Pr[X >= t_0 - a_lo + 1]).
+    outside = xp.binom_cdf(t_lo - 1, slots, q) + xp.binom_sf(t_hi, slots, q)
+    split_outside = (xp.half_tail(low, low - a_lo + 1) + xp.half_tail(low, a_hi + 1))
+    outside += xp.total(xp.maximum(here, before) * split_outside * 2.0)
+    return PairAtoms(slots=slots, r=r, low=low, high=high, here=here, before=before,
+                     a_lo=a_lo, a_hi=a_hi, start=first_atom, block=block, a=a_float,
+                     split=split, moment=a_float * split, tail=float(outside))
+
+
+def clear_caches() -> None:
+    """Forget the kept atoms (cold benchmarks)."""
+    _atoms_cache.clear()
+
+
+def _block_rates(atoms: PairAtoms, lam: float) -> tuple[Any, Any, Any]:
+    """(t_0, pi(B), c) of every block at rate ``lam``.
+
+    A block of total t_0 = 0 has one atom, a = 0, of loss 0 and share 1 whatever c is; it
+    gets c = 1, so that the atoms' formulas give exactly that (ln 1 - ln 1 = 0, 1 / 1)
+    without a case of their own."""
+    xp = arrays.namespace()
+    rho = atoms.r / (1.0 - 2.0 * atoms.r)
+    low = atoms.low * 1.0
+    pi = atoms.here * (1.0 - lam) + atoms.before * lam
+    # t_1 >= t_0 >= 1 where c is used: the maximum only keeps t_0 = 0 from dividing by 0.
+    coefficient = ((1.0 - lam) / lam) * rho
+    c = xp.where(low > 0.0, (atoms.high * -1.0 + (atoms.slots + 1.0)) * coefficient * low
+                 / xp.maximum(atoms.high * 1.0, 1.0), 1.0)
+    return low, pi, c
+
+
+def _split_loss(c: Any, t0: Any, a: Any, c_plus_a: Any = None) -> Any:
+    """L(a | t_0) = ln(c + a) - ln(c + t_0 - a), evaluated the one way every caller does
+    (the cells of :func:`pair_loss` must hold exactly the atoms this puts in them);
+    ``c_plus_a``, when given, is c + a, already computed."""
+    xp = arrays.namespace()
+    with xp.quiet():
+        return xp.log(c + a if c_plus_a is None else c_plus_a) - xp.log(c + (t0 - a))
+
+
+def pair_losses(atoms: PairAtoms, lam: float, which: Any = None) -> tuple[Any, Any]:
+    """(L, P-mass) of every atom of the block pair at rate ``lam`` (module docstring), in the
+    atoms' order, or of the atoms at the indices ``which``.
+
+    Atoms that world P cannot produce have L = -inf and P-mass 0 and should be
+    dropped by the caller; those world Q cannot produce have L = +inf.
+    """
+    xp = arrays.namespace()
+    low, pi, c = _block_rates(atoms, lam)
+    if which is None:
+        block, a, split = atoms.block, atoms.a, atoms.split
+    else:
+        block, a, split = (xp.take(atoms.block, which), xp.take(atoms.a, which),
+                           xp.take(atoms.split, which))
+    c_atom = xp.take(c, block)
+    c_plus_a = c_atom + a
+    loss = _split_loss(c_atom, xp.take(low, block), a, c_plus_a)
+    # P-mass pi h (c + a) / (c + t_0 / 2), with pi / (c + t_0 / 2) once per block.
+    return loss, xp.take(pi / (c + low * 0.5), block) * split * c_plus_a
 
 
 def pair_loss(atoms: PairAtoms, lam: float, *, upper: bool, step: float) -> LossDistribution:
@@ -236,136 +265,134 @@ def pair_loss(atoms: PairAtoms, lam: float, *, upper: bool, step: float) -> Loss
     P / (1 - e^{-h}); moving mass up only raises every divergence (discretise's proof),
     so the result dominates the atom-by-atom one up to that widening.  The per-atom
     widening by 1e-12 is kept.  Blocks with fewer than ATOMS_PER_CELL atoms per cell,
-    those with c = 0, pairs of fewer than CELLS_FROM_ATOMS atoms, lower bounds and
-    lambda = 1 go atom by atom as before.
+    those with c = 0, lower bounds and lambda = 1 go atom by atom, and so do whole pairs
+    below the backend's CELLS_FROM_ATOMS.
     """
-    if not 0.0 < lam <= 1.0:
-        raise ValueError(f"lambda must be in (0, 1], got {lam}")
-    if not upper or lam == 1.0 or atoms.split.size < CELLS_FROM_ATOMS:
-        return _pair_loss_by_atom(atoms, lam, upper=upper, step=step)
+    if not (lam > 0.0 and lam <= 1.0):
+        raise AccountantError(f"lambda must be in (0, 1], got {lam}")
+    if not upper or lam == 1.0 or atoms.size < CELLS_FROM_ATOMS[arrays.name()]:
+        return _by_atom(atoms, lam, upper=upper, step=step)
+    xp = arrays.namespace()
     t0, pi, c = _block_rates(atoms, lam)
-    a_lo = atoms.a_lo.astype(float)
-    a_hi = atoms.a_hi.astype(float)
+    a_lo = atoms.a_lo * 1.0
+    a_hi = atoms.a_hi * 1.0
     regular = (t0 > 0.0) & (c > 0.0) & (pi > 0.0)
-    end_lo = np.where(regular, _split_loss(c, t0, a_lo), 0.0)
-    end_hi = np.where(regular, _split_loss(c, t0, a_hi), 0.0)
+    end_lo = xp.where(regular, _split_loss(c, t0, a_lo), 0.0)
+    end_hi = xp.where(regular, _split_loss(c, t0, a_hi), 0.0)
     # Which blocks are summed is decided on the step asked for (a wider one only puts
     # more atoms in each cell); summing is exact either way, this only saves work.
-    widths = atoms.a_hi - atoms.a_lo + 1
-    cells = grid_index(end_hi, step) - grid_index(end_lo, step) + 1.0
-    summed = regular & (cells * ATOMS_PER_CELL <= widths)
-    if not summed.any():
-        return _pair_loss_by_atom(atoms, lam, upper=upper, step=step)
-    # The atoms of the other blocks, one by one (the old way).
-    single = np.flatnonzero(~regular[atoms.block])
+    cells = grid_index(end_hi, step) - grid_index(end_lo, step) + 1
+    summed = regular & (cells * ATOMS_PER_CELL <= atoms.a_hi - atoms.a_lo + 1)
+    if not xp.any_true(summed):
+        return _by_atom(atoms, lam, upper=upper, step=step)
+    # Every other atom one by one: those of irregular blocks (infinite losses among them)
+    # and of regular blocks too sparse to sum.
+    single = xp.nonzero_at(xp.take(xp.logical_not(summed), atoms.block))
     loss, p_mass = pair_losses(atoms, lam, single)
-    infinity = float(np.sum(p_mass[np.isposinf(loss) & (p_mass > 0.0)])) + atoms.tail
-    finite = np.isfinite(loss) & (p_mass > 0.0)
-    single_loss, single_mass = loss[finite], p_mass[finite]
-    ends = [end_lo[regular], end_hi[regular], single_loss]
-    if not any(part.size for part in ends):
-        return LossDistribution(step=step, offset=0, pmf=np.zeros(1),
-                                infinity=min(infinity, 1.0))
-    low_loss = min(float(part.min()) for part in ends if part.size)
-    high_loss = max(float(part.max()) for part in ends if part.size)
+    with xp.quiet():
+        infinity = xp.total(xp.compress((loss == math.inf) & (p_mass > 0.0), p_mass))
+    finite = xp.isfinite(loss) & (p_mass > 0.0)
+    single_loss, single_mass = xp.compress(finite, loss), xp.compress(finite, p_mass)
+    blocks = xp.nonzero_at(summed)
+    ends = [xp.take(end_lo, blocks), xp.take(end_hi, blocks), single_loss]
+    low_loss = min(xp.smallest(part) for part in ends if len(part))
+    high_loss = max(xp.largest(part) for part in ends if len(part))
     step = max(step, (high_loss - low_loss) / MAX_GRID_POINTS)
+    offset = grid_floor(low_loss, step, True)
+    size = grid_floor(high_loss, step, True) - offset + 2
+    cell_block, cell_index, cell_first, cell_end = _cells(
+        atoms, c, t0, blocks, xp.take(end_lo, blocks), xp.take(end_hi, blocks), step)
+    # The sums of h and a h over each cell's run of atoms, in order.
+    run_start = xp.floor_int(xp.take(atoms.start, cell_block)
+                             + (cell_first - xp.take(a_lo, cell_block)))
+    run_end = run_start + xp.floor_int(cell_end - cell_first)
+    s0 = xp.run_totals(atoms.split, run_start, run_end)
+    s1 = xp.run_totals(atoms.moment, run_start, run_end)
+    c_cell = xp.take(c, cell_block)
+    t0_cell = xp.take(t0, cell_block)
+    scale = xp.take(pi, cell_block) / (c_cell + t0_cell * 0.5)
+    p_cell = scale * (c_cell * s0 + s1)
+    q_cell = scale * ((c_cell + t0_cell) * s0 - s1)
+    count = cell_end - cell_first
+    rounding = (count + 2.0) * (2.0 * _UNIT_ROUNDOFF) * (
+        (c_cell + t0_cell) / (c_cell + t0_cell - (cell_end - 1.0)) + 1.0) + 4.0 * _UNIT_ROUNDOFF
+    lift = 1.0 / -math.expm1(-step)
+    with xp.quiet():
+        raised = xp.maximum(p_cell - xp.exp((cell_index - 1e-9) * step) * q_cell, 0.0)
+    up = xp.minimum(p_cell, (raised * (1.0 + 1e-12) + rounding * p_cell) * lift)
+    pmf = (xp.scatter_add(cell_index, p_cell - up, size, offset)
+           + xp.scatter_add(cell_index + 1, up, size, offset))
+    if len(single_loss):
+        pmf = pmf + discretise(single_loss, single_mass, step, True, (offset, size))[1]
+    return LossDistribution(step=step, offset=offset, pmf=pmf,
+                            infinity=min(infinity + atoms.tail, 1.0))
 
-    def cell(block: np.ndarray, a: np.ndarray) -> np.ndarray:
-        # discretise's grid index, on the same loss expression.
-        return grid_index(_split_loss(c[block], t0[block], a), step)
 
+def _cells(atoms: PairAtoms, c: Any, t0: Any, blocks: Any, end_lo: Any, end_hi: Any,
+           step: float) -> tuple[Any, Any, Any, Any]:
+    """(block, grid index j, first atom a_j, end a_{j+1}) of every occupied cell of the
+    summed ``blocks`` (whose first and last splits have the losses ``end_lo``, ``end_hi``),
+    block by block and j increasing.
+
+    Block b spans cells j_lo .. j_hi (the grid indices of its first and last split); the
+    first atom of cell j > j_lo is the least a with cell(a) >= j: inverted from the loss,
+    then moved an atom at a time until the same floating-point expression as
+    discretise's confirms it (L is monotone: the inversion is off by an atom at most).
+    """
+    xp = arrays.namespace()
+    a_lo = atoms.a_lo * 1.0
+    a_hi = atoms.a_hi * 1.0
     j_lo = grid_index(end_lo, step)
     j_hi = grid_index(end_hi, step)
-    if not summed.all():
-        extra = np.flatnonzero((regular & ~summed)[atoms.block])
-        loss, p_mass = pair_losses(atoms, lam, extra)
-        keep = p_mass > 0.0
-        single_loss = np.concatenate((single_loss, loss[keep]))
-        single_mass = np.concatenate((single_mass, p_mass[keep]))
-    blocks = np.flatnonzero(summed)
-    # The cells of the summed blocks: block b spans cells j_lo[b] .. j_hi[b]; the first
-    # atom of cell j > j_lo[b] is the least a with cell(a) >= j.
-    inner = (j_hi[blocks] - j_lo[blocks]).astype(np.int64)
-    b_of = np.repeat(blocks, inner)
-    j = j_lo[b_of] + 1.0 + (np.arange(b_of.size)
-                            - np.repeat(np.cumsum(inner) - inner, inner))
-    y = (j - 1e-9) * step
-    grow = np.exp(y)
-    guess = np.ceil(((c[b_of] + t0[b_of]) * grow - c[b_of]) / (1.0 + grow))
-    guess = np.where(np.isfinite(guess), guess, a_lo[b_of] + 1.0)
-    first = np.clip(guess, a_lo[b_of] + 1.0, a_hi[b_of])
+    per_block = j_hi - j_lo + 1
+    cell_block = xp.repeat(blocks, per_block)
+    rank = xp.arange(0, len(cell_block)) - xp.repeat(xp.cumsum(per_block) - per_block,
+                                                      per_block)
+    cell_index = xp.repeat(j_lo, per_block) + rank
+    c_cell = xp.take(c, cell_block)
+    t0_cell = xp.take(t0, cell_block)
+    lo_cell = xp.take(a_lo, cell_block)
+    hi_cell = xp.take(a_hi, cell_block)
+
+    def cell(a: Any) -> Any:  # discretise's grid index, on the same loss expression
+        return grid_index(_split_loss(c_cell, t0_cell, a), step)
+
+    with xp.quiet():
+        grow = xp.exp((cell_index - 1e-9) * step)
+        guess = ((c_cell + t0_cell) * grow - c_cell) / (grow + 1.0)
+    guess = xp.where(xp.isfinite(guess), guess, lo_cell + 1.0)
+    first = xp.clip(xp.ceil(guess), lo_cell + 1.0, hi_cell)
     for _ in range(64):
-        low_side = cell(b_of, first) < j
-        high_side = (first - 1.0 > a_lo[b_of]) & (cell(b_of, first - 1.0) >= j)
-        if not (low_side.any() or high_side.any()):
+        low_side = cell(first) < cell_index
+        high_side = (first - 1.0 > lo_cell) & (cell(first - 1.0) >= cell_index)
+        if not (xp.any_true(low_side) or xp.any_true(high_side)):
             break
-        first = np.clip(first + low_side - high_side, a_lo[b_of] + 1.0, a_hi[b_of])
+        first = xp.clip(first + low_side * 1.0 - high_side * 1.0, lo_cell + 1.0, hi_cell)
     else:  # never seen: L is monotone, so the guesses are off by an atom at most
-        return _pair_loss_by_atom(atoms, lam, upper=upper, step=step)
-    # Every cell as (block, grid index, first atom, end): first cells, then the others.
-    cell_block = np.concatenate((blocks, b_of))
-    cell_index = np.concatenate((j_lo[blocks], j))
-    cell_first = np.concatenate((a_lo[blocks], first))
-    order = np.lexsort((cell_index, cell_first, cell_block))
-    cell_block, cell_index, cell_first = cell_block[order], cell_index[order], cell_first[order]
-    cell_end = np.append(cell_first[1:], 0.0)
-    last_of_block = np.append(cell_block[1:] != cell_block[:-1], True)
-    cell_end = np.where(last_of_block, a_hi[cell_block] + 1.0, cell_end)
-    occupied = cell_end > cell_first
-    cell_block, cell_index = cell_block[occupied], cell_index[occupied]
-    cell_first, cell_end = cell_first[occupied], cell_end[occupied]
-    # Sums over each run: reduceat over the atoms, with the first atom of every block not
-    # summed here as a boundary too (its segment is dropped).
-    starts = atoms.start[cell_block] + (cell_first - a_lo[cell_block]).astype(np.int64)
-    others = atoms.start[np.flatnonzero(~summed)]
-    bounds = np.concatenate((starts, others))
-    kinds = np.concatenate((np.ones(starts.size, bool), np.zeros(others.size, bool)))
-    order = np.argsort(bounds, kind="stable")
-    bounds, kinds = bounds[order], kinds[order]
-    s0 = np.add.reduceat(atoms.split, bounds)[kinds]
-    s1 = np.add.reduceat(atoms.moment, bounds)[kinds]
-    # The cells are in the order of their starts already (blocks and atoms increase).
-    cb = cell_block
-    scale = pi[cb] / (c[cb] + 0.5 * t0[cb])
-    p_cell = scale * (c[cb] * s0 + s1)
-    q_cell = scale * ((c[cb] + t0[cb]) * s0 - s1)
-    count = cell_end - cell_first
-    last_a = cell_end - 1.0
-    rounding = 2.0 * (count + 2.0) * _UNIT_ROUNDOFF * (
-        1.0 + (c[cb] + t0[cb]) / (c[cb] + t0[cb] - last_a)) + 4.0 * _UNIT_ROUNDOFF
-    lift = 1.0 / -math.expm1(-step)
-    raised = np.maximum(p_cell - np.exp((cell_index - 1e-9) * step) * q_cell, 0.0)
-    up = np.minimum(p_cell, (raised * (1.0 + 1e-12) + rounding * p_cell) * lift)
-    # Some block is summed, so there is a cell; the single atoms may add grid points.
-    index = cell_index.astype(np.int64)
-    offset, top = int(index.min()), int(index.max()) + 1
-    if single_loss.size:
-        single_offset, single_pmf = discretise(single_loss, single_mass, step, upper)
-        offset = min(offset, single_offset)
-        top = max(top, single_offset + single_pmf.size - 1)
-    size = top - offset + 1
-    pmf = np.bincount(index - offset, weights=p_cell - up, minlength=size)
-    pmf += np.bincount(index + 1 - offset, weights=up, minlength=size)
-    if single_loss.size:
-        pmf[single_offset - offset:single_offset - offset + single_pmf.size] += single_pmf
-    return LossDistribution(step=step, offset=offset, pmf=pmf, infinity=min(infinity, 1.0))
+        raise AccountantError("the cells of a pair's loss distribution did not settle")
+    first = xp.where(rank == 0, lo_cell, first)  # a block's first cell starts at its first split
+    last = rank == xp.repeat(per_block - 1, per_block)
+    end = xp.where(last, hi_cell + 1.0, xp.concatenate([first[1:], xp.vector([0.0])]))
+    occupied = end > first
+    return (xp.compress(occupied, cell_block), xp.compress(occupied, cell_index),
+            xp.compress(occupied, first), xp.compress(occupied, end))
 
 
-def _pair_loss_by_atom(atoms: PairAtoms, lam: float, *, upper: bool, step: float
-                       ) -> LossDistribution:
+def _by_atom(atoms: PairAtoms, lam: float, *, upper: bool, step: float) -> LossDistribution:
     """:func:`pair_loss` with every atom put on the grid by itself."""
+    xp = arrays.namespace()
     loss, p_mass = pair_losses(atoms, lam)
-    infinite = np.isposinf(loss) & (p_mass > 0.0)
-    finite = np.isfinite(loss) & (p_mass > 0.0)
-    infinity = float(np.sum(p_mass[infinite]))
+    positive = p_mass > 0.0
+    with xp.quiet():
+        infinity = xp.total(xp.compress((loss == math.inf) & positive, p_mass))
     if upper:
         infinity += atoms.tail
-    values = loss[finite]
-    masses = p_mass[finite]
-    if values.size == 0:
-        return LossDistribution(step=step, offset=0, pmf=np.zeros(1),
+    finite = xp.isfinite(loss) & positive
+    values, masses = xp.compress(finite, loss), xp.compress(finite, p_mass)
+    if not len(values):
+        return LossDistribution(step=step, offset=0, pmf=xp.vector([0.0]),
                                 infinity=min(infinity, 1.0))
-    spread = float(values.max() - values.min())
+    spread = xp.largest(values) - xp.smallest(values)
     step = max(step, spread / MAX_GRID_POINTS)
     offset, pmf = discretise(values, masses, step, upper)
     return LossDistribution(step=step, offset=offset, pmf=pmf, infinity=min(infinity, 1.0))

@@ -85,6 +85,7 @@ import numpy as np
 from . import distributions
 from .memo import memory_bounded_cache
 from .multinomial_pair import PairAtoms, pair_atoms, pair_loss, pair_losses
+from .multinomial_pair import clear_caches as clear_pair_atoms
 from .pair_windows import enumerable
 from .privacy_loss import COMPOSED_CACHE_BYTES, DEFAULT_STEP, ComposedLoss, compose_loss
 
@@ -168,7 +169,7 @@ def clear_caches() -> None:
     """Forget the cached pairs, their compositions and sorted losses (cold benchmarks)."""
     _composed_groups.cache_clear()
     _sorted_losses.cache_clear()
-    pair_atoms.cache_clear()
+    clear_pair_atoms()
 
 
 @dataclass

@@ -17,11 +17,13 @@ from scipy import special
 from .. import distributions
 
 __all__ = [
-    "arange", "binom_cdf", "binom_pmf", "binom_sf", "binom_tails_range", "ceil_int", "clip",
-    "compress", "concatenate", "convolve_exact", "count_nonzero", "exp", "expm1", "fft_compose",
-    "floor_int", "half_tail", "isfinite", "largest", "log1p", "maximum", "minimum",
-    "poisson_outside", "poisson_pmf", "poisson_tails", "quiet", "scatter_add", "segment_totals",
-    "smallest", "split_scatter", "suffix_sums", "take", "total", "vector", "where",
+    "any_true", "arange", "binom_cdf", "binom_pmf", "binom_sf", "binom_tails_range", "ceil",
+    "ceil_int", "clip", "compress", "concatenate", "convolve_exact", "count_nonzero", "cumsum",
+    "exp", "expm1", "fft_compose", "floor_int", "half_tail", "indices", "isfinite", "largest",
+    "ln_factorial", "log", "log1p", "logical_not", "maximum", "minimum", "nonzero_at",
+    "poisson_outside", "poisson_pmf", "poisson_tails", "quiet", "repeat", "run_totals",
+    "scatter_add", "segment_totals", "smallest", "split_scatter", "suffix_sums", "take", "total",
+    "vector", "where",
 ]
 
 Vector = np.ndarray
@@ -34,6 +36,8 @@ clip = np.clip
 exp = np.exp
 expm1 = np.expm1
 log1p = np.log1p
+ceil = np.ceil
+logical_not = np.logical_not
 
 #: Poisson means up to which two tail values are summed by the scalar sums (numpy's cost
 #: per call on two-entry arrays is larger than the sums themselves).
@@ -49,6 +53,43 @@ _DENSE_FACTOR = 32
 def vector(values: Iterable[float]) -> np.ndarray:
     """A float vector of ``values``."""
     return np.asarray(list(values), dtype=float)
+
+
+def indices(values: Iterable[int]) -> np.ndarray:
+    """An integer vector of ``values``."""
+    return np.asarray(list(values) if not isinstance(values, np.ndarray) else values,
+                      dtype=np.int64)
+
+
+def log(x: np.ndarray) -> np.ndarray:
+    """ln x, elementwise: -inf at 0, nan below (silently)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(x)
+
+
+def ln_factorial(k: np.ndarray) -> np.ndarray:
+    """ln k! for integers k >= 0, elementwise (scipy's gammaln(k + 1))."""
+    return special.gammaln(np.asarray(k, dtype=float) + 1.0)
+
+
+def repeat(x: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Each entry of x ``counts`` times, in order."""
+    return np.repeat(x, counts)
+
+
+def cumsum(x: np.ndarray) -> np.ndarray:
+    """Running sums x[0], x[0] + x[1], ..."""
+    return np.cumsum(x)
+
+
+def nonzero_at(mask: np.ndarray) -> np.ndarray:
+    """The indices where ``mask`` holds, increasing."""
+    return np.flatnonzero(mask)
+
+
+def any_true(mask: np.ndarray) -> bool:
+    """Whether ``mask`` holds anywhere."""
+    return bool(mask.any())
 
 
 def arange(start: int, stop: int) -> np.ndarray:
@@ -120,6 +161,20 @@ def concatenate(parts: list[np.ndarray]) -> np.ndarray:
     """The vectors of ``parts`` end to end."""
     return np.concatenate(parts)
 
+
+
+def run_totals(x: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The sums of x[starts[i]:ends[i]], each added in order (runs disjoint, increasing,
+    none empty)."""
+    if starts.size == 0:
+        return np.zeros(0)
+    bounds = np.empty(2 * starts.size, dtype=np.int64)
+    bounds[0::2] = starts
+    bounds[1::2] = ends
+    padded = np.append(x, 0.0) if bounds[-1] >= x.size else x
+    # The odd segments, between one run's end and the next one's start, are dropped (where
+    # the two meet, reduceat gives one entry there instead of an empty sum).
+    return np.add.reduceat(padded, bounds)[0::2]
 
 def segment_totals(x: np.ndarray, starts: list[int]) -> np.ndarray:
     """The sums of x[starts[i]:starts[i + 1]] (the last segment runs to the end);

@@ -17,8 +17,9 @@ import math
 import operator
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
-from itertools import accumulate, repeat
+from itertools import accumulate
 from itertools import compress as _compress
+from itertools import repeat as _each_time
 from typing import Any
 
 from . import exp_or_inf
@@ -26,12 +27,13 @@ from . import python_distributions as distributions
 from .python_fft import irfft, multiply_spectra, next_power_of_two, power_spectrum, rfft
 
 __all__ = [
-    "Vector", "arange", "binom_cdf", "binom_pmf", "binom_sf", "binom_tails_range", "ceil_int",
-    "clip", "compress", "concatenate", "convolve_exact", "count_nonzero", "exp", "expm1",
-    "fft_compose", "floor_int", "half_tail", "isfinite", "largest", "log1p", "maximum",
-    "minimum", "poisson_outside", "poisson_pmf", "poisson_tails", "quiet", "scatter_add",
-    "segment_totals", "smallest", "split_scatter", "suffix_sums", "take", "total", "vector",
-    "where",
+    "Vector", "any_true", "arange", "binom_cdf", "binom_pmf", "binom_sf", "binom_tails_range",
+    "ceil", "ceil_int", "clip", "compress", "concatenate", "convolve_exact", "count_nonzero",
+    "cumsum", "exp", "expm1", "fft_compose", "floor_int", "half_tail", "indices", "isfinite",
+    "largest", "ln_factorial", "log", "log1p", "logical_not", "maximum", "minimum",
+    "nonzero_at", "poisson_outside", "poisson_pmf", "poisson_tails", "quiet", "repeat",
+    "run_totals", "scatter_add", "segment_totals", "smallest", "split_scatter", "suffix_sums",
+    "take", "total", "vector", "where",
 ]
 
 
@@ -98,13 +100,77 @@ def _map2(function: Callable[[Any, Any], Any], x: Any, y: Any) -> Vector:
             raise ValueError(f"vectors of {len(x)} and {len(y)} entries")
         return Vector(map(function, x, y))
     if isinstance(x, list):
-        return Vector(map(function, x, repeat(y)))
-    return Vector(map(function, repeat(x), y))
+        return Vector(map(function, x, _each_time(y)))
+    return Vector(map(function, _each_time(x), y))
 
 
 def vector(values: Iterable[float]) -> Vector:
     """A vector of ``values``."""
     return Vector(values)
+
+
+def indices(values: Iterable[int]) -> Vector:
+    """An integer vector of ``values``."""
+    return Vector(values)
+
+
+def _log(x: float) -> float:
+    """ln x: -inf at 0 and nan below, as numpy's (and JavaScript's)."""
+    if x > 0.0:
+        return math.log(x)
+    return -math.inf if x == 0.0 else math.nan
+
+
+def log(x: Vector) -> Vector:
+    """ln x, elementwise: -inf at 0, nan below."""
+    try:
+        return Vector(map(math.log, x))
+    except ValueError:
+        return Vector(map(_log, x))
+
+
+def ln_factorial(k: Vector) -> Vector:
+    """ln k! for integers k >= 0, elementwise: from one table over k's range when that is
+    no longer than the vector (the splits of a pair's blocks lie close together)."""
+    ln_fact = distributions.ln_factorial
+    if not k:
+        return Vector()
+    first, last = min(k), max(k)
+    if last - first + 1 > 2 * len(k):
+        return Vector(map(ln_fact, k))
+    table = [ln_fact(j) for j in range(first, last + 1)]
+    return Vector([table[j - first] for j in k])
+
+
+def repeat(x: Vector, counts: Iterable[int]) -> Vector:
+    """Each entry of x ``counts`` times, in order."""
+    return Vector([value for value, count in zip(x, counts, strict=True)
+                   for _ in range(count)])
+
+
+def cumsum(x: Iterable[Any]) -> Vector:
+    """Running sums x[0], x[0] + x[1], ..."""
+    return Vector(accumulate(x))
+
+
+def nonzero_at(mask: Iterable[Any]) -> Vector:
+    """The indices where ``mask`` holds, increasing."""
+    return Vector([i for i, holds in enumerate(mask) if holds])
+
+
+def any_true(mask: Iterable[Any]) -> bool:
+    """Whether ``mask`` holds anywhere."""
+    return any(mask)
+
+
+def logical_not(mask: Iterable[Any]) -> Vector:
+    """Where ``mask`` does not hold."""
+    return Vector([not holds for holds in mask])
+
+
+def ceil(x: Vector) -> Vector:
+    """ceil(x) as floats (x finite)."""
+    return Vector([float(math.ceil(value)) for value in x])
 
 
 def arange(start: int, stop: int) -> Vector:
@@ -157,10 +223,13 @@ def _smaller(a: float, b: float) -> float:
 
 def where(condition: Vector, x: Any, y: Any) -> Vector:
     """x where ``condition`` holds, else y, elementwise (scalars broadcast)."""
-    xs = x if isinstance(x, list) else None
-    ys = y if isinstance(y, list) else None
-    return Vector([(x if xs is None else xs[i]) if c else (y if ys is None else ys[i])
-                   for i, c in enumerate(condition)])
+    for side in (x, y):
+        if isinstance(side, list) and len(side) != len(condition):
+            raise ValueError(f"vectors of {len(condition)} and {len(side)} entries")
+    # zip over plain lists (a scalar repeated): no Python-level indexing of a Vector.
+    xs = x if isinstance(x, list) else _each_time(x)
+    ys = y if isinstance(y, list) else _each_time(y)
+    return Vector([a if c else b for c, a, b in zip(condition, xs, ys, strict=False)])
 
 
 def clip(x: Vector, lo: Any, hi: Any) -> Vector:
@@ -227,13 +296,20 @@ def largest(x: Vector) -> float:
 
 def take(x: Vector, indices: list[int]) -> Vector:
     """The entries of x at ``indices``."""
-    return Vector([x[i] for i in indices])
+    entries = list(x)  # a plain list's indexing, not a Vector's method call per entry
+    return Vector([entries[i] for i in indices])
 
 
 def concatenate(parts: list[Vector]) -> Vector:
     """The vectors of ``parts`` end to end."""
     return Vector([a for part in parts for a in part])
 
+
+
+def run_totals(x: list[float], starts: list[int], ends: list[int]) -> Vector:
+    """The sums of x[starts[i]:ends[i]], each added in order (runs disjoint, increasing,
+    none empty)."""
+    return Vector([sum(x[a:b]) for a, b in zip(starts, ends, strict=True)])
 
 def segment_totals(x: Vector, starts: list[int]) -> Vector:
     """The sums (:func:`total`) of x[starts[i]:starts[i + 1]] (the last segment runs to
@@ -382,7 +458,7 @@ def convolve_exact(x: list[float], y: list[float]) -> tuple[int, Vector]:
                 at = base + shift
                 stop = at + len(values)
                 out[at:stop] = map(operator.add, out[at:stop],
-                                   map(operator.mul, repeat(value), values))
+                                   map(operator.mul, _each_time(value), values))
     else:
         y_pairs = [(j - yi[0], y[j]) for j in yi]
         for i in xi:

@@ -19,7 +19,7 @@ divergence is at most this one's.
 
 (N_1, ..., N_S) ~ Multinomial(N; p_g, ..., p_g), p_g = (1 - gamma + 2 S gamma / d) / S, does
 not depend on the victim's data; given the sizes the groups are independent, and group j is
-the two-bin pair of :mod:`.multinomial_pair` with N_j slots at rate
+the two-bin pair of :mod:`segshuffle.core.multinomial_pair` with N_j slots at rate
 r_S = (S gamma / d) / (1 - gamma + 2 S gamma / d).  Averaging over the revealed sizes,
 
     delta_user(E) <= E[D_E(pair(N_1) x ... x pair(N_S))] <= E[F(min_j N_j)],
@@ -53,9 +53,9 @@ from operator import mul
 from .. import arrays
 from ..arrays.python_distributions import binom_cdf, binom_isf, binom_pmf, binom_ppf, fsum
 from ..bounded_cache import key_of, registered_cache
+from ..multinomial_pair import pair_atoms, pair_loss, pair_losses
 from ..pair_windows import enumerable
 from ..privacy_loss import DEFAULT_STEP, ComposedLoss, compose_loss
-from .multinomial_pair import multinomial_pair_loss, pair_atoms, pair_losses
 
 __all__ = ["GroupsBound", "SortedLosses", "group_geometry"]
 
@@ -87,7 +87,7 @@ def _composed_groups(slots: int, r: float, lam: float, pairs: int,
         atoms = pair_atoms(slots, r)
         if atoms is None:
             return None
-        return compose_loss(multinomial_pair_loss(atoms, lam, upper=True, step=step), pairs,
+        return compose_loss(pair_loss(atoms, lam, upper=True, step=step), pairs,
                             True)
 
     return _composed_groups_cache.get(key_of(slots, r, lam, pairs, step), make)
@@ -118,7 +118,7 @@ def _sorted_losses(slots: int, r: float, lam: float) -> SortedLosses | None:
         atoms = pair_atoms(slots, r)
         if atoms is None:
             return None
-        all_loss, all_mass = pair_losses(atoms, lam)
+        all_loss, all_mass = map(list, pair_losses(atoms, lam))
         order = [i for i, (loss, mass) in enumerate(zip(all_loss, all_mass, strict=True))
                  if mass > 0.0 and loss == loss and loss != -math.inf]
         # Increasing loss, ties (infinite losses included) by index: a stable sort.
