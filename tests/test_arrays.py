@@ -257,8 +257,8 @@ def test_the_item_pair_losses_have_one_implementation() -> None:
     """The numpy-free accountant's item-pair loss distributions and compositions are
     segshuffle.core.privacy_loss's, on Python lists and the pure-Python FFT; no second copy
     remains in the portable package, and the group pair's grid is privacy_loss's."""
-    from segshuffle.core import multinomial_pair, privacy_loss
-    from segshuffle.core.portable import accounting, slot_groups
+    from segshuffle.core import multinomial_pair, privacy_loss, slot_groups
+    from segshuffle.core.portable import accounting
 
     assert importlib.util.find_spec("segshuffle.core.portable.privacy_loss") is None
     assert accounting.composed_pair is privacy_loss.composed_pair
@@ -280,12 +280,12 @@ def test_the_group_pair_has_one_implementation() -> None:
     """The labelled groups' multinomial pair is segshuffle.core.multinomial_pair on both
     backends: the numpy-free accountant's groups compose its loss distributions, no second
     copy remains in the portable package, and the two backends give the same grid."""
-    from segshuffle.core import multinomial_pair
-    from segshuffle.core.portable import slot_groups
+    from segshuffle.core import multinomial_pair, slot_groups
+    from segshuffle.core.portable import accounting
 
     assert importlib.util.find_spec("segshuffle.core.portable.multinomial_pair") is None
+    assert accounting.GroupsBound is slot_groups.GroupsBound
     assert slot_groups.pair_loss is multinomial_pair.pair_loss
-    assert slot_groups.pair_atoms is multinomial_pair.pair_atoms
     for slots, r, lam in ((5_000, 0.2, 0.5), (80_000, 0.486, 0.86)):
         with arrays.use(arrays.PYTHON):
             atoms = multinomial_pair.pair_atoms(slots, r)
@@ -296,6 +296,26 @@ def test_the_group_pair_has_one_implementation() -> None:
         assert (on_lists.step, on_lists.offset) == (on_numpy.step, on_numpy.offset)
         np.testing.assert_allclose(list(on_lists.pmf), on_numpy.pmf, rtol=1e-9, atol=1e-300)
         assert on_lists.infinity == pytest.approx(on_numpy.infinity, rel=1e-12)
+
+
+def test_the_labelled_groups_have_one_implementation() -> None:
+    """The numpy-free accountant's labelled-groups bound is segshuffle.core.slot_groups, run on
+    lists: no second copy in the portable package, and its ladder and exact two-group
+    expectation agree with the numpy backend's."""
+    from segshuffle.core import slot_groups
+    from segshuffle.core.portable import accounting
+
+    assert importlib.util.find_spec("segshuffle.core.portable.slot_groups") is None
+    assert accounting.GroupsBound is slot_groups.GroupsBound
+    for n_slots, gamma, d, pairs in ((4_000, 0.9, 64, 3), (300, 0.8, 40, 2)):
+        with arrays.use(arrays.PYTHON):
+            on_lists = slot_groups.GroupsBound(n_slots, gamma, d, pairs, 1e-12)
+        on_numpy = slot_groups.GroupsBound(n_slots, gamma, d, pairs, 1e-12)
+        assert (on_lists.backend, on_numpy.backend) == (arrays.PYTHON, arrays.NUMPY)
+        assert on_lists.ladder == on_numpy.ladder
+        for eps, lam in ((0.3, 0.5), (1.0, 0.2)):
+            assert on_lists.delta(eps, lam) == pytest.approx(on_numpy.delta(eps, lam),
+                                                             rel=1e-9, abs=1e-13)
 
 
 def test_the_numpy_free_accountant_runs_the_one_pair_without_numpy() -> None:

@@ -17,7 +17,6 @@ import pytest
 from segshuffle.core import accounting, arrays, multinomial_pair, pair_windows, slot_groups
 from segshuffle.core import bounded_cache as portable_cache
 from segshuffle.core.portable import accounting as portable_accounting
-from segshuffle.core.portable import slot_groups as portable_groups
 
 from .node_support import node
 from .test_check_stops_early import DELTA, FULL_GROUPS, FULL_GROUPS_LEVELS
@@ -70,7 +69,7 @@ def test_a_check_the_first_rung_certifies_builds_one_pair(monkeypatch) -> None:
 def test_the_pure_python_check_builds_one_pair(monkeypatch) -> None:
     h, s, d, m = FULL_GROUPS
     portable_cache.clear_all_caches()
-    built = _built_sizes(monkeypatch, portable_groups)
+    built = _built_sizes(monkeypatch, slot_groups)
     for level, lam in FULL_GROUPS_LEVELS:
         assert portable_accounting.user_delta(level, lam, s, h, m, d, delta=DELTA,
                                               enough=DELTA) <= DELTA

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from segshuffle.core import accounting
+from segshuffle.core import accounting, slot_groups
 from segshuffle.core.accounting import blanket_geometry, refuting_delta, user_delta
 from segshuffle.core.portable import accounting as portable_accounting
-from segshuffle.core.portable import slot_groups as portable_groups
 
 from .node_support import node
 
@@ -122,8 +121,8 @@ def test_a_refuted_check_computes_no_upper_bound(monkeypatch: pytest.MonkeyPatch
     def refused(*_args, **_kwargs):
         raise AssertionError("an upper bound was computed for refuted parameters")
 
-    monkeypatch.setattr(portable_groups.GroupsBound, "delta", refused)
-    monkeypatch.setattr(portable_groups.GroupsBound, "first_rung_delta", refused)
+    monkeypatch.setattr(slot_groups.GroupsBound, "delta", refused)
+    monkeypatch.setattr(slot_groups.GroupsBound, "first_rung_delta", refused)
     monkeypatch.setattr(portable_accounting, "user_delta", refused)
     monkeypatch.setattr(accounting, "user_delta", refused)
     _unprotected_levels.cache_clear()

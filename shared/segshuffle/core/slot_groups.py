@@ -72,22 +72,26 @@ view of :mod:`segshuffle.core.slot_joint`, which reveals nothing beyond the real
 wherever it fits its budget (with coarser buckets of b where needed: up to 85 users at
 d = 8, m = 0.9 for S = 2), and this bound beyond, where groups are larger and a group
 without nulls is rarer.
+
+Written once against :mod:`segshuffle.core.arrays` (numpy's vectors on the server, lists
+in a light client install; the JavaScript accountant is its port).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from functools import lru_cache
+from bisect import bisect_right
+from dataclasses import dataclass
 
-import numpy as np
-
-from . import distributions
+from . import arrays
+from .bounded_cache import key_of, registered_cache
 from .memo import memory_bounded_cache
 from .multinomial_pair import PairAtoms, pair_atoms, pair_loss, pair_losses
 from .multinomial_pair import clear_caches as clear_pair_atoms
 from .pair_windows import enumerable
 from .privacy_loss import COMPOSED_CACHE_BYTES, DEFAULT_STEP, ComposedLoss, compose_loss
+
+__all__ = ["GroupsBound", "clear_caches", "group_geometry", "product_delta"]
 
 #: Ladder points in standard deviations of one group's size (above k_0).
 LADDER_SIGMAS = (-6.0, -4.0, -3.0, -2.0, -1.25, -0.5, 0.25)
@@ -102,16 +106,22 @@ LADDER_MERGE = 5e-3
 EXACT_PAIR_GROUPS = 32.0
 
 
-
 def group_geometry(gamma: float, domain_size: int, pairs: int) -> tuple[float, float]:
     """(p_g, r_S): a slot's chance to be in one given group, and the group's pair rate."""
     inside = (1.0 - gamma) + 2.0 * pairs * gamma / domain_size
     return inside / pairs, min(0.5, (pairs * gamma / domain_size) / inside)
 
 
-@memory_bounded_cache(COMPOSED_CACHE_BYTES, max_entries=512)
 def _composed_groups(slots: int, r: float, lam: float, pairs: int, step: float
                      ) -> ComposedLoss | None:
+    """The ``pairs``-fold composition of the group pair with ``slots`` slots at rate ``lam``
+    (None: too many atoms), on the backend in use (kept per backend)."""
+    return _kept_composition(arrays.name(), slots, r, lam, pairs, step)
+
+
+@memory_bounded_cache(COMPOSED_CACHE_BYTES, max_entries=512)
+def _kept_composition(backend: str, slots: int, r: float, lam: float, pairs: int,
+                      step: float) -> ComposedLoss | None:
     atoms = pair_atoms(slots, r)
     if atoms is None:
         return None
@@ -119,93 +129,110 @@ def _composed_groups(slots: int, r: float, lam: float, pairs: int, step: float
 
 
 @dataclass(frozen=True)
-class _SortedLosses:
-    """A pair's atoms sorted by loss, with suffix sums of P-mass and Q-mass."""
+class SortedLosses:
+    """A pair's atoms sorted by loss, with suffix sums of their masses (plain lists).
 
-    loss: np.ndarray
-    p_mass: np.ndarray
-    tail_p: np.ndarray
-    tail_q: np.ndarray
+    ``loss``: the atoms' losses, increasing; ``p_mass``: their P-mass; ``tail_p``,
+    ``tail_q``: suffix sums of the P- and Q-mass (one more entry: 0); ``tail``: the
+    window's outside mass.
+    """
+
+    loss: list[float]
+    p_mass: list[float]
+    tail_p: list[float]
+    tail_q: list[float]
     tail: float
 
 
-@lru_cache(maxsize=4096)
-def _sorted_losses(slots: int, r: float, lam: float) -> _SortedLosses | None:
-    atoms = pair_atoms(slots, r)
-    if atoms is None:
-        return None
-    return _sorted_from(atoms, lam)
+_sorted_cache = registered_cache(4096)
 
 
-def _sorted_from(atoms: PairAtoms, lam: float) -> _SortedLosses:
-    loss, p_mass = pair_losses(atoms, lam)
-    keep = (p_mass > 0.0) & ~np.isnan(loss) & ~np.isneginf(loss)
-    order = np.argsort(loss[keep], kind="stable")
-    loss, p_mass = loss[keep][order], p_mass[keep][order]
-    with np.errstate(over="ignore"):
-        q_mass = np.where(np.isposinf(loss), 0.0, p_mass * np.exp(-np.minimum(loss, 700.0)))
-    tail_p = np.concatenate((np.cumsum(p_mass[::-1])[::-1], [0.0]))
-    tail_q = np.concatenate((np.cumsum(q_mass[::-1])[::-1], [0.0]))
-    return _SortedLosses(loss, p_mass, tail_p, tail_q, atoms.tail)
+def _sorted_losses(slots: int, r: float, lam: float) -> SortedLosses | None:
+    """A pair's atoms sorted by loss, with suffix sums (None: too many atoms)."""
+    def make() -> SortedLosses | None:
+        atoms = pair_atoms(slots, r)
+        return None if atoms is None else _sorted_from(atoms, lam)
+    return _sorted_cache.get(key_of(arrays.name(), slots, r, lam), make)
 
 
-def product_delta(first: _SortedLosses, second: _SortedLosses, eps: float) -> float:
+def _sorted_from(atoms: PairAtoms, lam: float) -> SortedLosses:
+    all_loss, all_mass = (list(vector) for vector in pair_losses(atoms, lam))
+    # The atoms world P can produce, by increasing loss, ties (infinite losses among them)
+    # by index: a stable sort.
+    order = [i for i, (loss, mass) in enumerate(zip(all_loss, all_mass, strict=True))
+             if mass > 0.0 and loss == loss and loss != -math.inf]
+    order.sort(key=all_loss.__getitem__)
+    loss = [all_loss[i] for i in order]
+    p_mass = [all_mass[i] for i in order]
+    exp = math.exp
+    q_mass = [0.0 if x == math.inf else m * exp(-min(x, 700.0))
+              for x, m in zip(loss, p_mass, strict=True)]
+    xp = arrays.namespace()
+    tail_p = [*xp.suffix_sums(xp.vector(p_mass)).tolist(), 0.0] if p_mass else [0.0]
+    tail_q = [*xp.suffix_sums(xp.vector(q_mass)).tolist(), 0.0] if q_mass else [0.0]
+    return SortedLosses(loss, p_mass, tail_p, tail_q, atoms.tail)
+
+
+def _shifted_losses(first: SortedLosses, eps: float) -> tuple[list[float], list[float]]:
+    """E - l_i of the first pair's atoms and e^{min(E - l_i, 700)} (0 at E - l_i = -inf)."""
+    exp = math.exp
+    shifted = [eps - x for x in first.loss]
+    scales = [0.0 if v == -math.inf else exp(min(v, 700.0)) for v in shifted]
+    return shifted, scales
+
+
+def product_delta(first: SortedLosses, second: SortedLosses, eps: float,
+                  shifted: tuple[list[float], list[float]] | None = None) -> float:
     """D_{e^E} of the product of two pairs, summed atom by atom (no grid), plus their tails.
 
     D = sum_i p_i sum_{l_j > E - l_i} p_j (1 - e^{E - l_i - l_j})
       = sum_i p_i [ TP(E - l_i) - e^{E - l_i} TQ(E - l_i) ],
-    with TP, TQ the second pair's P- and Q-mass above a loss.
+    with TP, TQ the second pair's P- and Q-mass above a loss; the outer sum is correctly
+    rounded.  ``shifted``: :func:`_shifted_losses` of the first pair at E, when kept.
     """
-    shifted = eps - first.loss
-    start = np.searchsorted(second.loss, shifted, side="right")
-    with np.errstate(over="ignore", invalid="ignore"):
-        scale = np.where(np.isneginf(shifted), 0.0, np.exp(np.minimum(shifted, 700.0)))
-    inner = second.tail_p[start] - scale * second.tail_q[start]
-    value = math.fsum((first.p_mass * np.maximum(inner, 0.0)).tolist())
-    return value + first.tail + second.tail
+    losses, scales = _shifted_losses(first, eps) if shifted is None else shifted
+    starts = [bisect_right(second.loss, x) for x in losses]
+    tail_p, tail_q = second.tail_p, second.tail_q
+    terms = [mass * max(tail_p[j] - scale * tail_q[j], 0.0)
+             for mass, j, scale in zip(first.p_mass, starts, scales, strict=True)]
+    return math.fsum(terms) + first.tail + second.tail
 
 
 def clear_caches() -> None:
     """Forget the cached pairs, their compositions and sorted losses (cold benchmarks)."""
-    _composed_groups.cache_clear()
-    _sorted_losses.cache_clear()
+    _kept_composition.cache_clear()
+    _sorted_cache.clear()
     clear_pair_atoms()
 
 
-@dataclass
 class GroupsBound:
     """E[F(min_j N_j)] of the module docstring for one (N, gamma, d, S) and slack budget."""
 
-    n_slots: int
-    gamma: float
-    domain_size: int
-    pairs: int
-    slack: float
-    step: float = DEFAULT_STEP
-    p_group: float = field(init=False)
-    r: float = field(init=False)
-    ladder: list[int] = field(init=False)
-    ladder_cdf: np.ndarray = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.p_group, self.r = group_geometry(self.gamma, self.domain_size, self.pairs)
-        n, p = self.n_slots, self.p_group
+    def __init__(self, n_slots: int, gamma: float, domain_size: int, pairs: int,
+                 slack: float, step: float = DEFAULT_STEP) -> None:
+        self.backend = arrays.name()  # its compositions run where it was built
+        xp = arrays.namespace()
+        self.n_slots = n_slots
+        self.pairs = pairs
+        self.slack = slack
+        self.step = step
+        self.p_group, self.r = group_geometry(gamma, domain_size, pairs)
+        n, p = n_slots, self.p_group
         mean, sd = n * p, math.sqrt(n * p * (1.0 - p))
         # k_0: the largest k with S Pr[N_1 <= k] within the slack.
-        k0 = distributions.binom_ppf(self.slack / self.pairs, n, p)
-        while k0 >= 0 and self.pairs * distributions.binom_cdf(k0, n, p) > self.slack:
+        k0 = xp.binom_ppf(slack / pairs, n, p)
+        while k0 >= 0 and pairs * xp.binom_cdf(k0, n, p) > slack:
             k0 -= 1
         ladder = [k0]
-        sigmas = LADDER_SIGMAS if self.step <= DEFAULT_STEP else COARSE_LADDER_SIGMAS
-        for z in sigmas:
+        for z in LADDER_SIGMAS if step <= DEFAULT_STEP else COARSE_LADDER_SIGMAS:
             k = min(n, math.floor(mean + z * sd))
             if k > ladder[-1] and (k - ladder[-1]) > LADDER_MERGE * k:
                 ladder.append(k)
         if ladder[0] < 0:  # nothing to charge 1: Pr[N_1 <= -1] = 0
             ladder = ladder[1:] or [0]
-        self.ladder = ladder
-        cdf = distributions.binom_cdf(np.array(ladder), n, p) * self.pairs
-        self.ladder_cdf = np.minimum(np.where(np.array(ladder) < 0, 0.0, cdf), 1.0)
+        self.ladder: list[int] = ladder
+        self.ladder_cdf: list[float] = [0.0 if k < 0 else min(xp.binom_cdf(k, n, p) * pairs, 1.0)
+                                        for k in ladder]
 
     @property
     def usable(self) -> bool:
@@ -214,7 +241,8 @@ class GroupsBound:
         return 0.0 < self.r < 0.5 and enumerable(max(self.ladder[-1] + 1, 1), self.r)
 
     def _f(self, slots: int, eps: float, lam: float) -> float:
-        composed = _composed_groups(slots, self.r, lam, self.pairs, self.step)
+        with arrays.use(self.backend):
+            composed = _composed_groups(slots, self.r, lam, self.pairs, self.step)
         return 1.0 if composed is None else composed.delta(eps)
 
     def first_rung_delta(self, eps: float, lam: float) -> float:
@@ -223,15 +251,18 @@ class GroupsBound:
         composition instead of one per rung, and the first that :meth:`ladder_delta`
         computes: a check that it already certifies stops there."""
         first = self._f(self.ladder[0] + 1, eps, lam)
-        return min(first + float(self.ladder_cdf[0]) * (1.0 - first), 1.0)
+        return min(first + self.ladder_cdf[0] * (1.0 - first), 1.0)
 
     def ladder_delta(self, eps: float, lam: float) -> float:
         """The Abel-summed ladder bound with the union bound on the minimum."""
-        values = [self._f(k + 1, eps, lam) for k in self.ladder]
+        values = [1.0, *(self._f(k + 1, eps, lam) for k in self.ladder)]
         # v_0 = 1, v_{i+1} = F(k_i + 1), made non-increasing from the right.
-        v = np.maximum.accumulate(np.array([1.0, *values])[::-1])[::-1]
-        total = v[-1] + float(np.sum(self.ladder_cdf * (v[:-1] - v[1:])))
-        return min(total, 1.0)
+        for i in range(len(values) - 2, -1, -1):
+            values[i] = max(values[i], values[i + 1])
+        total = 0.0
+        for i, cdf in enumerate(self.ladder_cdf):
+            total += cdf * (values[i] - values[i + 1])
+        return min(values[-1] + total, 1.0)
 
     def exact_pair_delta(self, eps: float, lam: float) -> float | None:
         """S = 2, small groups: sum over (N_1, N_2) of the exact product divergence.
@@ -243,24 +274,34 @@ class GroupsBound:
         n, p = self.n_slots, self.p_group
         if self.pairs != 2 or n * p > EXACT_PAIR_GROUPS or self.step > DEFAULT_STEP:
             return None
-        lo = max(0, distributions.binom_ppf(self.slack / 4.0, n, p) - 1)
-        hi = min(n, distributions.binom_isf(self.slack / 4.0, n, p) + 1)
-        sizes = np.arange(lo, hi + 1)
-        pairs = {}
-        for size in sizes.tolist():
+        with arrays.use(self.backend):
+            return self._exact_pair_delta(eps, lam)
+
+    def _exact_pair_delta(self, eps: float, lam: float) -> float | None:
+        n, p = self.n_slots, self.p_group
+        xp = arrays.namespace()
+        lo = max(0, xp.binom_ppf(self.slack / 4.0, n, p) - 1)
+        hi = min(n, xp.binom_isf(self.slack / 4.0, n, p) + 1)
+        sizes = list(range(lo, hi + 1))
+        pairs: dict[int, SortedLosses] = {}
+        for size in sizes:
             losses = _sorted_losses(size, self.r, lam)
             if losses is None:
                 return None
             pairs[size] = losses
-        first = distributions.binom_pmf(sizes, n, p)
+        size_vector = xp.indices(sizes)
+        first_weights = xp.binom_pmf(size_vector, n, p).tolist()
         total = covered = 0.0
-        for n1, w1 in zip(sizes.tolist(), first.tolist(), strict=True):
+        for n1, w1 in zip(sizes, first_weights, strict=True):
             rest = n - n1
-            second = distributions.binom_pmf(sizes, rest, p / (1.0 - p)) * w1
-            for n2, weight in zip(sizes.tolist(), second.tolist(), strict=True):
+            second = (xp.binom_pmf(size_vector, rest, p / (1.0 - p)) * w1).tolist()
+            shifted: tuple[list[float], list[float]] | None = None
+            for n2, weight in zip(sizes, second, strict=True):
                 if weight < 1e-300 or n2 > rest:
                     continue
-                total += weight * min(1.0, product_delta(pairs[n1], pairs[n2], eps))
+                if shifted is None:
+                    shifted = _shifted_losses(pairs[n1], eps)
+                total += weight * min(1.0, product_delta(pairs[n1], pairs[n2], eps, shifted))
                 covered += weight
         return min(1.0, total + max(0.0, 1.0 - covered) + 1e-15)
 

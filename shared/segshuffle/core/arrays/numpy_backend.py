@@ -17,13 +17,13 @@ from scipy import special
 from .. import distributions
 
 __all__ = [
-    "any_true", "arange", "binom_cdf", "binom_pmf", "binom_sf", "binom_tails_range", "ceil",
-    "ceil_int", "clip", "compress", "concatenate", "convolve_exact", "count_nonzero", "cumsum",
-    "exp", "expm1", "fft_compose", "floor_int", "half_tail", "indices", "isfinite", "largest",
-    "ln_factorial", "log", "log1p", "logical_not", "maximum", "minimum", "nonzero_at",
-    "poisson_outside", "poisson_pmf", "poisson_tails", "quiet", "repeat", "run_totals",
-    "scatter_add", "segment_totals", "smallest", "split_scatter", "suffix_sums", "take", "total",
-    "vector", "where",
+    "any_true", "arange", "binom_cdf", "binom_isf", "binom_pmf", "binom_ppf", "binom_sf",
+    "binom_tails_range", "ceil", "ceil_int", "clip", "compress", "concatenate", "convolve_exact",
+    "count_nonzero", "cumsum", "exp", "expm1", "fft_compose", "floor_int", "half_tail", "indices",
+    "isfinite", "largest", "ln_factorial", "log", "log1p", "logical_not", "maximum", "minimum",
+    "nonzero_at", "poisson_outside", "poisson_pmf", "poisson_tails", "quiet", "repeat",
+    "run_totals", "scatter_add", "segment_totals", "smallest", "split_scatter", "suffix_sums",
+    "take", "total", "vector", "where",
 ]
 
 Vector = np.ndarray
@@ -134,6 +134,16 @@ def binom_sf(k: int | np.ndarray, n: int, p: float) -> float | np.ndarray:
     value = distributions.binom_sf(k, n, p)
     return value if isinstance(k, np.ndarray) else float(value)
 
+
+
+def binom_ppf(q: float, n: int, p: float) -> int:
+    """The smallest k in -1..n with Pr[Binomial(n, p) <= k] >= q (-1 when q <= 0)."""
+    return distributions.binom_ppf(q, n, p)
+
+
+def binom_isf(q: float, n: int, p: float) -> int:
+    """The smallest k in -1..n with Pr[Binomial(n, p) > k] <= q (-1 when q >= 1)."""
+    return distributions.binom_isf(q, n, p)
 
 def binom_tails_range(lo: int, hi: int, n: int, p: float) -> tuple[np.ndarray, np.ndarray]:
     """(Pr[Binomial(n, p) <= t], Pr[Binomial(n, p) > t]) for t = lo..hi."""

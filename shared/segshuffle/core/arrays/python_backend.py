@@ -27,10 +27,10 @@ from . import python_distributions as distributions
 from .python_fft import irfft, multiply_spectra, next_power_of_two, power_spectrum, rfft
 
 __all__ = [
-    "Vector", "any_true", "arange", "binom_cdf", "binom_pmf", "binom_sf", "binom_tails_range",
-    "ceil", "ceil_int", "clip", "compress", "concatenate", "convolve_exact", "count_nonzero",
-    "cumsum", "exp", "expm1", "fft_compose", "floor_int", "half_tail", "indices", "isfinite",
-    "largest", "ln_factorial", "log", "log1p", "logical_not", "maximum", "minimum",
+    "Vector", "any_true", "arange", "binom_cdf", "binom_isf", "binom_pmf", "binom_ppf", "binom_sf",
+    "binom_tails_range", "ceil", "ceil_int", "clip", "compress", "concatenate", "convolve_exact",
+    "count_nonzero", "cumsum", "exp", "expm1", "fft_compose", "floor_int", "half_tail", "indices",
+    "isfinite", "largest", "ln_factorial", "log", "log1p", "logical_not", "maximum", "minimum",
     "nonzero_at", "poisson_outside", "poisson_pmf", "poisson_tails", "quiet", "repeat",
     "run_totals", "scatter_add", "segment_totals", "smallest", "split_scatter", "suffix_sums",
     "take", "total", "vector", "where",
@@ -275,6 +275,16 @@ def binom_sf(k: Any, n: int, p: float) -> Any:
         return Vector([distributions.binom_sf(a, n, p) for a in k])
     return distributions.binom_sf(k, n, p)
 
+
+
+def binom_ppf(q: float, n: int, p: float) -> int:
+    """The smallest k in -1..n with Pr[Binomial(n, p) <= k] >= q (-1 when q <= 0)."""
+    return distributions.binom_ppf(q, n, p)
+
+
+def binom_isf(q: float, n: int, p: float) -> int:
+    """The smallest k in -1..n with Pr[Binomial(n, p) > k] <= q (-1 when q >= 1)."""
+    return distributions.binom_isf(q, n, p)
 
 def binom_tails_range(lo: int, hi: int, n: int, p: float) -> tuple[Vector, Vector]:
     """(Pr[Binomial(n, p) <= t], Pr[Binomial(n, p) > t]) for t = lo..hi."""

@@ -16,7 +16,8 @@ probability r = gamma / d.  The smallest of the bounds that apply is taken:
   :mod:`segshuffle.core.slot_single`, over all h ceil(m) slots (the victim's own included);
 - S >= 2 and a blanket small enough to enumerate: the exact joint view of :mod:`.slot_joint`,
   the largest over k = 1..S differing items;
-- otherwise, S >= 2: the labelled-groups bound of :mod:`.slot_groups` where it applies;
+- otherwise, S >= 2: the labelled-groups bound of :mod:`segshuffle.core.slot_groups`
+  where it applies;
 - beside those, the revealed-send bound: reveal the victim's send indicators V (they do not
   depend on its data); by joint convexity
 
@@ -49,6 +50,7 @@ from ..hockey_stick import delta_for, poisson_pair, window_delta
 from ..poisson_comparison import dominated_poisson_mean
 from ..privacy_loss import DEFAULT_STEP, BinLaw, ComposedLoss, composed_pair
 from ..rules import MAX_LEVEL
+from ..slot_groups import GroupsBound
 from ..slot_single import SingleItemMixture, single_item_mixture
 from .blanket import (
     BlanketMode,
@@ -57,7 +59,6 @@ from .blanket import (
     parse_mode,
     require_blanket_rate,
 )
-from .slot_groups import GroupsBound
 from .slot_joint import JointView, joint_view
 from .validation import require_domain, require_finite, require_unit_interval, require_users
 
