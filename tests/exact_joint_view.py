@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from segshuffle.core import distributions
-from segshuffle.core.slot_joint import _bucket, _view_total, upper_quantile
+from segshuffle.core.slot_joint import _view_total, upper_quantile
+from segshuffle.core.slot_joint_lattice import _bucket
 
 #: Every b whose Binomial mass is above this is enumerated (the rest is reported left out).
 B_TAIL = 1e-14

@@ -318,6 +318,28 @@ def test_the_labelled_groups_have_one_implementation() -> None:
                                                              rel=1e-9, abs=1e-13)
 
 
+def test_the_joint_view_has_one_plan() -> None:
+    """The numpy-free accountant's joint view is segshuffle.core.slot_joint's: one plan of
+    buckets and charges on both backends (numpy stores a view per orbit, lists every view),
+    no second copy in the portable package, and the same deltas."""
+    from segshuffle.core import slot_joint
+    from segshuffle.core.portable import accounting
+
+    assert importlib.util.find_spec("segshuffle.core.portable.slot_joint") is None
+    assert accounting.joint_view is slot_joint.joint_view
+    for n_slots, gamma, d, pairs in ((30, 0.9, 8, 2), (12, 0.6, 10, 3)):
+        with arrays.use(arrays.PYTHON):
+            on_lists = slot_joint.JointView(n_slots, gamma, d, pairs)
+        on_numpy = slot_joint.JointView(n_slots, gamma, d, pairs)
+        assert (on_lists.backend, on_numpy.backend) == (arrays.PYTHON, arrays.NUMPY)
+        assert [row[1:3] for row in on_lists.plan] == [row[1:3] for row in on_numpy.plan]
+        for light, heavy in zip(on_lists.plan, on_numpy.plan, strict=True):
+            assert light[0] == pytest.approx(heavy[0], rel=1e-12, abs=1e-300)
+        for eps, lam in ((0.3, 0.5), (1.0, 0.2), (2.0, 1.0)):
+            assert on_lists.delta(eps, lam) == pytest.approx(on_numpy.delta(eps, lam),
+                                                             rel=1e-12, abs=1e-16)
+
+
 def test_the_numpy_free_accountant_runs_the_one_pair_without_numpy() -> None:
     code = (
         "import sys\n"

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from segshuffle.core import slot_joint
+from segshuffle.core import arrays, slot_joint
 from segshuffle.core.joint_budget import values_floor
-from segshuffle.core.portable import slot_joint as portable_joint
 
 from .node_support import node
 
@@ -76,8 +75,9 @@ def test_a_large_view_builds_no_plan(monkeypatch) -> None:
         raise AssertionError("planned a view that cannot fit")
 
     monkeypatch.setattr(slot_joint.JointView, "_plan", refused)
-    monkeypatch.setattr(portable_joint, "_plan", refused)
-    for view in (slot_joint.JointView(*LARGE), portable_joint.JointView(*LARGE)):
+    with arrays.use(arrays.PYTHON):
+        light = slot_joint.JointView(*LARGE)
+    for view in (slot_joint.JointView(*LARGE), light):
         assert not view.usable and view.values > slot_joint.MAX_VALUES
         assert len(view.plan) == 0 and view.left_out == 1.0
 
@@ -86,7 +86,8 @@ def test_a_view_that_fits_is_planned_as_before() -> None:
     """30 slots at d = 8, two items: the per-b plan fits."""
     view = slot_joint.JointView(30, 0.9, 8, 2)
     assert view.usable and view.coarse == 0 and len(view.plan) > 1
-    light = portable_joint.JointView(30, 0.9, 8, 2)
+    with arrays.use(arrays.PYTHON):
+        light = slot_joint.JointView(30, 0.9, 8, 2)
     assert light.usable and light.values == view.values
 
 

@@ -21,10 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from segshuffle.core import accounting, slot_joint
+from segshuffle.core import accounting, arrays, slot_joint
 from segshuffle.core import bounded_cache as portable_cache
 from segshuffle.core.accounting import user_epsilon
-from segshuffle.core.portable import slot_joint as portable_joint
 from segshuffle.core.slot_joint import JointView
 
 from .exact_joint_view import exact_delta, exact_epsilon, exact_user_views
@@ -98,9 +97,9 @@ def test_a_coarser_plan_is_never_below_the_per_b_one(budget: int, fresh_joint_ca
 def test_the_portable_coarse_plan_is_numpys(budget: int, fresh_joint_caches: None,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(slot_joint, "MAX_VALUES", budget)
-    monkeypatch.setattr(portable_joint, "MAX_VALUES", budget)
     expected = JointView(16, 0.9, 8, 2)
-    actual = portable_joint.JointView(16, 0.9, 8, 2)
+    with arrays.use(arrays.PYTHON):
+        actual = JointView(16, 0.9, 8, 2)
     assert actual.coarse == expected.coarse >= 1
     assert [slots for _, slots, _, _ in actual.plan] == [s for _, s, _, _ in expected.plan]
     for eps in (0.1, 0.7, 2.0):
@@ -131,7 +130,8 @@ def test_the_three_accountants_take_the_same_coarse_plan(tmp_path: Path) -> None
     assert result.returncode == 0, result.stderr[-2000:]
     javascript = json.loads(result.stdout)
     numpy_view = JointView(n, gamma, d, k)
-    portable_view = portable_joint.joint_view(n, gamma, d, k)
+    with arrays.use(arrays.PYTHON):
+        portable_view = slot_joint.joint_view(n, gamma, d, k)
     assert numpy_view.coarse == portable_view.coarse == javascript["coarse"] == 1
     assert numpy_view.values == portable_view.values == javascript["values"]
     for (eps, lam), js_value in zip(points, javascript["deltas"], strict=True):

@@ -49,13 +49,12 @@ smaller M.  Within one M the views with more than K active messages
 are left out: an upper bound charges their P-mass, at most
 Pr[Binomial(M, 2kq) > K - k], as 1.
 
-**Storage.**  The views of a bucket are a prefix of one lattice per k, listed by
-total, whose parts that do not depend on M or gamma (log-factorial sums, the rows of
-the shifted views) are computed once; and since permuting the k pairs changes neither
-P nor Q, one view per orbit is stored, weighted by the orbit's size (k! / prod r!,
-r the runs of equal pairs; :class:`_Lattice`).  The sum over views is unchanged, up to
-rounding.  The plans and their MAX_VALUES budget count every view, so which plan
-applies does not depend on this.
+**Storage.**  On numpy the views of a bucket are a prefix of one lattice per k, and one
+view per orbit of the k pairs is stored, weighted by the orbit's size
+(:mod:`segshuffle.core.slot_joint_lattice`); on the Python backend every view is listed,
+lexicographically, as in the web client's JavaScript accountant (:func:`_list_bucket`).
+The sums over views are the same up to rounding, and the plans and their MAX_VALUES budget
+count every view, so which plan applies does not depend on the backend.
 
 **Numerics.**  Every Mult_M value is a float64 product of exact integer
 log-factorials (a table) and two logarithms, relatively accurate to far better
@@ -71,13 +70,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
+from operator import add
+from typing import Any
 
-import numpy as np
-from scipy import special
-
-from . import distributions
+from . import arrays
+from .arrays.python_distributions import ln_factorial
+from .bounded_cache import key_of, registered_cache
+from .errors import AccountantError
 from .joint_budget import values_floor
+
+__all__ = ["MAX_VALUES", "JointView", "atom_count", "clear_caches", "joint_view",
+           "upper_quantile"]
 
 #: The most float64 values (views times 2 (k + 1) polynomial terms, over every bucket) one
 #: joint view may store: at most about 48 MB, of which at most JOINT_VIEWS_KEPT are kept.
@@ -120,68 +123,19 @@ ROUNDING = 1e-11
 UNDERFLOW = 1e-300
 
 
-def compositions_up_to(parts: int, total: int) -> np.ndarray:
-    """Every vector of ``parts`` non-negative integers with sum at most ``total`` (rows)."""
-    rows = np.zeros((1, 0), dtype=np.int64)
-    for _ in range(parts):
-        used = rows.sum(axis=1)
-        room = total - used + 1  # each row may take 0..room-1 in the next coordinate
-        starts = np.repeat(np.cumsum(room) - room, room)
-        nxt = np.arange(int(room.sum()), dtype=np.int64) - starts
-        rows = np.concatenate((np.repeat(rows, room, axis=0), nxt[:, None]), axis=1)
-    return rows
-
-
-def composition_rank(rows: np.ndarray, total: int) -> np.ndarray:
-    """The index of every row in :func:`compositions_up_to` (lexicographic order).
-
-    Vectors of length p with sum at most t number C(t + p, p), so the vectors that
-    agree with v before coordinate i and are smaller there number
-    sum_{a < v_i} C(R_i - a + p_i, p_i) = C(R_i + p_i + 1, p_i + 1) - C(R_i - v_i + p_i + 1,
-    p_i + 1), with p_i = n - i - 1 coordinates after it and R_i = total minus the prefix sum.
-    """
-    parts = rows.shape[1]
-    top = total + parts + 1
-    table = np.zeros((top + 1, parts + 1), dtype=np.int64)
-    for a in range(top + 1):
-        for b in range(min(a, parts) + 1):
-            table[a, b] = math.comb(a, b)
-    rank = np.zeros(rows.shape[0], dtype=np.int64)
-    room = np.full(rows.shape[0], total, dtype=np.int64)
-    for i in range(parts):
-        after = parts - i - 1
-        rank += table[room + after + 1, after + 1] - table[room - rows[:, i] + after + 1,
-                                                          after + 1]
-        room -= rows[:, i]
-    return rank
-
-
 def atom_count(parts: int, total: int) -> int:
-    """len(compositions_up_to(parts, total)) = C(total + parts, parts)."""
+    """The number of vectors of ``parts`` non-negative integers with sum at most ``total``:
+    C(total + parts, parts)."""
     return math.comb(total + parts, parts)
-
-
-@dataclass(frozen=True)
-class _Bucket:
-    """One charged slot count M: the views' masses as polynomials in lambda.
-
-    ``p_terms[j][i]`` = sum over the j-subsets T of the x_j of Mult_M(view i - e_T),
-    ``q_terms`` the same on the x'_j, so that
-    P(view i) = sum_j lambda^j (1 - lambda)^(k - j) p_terms[j][i], and Q alike; view i
-    is the i-th stored view, which stands for its orbit (:class:`_Lattice`), and both
-    terms are multiplied by the orbit's size.
-    """
-
-    p_terms: np.ndarray
-    q_terms: np.ndarray
 
 
 def upper_quantile(trials: int, p: float, tail: float) -> int:
     """The smallest j in [0, trials] with Pr[Binomial(trials, p) > j] <= ``tail``."""
+    xp = arrays.namespace()
     lo, hi = 0, trials  # Pr[> trials] = 0 <= tail
     while lo < hi:
         mid = (lo + hi) // 2
-        if distributions.binom_sf(mid, trials, p) <= tail:
+        if xp.binom_sf(mid, trials, p) <= tail:
             hi = mid
         else:
             lo = mid + 1
@@ -201,7 +155,7 @@ def _window(n_slots: int, q_out: float, lower: bool, coarse: int = 0
     mean = n_slots * q_out
     sd = math.sqrt(n_slots * q_out * (1.0 - q_out))
     hi = upper_quantile(n_slots, q_out, BUCKET_TAIL)
-    above = distributions.binom_sf(hi, n_slots, q_out) if hi < n_slots else 0.0
+    above = arrays.namespace().binom_sf(hi, n_slots, q_out) if hi < n_slots else 0.0
     edges = COARSE_BUCKET_EDGES[coarse - 1] if coarse else BUCKET_EDGES
     lo = max(0, math.floor(mean + edges[0] * sd))
     if hi - lo + 1 <= EXACT_WIDTH and not coarse:
@@ -222,179 +176,8 @@ def _view_total(slots: int, rate: float, pairs: int) -> tuple[int, float]:
         return pairs, 0.0
     spread = min(1.0, 2 * pairs * rate)
     blanket = upper_quantile(slots, spread, VIEW_TAIL)
-    left = distributions.binom_sf(blanket, slots, spread) if blanket < slots else 0.0
+    left = arrays.namespace().binom_sf(blanket, slots, spread) if blanket < slots else 0.0
     return blanket + pairs, left
-
-
-@lru_cache(maxsize=64)
-def _log_factorials(top: int) -> np.ndarray:
-    return special.gammaln(np.arange(top + 2, dtype=np.float64) + 1.0)
-
-
-@dataclass(frozen=True)
-class _Lattice:
-    """The views of k differing items up to a total, in graded order, with everything
-    about them that does not depend on the slots or gamma.
-
-    Graded order lists the views by total, then lexicographically; every bucket's views
-    (total at most K <= ``top``) are then the first C(K + 2k, 2k) rows, and a shifted
-    view, whose total is smaller, lies among them too.
-
-    P and Q are unchanged when the k pairs (x_j, x'_j) are permuted (both worlds treat
-    them alike), so a view's masses equal those of every view its pairs' permutations
-    reach.  One view per such orbit is *stored*: the one whose pairs (c_j, c'_j) are in
-    non-increasing order; its terms are multiplied by the orbit's size k! / prod r!
-    (r: the lengths of runs of equal pairs), which max(0, P - e^E Q) commutes with.
-    ``stored_up_to[K]`` counts the stored views of total at most K (a prefix again);
-    ``p_shifts`` holds, per subset T of the x_j, |T| and the row of every stored view
-    minus e_T (-1 where a count would be negative); ``q_shifts`` the same on the x'_j.
-    """
-
-    top: int
-    totals: np.ndarray
-    log_factorial_sums: np.ndarray  # sum_i ln c_i! of every view
-    orbit_sizes: np.ndarray  # per stored view
-    stored_up_to: np.ndarray
-    p_shifts: tuple[tuple[int, np.ndarray], ...]
-    q_shifts: tuple[tuple[int, np.ndarray], ...]
-
-
-def _graded_lattice(pairs: int, top: int) -> _Lattice:
-    parts = 2 * pairs
-    lexicographic = compositions_up_to(parts, top)
-    order = np.argsort(lexicographic.sum(axis=1), kind="stable")
-    position = np.empty_like(order)
-    position[order] = np.arange(order.size)
-    views = lexicographic[order]
-    del lexicographic
-    totals = views.sum(axis=1)
-    keys = views[:, :pairs] * (top + 1) + views[:, pairs:]  # pair j, lexicographically
-    stored = np.ones(len(views), dtype=bool)
-    run = np.ones(len(views), dtype=np.int64)
-    repeats = np.ones(len(views), dtype=np.int64)  # prod over runs of r!
-    for j in range(1, pairs):
-        stored &= keys[:, j - 1] >= keys[:, j]
-        run = np.where(keys[:, j - 1] == keys[:, j], run + 1, 1)
-        repeats *= run
-    representatives = views[stored]
-    table = _log_factorials(top)
-    masks = np.arange(1 << pairs)
-    bits = (masks[:, None] >> np.arange(pairs)[None, :]) & 1  # (2^k, k)
-
-    def positions(shift: np.ndarray) -> np.ndarray:
-        moved = representatives - shift
-        valid = (moved >= 0).all(axis=1)
-        rank = composition_rank(np.where(valid[:, None], moved, 0), top)
-        return np.where(valid, position[rank], -1).astype(np.int32)
-
-    zero = np.zeros(pairs, dtype=np.int64)
-    return _Lattice(
-        top=top,
-        totals=totals,
-        log_factorial_sums=table[views].sum(axis=1),
-        orbit_sizes=(math.factorial(pairs) // repeats[stored]).astype(np.float64),
-        stored_up_to=np.cumsum(np.bincount(totals[stored], minlength=top + 1)),
-        p_shifts=tuple((int(bit.sum()), positions(np.concatenate((bit, zero)))) for bit in bits),
-        q_shifts=tuple((int(bit.sum()), positions(np.concatenate((zero, bit)))) for bit in bits),
-    )
-
-
-#: The largest lattice built per number of differing items (grown on demand).
-_lattices: dict[int, _Lattice] = {}
-
-
-def _lattice(pairs: int, top: int) -> _Lattice:
-    """A lattice of ``pairs`` differing items whose first rows are every view up to ``top``.
-
-    One lattice per k is kept, the largest asked for: a bucket's views are a prefix of it.
-    Its size is that of the largest single bucket, which MAX_VALUES bounds."""
-    kept = _lattices.get(pairs)
-    if kept is None or kept.top < top:
-        _lattices.pop(pairs, None)
-        kept = _lattices[pairs] = _graded_lattice(pairs, top)
-    return kept
-
-
-def _multinomial(totals: np.ndarray, log_factorial_sums: np.ndarray, slots: int, rate: float,
-                 null_rate: float) -> np.ndarray:
-    """Mult_M of views with these totals and sums of ln c_i!, M = ``slots`` over the active
-    items (rate each) and the nulls."""
-    valid = totals <= slots
-    nulls = np.where(valid, slots - totals, 0)
-    table = _log_factorials(slots)
-    log_value = (table[slots] - np.where(valid, log_factorial_sums, 0.0) - table[nulls]
-                 + special.xlogy(totals, rate) + special.xlogy(nulls, null_rate))
-    with np.errstate(under="ignore"):
-        return np.where(valid, np.exp(log_value), 0.0)
-
-
-def _bucket(slots: int, gamma: float, domain_size: int, pairs: int, total: int) -> _Bucket:
-    """One bucket's stored views (one per orbit, times its size: :class:`_Lattice`)."""
-    inside = (1.0 - gamma) + 2.0 * pairs * gamma / domain_size
-    rate = (gamma / domain_size) / inside
-    null_rate = (1.0 - gamma) / inside
-    lattice = _lattice(pairs, total)
-    count = atom_count(2 * pairs, total)
-    blanket = np.append(_multinomial(lattice.totals[:count], lattice.log_factorial_sums[:count],
-                                     slots, rate, null_rate), 0.0)
-    stored = int(lattice.stored_up_to[total])
-    p_terms = np.zeros((pairs + 1, stored))
-    q_terms = np.zeros((pairs + 1, stored))
-    for (size, p_index), (_, q_index) in zip(lattice.p_shifts, lattice.q_shifts, strict=True):
-        p_terms[size] += blanket[p_index[:stored]]
-        q_terms[size] += blanket[q_index[:stored]]
-    p_terms *= lattice.orbit_sizes[:stored]
-    q_terms *= lattice.orbit_sizes[:stored]
-    return _Bucket(p_terms, q_terms)
-
-
-@dataclass(frozen=True)
-class _Enumeration:
-    """Every bucket's views end to end, each bucket's terms times its probability:
-    P(view i) = sum_j lambda^j (1 - lambda)^(k - j) p_terms[j][i], and Q alike."""
-
-    p_terms: np.ndarray
-    q_terms: np.ndarray
-
-
-@lru_cache(maxsize=JOINT_VIEWS_KEPT)
-def _enumeration(n_slots: int, gamma: float, domain_size: int, pairs: int, lower: bool
-                 ) -> _Enumeration:
-    """The enumerated buckets of one joint view (large: few are kept)."""
-    plan = joint_view(n_slots, gamma, domain_size, pairs, lower)
-    if not plan.usable:
-        raise ValueError(f"{plan.values} stored values exceed the budget of {MAX_VALUES}")
-    kept = [row for row in plan.plan if row[0] > 0.0]
-    lattice = _lattice(pairs, max(total for _, _, total, _ in kept))  # grown once
-    width = sum(int(lattice.stored_up_to[total]) for _, _, total, _ in kept)
-    p_terms, q_terms = np.empty((pairs + 1, width)), np.empty((pairs + 1, width))
-    start = 0
-    for weight, slots, total, _ in kept:
-        bucket = _bucket(slots, gamma, domain_size, pairs, total)
-        stop = start + bucket.p_terms.shape[1]
-        np.multiply(bucket.p_terms, weight, out=p_terms[:, start:stop])
-        np.multiply(bucket.q_terms, weight, out=q_terms[:, start:stop])
-        start = stop
-    return _Enumeration(p_terms, q_terms)
-
-
-@lru_cache(maxsize=2 * JOINT_VIEWS_KEPT)
-def _masses(n_slots: int, gamma: float, domain_size: int, pairs: int, lower: bool,
-            lam: float) -> tuple[np.ndarray, np.ndarray]:
-    """(P, Q) of every view at rate ``lam``, each bucket's weighted by its probability."""
-    sizes = np.arange(pairs + 1)
-    mix = lam ** sizes * (1.0 - lam) ** (pairs - sizes)
-    views = _enumeration(n_slots, gamma, domain_size, pairs, lower)
-    return _mixed(mix, views.p_terms), _mixed(mix, views.q_terms)
-
-
-def _mixed(mix: np.ndarray, terms: np.ndarray) -> np.ndarray:
-    """sum_j mix[j] terms[j], one row at a time (a matrix product would take threads a
-    busy host does not have, for no gain on k + 1 <= 4 rows)."""
-    total = mix[0] * terms[0]
-    for weight, row in zip(mix[1:], terms[1:], strict=True):
-        total += weight * row
-    return total
 
 
 @dataclass
@@ -406,7 +189,8 @@ class JointView:
     keep many joint views keep little memory.  An upper bound whose plan with a bucket
     per b (or BUCKET_EDGES) exceeds MAX_VALUES takes the first coarser plan that fits
     (``coarse``: its index, 1-based, in COARSE_BUCKET_EDGES): fewer, wider buckets, each
-    charged at its largest b, as sound and a little looser.
+    charged at its largest b, as sound and a little looser.  Its views are enumerated on
+    the backend it was planned on.
     """
 
     n_slots: int
@@ -419,7 +203,8 @@ class JointView:
     def __post_init__(self) -> None:
         n, d, k = self.n_slots, self.domain_size, self.pairs
         if not (k >= 1 and 2 * k <= d and 0.0 < self.gamma <= 1.0 and n >= 0):
-            raise ValueError(f"no joint view for N={n}, gamma={self.gamma}, d={d}, k={k}")
+            raise AccountantError(f"no joint view for N={n}, gamma={self.gamma}, d={d}, k={k}")
+        self.backend = arrays.name()
         q_out = self.gamma * (d - 2 * k) / d
         inside = (1.0 - self.gamma) + 2.0 * k * self.gamma / d
         rate = (self.gamma / d) / inside
@@ -448,12 +233,13 @@ class JointView:
               ) -> tuple[list[tuple[float, int, int, float]], int]:
         """(weight, charged slot count M, view total K, left-out mass) per bucket, and the
         number of views they enumerate."""
+        xp = arrays.namespace()
         n, k = self.n_slots, self.pairs
         plan, atoms = [], 0
         for b_lo, b_hi in buckets:
             if q_out > 0.0:
-                weight = (distributions.binom_cdf(b_hi, n, q_out)
-                          - distributions.binom_cdf(b_lo - 1, n, q_out))
+                weight = xp.binom_cdf(b_hi, n, q_out) - (
+                    xp.binom_cdf(b_lo - 1, n, q_out) if b_lo > 0 else 0.0)
             else:
                 weight = 1.0
             slots = n - (b_lo if self.lower else b_hi)
@@ -471,31 +257,164 @@ class JointView:
         """delta_k(E) at rate ``lam``: an upper bound, or with ``lower`` a lower bound."""
         if lam == 0.0:
             return 0.0
-        p, q = _masses(self.n_slots, self.gamma, self.domain_size, self.pairs, self.lower,
-                       lam)
-        scale = math.exp(eps)
-        # Only terms with P > e^E Q (1 - 2 ROUNDING) / (1 + 2 ROUNDING), i.e. P - e^E Q >
-        # -2 ROUNDING (P + e^E Q), can be positive or have been moved across zero by
-        # rounding ("Numerics"): the sum and its error are taken over them alone.
-        near = p > (scale * (1.0 - 2.0 * ROUNDING) / (1.0 + 2.0 * ROUNDING)) * q
-        p_near, q_near = p[near], q[near]
-        value = float(np.sum(np.maximum(p_near - scale * q_near, 0.0)))
-        error = 2.0 * ROUNDING * float(np.sum(p_near))
+        if not self.usable:
+            raise AccountantError(
+                f"{self.values} stored values exceed the budget of {MAX_VALUES}")
+        with arrays.use(self.backend) as xp:
+            p, q = _masses(self, lam)
+            scale = math.exp(eps)
+            # Only terms with P > e^E Q (1 - 2 ROUNDING) / (1 + 2 ROUNDING), i.e. P - e^E Q >
+            # -2 ROUNDING (P + e^E Q), can be positive or have been moved across zero by
+            # rounding ("Numerics"): the sum and its error are taken over them alone.
+            near = p > q * (scale * (1.0 - 2.0 * ROUNDING) / (1.0 + 2.0 * ROUNDING))
+            p_near, q_near = xp.compress(near, p), xp.compress(near, q)
+            value = xp.total(xp.maximum(p_near - q_near * scale, 0.0))
+            error = 2.0 * ROUNDING * xp.total(p_near)
         if self.lower:
             return max(0.0, value - error)
         return min(1.0, value + error + self.left_out)
 
 
-@lru_cache(maxsize=256)
+def _masses(view: JointView, lam: float) -> tuple[Any, Any]:
+    """(P, Q) of the stored views at rate ``lam``: numpy's orbit lattice, or every view."""
+    if arrays.name() == arrays.NUMPY:
+        from . import slot_joint_lattice  # numpy's: imported where numpy runs
+
+        return slot_joint_lattice.masses(view, lam)
+    return _list_masses(view, lam)
+
+
+@dataclass(frozen=True)
+class _ListBucket:
+    """The views of one bucket on the Python backend (:func:`_list_bucket`) and its weight."""
+
+    weight: float
+    p_terms: list[list[float]]
+    q_terms: list[list[float]]
+
+
+def _log(x: float) -> float:
+    """ln x, -inf at 0 (as JavaScript's Math.log)."""
+    return math.log(x) if x > 0.0 else -math.inf
+
+
+def _list_bucket(weight: float, slots: int, gamma: float, domain_size: int, pairs: int,
+                 total: int) -> _ListBucket:
+    """The views of one bucket on the Python backend, every one in lexicographic order (first
+    coordinate slowest), as polynomials in lambda: ``p_terms[j][i]`` is the sum over the
+    j-subsets T of Mult_M(view i - e_T), ``q_terms`` the same on the x'_j."""
+    inside = (1.0 - gamma) + 2.0 * pairs * gamma / domain_size
+    rate = (gamma / domain_size) / inside
+    null_rate = (1.0 - gamma) / inside
+    parts = 2 * pairs
+    # ln c! for the counts of a view (at most K) and ln(M - sum)! for its nulls.
+    log_factorials = [ln_factorial(k) for k in range(total + 1)]
+    log_slots = ln_factorial(slots)
+    log_nulls = [ln_factorial(slots - used) for used in range(min(total, slots) + 1)]
+    # The views in lexicographic order (first coordinate slowest), each as its code
+    # sum_j c_j base^j, the room total - sum_j c_j left, and sum_j ln c_j! (summed in j order).
+    base = total + 1
+    rows: list[tuple[int, int, float]] = [(0, total, 0.0)]
+    for position in range(parts):
+        unit = base**position
+        rows = [(code + value * unit, room - value, logs + log_factorials[value])
+                for code, room, logs in rows for value in range(room + 1)]
+    count = len(rows)
+    log_rate = _log(rate)
+    log_null_rate = _log(null_rate)
+    exp = math.exp
+    # Mult_M of every view (the views are valid: non-negative, total <= K; those above M
+    # have probability 0), and 0 at index `count` for shifted views outside the set.
+    blanket = [0.0] * (count + 1)
+    for i, (_, room, logs) in enumerate(rows):
+        used = total - room
+        if used > slots:
+            continue
+        nulls = slots - used
+        log_value = (log_slots - logs - log_nulls[used]
+                     + (0.0 if used == 0 else used * log_rate)
+                     + (0.0 if nulls == 0 else nulls * log_null_rate))
+        blanket[i] = exp(log_value)
+    # down[j][i]: the index of view i less one message on active item j (`count` where the
+    # view has none there, and at index `count` itself).
+    codes = [code for code, _, _ in rows]
+    del rows
+    get = {code: i for i, code in enumerate(codes)}.get
+    down: list[list[int]] = []
+    for j in range(parts):
+        unit = base**j
+        column = [get(code - unit, count) if (code // unit) % base else count
+                  for code in codes]
+        column.append(count)
+        down.append(column)
+    identity = list(range(count))
+    p_terms: list[list[float] | None] = [None] * (pairs + 1)
+    q_terms: list[list[float] | None] = [None] * (pairs + 1)
+    shifted: list[list[list[int]]] = [[identity], [identity]]  # per side, per mask
+    for mask in range(1 << pairs):
+        size = mask.bit_count()
+        for side in (0, 1):
+            if mask:
+                low = (mask & -mask).bit_length() - 1
+                column = down[side * pairs + low]
+                shifted[side].append([column[i] for i in shifted[side][mask & (mask - 1)]])
+            values = map(blanket.__getitem__, shifted[side][mask])
+            terms = p_terms if side == 0 else q_terms
+            current = terms[size]
+            # terms[size][i] = 0 + the values of the masks of that size, in increasing order.
+            terms[size] = list(values) if current is None else list(map(add, current, values))
+    return _ListBucket(weight, p_terms, q_terms)  # type: ignore[arg-type]
+
+
+_list_buckets_cache = registered_cache(JOINT_VIEWS_KEPT)
+_list_masses_cache = registered_cache(2 * JOINT_VIEWS_KEPT)
+
+
+def _list_masses(view: JointView, lam: float) -> tuple[Any, Any]:
+    """(P, Q) of every view at rate ``lam`` on the Python backend, each bucket's weighted by
+    its probability (buckets and masses kept for the last few views)."""
+    key = key_of(view.n_slots, view.gamma, view.domain_size, view.pairs, view.lower)
+
+    def buckets() -> list[_ListBucket]:
+        return [_list_bucket(weight, slots, view.gamma, view.domain_size, view.pairs, total)
+                for weight, slots, total, _ in view.plan if weight > 0.0]
+
+    def make() -> tuple[Any, Any]:
+        k = view.pairs
+        mix = [lam**j * (1.0 - lam) ** (k - j) for j in range(k + 1)]
+        p: list[float] = []
+        q: list[float] = []
+        for bucket in _list_buckets_cache.get(key, buckets):
+            for terms, out in ((bucket.p_terms, p), (bucket.q_terms, q)):
+                # sum_j mix_j terms_j, in the order j = 0..k, then the bucket's weight.
+                sums = [0.0 + mix[0] * t for t in terms[0]]
+                for j in range(1, k + 1):
+                    weight_j = mix[j]
+                    sums = [s + weight_j * t for s, t in zip(sums, terms[j], strict=True)]
+                out.extend([bucket.weight * s for s in sums])
+        xp = arrays.namespace()
+        return xp.vector(p), xp.vector(q)
+
+    return _list_masses_cache.get(key_of(key, lam), make)
+
+
+_joint_cache = registered_cache(256)
+
+
 def joint_view(n_slots: int, gamma: float, domain_size: int, pairs: int,
                lower: bool = False) -> JointView:
-    """The (cached) plan of the joint view of ``pairs`` differing items, N slots, rate gamma."""
-    return JointView(n_slots, gamma, domain_size, pairs, lower)
+    """The (cached) plan of the joint view of ``pairs`` differing items, N slots, rate gamma,
+    on the backend in use."""
+    return _joint_cache.get(key_of(arrays.name(), n_slots, gamma, domain_size, pairs, lower),
+                            lambda: JointView(n_slots, gamma, domain_size, pairs, lower))
 
 
 def clear_caches() -> None:
     """Forget the cached plans, enumerations and masses (cold benchmarks)."""
-    joint_view.cache_clear()
-    _enumeration.cache_clear()
-    _masses.cache_clear()
-    _lattices.clear()
+    _joint_cache.clear()
+    _list_buckets_cache.clear()
+    _list_masses_cache.clear()
+    if arrays.default_name() == arrays.NUMPY:
+        from . import slot_joint_lattice
+
+        slot_joint_lattice.clear_caches()

@@ -14,8 +14,8 @@ probability r = gamma / d.  The smallest of the bounds that apply is taken:
 
 - at most one differing pair (S = min(s, d // 2) = 1): the exact mixture of
   :mod:`segshuffle.core.slot_single`, over all h ceil(m) slots (the victim's own included);
-- S >= 2 and a blanket small enough to enumerate: the exact joint view of :mod:`.slot_joint`,
-  the largest over k = 1..S differing items;
+- S >= 2 and a blanket small enough to enumerate: the exact joint view of
+  :mod:`segshuffle.core.slot_joint`, the largest over k = 1..S differing items;
 - otherwise, S >= 2: the labelled-groups bound of :mod:`segshuffle.core.slot_groups`
   where it applies;
 - beside those, the revealed-send bound: reveal the victim's send indicators V (they do not
@@ -51,6 +51,7 @@ from ..poisson_comparison import dominated_poisson_mean
 from ..privacy_loss import DEFAULT_STEP, BinLaw, ComposedLoss, composed_pair
 from ..rules import MAX_LEVEL
 from ..slot_groups import GroupsBound
+from ..slot_joint import JointView, joint_view
 from ..slot_single import SingleItemMixture, single_item_mixture
 from .blanket import (
     BlanketMode,
@@ -59,7 +60,6 @@ from .blanket import (
     parse_mode,
     require_blanket_rate,
 )
-from .slot_joint import JointView, joint_view
 from .validation import require_domain, require_finite, require_unit_interval, require_users
 
 __all__ = [
