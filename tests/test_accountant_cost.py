@@ -12,6 +12,7 @@ from segshuffle.core import (
     distributions,
     poisson_comparison,
     privacy_loss,
+    revealed_send,
     scalar_search,
 )
 from segshuffle.core.memo import memory_bounded_cache
@@ -55,7 +56,7 @@ def test_a_poisson_comparison_costs_one_mass_array_per_evaluation(monkeypatch) -
 
 def _groups_accountant() -> accounting.SlotAccountant:
     accounting.clear_caches()
-    bound = accounting._slot_bound(900, 16.5, 128, 8, 1e-11)
+    bound = accounting.slot_bound(900, 16.5, 128, 8, 1e-11)
     assert bound.groups is not None and not bound.joint
     return bound
 
@@ -67,7 +68,7 @@ def test_the_revealed_bound_is_not_built_where_the_groups_bound_is_below_its_flo
     # the labelled groups are far below it.
     bound = _groups_accountant()
     counted = _Counted(poisson_comparison.dominated_poisson_mean)
-    monkeypatch.setattr(accounting, "dominated_poisson_mean", counted)
+    monkeypatch.setattr(revealed_send, "dominated_poisson_mean", counted)
     value = bound.user_delta(0.5, 0.25)
     assert counted.calls == 0
     # And the value is the smaller of the two bounds, as when both are computed.

@@ -213,21 +213,21 @@ def test_windows_are_kept_per_backend() -> None:
 def test_the_count_pair_has_one_implementation() -> None:
     """The numpy-free accountant evaluates the count pair of segshuffle.core.hockey_stick;
     no second copy of the bound remains in the portable package."""
-    from segshuffle.core.portable import accounting
+    from segshuffle.core import revealed_send, user_bound
 
     assert importlib.util.find_spec("segshuffle.core.portable.hockey_stick") is None
-    assert accounting.delta_for is hockey_stick.delta_for
-    assert accounting.window_delta is hockey_stick.window_delta
+    assert revealed_send.delta_for is hockey_stick.delta_for
+    assert user_bound.window_delta is hockey_stick.window_delta
 
 
 def test_the_single_item_mixture_has_one_implementation() -> None:
     """The numpy-free accountant's one-item mixture is segshuffle.core.slot_single's, on
     Python lists; no second copy of the bound remains in the portable package."""
-    from segshuffle.core import slot_single
+    from segshuffle.core import slot_single, user_bound
     from segshuffle.core.portable import accounting
 
     assert importlib.util.find_spec("segshuffle.core.portable.slot_single") is None
-    assert accounting.single_item_mixture is slot_single.single_item_mixture
+    assert user_bound.single_item_mixture is slot_single.single_item_mixture
     from segshuffle.core import accounting as numpy_accounting
 
     for level, lam, users, m, d in ((0.7, 0.6, 300, 1.5, 16), (0.2, 1.0, 50, 3.0, 5),
@@ -240,11 +240,10 @@ def test_the_single_item_mixture_has_one_implementation() -> None:
 def test_the_poisson_comparison_has_one_implementation() -> None:
     """The numpy-free accountant's Poisson comparison is segshuffle.core.poisson_comparison's,
     on Python lists; no second copy remains in the portable package."""
-    from segshuffle.core import poisson_comparison
-    from segshuffle.core.portable import accounting
+    from segshuffle.core import poisson_comparison, revealed_send
 
     assert importlib.util.find_spec("segshuffle.core.portable.poisson_comparison") is None
-    assert accounting.dominated_poisson_mean is poisson_comparison.dominated_poisson_mean
+    assert revealed_send.dominated_poisson_mean is poisson_comparison.dominated_poisson_mean
     poisson_comparison.clear_caches()
     with arrays.use(arrays.PYTHON):
         on_lists = poisson_comparison.dominated_poisson_mean(20_000, 0.02, 1e-11)
@@ -257,12 +256,11 @@ def test_the_item_pair_losses_have_one_implementation() -> None:
     """The numpy-free accountant's item-pair loss distributions and compositions are
     segshuffle.core.privacy_loss's, on Python lists and the pure-Python FFT; no second copy
     remains in the portable package, and the group pair's grid is privacy_loss's."""
-    from segshuffle.core import multinomial_pair, privacy_loss, slot_groups
-    from segshuffle.core.portable import accounting
+    from segshuffle.core import multinomial_pair, privacy_loss, revealed_send, slot_groups
 
     assert importlib.util.find_spec("segshuffle.core.portable.privacy_loss") is None
-    assert accounting.composed_pair is privacy_loss.composed_pair
-    assert accounting.BinLaw is privacy_loss.BinLaw
+    assert revealed_send.composed_pair is privacy_loss.composed_pair
+    assert revealed_send.BinLaw is privacy_loss.BinLaw
     assert slot_groups.compose_loss is privacy_loss.compose_loss
     assert multinomial_pair.discretise is privacy_loss.discretise
     privacy_loss.clear_caches()
@@ -280,11 +278,10 @@ def test_the_group_pair_has_one_implementation() -> None:
     """The labelled groups' multinomial pair is segshuffle.core.multinomial_pair on both
     backends: the numpy-free accountant's groups compose its loss distributions, no second
     copy remains in the portable package, and the two backends give the same grid."""
-    from segshuffle.core import multinomial_pair, slot_groups
-    from segshuffle.core.portable import accounting
+    from segshuffle.core import multinomial_pair, slot_groups, user_bound
 
     assert importlib.util.find_spec("segshuffle.core.portable.multinomial_pair") is None
-    assert accounting.GroupsBound is slot_groups.GroupsBound
+    assert user_bound.GroupsBound is slot_groups.GroupsBound
     assert slot_groups.pair_loss is multinomial_pair.pair_loss
     for slots, r, lam in ((5_000, 0.2, 0.5), (80_000, 0.486, 0.86)):
         with arrays.use(arrays.PYTHON):
@@ -302,11 +299,10 @@ def test_the_labelled_groups_have_one_implementation() -> None:
     """The numpy-free accountant's labelled-groups bound is segshuffle.core.slot_groups, run on
     lists: no second copy in the portable package, and its ladder and exact two-group
     expectation agree with the numpy backend's."""
-    from segshuffle.core import slot_groups
-    from segshuffle.core.portable import accounting
+    from segshuffle.core import slot_groups, user_bound
 
     assert importlib.util.find_spec("segshuffle.core.portable.slot_groups") is None
-    assert accounting.GroupsBound is slot_groups.GroupsBound
+    assert user_bound.GroupsBound is slot_groups.GroupsBound
     for n_slots, gamma, d, pairs in ((4_000, 0.9, 64, 3), (300, 0.8, 40, 2)):
         with arrays.use(arrays.PYTHON):
             on_lists = slot_groups.GroupsBound(n_slots, gamma, d, pairs, 1e-12)
@@ -322,11 +318,10 @@ def test_the_joint_view_has_one_plan() -> None:
     """The numpy-free accountant's joint view is segshuffle.core.slot_joint's: one plan of
     buckets and charges on both backends (numpy stores a view per orbit, lists every view),
     no second copy in the portable package, and the same deltas."""
-    from segshuffle.core import slot_joint
-    from segshuffle.core.portable import accounting
+    from segshuffle.core import slot_joint, user_bound
 
     assert importlib.util.find_spec("segshuffle.core.portable.slot_joint") is None
-    assert accounting.joint_view is slot_joint.joint_view
+    assert user_bound.joint_view is slot_joint.joint_view
     for n_slots, gamma, d, pairs in ((30, 0.9, 8, 2), (12, 0.6, 10, 3)):
         with arrays.use(arrays.PYTHON):
             on_lists = slot_joint.JointView(n_slots, gamma, d, pairs)

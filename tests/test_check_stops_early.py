@@ -53,7 +53,7 @@ def test_the_groups_certify_without_the_revealed_send_bound() -> None:
     accounting.clear_caches()
     level, lam, s, h, m, d = CAMPAIGNS[0]
     assert accounting.user_delta(level, lam, s, h, m, d, delta=DELTA, enough=DELTA) <= DELTA
-    bound = accounting._slot_bound(h, m, d, s, accounting.POISSON_SLACK_SHARE * DELTA,
+    bound = accounting.slot_bound(h, m, d, s, accounting.POISSON_SLACK_SHARE * DELTA,
                                    accounting.DEFAULT_STEP)  # the cached one user_delta used
     assert bound.groups is not None
     assert bound._revealed is None  # never built
@@ -97,7 +97,7 @@ def test_a_check_the_first_rung_certifies_composes_one_group_size(monkeypatch) -
     monkeypatch.setattr(slot_groups, "_composed_groups", recorded)
     for level, lam in FULL_GROUPS_LEVELS:
         assert accounting.user_delta(level, lam, s, h, m, d, delta=DELTA, enough=DELTA) <= DELTA
-    bound = accounting._slot_bound(h, m, d, s, accounting.POISSON_SLACK_SHARE * DELTA,
+    bound = accounting.slot_bound(h, m, d, s, accounting.POISSON_SLACK_SHARE * DELTA,
                                    accounting.DEFAULT_STEP)
     assert bound.groups is not None and len(bound.groups.ladder) >= 3
     assert composed_sizes == {bound.groups.ladder[0] + 1}

@@ -59,7 +59,7 @@ def test_a_check_the_first_rung_certifies_builds_one_pair(monkeypatch) -> None:
     built = _built_sizes(monkeypatch, slot_groups)
     for level, lam in FULL_GROUPS_LEVELS:
         assert accounting.user_delta(level, lam, s, h, m, d, delta=DELTA, enough=DELTA) <= DELTA
-    bound = accounting._slot_bound(h, m, d, s, accounting.POISSON_SLACK_SHARE * DELTA,
+    bound = accounting.slot_bound(h, m, d, s, accounting.POISSON_SLACK_SHARE * DELTA,
                                    accounting.DEFAULT_STEP)
     assert bound.groups is not None and bound.groups.usable
     assert set(built) == {bound.groups.ladder[0] + 1}
@@ -73,7 +73,7 @@ def test_the_pure_python_check_builds_one_pair(monkeypatch) -> None:
     for level, lam in FULL_GROUPS_LEVELS:
         assert portable_accounting.user_delta(level, lam, s, h, m, d, delta=DELTA,
                                               enough=DELTA) <= DELTA
-    groups = accounting._slot_bound(h, m, d, s, accounting.POISSON_SLACK_SHARE * DELTA,
+    groups = accounting.slot_bound(h, m, d, s, accounting.POISSON_SLACK_SHARE * DELTA,
                                     accounting.DEFAULT_STEP).groups
     assert groups is not None
     assert set(built) == {groups.ladder[0] + 1}

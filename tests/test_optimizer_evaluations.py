@@ -234,12 +234,12 @@ def test_the_steering_revealed_bound_composes_one_pair_and_compares_nothing(
     number of differing pairs at every new m of the sweep (7 of each at s = 8: about 20
     ms of every rate swept at n = 1e4, 0.8 of its 1.3 CPU-s); it now composes the
     estimate's own Poisson(N gamma / d) pair (one pair loss) and compares nothing."""
-    from segshuffle.core import poisson_comparison, privacy_loss
+    from segshuffle.core import poisson_comparison, privacy_loss, revealed_send
 
     def refused(*args: object, **kwargs: object) -> None:
         raise AssertionError("a Poisson comparison was computed for a steering bound")
 
-    monkeypatch.setattr(accounting, "steering_poisson_mean", refused)
+    monkeypatch.setattr(revealed_send, "steering_poisson_mean", refused)
     monkeypatch.setattr(poisson_comparison, "steering_poisson_mean", refused)
     built = Counter()
     original = privacy_loss.pair_loss
@@ -252,7 +252,7 @@ def test_the_steering_revealed_bound_composes_one_pair_and_compares_nothing(
     accounting.clear_caches()
     users, d, s, delta = 10_000, 128, 8, 1e-8
     for m in (1.61, 1.62, 1.63):
-        bound = accounting._slot_bound(users, m, d, s, accounting.POISSON_SLACK_SHARE * delta,
+        bound = accounting.slot_bound(users, m, d, s, accounting.POISSON_SLACK_SHARE * delta,
                                        COARSE_STEP)
         assert bound.estimate is not None
         steered = bound.user_delta(1.0, 1.0)  # at lambda = 1 the revealed bound is taken
@@ -272,8 +272,8 @@ def test_the_steering_revealed_bound_tracks_the_certified_one() -> None:
     accounting.clear_caches()
     users, d, s, delta, m = 10_000, 128, 8, 1e-8, 1.64
     slack = accounting.POISSON_SLACK_SHARE * delta
-    steering = accounting._slot_bound(users, m, d, s, slack, COARSE_STEP).revealed
-    certified = accounting._slot_bound(users, m, d, s, slack).revealed
+    steering = accounting.slot_bound(users, m, d, s, slack, COARSE_STEP).revealed
+    certified = accounting.slot_bound(users, m, d, s, slack).revealed
     assert steering.steering_law is not None and certified.steering_law is None
     compared = 0
     for eps in (0.5, 1.0, 2.0):
@@ -336,7 +336,7 @@ def test_one_differing_item_steers_with_one_count_pair(monkeypatch: pytest.Monke
     accounting.clear_caches()
     users, d, m, delta = 900, 16384, 11.6, 1e-8
     slack = accounting.POISSON_SLACK_SHARE * delta
-    exact = accounting._slot_bound(users, m, d, 1, slack)
+    exact = accounting.slot_bound(users, m, d, 1, slack)
     assert exact.single is not None
     n_slots, r = accounting.blanket_geometry(users, m, d)
     p_group, r_pair = group_geometry(r * d, d, 1)
@@ -346,7 +346,7 @@ def test_one_differing_item_steers_with_one_count_pair(monkeypatch: pytest.Monke
                                          step=COARSE_STEP).delta(eps) for eps, lam in points]
     monkeypatch.setattr(privacy_loss, "pair_loss", refused)
     accounting.clear_caches()
-    steering = accounting._slot_bound(users, m, d, 1, slack, COARSE_STEP)
+    steering = accounting.slot_bound(users, m, d, 1, slack, COARSE_STEP)
     assert steering.single_estimate is not None and steering.single is None
     for (eps, lam), old in zip(points, before, strict=True):
         value, estimate = exact.user_delta(eps, lam), steering.user_delta(eps, lam)

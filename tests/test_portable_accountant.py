@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from segshuffle.core import accounting as numpy_accounting
-from segshuffle.core import portable
+from segshuffle.core import arrays, portable
 from segshuffle.core.portable import AccountantError, BlanketMode, user_delta
 from segshuffle.core.portable import accounting as portable_accounting
 from segshuffle.core.privacy_loss import DEFAULT_STEP
@@ -128,9 +128,10 @@ def _branch(row: dict[str, Any]) -> str:
     """The branch of the portable slot accountant (as the fixture's generator names them)."""
     if row["mode"] != "slots":
         return "independent"
-    bound = portable_accounting._slot_bound(
-        row["users"], float(row["m"]), row["domain_size"], row["set_size"],
-        portable_accounting.POISSON_SLACK_SHARE * row["delta"], DEFAULT_STEP)
+    with arrays.use(arrays.PYTHON):
+        bound = portable_accounting.slot_bound(
+            row["users"], float(row["m"]), row["domain_size"], row["set_size"],
+            portable_accounting.POISSON_SLACK_SHARE * row["delta"], DEFAULT_STEP)
     if bound.single is not None:
         return "single"
     if bound.joint:

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 from segshuffle.core import accounting
-from segshuffle.core.accounting import SlotBlanketBound, audit, user_delta, user_epsilon
+from segshuffle.core.accounting import audit, user_delta, user_epsilon
 from segshuffle.core.optimizer import optimize
+from segshuffle.core.revealed_send import RevealedSendBound
 from segshuffle.core.slot_groups import GroupsBound
 from segshuffle.core.slot_joint import JointView
 from segshuffle.core.slot_single import single_item_mixture
@@ -158,7 +159,7 @@ def test_two_items_large_population_keeps_amplification() -> None:
 def test_min_with_revealed_never_exceeds_either() -> None:
     users, m, d, s, slack = 500, 0.6, 20, 3, 1e-9
     n_slots, r = accounting.blanket_geometry(users, m, d)
-    revealed = SlotBlanketBound(n_slots, r, s, d, slack)
+    revealed = RevealedSendBound(n_slots, r, s, d, slack)
     groups = GroupsBound(n_slots, m, d, 3, slack)
     for level in (0.2, 0.8, 2.0):
         for lam in (0.1, 0.5, 1.0):

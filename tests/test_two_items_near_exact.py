@@ -155,7 +155,7 @@ GRID = [(2, 6, 40, 0.5), (2, 6, 40, 0.9), (2, 6, 48, 0.5), (2, 6, 48, 0.9), (2, 
 def test_never_below_exact_and_within_one_and_a_half(set_size: int, domain_size: int,
                                                      users: int, m: float, lam: float) -> None:
     delta = 1e-3
-    bound = accounting._slot_bound(users, m, domain_size, set_size,
+    bound = accounting.slot_bound(users, m, domain_size, set_size,
                                    accounting.POISSON_SLACK_SHARE * delta)
     assert bound.joint and max(view.coarse for view in bound.joint) >= 1
     views = exact_user_views(users, m, domain_size, set_size, lam)

@@ -8,38 +8,11 @@ or ceil((1 - f) ceil((1 - tau) n)) with a dropout tolerance tau and a fake
 tolerance f).  A user at level E with Poisson rate lambda is protected when
 delta_user(E) <= delta.
 
-**Slot blanket** (:attr:`BlanketMode.SLOTS`, the paper's).  N = h ceil(m) - 1
-slots each land on a given item with probability r = gamma / d (the one-item
-mixture of :mod:`segshuffle.core.slot_single` counts all h ceil(m)).  Reveal the
-victim's send indicators V (they do not depend on its data, so revealing them
-only helps the server); by joint convexity,
-
-    delta_user(E) <= sum_{j=1..s} Binom(s, lambda)(j) tau_j(E).
-
-Given V with j items sent, the view is a post-processing of the counts on the
-<= 2j active items (the rest depends on the victim only through their total,
-which V fixes).  Items common to x and x' cancel, leaving j' <= min(j, d // 2)
-disjoint pairs.  Hence tau_j = max_{i <= min(j, d // 2)} (D_i + eta_i) with
-
-- D_1 the exact two-bin pair of :mod:`segshuffle.core.hockey_stick` at lambda = 1
-  (multinomial blanket, no approximation);
-- for i >= 2, D_i the i-fold composition of the lambda = 1 pair with independent
-  Poisson(mu) bins and eta_i = max_t (F_Bin(N, 2ir)(t) - F_Poi(2i mu)(t))_+.
-  Conditioned on their total the multinomial and the Poisson bins split alike,
-  the divergence given the total t does not increase with t (one more uniform
-  message is a post-processing), and Abel summation turns the CDF comparison into
-  the slack eta_i (:mod:`segshuffle.core.poisson_comparison`).  Each i has its own
-  mu_i, the largest with eta_i within the budget POISSON_SLACK_SHARE delta, and
-  the i-fold PLDs (:mod:`segshuffle.core.privacy_loss`, pessimistic grid) do not
-  depend on lambda, so every lambda_k is the root of a polynomial inequality.
-
-**Independent blanket** (:attr:`BlanketMode.INDEPENDENT`).  Every item's blanket
-count is Binomial(h - 1, m / d), independent across items, so the view of x
-against x' is exactly the product of one item pair with lambda per item of x not
-in x'; items common to both sets cancel.  Two s-sets of d items differ in at most
-min(s, d - s) items (x' holds at most d - s items outside x), so delta_user is
-computed from the min(s, d - s)-fold composed PLD (pessimistic grid): no slack, no
-revealed V.  The exhibited lower bound composes the same number of pairs.
+The upper bound itself, the smallest of the slot blanket's bounds or the independent
+blanket's composition, is :mod:`segshuffle.core.user_bound` (one implementation, which the
+numpy-free client accountant runs too); this module validates the server's arguments, runs
+it on numpy, and adds what only the server computes: the lambda and epsilon searches, the
+full-signal rates, the audit and the exhibited lower bounds.
 
 **Lower bounds** are divergences of an exhibited dataset's view
 (:mod:`segshuffle.core.full_view`): the largest E the server can still
@@ -54,8 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
-import numpy as np
-
 from . import hockey_stick, poisson_comparison, slot_groups, slot_joint, slot_single, validation
 from .blanket import BlanketMode, parse_mode, require_blanket_rate
 from .full_view import clear_caches as clear_full_view_caches
@@ -68,17 +39,27 @@ from .hockey_stick import (
     delta_for,
     epsilon_for,
     poisson_pair,
-    window_delta,
 )
-from .poisson_comparison import dominated_poisson_mean, steering_poisson_mean
-from .privacy_loss import DEFAULT_STEP, LOWER_STEP, BinLaw, ComposedLoss, composed_pair
+from .privacy_loss import DEFAULT_STEP, LOWER_STEP, composed_pair
 from .privacy_loss import clear_caches as clear_loss_caches
-from .randomizers import blanket_probability, blanket_slots
+from .randomizers import blanket_probability
 from .rules import MAX_BLANKET_RATE, MAX_LEVEL
 from .scalar_search import remembered
-from .slot_groups import GroupsBound, group_geometry
-from .slot_joint import JointView, joint_view
-from .slot_single import SingleItemMixture, single_item_mixture
+from .slot_joint import joint_view
+from .user_bound import (
+    ACCOUNTED_BLANKET_PER_ITEM,
+    DEFAULT_DELTA,
+    POISSON_SLACK_SHARE,
+    SlotAccountant,
+    blanket_geometry,
+    certified,
+    certified_user_delta,
+    independent_law,
+    independent_pairs,
+    refuted_delta,
+    slot_bound,
+)
+from .user_bound import clear_caches as clear_slot_bounds
 
 #: Relative precision of the epsilon searches (the CLI contract asks for 1e-4).
 EPSILON_RTOL = 1e-8
@@ -88,41 +69,19 @@ EPSILON_RTOL = 1e-8
 #: constraint and its achieved epsilon is the level itself to about 1e-9.
 LAMBDA_XTOL = 1e-7
 
-#: Share of the target delta that the Poisson comparison's slack may take.
-POISSON_SLACK_SHARE = 1e-3
-
 #: Grid step of the loss in searches that only steer (the optimizer's m search):
 #: coarser and with an uncertified Poisson comparison, several times faster.  Never
 #: used for a published value: the optimizer recomputes every lambda at DEFAULT_STEP.
 COARSE_STEP = 4e-3
 
-#: Safety margins on every certified delta: delta_user is reported as
-#: value (1 + CERTIFIED_RELATIVE_MARGIN) + CERTIFIED_ABSOLUTE_MARGIN.  The per-total sums
-#: lose at most ~1e-11 relative to cancellation in P_t - e^E Q_t (measured against
-#: 50-digit arithmetic), the FFT rounding is bounded separately, so rounding can never
-#: put a published value below the exact one.
-CERTIFIED_RELATIVE_MARGIN = 1e-9
-CERTIFIED_ABSOLUTE_MARGIN = 1e-15
-
-#: Group size (slots) from which a steering search estimates the slot bounds instead of
-#: computing them (:class:`SlotAccountant`); smaller groups are cheap to bound exactly.
-STEERING_GROUP_SLOTS = 200
-
-#: Upper bounds count at most this many expected blanket messages on one item; counting
-#: fewer is conservative (less blanket, larger delta) and keeps every window bounded.
-ACCOUNTED_BLANKET_PER_ITEM = 1e7
-
 #: The full-signal search's first top below one slot per user (:func:`full_signal_blanket`):
 #: gamma = 0.999, where the rate m = 1 (gamma = 1) costs up to 30 times more to evaluate.
 ONE_SLOT_PROBE = 0.999
 
-#: Target delta assumed for the slack when a caller asks for a bare delta_user.
-_DEFAULT_DELTA = 1e-9
-
 __all__ = [
     "EPSILON_CAP",
     "AuditResult",
-    "SlotBlanketBound",
+    "SlotAccountant",
     "UnprotectableLevelError",
     "audit",
     "blanket_geometry",
@@ -150,141 +109,11 @@ class AuditResult:
     epsilon_lower: float | None
 
 
-def blanket_geometry(users: int, m: float, domain_size: int, *, every_slot: bool = False
-                     ) -> tuple[int, float]:
-    """(N, r) of the slot blanket: N = users ceil(m) - 1, r = gamma / d.
-
-    ``every_slot=True`` counts every slot, N = users ceil(m) (the victim's own included):
-    the exhibited lower bounds, and the one-item mixture of
-    :mod:`segshuffle.core.slot_single`, whose proof covers every slot.  The other
-    upper bounds count one slot fewer (fewer slots: a larger delta, so still sound).
-
-    With m = 0 there is no blanket (N = 0, r = 0).
-    """
-    slots = blanket_slots(m)
-    if slots == 0:
-        return 0, 0.0
-    n_slots = users * slots - 1 + (1 if every_slot else 0)
-    return max(n_slots, 0), blanket_probability(m) / domain_size
-
-
 def item_pair(lam: float, users: int, m: float, domain_size: int, *, lower: bool = False
               ) -> CountPair:
     """The two-bin count pair of one item message sent with rate ``lam`` (slot blanket)."""
     n_slots, r = blanket_geometry(users, m, domain_size, every_slot=lower)
     return poisson_pair(lam, n_slots, r)
-
-
-def _binomial_weights(set_size: int, lam: float) -> np.ndarray:
-    """Binom(s, lambda)(j) for j = 0..s (s is small: products of exact binomial
-    coefficients and powers, each within a few ulps)."""
-    return np.array([math.comb(set_size, j) * lam**j * (1.0 - lam) ** (set_size - j)
-                     for j in range(set_size + 1)])
-
-
-#: Privacy levels whose tau_j one :class:`SlotBlanketBound` keeps (the levels of a
-#: campaign, at one m, are asked for over and over by the lambda searches).
-TAUS_KEPT = 8
-
-
-class SlotBlanketBound:
-    """tau_j(E) of the slot blanket (module docstring) for one (N, r, s, d) and slack budget.
-
-    tau_1 is one exact pair and cheap; the i-fold compositions (i >= 2) and their Poisson
-    comparisons are built on first use, so a caller that only needs tau_1 (for the lower
-    bound of :meth:`user_delta_floor`) never pays for them.
-    """
-
-    def __init__(self, n_slots: int, r: float, set_size: int, domain_size: int,
-                 slack: float, step: float = DEFAULT_STEP, *,
-                 steering_law: BinLaw | None = None) -> None:
-        if steering_law is not None and step <= DEFAULT_STEP:
-            raise ValueError("a steering law is for searches that only steer (a coarse grid)")
-        self.n_slots = n_slots
-        self.r = r
-        self.set_size = set_size
-        self.active = min(set_size, domain_size // 2)
-        self.slack = slack
-        self.step = step
-        self.steering_law = steering_law
-        self._pair = poisson_pair(1.0, n_slots, r)
-        self._poisson: dict[int, tuple[BinLaw, float]] = {}
-        self._taus: dict[float, np.ndarray] = {}
-
-    def _composed_term(self, i: int) -> tuple[ComposedLoss, float]:
-        """(D_i's composed loss, eta_i) for i >= 2 differing pairs.
-
-        The Poisson comparison is kept here; the composition is kept by
-        :func:`composed_pair`'s memory-bounded table (a reference here would hold it
-        past that table's budget for as long as this bound is cached)."""
-        if self.steering_law is not None:
-            # Steering only: every D_i composes the one pair with Poisson(N r) bins (the
-            # mean, which the comparisons lower a little) and is charged the whole slack
-            # budget (the comparisons' eta comes close to it), so the i-fold compositions
-            # share one pair loss and no comparison is computed.
-            composed = composed_pair(self.steering_law, 1.0, i, upper=True, step=self.step)
-            return composed, self.slack
-        term = self._poisson.get(i)
-        if term is None:
-            # The coarse grid only steers searches: its comparison need not be certified.
-            q = min(2.0 * i * self.r, 1.0)
-            if self.step <= DEFAULT_STEP:
-                nu, eta = dominated_poisson_mean(self.n_slots, q, self.slack)
-            else:
-                nu, eta = steering_poisson_mean(self.n_slots, q, self.slack)
-            term = self._poisson[i] = (BinLaw(nu / (2.0 * i)), eta)
-        law, eta = term
-        return composed_pair(law, 1.0, i, upper=True, step=self.step), eta
-
-    def tau_one(self, eps: float) -> float:
-        """tau_1(E): the exact lambda = 1 pair, at most 1 (the smallest tau_j)."""
-        if self.active == 0:
-            return 0.0
-        return min(delta_for(self._pair, eps), 1.0)
-
-    def taus(self, eps: float) -> np.ndarray:
-        """(tau_1, ..., tau_s) at E = ``eps``: non-decreasing in j, each at most 1.
-
-        They do not depend on lambda, and a root search over lambda asks for them at
-        one E many times: the last few are kept."""
-        cached = self._taus.get(eps)
-        if cached is None:
-            if len(self._taus) >= TAUS_KEPT:
-                self._taus.pop(next(iter(self._taus)))
-            cached = self._taus[eps] = self._compute_taus(eps)
-        return cached
-
-    def _compute_taus(self, eps: float) -> np.ndarray:
-        out = np.zeros(self.set_size)
-        if self.active == 0:
-            return out
-        running = delta_for(self._pair, eps)
-        out[0] = running
-        for i in range(2, self.set_size + 1):
-            if i <= self.active:
-                composed, eta = self._composed_term(i)
-                running = max(running, composed.delta(eps) + eta)
-            out[i - 1] = min(running, 1.0)
-        return out
-
-    def user_delta(self, eps: float, lam: float) -> float:
-        """sum_j Binom(s, lambda)(j) tau_j(E)."""
-        if lam == 0.0:
-            return 0.0
-        weights = _binomial_weights(self.set_size, lam)[1:]
-        return min(1.0, float(np.dot(weights, self.taus(eps))))
-
-    def user_delta_floor(self, eps: float, lam: float) -> float:
-        """A value :meth:`user_delta` is never below, from tau_1 alone (cheap).
-
-        Every tau_j >= tau_1, so sum_j Binom(s, lambda)(j) tau_j >= (1 - (1 - lambda)^s)
-        tau_1; the factor is rounded down by a relative 1e-12, far more than the few ulps
-        that separate it from the computed sum of weights.
-        """
-        if lam == 0.0:
-            return 0.0
-        sent = -math.expm1(self.set_size * math.log1p(-lam)) if lam < 1.0 else 1.0
-        return min(1.0, sent * self.tau_one(eps)) * (1.0 - 1e-12)
 
 
 def _require_epsilon(eps: float) -> float:
@@ -298,157 +127,9 @@ def _require_epsilon(eps: float) -> float:
     return value
 
 
-def _certified(value: float) -> float:
-    """An upper bound widened by the documented rounding margins, at most 1."""
-    return min(1.0, value * (1.0 + CERTIFIED_RELATIVE_MARGIN) + CERTIFIED_ABSOLUTE_MARGIN)
-
-
-def _accounted_trials(trials: int, p: float) -> int:
-    """min(trials, ACCOUNTED_BLANKET_PER_ITEM / p): fewer blanket trials, never more."""
-    if p <= 0.0:
-        return trials
-    return min(trials, math.floor(ACCOUNTED_BLANKET_PER_ITEM / p))
-
-
-class SlotAccountant:
-    """delta_user of the slot blanket: the smallest of the bounds that apply.
-
-    - one differing pair at most (S = min(s, d // 2) = 1): the exact mixture of
-      :mod:`segshuffle.core.slot_single` over ``every_slot`` = h ceil(m) slots, the
-      victim's own included (the others count ``n_slots`` = h ceil(m) - 1);
-    - S >= 2 and a blanket small enough to enumerate: the exact joint view of
-      :mod:`segshuffle.core.slot_joint`, the largest over k = 1..S differing items
-      (the full view up to its buckets, so nothing else is computed);
-    - otherwise, S >= 2: the labelled-groups bound of :mod:`segshuffle.core.slot_groups`
-      (where its pair is not degenerate and small enough to enumerate);
-    - beside the groups (or alone), the revealed-send bound
-      :class:`SlotBlanketBound`, sound at every gamma and the smaller one near
-      lambda = 1, where revealing who sent costs nothing.
-
-    With a loss grid coarser than DEFAULT_STEP the accountant only steers a search
-    (the optimizer's m search): where the groups hold at least STEERING_GROUP_SLOTS
-    slots, the two lambda-dependent bounds are then replaced by a cheap estimate:
-    the composition of S pairs with independent Poisson bins at the mean group's
-    rate (one small loss distribution per lambda).  It is not a bound and never
-    reaches a published value.
-    """
-
-    def __init__(self, n_slots: int, gamma: float, set_size: int, domain_size: int,
-                 slack: float, step: float, *, every_slot: int) -> None:
-        self._revealed_arguments = (n_slots, gamma / domain_size if n_slots else 0.0,
-                                     set_size, domain_size, slack, step)
-        self._revealed: SlotBlanketBound | None = None
-        self.gamma = gamma
-        self.pairs = min(set_size, domain_size // 2)
-        self.single: SingleItemMixture | None = None
-        self.groups: GroupsBound | None = None
-        self.joint: list[JointView] = []
-        self.estimate: BinLaw | None = None
-        self.single_estimate: tuple[int, float] | None = None
-        self.step = step
-        if step > DEFAULT_STEP and n_slots > 0 and gamma > 0.0 and self.pairs >= 1:
-            p_group, r_pair = group_geometry(gamma, domain_size, self.pairs)
-            if r_pair < 0.5 and n_slots * p_group >= STEERING_GROUP_SLOTS:
-                if self.pairs == 1 and every_slot > 0:
-                    # One differing item: the mixture's pair at the mean of b, one exact
-                    # count pair (a window sum), instead of a loss distribution per rate.
-                    self.single_estimate = slot_single.pair_at_mean(every_slot, gamma,
-                                                                    domain_size)
-                else:
-                    self.estimate = BinLaw(n_slots * p_group * r_pair)
-        steering = self.estimate is not None or self.single_estimate is not None
-        if not steering and self.pairs == 1 and every_slot > 0:
-            self.single = single_item_mixture(every_slot, gamma, domain_size)
-        elif not steering and self.pairs >= 2 and n_slots > 0 and gamma > 0.0:
-            # The most differing items first: the largest view is the one that may not
-            # fit, and then the smaller ones are not built.
-            joint: list[JointView] = []
-            for k in range(self.pairs, 0, -1):
-                view = joint_view(n_slots, gamma, domain_size, k)
-                if not view.usable:
-                    break
-                joint.insert(0, view)
-            if len(joint) == self.pairs:
-                self.joint = joint
-            else:
-                groups = GroupsBound(n_slots, gamma, domain_size, self.pairs, slack, step)
-                if groups.usable:
-                    self.groups = groups
-
-    def _steering_estimate(self, eps: float, lam: float) -> float:
-        """The steering estimate at E and lambda (not a bound): S pairs with Poisson bins,
-        or for one differing item the one-item mixture's pair at the mean of b."""
-        if self.single_estimate is not None:
-            slots, r1 = self.single_estimate
-            return delta_for(poisson_pair(lam, slots, r1), eps)
-        assert self.estimate is not None
-        return composed_pair(self.estimate, lam, self.pairs, upper=True,
-                             step=self.step).delta(eps)
-
-    @property
-    def revealed(self) -> SlotBlanketBound:
-        """The revealed-send bound, built on first use (its Poisson comparisons cost).
-
-        Beside the steering estimate it is an estimate too: its i-fold compositions take
-        the estimate's Poisson(N gamma / d) bins (the same mean: p_g r_S = gamma / d)
-        instead of a comparison's certified mean per i.
-        """
-        if self._revealed is None:
-            self._revealed = SlotBlanketBound(*self._revealed_arguments,
-                                              steering_law=self.estimate)
-        return self._revealed
-
-    def user_delta(self, eps: float, lam: float, enough: float = 0.0) -> float:
-        """An upper bound on delta_user(E) at rate ``lam`` (before the certified margins).
-
-        The smallest of the bounds that apply.  The revealed-send bound is the costly one
-        (one Poisson comparison and composition per number of differing pairs); where the
-        cheaper bounds are already at or below its floor (:meth:`SlotBlanketBound.
-        user_delta_floor`), it cannot be the smallest and is not built.  Nor is it where
-        they already certify ``enough`` (a check of delta_user <= delta needs no smaller
-        bound than one at or below delta): the value is then a larger bound, still
-        at most ``enough`` once certified.
-        """
-        if lam == 0.0 or self.pairs == 0:
-            return 0.0
-        if self.joint:  # the full view itself, up to the buckets: nothing to add
-            return float(max(view.delta(eps, lam) for view in self.joint))
-        if self.estimate is not None or self.single_estimate is not None:
-            estimate = self._steering_estimate(eps, lam)
-            # As below: where the estimate is at or below the revealed-send bound's floor,
-            # that bound cannot be the smaller, and its compositions (one per number of
-            # differing pairs, at every new m) are not built.
-            if estimate <= self.revealed.user_delta_floor(eps, lam):
-                return float(estimate)
-            return float(min(self.revealed.user_delta(eps, lam), estimate))
-        value = math.inf
-        if self.single is not None:
-            value = self.single.delta(eps, lam)
-        # At lambda = 1 nothing is subsampled: revealing who sent costs nothing, and the
-        # labelled groups (with their union bound) are not worth their loss distributions.
-        if self.groups is not None and lam < 1.0:
-            if enough > 0.0:  # a check: the first rung alone may already certify it
-                value = min(value, self.groups.first_rung_delta(eps, lam))
-            if _certified(value) > enough:
-                value = min(value, self.groups.delta(eps, lam))
-        if _certified(value) <= enough or value <= self.revealed.user_delta_floor(eps, lam):
-            return float(value)
-        return float(min(value, self.revealed.user_delta(eps, lam)))
-
-
-@lru_cache(maxsize=256)
-def _slot_bound(users: int, m: float, domain_size: int, set_size: int, slack: float,
-                step: float = DEFAULT_STEP) -> SlotAccountant:
-    n_slots, r = blanket_geometry(users, m, domain_size)
-    every_slot = blanket_geometry(users, m, domain_size, every_slot=True)[0]
-    return SlotAccountant(_accounted_trials(n_slots, r), blanket_probability(m), set_size,
-                          domain_size, slack, step,
-                          every_slot=_accounted_trials(every_slot, r))
-
-
 def clear_caches() -> None:
     """Forget every cached per-(N, r) computation (benchmarks measure cold costs)."""
-    _slot_bound.cache_clear()
+    clear_slot_bounds()
     slot_single.clear_caches()
     slot_groups.clear_caches()
     slot_joint.clear_caches()
@@ -456,26 +137,6 @@ def clear_caches() -> None:
     poisson_comparison.clear_caches()
     hockey_stick.clear_caches()
     clear_full_view_caches()
-
-
-def _independent_law(users: int, m: float, domain_size: int, *, lower: bool) -> BinLaw:
-    """One item's blanket count: Binomial(h - 1, m/d); Binomial(h, m/d) for lower bounds.
-
-    Upper bounds count at most ACCOUNTED_BLANKET_PER_ITEM expected messages.
-    """
-    p = m / domain_size
-    trials = users if lower else _accounted_trials(users - 1, p)
-    return BinLaw(mean=trials * p, trials=trials)
-
-
-def independent_pairs(set_size: int, domain_size: int) -> int:
-    """The most items two s-sets of d items differ in: min(s, d - s).
-
-    x' has s items, and at most d - s of them lie outside x.  In the independent
-    mode each differing item is one item pair of the composition, in the upper and
-    the exhibited lower bound alike.
-    """
-    return max(0, min(set_size, domain_size - set_size))
 
 
 def _check(users: int, m: float, domain_size: int, set_size: int, mode: BlanketMode) -> None:
@@ -503,17 +164,11 @@ def user_delta(level: float, lam: float, set_size: int, users: int, m: float,
     _check(users, m, domain_size, set_size, mode)
     if lam == 0.0:
         return 0.0
-    target = (_DEFAULT_DELTA if delta is None
+    target = (DEFAULT_DELTA if delta is None
               else validation.require_probability_open("delta", delta))
-    if mode is BlanketMode.SLOTS:
-        bound = _slot_bound(users, m, domain_size, set_size, POISSON_SLACK_SHARE * target,
-                            step)
-        return _certified(bound.user_delta(level, lam, enough))
-    pairs = independent_pairs(set_size, domain_size)
-    if pairs == 0:
-        return 0.0
-    law = _independent_law(users, m, domain_size, lower=False)
-    return _certified(composed_pair(law, lam, pairs, upper=True, step=step).delta(level))
+    return certified_user_delta(level, lam, set_size, users, m, domain_size,
+                                slots=mode is BlanketMode.SLOTS, delta=target, step=step,
+                                enough=enough)
 
 
 def refuting_delta(level: float, lam: float, set_size: int, users: int, m: float,
@@ -521,40 +176,17 @@ def refuting_delta(level: float, lam: float, set_size: int, users: int, m: float
                    delta: float) -> float | None:
     """A certified lower bound on delta_user(E = ``level``) when it exceeds ``delta``; else None.
 
-    A client refuses parameters as soon as one level provably fails, so this comes before
-    the upper bounds: where it answers, no upper bound can certify ``delta`` (each is at
-    least delta_user), and none is computed.
-
-    Proof (slot blanket).  Take two datasets that differ in one user, whose item set is
-    {j0} + R in one and {j1} + R in the other, R a set of s - 1 other items, and in which
-    no other user holds j0 or j1 (s <= d - 2 leaves room for that).  The server's view
-    determines the counts (C0, C1) of messages on j0 and j1, so by post-processing the
-    divergence of those counts lower-bounds delta_user.  The counts come from the
-    blanket, N = h ceil(m) slots each landing on j0 and on j1 with probability
-    r = gamma / d (the victim's own slots included: every slot is in the view), and from
-    the victim's differing item, sent with probability lambda: the two-bin pair
-    (own = lambda, other = 0; :func:`segshuffle.core.hockey_stick.poisson_pair`), whose
-    divergence at E is summed exactly per total count.  Only its window's terms are
-    summed (:func:`segshuffle.core.hockey_stick.window_delta`: the omitted mass is left
-    out, which can only lower the sum) and the result is lowered by the certified
-    margins, which cover the terms' rounding; so the value returned is at most the
-    exact divergence, and so at most delta_user.  It is returned only when it exceeds
-    ``delta``.  The independent blanket has no such shortcut here (its check is one
-    composition): None.
+    Where it answers, no upper bound can certify ``delta`` (each is at least delta_user), so
+    a client refuses without computing one; the proof is
+    :func:`segshuffle.core.user_bound.refuted_delta`'s.
     """
     mode = parse_mode(mode)
     level = _require_epsilon(level)
     lam = validation.require_unit_interval("lambda", lam)
     _check(users, m, domain_size, set_size, mode)
     delta = validation.require_probability_open("delta", delta)
-    if mode is not BlanketMode.SLOTS or lam == 0.0 or set_size > domain_size - 2:
-        return None
-    pair = item_pair(lam, users, m, domain_size, lower=True)  # over every slot
-    if pair.n_slots * pair.r > ACCOUNTED_BLANKET_PER_ITEM:
-        return None  # too large a blanket to sum; the upper bounds decide
-    exhibited = window_delta(pair, level)
-    certified = exhibited * (1.0 - CERTIFIED_RELATIVE_MARGIN) - CERTIFIED_ABSOLUTE_MARGIN
-    return certified if certified > delta else None
+    return refuted_delta(level, lam, set_size, users, m, domain_size,
+                         slots=mode is BlanketMode.SLOTS, delta=delta)
 
 
 def user_delta_lower(level: float, lam: float, set_size: int, users: int, m: float,
@@ -582,7 +214,7 @@ def user_delta_lower(level: float, lam: float, set_size: int, users: int, m: flo
         pairs = independent_pairs(set_size, domain_size)
         if pairs == 0:
             return 0.0
-        law = _independent_law(users, m, domain_size, lower=True)
+        law = independent_law(users, m, domain_size, lower=True)
         if law.mean > ACCOUNTED_BLANKET_PER_ITEM:
             return 0.0  # too large a blanket to evaluate; 0 is a (trivial) lower bound
         return composed_pair(law, lam, pairs, upper=False, step=LOWER_STEP).delta(level)
@@ -633,10 +265,10 @@ def max_lambda(level: float, set_size: int, delta: float, users: int, m: float,
     _check(users, m, domain_size, set_size, mode)
 
     if mode is BlanketMode.SLOTS:
-        bound = _slot_bound(users, m, domain_size, set_size, POISSON_SLACK_SHARE * delta, step)
+        bound = slot_bound(users, m, domain_size, set_size, POISSON_SLACK_SHARE * delta, step)
 
         def value(lam: float) -> float:
-            return _certified(bound.user_delta(level, lam))
+            return certified(bound.user_delta(level, lam))
     else:
         def value(lam: float) -> float:
             return user_delta(level, lam, set_size, users, m, domain_size, mode=mode,
@@ -750,7 +382,7 @@ def _single_item_hint(lam: float, set_size: int, delta: float, users: int, m: fl
     The exact mixture is concentrated on pairs with about N - E[b] slots, so their
     epsilon is within a fraction of a percent of the mixture's; only a hint (verified).
     """
-    mixture = _slot_bound(users, m, domain_size, set_size, POISSON_SLACK_SHARE * delta).single
+    mixture = slot_bound(users, m, domain_size, set_size, POISSON_SLACK_SHARE * delta).single
     if mixture is None:
         return None
     heaviest = max(range(len(mixture.weights)), key=mixture.weights.__getitem__)

@@ -1,0 +1,158 @@
+"""Slot blanket, any number of differing items: the revealed-send bound.
+
+**Claim.**  N = h ceil(m) - 1 slots each land on a given item with probability r = gamma / d.
+Reveal the victim's send indicators V (they do not depend on its data, so revealing them
+only helps the server); by joint convexity,
+
+    delta_user(E) <= sum_{j=1..s} Binom(s, lambda)(j) tau_j(E).
+
+**Proof.**  Given V with j items sent, the view is a post-processing of the counts on the
+<= 2j active items (the rest depends on the victim only through their total, which V
+fixes).  Items common to x and x' cancel, leaving j' <= min(j, d // 2) disjoint pairs.
+Hence tau_j = max_{i <= min(j, d // 2)} (D_i + eta_i) with
+
+- D_1 the exact two-bin pair of :mod:`segshuffle.core.hockey_stick` at lambda = 1
+  (multinomial blanket, no approximation);
+- for i >= 2, D_i the i-fold composition of the lambda = 1 pair with independent
+  Poisson(mu) bins and eta_i = max_t (F_Bin(N, 2ir)(t) - F_Poi(2i mu)(t))_+.
+  Conditioned on their total the multinomial and the Poisson bins split alike,
+  the divergence given the total t does not increase with t (one more uniform
+  message is a post-processing), and Abel summation turns the CDF comparison into
+  the slack eta_i (:mod:`segshuffle.core.poisson_comparison`).  Each i has its own
+  mu_i, the largest with eta_i within the slack budget, and the i-fold loss
+  distributions (:mod:`segshuffle.core.privacy_loss`, pessimistic grid) do not
+  depend on lambda, so every lambda_k is the root of a polynomial inequality.
+
+Sound at every gamma, and the smallest of the slot bounds near lambda = 1, where revealing
+who sent costs nothing.  Written once against :mod:`segshuffle.core.arrays`: a bound keeps
+the backend it was built on for its comparisons and compositions.
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import arrays
+from .hockey_stick import delta_for, poisson_pair
+from .poisson_comparison import dominated_poisson_mean, steering_poisson_mean
+from .privacy_loss import DEFAULT_STEP, BinLaw, ComposedLoss, composed_pair
+
+__all__ = ["TAUS_KEPT", "RevealedSendBound", "binomial_weights"]
+
+
+def binomial_weights(set_size: int, lam: float) -> list[float]:
+    """Binom(s, lambda)(j) for j = 0..s (s is small: products of exact binomial
+    coefficients and powers, each within a few ulps)."""
+    return [math.comb(set_size, j) * lam**j * (1.0 - lam) ** (set_size - j)
+            for j in range(set_size + 1)]
+
+
+#: Privacy levels whose tau_j one :class:`RevealedSendBound` keeps (the levels of a
+#: campaign, at one m, are asked for over and over by the lambda searches).
+TAUS_KEPT = 8
+
+
+class RevealedSendBound:
+    """tau_j(E) of the revealed-send bound (module docstring) for one (N, r, s, d) and slack budget.
+
+    tau_1 is one exact pair and cheap; the i-fold compositions (i >= 2) and their Poisson
+    comparisons are built on first use, so a caller that only needs tau_1 (for the lower
+    bound of :meth:`user_delta_floor`) never pays for them.
+    """
+
+    def __init__(self, n_slots: int, r: float, set_size: int, domain_size: int,
+                 slack: float, step: float = DEFAULT_STEP, *,
+                 steering_law: BinLaw | None = None) -> None:
+        if steering_law is not None and step <= DEFAULT_STEP:
+            raise ValueError("a steering law is for searches that only steer (a coarse grid)")
+        self.n_slots = n_slots
+        self.r = r
+        self.set_size = set_size
+        self.active = min(set_size, domain_size // 2)
+        self.slack = slack
+        self.step = step
+        self.steering_law = steering_law
+        self.backend = arrays.name()  # its comparisons and compositions run there
+        self._pair = poisson_pair(1.0, n_slots, r)
+        self._poisson: dict[int, tuple[BinLaw, float]] = {}
+        self._taus: dict[float, list[float]] = {}
+
+    def _composed_term(self, i: int) -> tuple[ComposedLoss, float]:
+        """(D_i's composed loss, eta_i) for i >= 2 differing pairs.
+
+        The Poisson comparison is kept here; the composition is kept by
+        :func:`composed_pair`'s memory-bounded table (a reference here would hold it
+        past that table's budget for as long as this bound is cached)."""
+        if self.steering_law is not None:
+            # Steering only: every D_i composes the one pair with Poisson(N r) bins (the
+            # mean, which the comparisons lower a little) and is charged the whole slack
+            # budget (the comparisons' eta comes close to it), so the i-fold compositions
+            # share one pair loss and no comparison is computed.
+            composed = composed_pair(self.steering_law, 1.0, i, upper=True, step=self.step)
+            return composed, self.slack
+        term = self._poisson.get(i)
+        if term is None:
+            # The coarse grid only steers searches: its comparison need not be certified.
+            q = min(2.0 * i * self.r, 1.0)
+            if self.step <= DEFAULT_STEP:
+                nu, eta = dominated_poisson_mean(self.n_slots, q, self.slack)
+            else:
+                nu, eta = steering_poisson_mean(self.n_slots, q, self.slack)
+            term = self._poisson[i] = (BinLaw(nu / (2.0 * i)), eta)
+        law, eta = term
+        return composed_pair(law, 1.0, i, upper=True, step=self.step), eta
+
+    def tau_one(self, eps: float) -> float:
+        """tau_1(E): the exact lambda = 1 pair, at most 1 (the smallest tau_j)."""
+        if self.active == 0:
+            return 0.0
+        with arrays.use(self.backend):
+            return min(delta_for(self._pair, eps), 1.0)
+
+    def taus(self, eps: float) -> list[float]:
+        """(tau_1, ..., tau_s) at E = ``eps``: non-decreasing in j, each at most 1.
+
+        They do not depend on lambda, and a root search over lambda asks for them at
+        one E many times: the last few are kept."""
+        cached = self._taus.get(eps)
+        if cached is None:
+            if len(self._taus) >= TAUS_KEPT:
+                self._taus.pop(next(iter(self._taus)))
+            with arrays.use(self.backend):
+                cached = self._taus[eps] = self._compute_taus(eps)
+        return cached
+
+    def _compute_taus(self, eps: float) -> list[float]:
+        out = [0.0] * self.set_size
+        if self.active == 0:
+            return out
+        running = delta_for(self._pair, eps)
+        out[0] = running
+        for i in range(2, self.set_size + 1):
+            if i <= self.active:
+                composed, eta = self._composed_term(i)
+                running = max(running, composed.delta(eps) + eta)
+            out[i - 1] = min(running, 1.0)
+        return out
+
+    def user_delta(self, eps: float, lam: float) -> float:
+        """sum_j Binom(s, lambda)(j) tau_j(E)."""
+        if lam == 0.0:
+            return 0.0
+        total = 0.0
+        for weight, tau in zip(binomial_weights(self.set_size, lam)[1:], self.taus(eps),
+                               strict=True):
+            total += weight * tau
+        return min(1.0, total)
+
+    def user_delta_floor(self, eps: float, lam: float) -> float:
+        """A value :meth:`user_delta` is never below, from tau_1 alone (cheap).
+
+        Every tau_j >= tau_1, so sum_j Binom(s, lambda)(j) tau_j >= (1 - (1 - lambda)^s)
+        tau_1; the factor is rounded down by a relative 1e-12, far more than the few ulps
+        that separate it from the computed sum of weights.
+        """
+        if lam == 0.0:
+            return 0.0
+        sent = -math.expm1(self.set_size * math.log1p(-lam)) if lam < 1.0 else 1.0
+        return min(1.0, sent * self.tau_one(eps)) * (1.0 - 1e-12)
