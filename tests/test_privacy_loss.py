@@ -152,3 +152,23 @@ def test_window_tails_are_bounded_above_and_cheaply(mean: float, trials: int | N
         monkeypatch.setattr(BinLaw, "outside", refuse)
         loss = pair_loss(law, 0.5, upper=True)
         assert loss.infinity < 1e-20 and loss.pmf.sum() > 0.99
+
+
+@pytest.mark.parametrize("backend", ["numpy", "python"])
+def test_a_blanket_on_every_item_has_bounded_tails(backend: str) -> None:
+    """The independent blanket at m = d puts every user's blanket message on every item: a
+    point mass, Binomial(n, 1).  Its lower tail's Chernoff exponent divided by 1 - p = 0
+    (ZeroDivisionError, or log1p(-1): "math domain error") and crashed the accountant, the
+    audit and a client's check of such parameters; it is infinite (no mass below n)."""
+    from segshuffle.core import accounting, arrays
+    from segshuffle.core.portable import user_delta as portable_user_delta
+
+    law = BinLaw(40.0, 40)
+    with arrays.use(backend):
+        assert law.outside_bound(10, 40) == 0.0
+        assert law.outside_bound(0, 40) == 0.0
+    value = accounting.user_delta(1.0, 0.5, 2, 500, 20.0, 20, mode="independent", delta=1e-6)
+    assert value == pytest.approx(0.75, rel=1e-8)  # no blanket noise: 1 - (1 - lambda)^2
+    assert portable_user_delta(1.0, 0.5, 2, 500, 20.0, 20, mode="independent",
+                               delta=1e-6) == pytest.approx(value, rel=1e-12)
+    assert accounting.audit(500, 20, 2, 20.0, 0.5, 1e-6, mode="independent").epsilon_upper is None

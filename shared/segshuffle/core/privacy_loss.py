@@ -231,7 +231,11 @@ def _poisson_exponent(k: int, mean: float) -> float:
 def _binomial_exponent(k: int, trials: int, p: float) -> float:
     """n D(a || p), a = k / n, D(a || p) = a ln(a / p) + (1 - a) ln((1 - a) / (1 - p)),
     each logarithm taken as log1p of the gap a - p over p and 1 - p (the exact masses'
-    exponents at k = 0 and k = n)."""
+    exponents at k = 0 and k = n).  At p = 1 every trial succeeds: Pr[X <= k] = 0 below n
+    (an infinite exponent) and Pr[X >= n] = 1 (exponent 0), where the formula would divide
+    by 1 - p = 0."""
+    if p >= 1.0:
+        return 0.0 if k >= trials else math.inf
     if k <= 0:
         return -trials * math.log1p(-p)
     if k >= trials:

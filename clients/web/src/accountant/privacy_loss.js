@@ -100,10 +100,12 @@ function poissonExponent(k, mean) {
 
 /**
  * n D(k / n || p), the Kullback-Leibler divergence of Bernoulli laws, each logarithm as
- * log1p of the gap a - p over p and 1 - p.
+ * log1p of the gap a - p over p and 1 - p.  At p = 1 every trial succeeds: an infinite
+ * exponent below n, 0 at n (as the Python accountant's guard).
  * @param {number} k @param {number} trials @param {number} p
  */
 function binomialExponent(k, trials, p) {
+  if (p >= 1.0) return k >= trials ? 0.0 : Infinity;
   if (k <= 0) return -trials * Math.log1p(-p);
   if (k >= trials) return -trials * Math.log(p);
   const a = k / trials;
