@@ -168,20 +168,18 @@ def _enumerate(slots: int, r: float) -> PairAtoms | None:
     here = xp.segment_totals(weights[1:], offsets)
     before = xp.segment_totals(weights[:-1], offsets)
     block = xp.repeat(xp.arange(0, len(starts)), widths)
-    a = xp.arange(0, len(block)) + xp.repeat(a_lo - first_atom, widths)
-    t0 = xp.take(low, block)
-    # h_{t_0}(a) = t_0! / (a! (t_0 - a)!) 2^-t_0, from ln k! (t_0! once per block).
-    log_t0 = xp.take(xp.ln_factorial(low) - low * math.log(2.0), block)
-    split = xp.exp(log_t0 - xp.ln_factorial(a) - xp.ln_factorial(t0 - a))
-    a_float = a * 1.0
+    a = xp.runs(a_lo, a_hi)
+    split = xp.half_pmf_runs(low, a_lo, a_hi)  # h_{t_0}(a)
     # The P-mass outside: the blanket's totals outside the window, and per block the
-    # splits outside its window (by symmetry Pr[X < a_lo] = Pr[X >= t_0 - a_lo + 1]).
+    # splits outside its window, X ~ Binomial(t_0, 1/2): by symmetry Pr[X < a_lo] =
+    # Pr[X >= t_0 - a_lo + 1], so Pr[X < a_lo] + Pr[X > a_hi] <= 2 Pr[X > min(t_0 - a_lo,
+    # a_hi)], with equality for the windows around t_0 / 2 (one tail computed, not two).
     outside = xp.binom_cdf(t_lo - 1, slots, q) + xp.binom_sf(t_hi, slots, q)
-    split_outside = (xp.half_tail(low, low - a_lo + 1) + xp.half_tail(low, a_hi + 1))
+    split_outside = xp.half_tail(low, xp.minimum(low - a_lo, a_hi) + 1) * 2.0
     outside += xp.total(xp.maximum(here, before) * split_outside * 2.0)
     return PairAtoms(slots=slots, r=r, low=low, high=high, here=here, before=before,
-                     a_lo=a_lo, a_hi=a_hi, start=first_atom, block=block, a=a_float,
-                     split=split, moment=a_float * split, tail=float(outside))
+                     a_lo=a_lo, a_hi=a_hi, start=first_atom, block=block, a=a,
+                     split=split, moment=split * a, tail=float(outside))
 
 
 def clear_caches() -> None:
@@ -287,7 +285,9 @@ def pair_loss(atoms: PairAtoms, lam: float, *, upper: bool, step: float) -> Loss
         return _by_atom(atoms, lam, upper=upper, step=step)
     # Every other atom one by one: those of irregular blocks (infinite losses among them)
     # and of regular blocks too sparse to sum.
-    single = xp.nonzero_at(xp.take(xp.logical_not(summed), atoms.block))
+    others = xp.nonzero_at(xp.logical_not(summed))
+    single = xp.runs(xp.take(atoms.start, others),
+                     xp.take(atoms.start + (atoms.a_hi - atoms.a_lo), others))
     loss, p_mass = pair_losses(atoms, lam, single)
     with xp.quiet():
         infinity = xp.total(xp.compress((loss == math.inf) & (p_mass > 0.0), p_mass))

@@ -8,6 +8,7 @@ lengths.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
 
@@ -19,11 +20,11 @@ from .. import distributions
 __all__ = [
     "any_true", "arange", "binom_cdf", "binom_isf", "binom_pmf", "binom_ppf", "binom_sf",
     "binom_tails_range", "ceil", "ceil_int", "clip", "compress", "concatenate", "convolve_exact",
-    "count_nonzero", "cumsum", "exp", "expm1", "fft_compose", "floor_int", "half_tail", "indices",
-    "isfinite", "largest", "ln_factorial", "log", "log1p", "logical_not", "maximum", "minimum",
-    "nonzero_at", "poisson_outside", "poisson_pmf", "poisson_tails", "quiet", "repeat",
-    "run_totals", "scatter_add", "segment_totals", "smallest", "split_scatter", "suffix_sums",
-    "take", "total", "vector", "where",
+    "count_nonzero", "cumsum", "exp", "expm1", "fft_compose", "floor_int", "half_pmf_runs",
+    "half_tail", "indices", "isfinite", "largest", "ln_factorial", "log", "log1p", "logical_not",
+    "maximum", "minimum", "nonzero_at", "poisson_outside", "poisson_pmf", "poisson_tails", "quiet",
+    "repeat", "run_totals", "runs", "scatter_add", "segment_totals", "smallest", "split_scatter",
+    "suffix_sums", "take", "total", "vector", "where",
 ]
 
 Vector = np.ndarray
@@ -185,6 +186,24 @@ def run_totals(x: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarra
     # The odd segments, between one run's end and the next one's start, are dropped (where
     # the two meet, reduceat gives one entry there instead of an empty sum).
     return np.add.reduceat(padded, bounds)[0::2]
+
+
+def runs(first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """The integers first[i]..last[i] of every run i, end to end (runs not empty)."""
+    widths = last - first + 1
+    starts = np.cumsum(widths) - widths
+    return np.arange(int(widths.sum()), dtype=np.int64) + np.repeat(first - starts, widths)
+
+
+def half_pmf_runs(totals: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """Pr[Binomial(t_i, 1/2) = a] for a = first[i]..last[i] of every run i, end to end:
+    t! / (a! (t - a)!) 2^-t from scipy's gammaln."""
+    widths = last - first + 1
+    t = np.repeat(totals, widths).astype(float)
+    a = runs(first, last).astype(float)
+    return np.exp(special.gammaln(t + 1.0) - special.gammaln(a + 1.0)
+                  - special.gammaln(t - a + 1.0) - t * math.log(2.0))
+
 
 def segment_totals(x: np.ndarray, starts: list[int]) -> np.ndarray:
     """The sums of x[starts[i]:starts[i + 1]] (the last segment runs to the end);

@@ -17,7 +17,7 @@ import math
 import operator
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
-from itertools import accumulate
+from itertools import accumulate, chain
 from itertools import compress as _compress
 from itertools import repeat as _each_time
 from typing import Any
@@ -29,11 +29,11 @@ from .python_fft import irfft, multiply_spectra, next_power_of_two, power_spectr
 __all__ = [
     "Vector", "any_true", "arange", "binom_cdf", "binom_isf", "binom_pmf", "binom_ppf", "binom_sf",
     "binom_tails_range", "ceil", "ceil_int", "clip", "compress", "concatenate", "convolve_exact",
-    "count_nonzero", "cumsum", "exp", "expm1", "fft_compose", "floor_int", "half_tail", "indices",
-    "isfinite", "largest", "ln_factorial", "log", "log1p", "logical_not", "maximum", "minimum",
-    "nonzero_at", "poisson_outside", "poisson_pmf", "poisson_tails", "quiet", "repeat",
-    "run_totals", "scatter_add", "segment_totals", "smallest", "split_scatter", "suffix_sums",
-    "take", "total", "vector", "where",
+    "count_nonzero", "cumsum", "exp", "expm1", "fft_compose", "floor_int", "half_pmf_runs",
+    "half_tail", "indices", "isfinite", "largest", "ln_factorial", "log", "log1p", "logical_not",
+    "maximum", "minimum", "nonzero_at", "poisson_outside", "poisson_pmf", "poisson_tails", "quiet",
+    "repeat", "run_totals", "runs", "scatter_add", "segment_totals", "smallest", "split_scatter",
+    "suffix_sums", "take", "total", "vector", "where",
 ]
 
 
@@ -144,8 +144,7 @@ def ln_factorial(k: Vector) -> Vector:
 
 def repeat(x: Vector, counts: Iterable[int]) -> Vector:
     """Each entry of x ``counts`` times, in order."""
-    return Vector([value for value, count in zip(x, counts, strict=True)
-                   for _ in range(count)])
+    return Vector(chain.from_iterable(map(_each_time, x, counts)))
 
 
 def cumsum(x: Iterable[Any]) -> Vector:
@@ -155,7 +154,8 @@ def cumsum(x: Iterable[Any]) -> Vector:
 
 def nonzero_at(mask: Iterable[Any]) -> Vector:
     """The indices where ``mask`` holds, increasing."""
-    return Vector([i for i, holds in enumerate(mask) if holds])
+    flags = list(mask)
+    return Vector(_compress(range(len(flags)), flags))
 
 
 def any_true(mask: Iterable[Any]) -> bool:
@@ -306,8 +306,8 @@ def largest(x: Vector) -> float:
 
 def take(x: Vector, indices: list[int]) -> Vector:
     """The entries of x at ``indices``."""
-    entries = list(x)  # a plain list's indexing, not a Vector's method call per entry
-    return Vector([entries[i] for i in indices])
+    # list's own indexing, called from C: not a Vector's __getitem__ per entry, no copy
+    return Vector(map(list.__getitem__, _each_time(x), indices))
 
 
 def concatenate(parts: list[Vector]) -> Vector:
@@ -315,18 +315,46 @@ def concatenate(parts: list[Vector]) -> Vector:
     return Vector([a for part in parts for a in part])
 
 
-
 def run_totals(x: list[float], starts: list[int], ends: list[int]) -> Vector:
     """The sums of x[starts[i]:ends[i]], each added in order (runs disjoint, increasing,
     none empty)."""
-    return Vector([sum(x[a:b]) for a, b in zip(starts, ends, strict=True)])
+    entries = list(x)  # a plain list's slices, not a Vector's
+    return Vector([sum(entries[a:b]) for a, b in zip(starts, ends, strict=True)])
+
+
+
+def runs(first: Iterable[int], last: Iterable[int]) -> Vector:
+    """The integers first[i]..last[i] of every run i, end to end (runs not empty)."""
+    return Vector([a for lo, hi in zip(first, last, strict=True) for a in range(lo, hi + 1)])
+
+
+def half_pmf_runs(totals: Iterable[int], first: Iterable[int], last: Iterable[int]) -> Vector:
+    """Pr[Binomial(t_i, 1/2) = a] for a = first[i]..last[i] of every run i, end to end:
+    t! / (a! (t - a)!) 2^-t, from one table of ln j! over the range every a and t - a
+    lie in (a run's splits sit around t / 2) and ln t! once per run."""
+    runs_ = list(zip(totals, first, last, strict=True))
+    if not runs_:
+        return Vector()
+    ln_fact = distributions.ln_factorial
+    low = min(min(lo, t - hi) for t, lo, hi in runs_)
+    high = max(max(hi, t - lo) for t, lo, hi in runs_)
+    table = [ln_fact(j) for j in range(low, high + 1)]
+    exp = math.exp
+    log2 = math.log(2.0)
+    out: list[float] = []
+    for t, lo, hi in runs_:
+        head = ln_fact(t) - t * log2
+        out.extend([exp(head - table[a - low] - table[t - a - low]) for a in range(lo, hi + 1)])
+    return Vector(out)
+
 
 def segment_totals(x: Vector, starts: list[int]) -> Vector:
     """The sums (:func:`total`) of x[starts[i]:starts[i + 1]] (the last segment runs to
     the end); ``starts`` increasing from 0."""
-    ends = [*starts[1:], len(x)]
-    return Vector([distributions.compensated_sum(x[a:b]) for a, b in zip(starts, ends,
-                                                                          strict=True)])
+    entries = list(x)
+    ends = [*starts[1:], len(entries)]
+    return Vector([distributions.compensated_sum(entries[a:b])
+                   for a, b in zip(starts, ends, strict=True)])
 
 
 def half_tail(trials: Vector, k: Vector) -> Vector:
