@@ -228,10 +228,10 @@ def pair_losses(atoms: PairAtoms, lam: float, which: Any = None) -> tuple[Any, A
         block, a, split = (xp.take(atoms.block, which), xp.take(atoms.a, which),
                            xp.take(atoms.split, which))
     c_atom = xp.take(c, block)
+    t0 = xp.take(low, block)
     c_plus_a = c_atom + a
-    loss = _split_loss(c_atom, xp.take(low, block), a, c_plus_a)
-    # P-mass pi h (c + a) / (c + t_0 / 2), with pi / (c + t_0 / 2) once per block.
-    return loss, xp.take(pi / (c + low * 0.5), block) * split * c_plus_a
+    share = c_plus_a / (c_atom + t0 * 0.5)
+    return _split_loss(c_atom, t0, a, c_plus_a), xp.take(pi, block) * split * share
 
 
 def pair_loss(atoms: PairAtoms, lam: float, *, upper: bool, step: float) -> LossDistribution:
