@@ -335,6 +335,30 @@ def test_the_joint_view_has_one_plan() -> None:
                                                              rel=1e-12, abs=1e-16)
 
 
+def test_the_slot_accountant_has_one_implementation() -> None:
+    """The numpy-free accountant's choice among the slot bounds and its revealed-send bound
+    are segshuffle.core.user_bound's and segshuffle.core.revealed_send's: the portable package
+    defines no accountant of its own, and an accountant built on lists keeps them."""
+    import inspect
+
+    from segshuffle.core import revealed_send, user_bound
+    from segshuffle.core.portable import accounting
+
+    own_classes = [name for name, value in vars(accounting).items()
+                   if inspect.isclass(value) and value.__module__ == accounting.__name__]
+    assert own_classes == []
+    assert accounting.slot_bound is user_bound.slot_bound
+    with arrays.use(arrays.PYTHON):
+        light = user_bound.slot_bound(5_000, 1.5, 64, 4, 1e-12)
+    heavy = user_bound.slot_bound(5_000, 1.5, 64, 4, 1e-12)
+    assert light is not heavy and (light.backend, heavy.backend) == (arrays.PYTHON, arrays.NUMPY)
+    assert isinstance(light.revealed, revealed_send.RevealedSendBound)
+    assert light.revealed.backend == arrays.PYTHON
+    for eps, lam in ((0.5, 0.3), (1.0, 1.0)):
+        assert light.user_delta(eps, lam) == pytest.approx(heavy.user_delta(eps, lam),
+                                                           rel=1e-9, abs=1e-13)
+
+
 def test_the_numpy_free_accountant_runs_the_one_pair_without_numpy() -> None:
     code = (
         "import sys\n"
