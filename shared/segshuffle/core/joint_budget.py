@@ -1,6 +1,6 @@
 """A lower bound on the views any plan of a joint view enumerates, known before its plan.
 
-The joint view (:mod:`segshuffle.core.slot_joint` and its numpy-free port; the JavaScript
+The joint view (:mod:`segshuffle.core.slot_joint`, on either array backend; the JavaScript
 accountant mirrors this) is used only when its plan's views fit a budget.  Building a plan
 takes binomial quantiles and weights per bucket, for every coarser plan tried; where the
 population is large, no plan comes near the budget, and the pure-Python and JavaScript
@@ -28,6 +28,15 @@ from __future__ import annotations
 
 import math
 
+#: Enumerated joint views kept in memory (each enumeration is large): one per k = 1..S of an
+#: accountant for S <= 3, or an accountant's views and a lower bound's.
+JOINT_VIEWS_KEPT = 4
+
+
+def view_count(parts: int, total: int) -> int:
+    """The views of ``parts`` counts with sum at most ``total``: C(total + parts, parts)."""
+    return math.comb(total + parts, parts)
+
 
 def values_floor(n_slots: int, q_out: float, rate: float, pairs: int, *,
                  bucket_tail: float, view_tail: float) -> int:
@@ -46,4 +55,4 @@ def values_floor(n_slots: int, q_out: float, rate: float, pairs: int, *,
     spread = min(1.0, 2 * pairs * max(rate, 0.0))
     total = pairs + max(0, math.floor(slots * spread) - 1)
     parts = 2 * pairs
-    return math.comb(total + parts, parts) * 2 * (pairs + 1)
+    return view_count(parts, total) * 2 * (pairs + 1)

@@ -77,18 +77,13 @@ from . import arrays
 from .arrays.python_distributions import ln_factorial
 from .bounded_cache import key_of, registered_cache
 from .errors import AccountantError
-from .joint_budget import values_floor
+from .joint_budget import JOINT_VIEWS_KEPT, values_floor, view_count
 
-__all__ = ["MAX_VALUES", "JointView", "atom_count", "clear_caches", "joint_view",
-           "upper_quantile"]
+__all__ = ["MAX_VALUES", "JointView", "clear_caches", "joint_view", "upper_quantile"]
 
 #: The most float64 values (views times 2 (k + 1) polynomial terms, over every bucket) one
 #: joint view may store: at most about 48 MB, of which at most JOINT_VIEWS_KEPT are kept.
 MAX_VALUES = 6_000_000
-
-#: Enumerated joint views kept in memory: one per k = 1..S of an accountant for S <= 3,
-#: or an accountant's views and a lower bound's.
-JOINT_VIEWS_KEPT = 4
 
 #: P-mass a bucket's truncation at K may leave out (charged 1 in upper bounds).
 VIEW_TAIL = 1e-13
@@ -121,12 +116,6 @@ ROUNDING = 1e-11
 
 #: Mass an underflowed multinomial value may have lost, per atom and shift.
 UNDERFLOW = 1e-300
-
-
-def atom_count(parts: int, total: int) -> int:
-    """The number of vectors of ``parts`` non-negative integers with sum at most ``total``:
-    C(total + parts, parts)."""
-    return math.comb(total + parts, parts)
 
 
 def upper_quantile(trials: int, p: float, tail: float) -> int:
@@ -225,7 +214,7 @@ class JointView:
         #: What an upper bound charges beyond the enumerated views: b above the window,
         #: each bucket's views above K, and any underflowed multinomial value.
         self.left_out = 0.0 if self.lower else (self.above + sum(
-            weight * (truncated + UNDERFLOW * atom_count(2 * k, total) * (1 << k))
+            weight * (truncated + UNDERFLOW * view_count(2 * k, total) * (1 << k))
             for weight, _, total, truncated in plan))
         self.plan = tuple(plan)
 
@@ -245,7 +234,7 @@ class JointView:
             slots = n - (b_lo if self.lower else b_hi)
             total, truncated = _view_total(slots, rate, k)
             plan.append((max(weight, 0.0), slots, total, truncated))
-            atoms += atom_count(2 * k, total)
+            atoms += view_count(2 * k, total)
         return plan, atoms
 
     @property
@@ -280,7 +269,8 @@ def _masses(view: JointView, lam: float) -> tuple[Any, Any]:
     if arrays.name() == arrays.NUMPY:
         from . import slot_joint_lattice  # numpy's: imported where numpy runs
 
-        return slot_joint_lattice.masses(view, lam)
+        return slot_joint_lattice.masses(view.n_slots, view.gamma, view.domain_size,
+                                         view.pairs, view.lower, view.plan, lam)
     return _list_masses(view, lam)
 
 

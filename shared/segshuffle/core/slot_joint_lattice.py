@@ -22,7 +22,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import special
 
-from .slot_joint import JOINT_VIEWS_KEPT, JointView, atom_count
+from .joint_budget import JOINT_VIEWS_KEPT, view_count
 
 __all__ = ["clear_caches", "composition_rank", "compositions_up_to", "masses"]
 
@@ -186,7 +186,7 @@ def _bucket(slots: int, gamma: float, domain_size: int, pairs: int, total: int) 
     rate = (gamma / domain_size) / inside
     null_rate = (1.0 - gamma) / inside
     lattice = _lattice(pairs, total)
-    count = atom_count(2 * pairs, total)
+    count = view_count(2 * pairs, total)
     blanket = np.append(_multinomial(lattice.totals[:count], lattice.log_factorial_sums[:count],
                                      slots, rate, null_rate), 0.0)
     stored = int(lattice.stored_up_to[total])
@@ -227,11 +227,13 @@ def _enumeration(n_slots: int, gamma: float, domain_size: int, pairs: int, lower
     return _Enumeration(p_terms, q_terms)
 
 
-def masses(view: JointView, lam: float) -> tuple[np.ndarray, np.ndarray]:
-    """(P, Q) of every stored view of ``view``'s plan at rate ``lam``, each bucket's weighted
+def masses(n_slots: int, gamma: float, domain_size: int, pairs: int, lower: bool,
+           plan: tuple[tuple[float, int, int, float], ...], lam: float
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """(P, Q) of every stored view of a joint view's ``plan`` (of
+    :class:`segshuffle.core.slot_joint.JointView`) at rate ``lam``, each bucket's weighted
     by its probability (kept for the last few)."""
-    return _masses(view.n_slots, view.gamma, view.domain_size, view.pairs, view.lower,
-                   view.plan, lam)
+    return _masses(n_slots, gamma, domain_size, pairs, lower, plan, lam)
 
 
 @lru_cache(maxsize=2 * JOINT_VIEWS_KEPT)
