@@ -21,7 +21,7 @@ __all__ = [
     "any_true", "arange", "binom_cdf", "binom_isf", "binom_pmf", "binom_ppf", "binom_sf",
     "binom_tails_range", "ceil", "ceil_int", "clip", "compress", "concatenate", "convolve_exact",
     "count_nonzero", "cumsum", "exp", "expm1", "fft_compose", "floor_int", "half_pmf_runs",
-    "half_tail", "indices", "isfinite", "largest", "ln_factorial", "log", "log1p", "logical_not",
+    "half_tail", "indices", "isfinite", "largest", "log", "log1p", "logical_not",
     "maximum", "minimum", "nonzero_at", "poisson_outside", "poisson_pmf", "poisson_tails", "quiet",
     "repeat", "run_totals", "runs", "scatter_add", "segment_totals", "smallest", "split_scatter",
     "suffix_sums", "take", "total", "vector", "where",
@@ -66,11 +66,6 @@ def log(x: np.ndarray) -> np.ndarray:
     """ln x, elementwise: -inf at 0, nan below (silently)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.log(x)
-
-
-def ln_factorial(k: np.ndarray) -> np.ndarray:
-    """ln k! for integers k >= 0, elementwise (scipy's gammaln(k + 1))."""
-    return special.gammaln(np.asarray(k, dtype=float) + 1.0)
 
 
 def repeat(x: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -136,7 +131,6 @@ def binom_sf(k: int | np.ndarray, n: int, p: float) -> float | np.ndarray:
     return value if isinstance(k, np.ndarray) else float(value)
 
 
-
 def binom_ppf(q: float, n: int, p: float) -> int:
     """The smallest k in -1..n with Pr[Binomial(n, p) <= k] >= q (-1 when q <= 0)."""
     return distributions.binom_ppf(q, n, p)
@@ -171,7 +165,6 @@ def take(x: np.ndarray, indices: list[int]) -> np.ndarray:
 def concatenate(parts: list[np.ndarray]) -> np.ndarray:
     """The vectors of ``parts`` end to end."""
     return np.concatenate(parts)
-
 
 
 def run_totals(x: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

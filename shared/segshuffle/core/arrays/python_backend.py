@@ -30,7 +30,7 @@ __all__ = [
     "Vector", "any_true", "arange", "binom_cdf", "binom_isf", "binom_pmf", "binom_ppf", "binom_sf",
     "binom_tails_range", "ceil", "ceil_int", "clip", "compress", "concatenate", "convolve_exact",
     "count_nonzero", "cumsum", "exp", "expm1", "fft_compose", "floor_int", "half_pmf_runs",
-    "half_tail", "indices", "isfinite", "largest", "ln_factorial", "log", "log1p", "logical_not",
+    "half_tail", "indices", "isfinite", "largest", "log", "log1p", "logical_not",
     "maximum", "minimum", "nonzero_at", "poisson_outside", "poisson_pmf", "poisson_tails", "quiet",
     "repeat", "run_totals", "runs", "scatter_add", "segment_totals", "smallest", "split_scatter",
     "suffix_sums", "take", "total", "vector", "where",
@@ -127,19 +127,6 @@ def log(x: Vector) -> Vector:
         return Vector(map(math.log, x))
     except ValueError:
         return Vector(map(_log, x))
-
-
-def ln_factorial(k: Vector) -> Vector:
-    """ln k! for integers k >= 0, elementwise: from one table over k's range when that is
-    no longer than the vector (the splits of a pair's blocks lie close together)."""
-    ln_fact = distributions.ln_factorial
-    if not k:
-        return Vector()
-    first, last = min(k), max(k)
-    if last - first + 1 > 2 * len(k):
-        return Vector(map(ln_fact, k))
-    table = [ln_fact(j) for j in range(first, last + 1)]
-    return Vector([table[j - first] for j in k])
 
 
 def repeat(x: Vector, counts: Iterable[int]) -> Vector:
@@ -276,7 +263,6 @@ def binom_sf(k: Any, n: int, p: float) -> Any:
     return distributions.binom_sf(k, n, p)
 
 
-
 def binom_ppf(q: float, n: int, p: float) -> int:
     """The smallest k in -1..n with Pr[Binomial(n, p) <= k] >= q (-1 when q <= 0)."""
     return distributions.binom_ppf(q, n, p)
@@ -320,7 +306,6 @@ def run_totals(x: list[float], starts: list[int], ends: list[int]) -> Vector:
     none empty)."""
     entries = list(x)  # a plain list's slices, not a Vector's
     return Vector([sum(entries[a:b]) for a, b in zip(starts, ends, strict=True)])
-
 
 
 def runs(first: Iterable[int], last: Iterable[int]) -> Vector:
