@@ -184,6 +184,23 @@ def _same_close(actual: object, expected: np.ndarray) -> None:
         assert math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-300), (a, b)
 
 
+def test_every_backend_defines_every_kernel_of_the_one_list() -> None:
+    """The kernels a bound may call are listed once (arrays.KERNELS); both backends export
+    exactly them (the Python one its Vector too), each defined."""
+    assert npb.__all__ == list(arrays.KERNELS)
+    assert pyb.__all__ == ["Vector", *arrays.KERNELS]
+    for backend in (npb, pyb):
+        missing = [name for name in arrays.KERNELS if not hasattr(backend, name)]
+        assert missing == [], (backend.__name__, missing)
+
+
+def test_a_scalar_logarithm_keeps_numpy_s_values() -> None:
+    assert arrays.log_or_minus_inf(math.e) == 1.0
+    assert arrays.log_or_minus_inf(0.0) == -math.inf
+    assert math.isnan(arrays.log_or_minus_inf(-1.0))
+    assert pyb.log(pyb.vector([1.0, 0.0, -2.0]))[:2] == [0.0, -math.inf]
+
+
 def test_use_chooses_the_backend_and_restores_the_caller_s() -> None:
     outer = arrays.name()
     with arrays.use(arrays.PYTHON) as module:

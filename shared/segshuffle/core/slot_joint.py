@@ -283,11 +283,6 @@ class _ListBucket:
     q_terms: list[list[float]]
 
 
-def _log(x: float) -> float:
-    """ln x, -inf at 0 (as JavaScript's Math.log)."""
-    return math.log(x) if x > 0.0 else -math.inf
-
-
 def _list_bucket(weight: float, slots: int, gamma: float, domain_size: int, pairs: int,
                  total: int) -> _ListBucket:
     """The views of one bucket on the Python backend, every one in lexicographic order (first
@@ -310,8 +305,8 @@ def _list_bucket(weight: float, slots: int, gamma: float, domain_size: int, pair
         rows = [(code + value * unit, room - value, logs + log_factorials[value])
                 for code, room, logs in rows for value in range(room + 1)]
     count = len(rows)
-    log_rate = _log(rate)
-    log_null_rate = _log(null_rate)
+    log_rate = arrays.log_or_minus_inf(rate)
+    log_null_rate = arrays.log_or_minus_inf(null_rate)
     exp = math.exp
     # Mult_M of every view (the views are valid: non-negative, total <= K; those above M
     # have probability 0), and 0 at index `count` for shifted views outside the set.

@@ -33,8 +33,20 @@ from typing import ParamSpec, TypeVar
 P = ParamSpec("P")
 R = TypeVar("R")
 
-__all__ = ["NUMPY", "PYTHON", "default_name", "exp_or_inf", "name", "namespace", "on_python",
-           "use"]
+__all__ = ["KERNELS", "NUMPY", "PYTHON", "default_name", "exp_or_inf", "log_or_minus_inf",
+           "name", "namespace", "on_python", "use"]
+
+#: What every backend module exports: the one list of the kernels a bound may call (each
+#: backend's ``__all__``; the Python backend adds its ``Vector`` class).
+KERNELS = (
+    "any_true", "arange", "binom_cdf", "binom_isf", "binom_pmf", "binom_ppf", "binom_sf",
+    "binom_tails_range", "ceil", "ceil_int", "clip", "compress", "concatenate", "convolve_exact",
+    "count_nonzero", "cumsum", "exp", "expm1", "fft_compose", "floor_int", "half_pmf_runs",
+    "half_tail", "indices", "isfinite", "largest", "log", "log1p", "logical_not", "maximum",
+    "minimum", "nonzero_at", "poisson_outside", "poisson_pmf", "poisson_tails", "quiet",
+    "repeat", "run_totals", "runs", "scatter_add", "segment_totals", "smallest", "split_scatter",
+    "suffix_sums", "take", "total", "vector", "where",
+)
 
 NUMPY = "numpy"
 PYTHON = "python"
@@ -97,3 +109,11 @@ def exp_or_inf(x: float) -> float:
         return math.exp(x)
     except OverflowError:
         return math.inf
+
+
+def log_or_minus_inf(x: float) -> float:
+    """ln x for one float, -inf at 0 and nan below: numpy's and JavaScript's values, where
+    :func:`math.log` raises (a bound's scalar steps and the Python backend's vectors)."""
+    if x > 0.0:
+        return math.log(x)
+    return -math.inf if x == 0.0 else math.nan

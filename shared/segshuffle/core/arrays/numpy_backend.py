@@ -16,16 +16,9 @@ import numpy as np
 from scipy import special
 
 from .. import distributions
+from . import KERNELS
 
-__all__ = [
-    "any_true", "arange", "binom_cdf", "binom_isf", "binom_pmf", "binom_ppf", "binom_sf",
-    "binom_tails_range", "ceil", "ceil_int", "clip", "compress", "concatenate", "convolve_exact",
-    "count_nonzero", "cumsum", "exp", "expm1", "fft_compose", "floor_int", "half_pmf_runs",
-    "half_tail", "indices", "isfinite", "largest", "log", "log1p", "logical_not",
-    "maximum", "minimum", "nonzero_at", "poisson_outside", "poisson_pmf", "poisson_tails", "quiet",
-    "repeat", "run_totals", "runs", "scatter_add", "segment_totals", "smallest", "split_scatter",
-    "suffix_sums", "take", "total", "vector", "where",
-]
+__all__ = list(KERNELS)
 
 Vector = np.ndarray
 
@@ -139,6 +132,7 @@ def binom_ppf(q: float, n: int, p: float) -> int:
 def binom_isf(q: float, n: int, p: float) -> int:
     """The smallest k in -1..n with Pr[Binomial(n, p) > k] <= q (-1 when q >= 1)."""
     return distributions.binom_isf(q, n, p)
+
 
 def binom_tails_range(lo: int, hi: int, n: int, p: float) -> tuple[np.ndarray, np.ndarray]:
     """(Pr[Binomial(n, p) <= t], Pr[Binomial(n, p) > t]) for t = lo..hi."""

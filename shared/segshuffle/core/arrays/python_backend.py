@@ -22,19 +22,11 @@ from itertools import compress as _compress
 from itertools import repeat as _each_time
 from typing import Any
 
-from . import exp_or_inf
+from . import KERNELS, exp_or_inf, log_or_minus_inf
 from . import python_distributions as distributions
 from .python_fft import irfft, multiply_spectra, next_power_of_two, power_spectrum, rfft
 
-__all__ = [
-    "Vector", "any_true", "arange", "binom_cdf", "binom_isf", "binom_pmf", "binom_ppf", "binom_sf",
-    "binom_tails_range", "ceil", "ceil_int", "clip", "compress", "concatenate", "convolve_exact",
-    "count_nonzero", "cumsum", "exp", "expm1", "fft_compose", "floor_int", "half_pmf_runs",
-    "half_tail", "indices", "isfinite", "largest", "log", "log1p", "logical_not",
-    "maximum", "minimum", "nonzero_at", "poisson_outside", "poisson_pmf", "poisson_tails", "quiet",
-    "repeat", "run_totals", "runs", "scatter_add", "segment_totals", "smallest", "split_scatter",
-    "suffix_sums", "take", "total", "vector", "where",
-]
+__all__ = ["Vector", *KERNELS]
 
 
 def _binary(op: Callable[[Any, Any], Any]) -> Callable[[Vector, Any], Vector]:
@@ -114,19 +106,12 @@ def indices(values: Iterable[int]) -> Vector:
     return Vector(values)
 
 
-def _log(x: float) -> float:
-    """ln x: -inf at 0 and nan below, as numpy's (and JavaScript's)."""
-    if x > 0.0:
-        return math.log(x)
-    return -math.inf if x == 0.0 else math.nan
-
-
 def log(x: Vector) -> Vector:
     """ln x, elementwise: -inf at 0, nan below."""
     try:
         return Vector(map(math.log, x))
     except ValueError:
-        return Vector(map(_log, x))
+        return Vector(map(log_or_minus_inf, x))
 
 
 def repeat(x: Vector, counts: Iterable[int]) -> Vector:
@@ -271,6 +256,7 @@ def binom_ppf(q: float, n: int, p: float) -> int:
 def binom_isf(q: float, n: int, p: float) -> int:
     """The smallest k in -1..n with Pr[Binomial(n, p) > k] <= q (-1 when q >= 1)."""
     return distributions.binom_isf(q, n, p)
+
 
 def binom_tails_range(lo: int, hi: int, n: int, p: float) -> tuple[Vector, Vector]:
     """(Pr[Binomial(n, p) <= t], Pr[Binomial(n, p) > t]) for t = lo..hi."""
