@@ -80,7 +80,6 @@ __all__ = [
     "poisson_sf",
     "poisson_tails",
     "stirling_remainder",
-    "upper_quantile",
     "upper_window_end",
 ]
 
@@ -562,19 +561,6 @@ def binom_isf(q: float, n: int, p: float) -> int:
         else:
             lo = mid
     return hi
-
-
-def upper_quantile(trials: int, p: float, tail: float) -> int:
-    """The smallest j in [0, trials] with Pr[Binomial(trials, p) > j] <= ``tail``."""
-    lo = 0
-    hi = trials
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if binom_sf(mid, trials, p) <= tail:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
 
 
 def _exact_partials_sum(values: Sequence[float]) -> float:
