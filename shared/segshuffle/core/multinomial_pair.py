@@ -288,20 +288,17 @@ def pair_loss(atoms: PairAtoms, lam: float, *, upper: bool, step: float) -> Loss
     others = xp.nonzero_at(xp.logical_not(summed))
     single = xp.runs(xp.take(atoms.start, others),
                      xp.take(atoms.start + (atoms.a_hi - atoms.a_lo), others))
-    loss, p_mass = pair_losses(atoms, lam, single)
-    with xp.quiet():
-        infinity = xp.total(xp.compress((loss == math.inf) & (p_mass > 0.0), p_mass))
-    finite = xp.isfinite(loss) & (p_mass > 0.0)
-    single_loss, single_mass = xp.compress(finite, loss), xp.compress(finite, p_mass)
+    infinity, single_loss, single_mass = _kept_atoms(*pair_losses(atoms, lam, single))
     blocks = xp.nonzero_at(summed)
-    ends = [xp.take(end_lo, blocks), xp.take(end_hi, blocks), single_loss]
+    summed_lo, summed_hi = xp.take(end_lo, blocks), xp.take(end_hi, blocks)
+    ends = [summed_lo, summed_hi, single_loss]
     low_loss = min(xp.smallest(part) for part in ends if len(part))
     high_loss = max(xp.largest(part) for part in ends if len(part))
     step = max(step, (high_loss - low_loss) / MAX_GRID_POINTS)
     offset = grid_floor(low_loss, step, True)
     size = grid_floor(high_loss, step, True) - offset + 2
-    cell_block, cell_index, cell_first, cell_end = _cells(
-        atoms, c, t0, blocks, xp.take(end_lo, blocks), xp.take(end_hi, blocks), step)
+    cell_block, cell_index, cell_first, cell_end = _cells(atoms, c, t0, blocks, summed_lo,
+                                                          summed_hi, step)
     # The sums of h and a h over each cell's run of atoms, in order.
     run_start = xp.floor_int(xp.take(atoms.start, cell_block)
                              + (cell_first - xp.take(a_lo, cell_block)))
@@ -378,17 +375,23 @@ def _cells(atoms: PairAtoms, c: Any, t0: Any, blocks: Any, end_lo: Any, end_hi: 
             xp.compress(occupied, first), xp.compress(occupied, end))
 
 
-def _by_atom(atoms: PairAtoms, lam: float, *, upper: bool, step: float) -> LossDistribution:
-    """:func:`pair_loss` with every atom put on the grid by itself."""
+def _kept_atoms(loss: Any, p_mass: Any) -> tuple[float, Any, Any]:
+    """(P-mass at +infinity, finite losses, their P-masses) of atoms of positive P-mass;
+    those of loss -infinity never reach delta and are dropped."""
     xp = arrays.namespace()
-    loss, p_mass = pair_losses(atoms, lam)
     positive = p_mass > 0.0
     with xp.quiet():
         infinity = xp.total(xp.compress((loss == math.inf) & positive, p_mass))
+    finite = xp.isfinite(loss) & positive
+    return infinity, xp.compress(finite, loss), xp.compress(finite, p_mass)
+
+
+def _by_atom(atoms: PairAtoms, lam: float, *, upper: bool, step: float) -> LossDistribution:
+    """:func:`pair_loss` with every atom put on the grid by itself."""
+    xp = arrays.namespace()
+    infinity, values, masses = _kept_atoms(*pair_losses(atoms, lam))
     if upper:
         infinity += atoms.tail
-    finite = xp.isfinite(loss) & positive
-    values, masses = xp.compress(finite, loss), xp.compress(finite, p_mass)
     if not len(values):
         return LossDistribution(step=step, offset=0, pmf=xp.vector([0.0]),
                                 infinity=min(infinity, 1.0))

@@ -168,8 +168,8 @@ def _sorted_from(atoms: PairAtoms, lam: float) -> SortedLosses:
     q_mass = [0.0 if x == math.inf else m * exp(-min(x, 700.0))
               for x, m in zip(loss, p_mass, strict=True)]
     xp = arrays.namespace()
-    tail_p = [*xp.suffix_sums(xp.vector(p_mass)).tolist(), 0.0] if p_mass else [0.0]
-    tail_q = [*xp.suffix_sums(xp.vector(q_mass)).tolist(), 0.0] if q_mass else [0.0]
+    tail_p = [*xp.suffix_sums(xp.vector(p_mass)).tolist(), 0.0]
+    tail_q = [*xp.suffix_sums(xp.vector(q_mass)).tolist(), 0.0]
     return SortedLosses(loss, p_mass, tail_p, tail_q, atoms.tail)
 
 
