@@ -54,7 +54,11 @@ k_0 < ... < k_L, v_0 = 1 and v_i = F(k_{i-1} + 1) (made non-increasing),
 
 (Abel summation of the step function above F; the differences are >= 0, so the
 probabilities may be replaced by upper bounds).  k_0 is the largest k with
-s Pr[N_1 <= k] within LADDER_SLACK delta.  For s = 1 the group is every slot not on
+s Pr[N_1 <= k] within LADDER_SLACK delta.  Once a charged probability reaches 1, every
+later one is 1 and the sum's terms from there telescope (v_{L+1} + sum_{i >= j}
+(v_i - v_{i+1}) = v_j): the bound is the same formula on the ladder cut before that
+rung, so F is not evaluated at the rungs from there on (the largest groups; with the
+running maximum over fewer values the cut ladder's bound is never larger).  For s = 1 the group is every slot not on
 another item, N_1 is exactly that count, and the bound is the exact mixture up to the
 ladder's steps.  At gamma = 1 every slot sends, the null count reveals how many items
 the victim sent, and the bound says so (p_1 = s / D).
@@ -244,9 +248,13 @@ class _Ladder:
             k = min(n, math.floor(mean + z * sd))
             if k > ladder[-1] and (k - ladder[-1]) > 5e-3 * k:
                 ladder.append(k)
-        self.ladder = ladder
         cdf = np.array([distributions.binom_cdf(k, n, p) if k >= 0 else 0.0 for k in ladder])
-        self.cdf = np.minimum(cdf * s, 1.0)
+        charged = np.minimum(cdf * s, 1.0)
+        # Rungs from the first one charged 1 on weigh nothing (module docstring).
+        full = np.flatnonzero(charged >= 1.0)
+        live = max(int(full[0]) if full.size else len(ladder), 1)
+        self.ladder = ladder[:live]
+        self.cdf = charged[:live]
 
     def _f(self, slots: int, eps: float, lam: float, other: float, step: float) -> float:
         law = BinLaw(mean=slots * self.p_one, trials=slots)

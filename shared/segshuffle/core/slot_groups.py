@@ -49,7 +49,18 @@ computed upper bounds),
 (Abel summation of the step function that dominates F), and
 Pr[M <= k] <= min(1, S Pr[N_1 <= k]) with N_1 ~ Binomial(N, p_g).  The ladder
 k_i is spaced in standard deviations of N_1; k_0 is where S Pr[N_1 <= k_0] fits
-the slack budget.  For S = 2 and small groups the expectation over (N_1, N_2) is
+the slack budget.
+
+**Rungs past a certain minimum carry no weight.**  Write c_i for the charged
+min(1, S Pr[N_1 <= k_i]).  Once c_j = 1, every later c_i is 1 too, and the sum's
+terms from j on telescope: v_{L+1} + sum_{i >= j} (v_i - v_{i+1}) = v_j.  So the
+bound equals the same formula on the ladder k_0 < ... < k_{j-1}, which is itself a
+ladder (the inequality holds for any), and F is not evaluated at the rungs k_j, ...,
+k_L: they are the largest groups, and so the costliest compositions.  (With the
+running maximum the shortened ladder's value can only be smaller, never larger: its
+v_i are maxima over fewer computed values.)  For S = 8 the union bound reaches 1
+about half a standard deviation below the mean group size, so the top two of the
+eight rungs are dropped.  For S = 2 and small groups the expectation over (N_1, N_2) is
 taken exactly as well (each term an exact product of two pairs by sorted
 losses, no grid), and the smaller bound is kept.
 
@@ -230,9 +241,11 @@ class GroupsBound:
                 ladder.append(k)
         if ladder[0] < 0:  # nothing to charge 1: Pr[N_1 <= -1] = 0
             ladder = ladder[1:] or [0]
-        self.ladder: list[int] = ladder
-        self.ladder_cdf: list[float] = [0.0 if k < 0 else min(xp.binom_cdf(k, n, p) * pairs, 1.0)
-                                        for k in ladder]
+        charged = [0.0 if k < 0 else min(xp.binom_cdf(k, n, p) * pairs, 1.0) for k in ladder]
+        # Rungs from the first one charged 1 on weigh nothing (module docstring).
+        live = next((i for i, cdf in enumerate(charged) if cdf >= 1.0), len(ladder))
+        self.ladder: list[int] = ladder[:max(live, 1)]
+        self.ladder_cdf: list[float] = charged[:max(live, 1)]
 
     @property
     def usable(self) -> bool:

@@ -32,9 +32,12 @@
 //
 // by Abel summation, with Pr[M <= k] <= min(1, S Pr[N_1 <= k]).  k_0 is where
 // S Pr[N_1 <= k_0] fits the slack budget; the rest of the ladder is spaced in standard
-// deviations of N_1.  For S = 2 and small groups the expectation over (N_1, N_2) is also
-// taken exactly (each term an exact product of two pairs by sorted losses, no grid) and
-// the smaller bound is kept.
+// deviations of N_1.  Once the charged min(1, S Pr[N_1 <= k_j]) reaches 1, the terms
+// from j on telescope to v_j: the bound is the same formula on the ladder
+// k_0 < ... < k_{j-1} (itself a ladder), so the rungs from k_j on (the largest groups,
+// the costliest compositions) are not evaluated.  For S = 2 and small groups the
+// expectation over (N_1, N_2) is also taken exactly (each term an exact product of two
+// pairs by sorted losses, no grid) and the smaller bound is kept.
 
 import { registeredCache, keyOf } from "./cache.js";
 import { binomCdf, binomIsf, binomPmf, binomPpf, fsum } from "./distributions.js";
@@ -171,8 +174,12 @@ export class GroupsBound {
     if (ladder[0] < 0) { // nothing to charge 1: Pr[N_1 <= -1] = 0
       ladder = ladder.length > 1 ? ladder.slice(1) : [0];
     }
-    this.ladder = ladder;
-    this.ladderCdf = ladder.map((k) => (k < 0 ? 0.0 : Math.min(binomCdf(k, n, p) * pairs, 1.0)));
+    const charged = ladder.map((k) => (k < 0 ? 0.0 : Math.min(binomCdf(k, n, p) * pairs, 1.0)));
+    // Rungs from the first one charged 1 on weigh nothing (header).
+    const first = charged.findIndex((cdf) => cdf >= 1.0);
+    const live = Math.max(first < 0 ? ladder.length : first, 1);
+    this.ladder = ladder.slice(0, live);
+    this.ladderCdf = charged.slice(0, live);
   }
 
   /**
