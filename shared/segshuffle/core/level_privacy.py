@@ -58,10 +58,10 @@ s Pr[N_1 <= k] within LADDER_SLACK delta.  Once a charged probability reaches 1,
 later one is 1 and the sum's terms from there telescope (v_{L+1} + sum_{i >= j}
 (v_i - v_{i+1}) = v_j): the bound is the same formula on the ladder cut before that
 rung, so F is not evaluated at the rungs from there on (the largest groups; with the
-running maximum over fewer values the cut ladder's bound is never larger).  For s = 1 the group is every slot not on
-another item, N_1 is exactly that count, and the bound is the exact mixture up to the
-ladder's steps.  At gamma = 1 every slot sends, the null count reveals how many items
-the victim sent, and the bound says so (p_1 = s / D).
+running maximum over fewer values the cut ladder's bound is never larger).  For s = 1
+the group is every slot not on another item, N_1 is exactly that count, and the bound is
+the exact mixture up to the ladder's steps.  At gamma = 1 every slot sends, the null
+count reveals how many items the victim sent, and the bound says so (p_1 = s / D).
 
 **Both directions.**  delta_level is the larger of D(P || Q) and D(Q || P): the second
 is the same pair with lambda and lambda' exchanged.
