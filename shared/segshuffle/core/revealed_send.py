@@ -75,7 +75,7 @@ class RevealedSendBound:
         self.backend = arrays.name()  # its comparisons and compositions run there
         self._pair = poisson_pair(1.0, n_slots, r)
         self._poisson: dict[int, tuple[BinLaw, float]] = {}
-        self._taus: dict[float, list[float]] = {}
+        self._taus: dict[float, list[float]] = {}  # per E: tau_1 .. tau_i so far
 
     def _composed_term(self, i: int) -> tuple[ComposedLoss, float]:
         """(D_i's composed loss, eta_i) for i >= 2 differing pairs.
@@ -106,34 +106,46 @@ class RevealedSendBound:
         """tau_1(E): the exact lambda = 1 pair, at most 1 (the smallest tau_j)."""
         if self.active == 0:
             return 0.0
-        with arrays.use(self.backend):
-            return min(delta_for(self._pair, eps), 1.0)
+        return min(self._tau(eps, 1), 1.0)
 
-    def taus(self, eps: float) -> list[float]:
-        """(tau_1, ..., tau_s) at E = ``eps``: non-decreasing in j, each at most 1.
+    def _tau(self, eps: float, j: int) -> float:
+        """tau_j(E) (1 <= j <= s), computing tau_1 .. tau_j where not yet kept.
 
-        They do not depend on lambda, and a root search over lambda asks for them at
-        one E many times: the last few are kept."""
-        cached = self._taus.get(eps)
-        if cached is None:
+        The taus do not depend on lambda, and a root search over lambda asks for them at
+        one E many times: those computed at the last TAUS_KEPT levels are kept, each
+        level's as far as some caller needed them (tau_j for j >= 2 costs a Poisson
+        comparison and a j-fold composition, so a caller that can stop early should)."""
+        kept = self._taus.get(eps)
+        if kept is None:
             if len(self._taus) >= TAUS_KEPT:
                 self._taus.pop(next(iter(self._taus)))
+            kept = self._taus[eps] = []
+        if len(kept) < j:
             with arrays.use(self.backend):
-                cached = self._taus[eps] = self._compute_taus(eps)
-        return cached
+                self._extend(kept, eps, j)
+        return kept[j - 1]
 
-    def _compute_taus(self, eps: float) -> list[float]:
-        out = [0.0] * self.set_size
-        if self.active == 0:
-            return out
-        running = delta_for(self._pair, eps)
-        out[0] = running
-        for i in range(2, self.set_size + 1):
+    def _extend(self, kept: list[float], eps: float, j: int) -> None:
+        """Append tau_{len(kept) + 1} .. tau_j to ``kept`` (a running maximum: D_i + eta_i
+        for i up to the active pairs, tau_1 itself uncapped, the rest capped at 1)."""
+        if not kept:
+            kept.append(delta_for(self._pair, eps) if self.active > 0 else 0.0)
+        running = kept[0] if len(kept) == 1 else max(kept[0], kept[-1])
+        for i in range(len(kept) + 1, j + 1):
+            if self.active == 0:
+                kept.append(0.0)
+                continue
             if i <= self.active:
                 composed, eta = self._composed_term(i)
                 running = max(running, composed.delta(eps) + eta)
-            out[i - 1] = min(running, 1.0)
-        return out
+            kept.append(min(running, 1.0))
+
+    def taus(self, eps: float) -> list[float]:
+        """(tau_1, ..., tau_s) at E = ``eps``: non-decreasing in j, each at most 1."""
+        if self.set_size == 0:
+            return []
+        self._tau(eps, self.set_size)
+        return list(self._taus[eps])
 
     def user_delta(self, eps: float, lam: float) -> float:
         """sum_j Binom(s, lambda)(j) tau_j(E)."""
@@ -144,6 +156,37 @@ class RevealedSendBound:
                                strict=True):
             total += weight * tau
         return min(1.0, total)
+
+    def user_delta_below(self, eps: float, lam: float, ceiling: float) -> float:
+        """min(``ceiling``, :meth:`user_delta`), computing the taus only as far as needed.
+
+        The sum is taken in increasing j.  After tau_1 .. tau_i, the taus still missing
+        are each at least tau_i (they do not decrease), so
+
+            sum_j w_j tau_j >= sum_{j <= i} w_j tau_j + (sum_{j > i} w_j) tau_i,
+
+        w_j = Binom(s, lambda)(j).  Once that floor, lowered by a relative 1e-12 (far more
+        than the rounding of a sum of s terms and of the weights' suffix sums), reaches
+        ``ceiling``, the sum cannot be below it and ``ceiling`` is returned with no
+        further composition.  Otherwise every tau is computed and the value is
+        min(``ceiling``, :meth:`user_delta`), summed in the same order: the same number.
+        At i = 1 the floor is :meth:`user_delta_floor`'s.  The other slot bounds are
+        usually the smaller below lambda = 1, where this stops after a few taus instead
+        of every Poisson comparison and composition.
+        """
+        if lam == 0.0:
+            return 0.0
+        weights = binomial_weights(self.set_size, lam)[1:]
+        rest = [0.0] * len(weights)  # rest[i]: the weight of j > i + 1
+        for i in range(len(weights) - 2, -1, -1):
+            rest[i] = rest[i + 1] + weights[i + 1]
+        total = 0.0
+        for i, weight in enumerate(weights):
+            tau = self._tau(eps, i + 1)
+            total += weight * tau
+            if (total + rest[i] * tau) * (1.0 - 1e-12) >= ceiling:
+                return ceiling
+        return min(ceiling, min(1.0, total))
 
     def user_delta_floor(self, eps: float, lam: float) -> float:
         """A value :meth:`user_delta` is never below, from tau_1 alone (cheap).

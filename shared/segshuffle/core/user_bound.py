@@ -188,9 +188,10 @@ class SlotAccountant:
         """An upper bound on delta_user(E) at rate ``lam`` (before the certified margins).
 
         The smallest of the bounds that apply.  The revealed-send bound is the costly one
-        (one Poisson comparison and composition per number of differing pairs); where the
-        cheaper bounds are already at or below its floor (:meth:`RevealedSendBound.
-        user_delta_floor`), it cannot be the smallest and is not built.  Nor is it where
+        (one Poisson comparison and composition per number of differing pairs): its
+        terms are built only as far as its sum could still come out below the cheaper
+        bounds (:meth:`RevealedSendBound.user_delta_below`), none where they are
+        already at or below its floor from tau_1 alone.  Nor is it built where
         they already certify ``enough`` (a check of delta_user <= delta needs no smaller
         bound than one at or below delta): the value is then a larger bound, still
         at most ``enough`` once certified.
@@ -205,12 +206,10 @@ class SlotAccountant:
             return float(max(view.delta(eps, lam) for view in self.joint))
         if self.estimate is not None or self.single_estimate is not None:
             estimate = self._steering_estimate(eps, lam)
-            # As below: where the estimate is at or below the revealed-send bound's floor,
-            # that bound cannot be the smaller, and its compositions (one per number of
-            # differing pairs, at every new m) are not built.
-            if estimate <= self.revealed.user_delta_floor(eps, lam):
-                return float(estimate)
-            return float(min(self.revealed.user_delta(eps, lam), estimate))
+            # As below: the revealed-send bound's compositions (one per number of
+            # differing pairs, at every new m) are built only as far as it could still
+            # come out below the estimate.
+            return float(self.revealed.user_delta_below(eps, lam, estimate))
         value = math.inf
         if self.single is not None:
             value = self.single.delta(eps, lam)
@@ -221,9 +220,9 @@ class SlotAccountant:
                 value = min(value, self.groups.first_rung_delta(eps, lam))
             if certified(value) > enough:
                 value = min(value, self.groups.delta(eps, lam))
-        if certified(value) <= enough or value <= self.revealed.user_delta_floor(eps, lam):
+        if certified(value) <= enough:
             return float(value)
-        return float(min(value, self.revealed.user_delta(eps, lam)))
+        return float(self.revealed.user_delta_below(eps, lam, value))
 
 
 _slot_bounds = registered_cache(256)

@@ -97,55 +97,77 @@ function binomialWeights(setSize, lam) {
   return out;
 }
 
-/** tau_j(E) of the revealed-send bound for one (N, r, s, d) and slack budget. */
+/**
+ * tau_j(E) of the revealed-send bound for one (N, r, s, d) and slack budget.  tau_1 is one
+ * exact pair; each tau_j for j >= 2 costs a Poisson comparison and a j-fold composition,
+ * built on first use, so that a sum that can stop early (userDeltaBelow) never pays for
+ * the rest.
+ */
 class RevealedSendBound {
   /**
    * @param {number} nSlots @param {number} r @param {number} setSize @param {number} domainSize
    * @param {number} slack @param {number} step
    */
   constructor(nSlots, r, setSize, domainSize, slack, step) {
+    this.nSlots = nSlots;
+    this.r = r;
+    this.slack = slack;
+    this.step = step;
     this.setSize = setSize;
     this.active = Math.min(setSize, Math.floor(domainSize / 2));
     this.pair = poissonPair(1.0, nSlots, r);
-    /** @type {Map<number, import("./privacy_loss.js").ComposedLoss>} */
-    this.composed = new Map();
-    /** @type {Map<number, number>} */
-    this.eta = new Map();
-    /** @type {Map<number, number[]>} */
+    /** @type {Map<number, [import("./privacy_loss.js").ComposedLoss, number]>} */
+    this.terms = new Map();
+    /** @type {Map<number, number[]>} per E: tau_1 .. tau_i computed so far */
     this.kept = new Map();
-    for (let i = 2; i <= this.active; i += 1) {
-      const [nu, eta] = dominatedPoissonMean(nSlots, Math.min(2.0 * i * r, 1.0), slack);
-      this.composed.set(i, composedPair(new BinLaw(nu / (2.0 * i)), 1.0, i, { upper: true, step }));
-      this.eta.set(i, eta);
-    }
   }
 
-  /** (tau_1, ..., tau_s) at E = `eps`: non-decreasing in j, each at most 1 (the last few kept).
+  /** [D_i's composed loss, eta_i] for i >= 2 differing pairs (built on first use).
+   * @param {number} i */
+  term(i) {
+    let term = this.terms.get(i);
+    if (term === undefined) {
+      const [nu, eta] = dominatedPoissonMean(this.nSlots, Math.min(2.0 * i * this.r, 1.0),
+        this.slack);
+      term = [composedPair(new BinLaw(nu / (2.0 * i)), 1.0, i, { upper: true, step: this.step }),
+        eta];
+      this.terms.set(i, term);
+    }
+    return term;
+  }
+
+  /** tau_j(E) (1 <= j <= s), computing tau_1 .. tau_j where not yet kept (the last few
+   * levels' kept, each as far as some caller needed).
+   * @param {number} eps @param {number} j @returns {number} */
+  tau(eps, j) {
+    let kept = this.kept.get(eps);
+    if (kept === undefined) {
+      if (this.kept.size >= TAUS_KEPT) this.kept.delete(this.kept.keys().next().value);
+      kept = [];
+      this.kept.set(eps, kept);
+    }
+    if (kept.length === 0) kept.push(this.active > 0 ? deltaFor(this.pair, eps) : 0.0);
+    let running = kept.length === 1 ? kept[0] : Math.max(kept[0], kept[kept.length - 1]);
+    for (let i = kept.length + 1; i <= j; i += 1) {
+      if (this.active === 0) {
+        kept.push(0.0);
+        continue;
+      }
+      if (i <= this.active) {
+        const [composed, eta] = this.term(i);
+        running = Math.max(running, composed.delta(eps) + eta);
+      }
+      kept.push(Math.min(running, 1.0));
+    }
+    return kept[j - 1];
+  }
+
+  /** (tau_1, ..., tau_s) at E = `eps`: non-decreasing in j, each at most 1.
    * @param {number} eps @returns {number[]} */
   taus(eps) {
-    let taus = this.kept.get(eps);
-    if (taus === undefined) {
-      if (this.kept.size >= TAUS_KEPT) this.kept.delete(this.kept.keys().next().value);
-      taus = this.computeTaus(eps);
-      this.kept.set(eps, taus);
-    }
-    return taus;
-  }
-
-  /** @param {number} eps @returns {number[]} */
-  computeTaus(eps) {
-    const out = new Array(this.setSize).fill(0);
-    if (this.active === 0) return out;
-    let running = deltaFor(this.pair, eps);
-    out[0] = running;
-    for (let i = 2; i <= this.setSize; i += 1) {
-      if (i <= this.active) {
-        const composed = /** @type {import("./privacy_loss.js").ComposedLoss} */ (this.composed.get(i));
-        running = Math.max(running, composed.delta(eps) + /** @type {number} */ (this.eta.get(i)));
-      }
-      out[i - 1] = Math.min(running, 1.0);
-    }
-    return out;
+    if (this.setSize === 0) return [];
+    this.tau(eps, this.setSize);
+    return [.../** @type {number[]} */ (this.kept.get(eps))];
   }
 
   /** sum_j Binom(s, lambda)(j) tau_j(E). @param {number} eps @param {number} lam */
@@ -156,6 +178,27 @@ class RevealedSendBound {
     let sum = 0.0;
     for (let j = 0; j < weights.length; j += 1) sum += weights[j] * taus[j];
     return Math.min(1.0, sum);
+  }
+
+  /**
+   * min(`ceiling`, userDelta), the taus computed only as far as needed: after tau_1 ..
+   * tau_i the sum is at least sum_{j <= i} w_j tau_j + (sum_{j > i} w_j) tau_i (the taus
+   * do not decrease); once that floor, lowered by a relative 1e-12, reaches `ceiling`,
+   * `ceiling` is returned.  Otherwise the same sum in the same order as userDelta.
+   * @param {number} eps @param {number} lam @param {number} ceiling @returns {number}
+   */
+  userDeltaBelow(eps, lam, ceiling) {
+    if (lam === 0.0) return 0.0;
+    const weights = binomialWeights(this.setSize, lam);
+    const rest = new Array(weights.length).fill(0.0); // rest[i]: the weight of j > i + 1
+    for (let i = weights.length - 2; i >= 0; i -= 1) rest[i] = rest[i + 1] + weights[i + 1];
+    let sum = 0.0;
+    for (let i = 0; i < weights.length; i += 1) {
+      const tau = this.tau(eps, i + 1);
+      sum += weights[i] * tau;
+      if ((sum + rest[i] * tau) * (1.0 - 1e-12) >= ceiling) return ceiling;
+    }
+    return Math.min(ceiling, Math.min(1.0, sum));
   }
 }
 
@@ -200,9 +243,9 @@ class SlotAccountant {
   }
 
   /** An upper bound on delta_user(E) at rate `lam` (before the certified margins): the
-   * smallest of the bounds that apply, the costly revealed-send one last and not at all
-   * where the others already certify `enough` (a check of delta_user <= delta needs no
-   * smaller bound).
+   * smallest of the bounds that apply, the costly revealed-send one last, only as far as
+   * it could still be the smaller, and not at all where the others already certify
+   * `enough` (a check of delta_user <= delta needs no smaller bound).
    * @param {number} eps @param {number} lam @param {number} [enough] */
   userDelta(eps, lam, enough = 0.0) {
     if (lam === 0.0 || this.pairs === 0) return 0.0;
@@ -219,7 +262,8 @@ class SlotAccountant {
       if (certified(value) > enough) value = Math.min(value, this.groups.delta(eps, lam));
     }
     if (certified(value) <= enough) return value;
-    return Math.min(value, this.revealed.userDelta(eps, lam));
+    // Its terms are built only as far as its sum could still come out below `value`.
+    return this.revealed.userDeltaBelow(eps, lam, value);
   }
 }
 

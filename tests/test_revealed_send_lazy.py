@@ -1,0 +1,77 @@
+"""The revealed-send bound builds its terms only as far as it could still be the smaller.
+
+Before, wherever the cheaper slot bounds were above its floor from tau_1 alone, the
+revealed-send bound built every tau_j (a Poisson comparison and a j-fold composition each,
+about 40 ms at a new m for s = 8) although the labelled groups usually stay the smaller
+below lambda = 1: the sum's floor after tau_1 .. tau_i already shows it cannot win.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from segshuffle.core import arrays, revealed_send, user_bound
+from segshuffle.core.accounting import POISSON_SLACK_SHARE
+from segshuffle.core.privacy_loss import DEFAULT_STEP
+
+DELTA = 1e-8
+
+
+def _terms_built(monkeypatch) -> list[int]:
+    built: list[int] = []
+    compose = revealed_send.RevealedSendBound._composed_term
+
+    def recorded(self, i: int):
+        built.append(i)
+        return compose(self, i)
+
+    monkeypatch.setattr(revealed_send.RevealedSendBound, "_composed_term", recorded)
+    return built
+
+
+@pytest.mark.parametrize(("users", "m"), [(10_000, 1.64), (1_000, 16.4), (100, 164.3)])
+def test_a_certified_evaluation_below_full_signal_builds_few_terms(users, m, monkeypatch
+                                                                   ) -> None:
+    user_bound.clear_caches()
+    built = _terms_built(monkeypatch)
+    bound = user_bound.slot_bound(users, m, 128, 8, POISSON_SLACK_SHARE * DELTA, DEFAULT_STEP)
+    value = bound.user_delta(1.0, 0.5)
+    assert bound.groups is not None
+    assert value == pytest.approx(bound.groups.delta(1.0, 0.5), rel=0, abs=0)
+    assert 1 <= len(built) <= 3  # of the seven (i = 2..8) built before
+
+
+def _bound(backend: str) -> revealed_send.RevealedSendBound:
+    n_slots, r = (20_000, 0.82 / 128) if backend == arrays.NUMPY else (4_000, 0.9 / 128)
+    with arrays.use(backend):
+        return revealed_send.RevealedSendBound(n_slots, r, 8, 128,
+                                               POISSON_SLACK_SHARE * DELTA, DEFAULT_STEP)
+
+
+@pytest.mark.parametrize("backend", [arrays.NUMPY, arrays.PYTHON])
+def test_the_lazy_sum_is_the_full_sum_where_it_is_smaller(backend) -> None:
+    full = _bound(backend)
+    for eps, lam in itertools.product((0.5, 1.0, 2.0), (0.05, 0.3, 0.7, 0.99, 1.0)):
+        whole = full.user_delta(eps, lam)
+        for ceiling in (0.0, whole * 0.5, whole * (1 - 1e-9), whole, whole * 1.5, 1.0,
+                        float("inf")):
+            lazy = _bound(backend)  # nothing kept: it computes only what it needs
+            assert lazy.user_delta_below(eps, lam, ceiling) == min(ceiling, whole)
+            assert lazy.taus(eps) == full.taus(eps)
+
+
+def test_tau_one_and_the_taus_share_their_first_term(monkeypatch) -> None:
+    bound = _bound(arrays.NUMPY)
+    calls: list[float] = []
+    exact = revealed_send.delta_for
+
+    def counted(pair, eps):
+        calls.append(eps)
+        return exact(pair, eps)
+
+    monkeypatch.setattr(revealed_send, "delta_for", counted)
+    bound.user_delta_floor(1.0, 0.5)
+    bound.taus(1.0)
+    assert calls == [1.0]  # before: once for the floor and again for the taus
