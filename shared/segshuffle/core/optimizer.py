@@ -118,6 +118,10 @@ STEERING_RATES = np.concatenate(([0.0], np.geomspace(1e-4, 1.0, 42)))
 #: Relative precision of the full-signal rates m_k, which only bracket the m search.
 SEARCH_RTOL = 1e-2
 
+#: Relative precision of the m search's refinement inside its best grid cell; a grid rate
+#: this close to a finalist (in its bucket) is not a further finalist.
+REFINE_XTOL = 3e-3
+
 #: The m search's finalists (its best rate and the grid rates whose steering objective is
 #: within FINALIST_MARGIN of it), ranked by the objective at certified lambdas.
 FINALISTS = 3
@@ -141,9 +145,14 @@ LARGE_BELOW_DEPTH = 1e-2
 #: A finalist whose least strict level short of its full signal has a certified lambda
 #: of at least this much is joined by that level's certified full-signal rate, searched
 #: up to FULL_SIGNAL_REACH above it to FULL_SIGNAL_RTOL (:func:`_full_signal_neighbours`).
+#: That rate is searched to the finalists' ranking precision: the ranking tells objectives
+#: apart only to about RANKING_XTOL (the lambdas' precision), and a rate 1e-4 above the
+#: certified full-signal rate costs at most that much more blanket.  (Finer is not
+#: better: at 1e-6 the certified excess is a staircase of its loss grid, not monotone,
+#: and the search spent four evaluations of every revealed-send term on it.)
 NEAR_FULL_SIGNAL = 0.9
 FULL_SIGNAL_REACH = 0.05
-FULL_SIGNAL_RTOL = 1e-6
+FULL_SIGNAL_RTOL = RANKING_XTOL
 
 #: The m search's sweep first evaluates every COARSE_STRIDE-th point of its grid, then
 #: fills in the grid around its REFINED_LEADERS best points (:func:`_coarse_to_fine`).
@@ -830,9 +839,10 @@ def _search_blanket(solver: _LambdaSolver,
         bucket = math.ceil(m_best)
         left = max(left, bucket - 1.0)
         right = min(right, float(bucket))
+    resolution = max(REFINE_XTOL * m_best, 1e-9)
     if right - left > 1e-9:
         found, value = bounded_minimum(objective, math.nextafter(left, math.inf), right,
-                                       xatol=max(3e-3 * m_best, 1e-9), maxiter=16)
+                                       xatol=resolution, maxiter=16)
         if value < objective(m_best):
             m_best = found
     best_value = objective(m_best)
@@ -840,7 +850,22 @@ def _search_blanket(solver: _LambdaSolver,
                          else (FINALIST_MARGIN, FINALISTS))
     close = sorted((value, m) for m, value in zip(grid, values, strict=True)
                    if m != m_best and value <= best_value * (1.0 + margin))  # inf: not swept
-    return [m_best, *(m for _, m in close[:finalists - 1])]
+    chosen = [m_best]
+    for _, m in close:
+        if len(chosen) == finalists:
+            break
+        # A rate the refinement could not tell from a finalist (inside its tolerance of
+        # it, in the same bucket) is that finalist again: ranking it would certify every
+        # level once more for nothing the search can see.
+        if not any(abs(m - kept) <= resolution and _same_bucket(m, kept, mode)
+                   for kept in chosen):
+            chosen.append(m)
+    return chosen
+
+
+def _same_bucket(a: float, b: float, mode: BlanketMode) -> bool:
+    """Whether two rates share the slot blanket's bucket ceil(m) (always, independent)."""
+    return mode is not BlanketMode.SLOTS or math.ceil(a) == math.ceil(b)
 
 
 def _coarse_to_fine(grid: Sequence[float], objective: Callable[[float], float],
