@@ -207,8 +207,8 @@ def test_close_finalists_share_their_full_signal_neighbour(monkeypatch) -> None:
         mode = BlanketMode.SLOTS
 
         @staticmethod
-        def all_exact(rate: float, xtol: float) -> list[float]:
-            return [0.26, 0.5, 0.985]
+        def level(rate: float, xtol: float, index: int) -> float:
+            return [0.26, 0.5, 0.985][index]
 
     def excess_of(solver, level):
         return lambda m: math.log(1.6401 / m) * 50.0
@@ -392,15 +392,15 @@ def test_no_two_finalists_are_one_rate_to_the_search(monkeypatch) -> None:
     (1.62906), 1e-4 apart, were both ranked: every level certified twice (0.2 CPU-s)."""
     from segshuffle.core import optimizer
 
-    ranked: list[float] = []
-    solve_all = optimizer._LambdaSolver._solve_all
+    ranked: set[float] = set()
+    solve = optimizer._LambdaSolver.solve
 
-    def recorded(self, m: float, xtol: float) -> list[float]:
+    def recorded(self, level, m, xtol, bracket=(0.0, 1.0)):
         if xtol == optimizer.RANKING_XTOL:
-            ranked.append(m)
-        return solve_all(self, m, xtol)
+            ranked.add(m)
+        return solve(self, level, m, xtol, bracket)
 
-    monkeypatch.setattr(optimizer._LambdaSolver, "_solve_all", recorded)
+    monkeypatch.setattr(optimizer._LambdaSolver, "solve", recorded)
     accounting.clear_caches()
     optimize(*N_1E4, **N_1E4_OPTIONS)
     assert len(ranked) >= 2

@@ -27,7 +27,7 @@ level, which is exact when items are independent of levels).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -151,3 +151,40 @@ def variance_given_data(n: float, m: float, set_size: int, level_counts: Sequenc
                                 for c, lam in zip(level_counts, lambdas, strict=True))
     blanket = domain_size * blanket_item_variance(n, m, domain_size, mode) if m > 0 else 0.0
     return (blanket + data) / weight**2
+
+
+def mse_bound_floor(n: float, m: float, set_size: int, level_counts: Sequence[float],
+                    largest: Sequence[float]) -> float:
+    """The smallest :func:`mse_bound` over lambdas with lambda_k <= ``largest[k]``.
+
+    With W = sum_k n_k lambda_k the bound is (n m + s W) / W^2, which falls as W grows
+    (its derivative is -(s W + 2 n m) / W^3), so its smallest value is at the largest W.
+    """
+    weight = signal_weight(level_counts, largest)
+    if weight <= 0.0:
+        return math.inf
+    return (n * m + set_size * weight) / weight**2
+
+
+def variance_floor(n: float, m: float, set_size: int, level_counts: Sequence[float],
+                   known: Mapping[int, float], largest: Sequence[float], domain_size: int,
+                   mode: str | BlanketMode = BlanketMode.SLOTS, *,
+                   data: bool = True) -> float:
+    """A value :func:`variance_given_data` is never below over lambdas that equal ``known``
+    (level index -> lambda) where given and satisfy lambda_k <= ``largest[k]`` elsewhere
+    (``largest`` holds the known values at their own levels):
+
+        (d V_blanket + s sum_{k known} n_k lambda_k (1 - lambda_k)) / W_max^2,
+
+    W_max = sum_k n_k largest_k: the other levels' data terms (each >= 0) are left out
+    and the signal weight is taken at its largest.  ``data=False`` leaves out the known
+    levels' data terms as well: a floor also for any lambdas at or below ``largest``
+    everywhere (the correlation guard's capped ones).
+    """
+    weight = signal_weight(level_counts, largest)
+    if weight <= 0.0:
+        return math.inf
+    terms = (float(level_counts[k]) * float(lam) * (1.0 - float(lam))
+             for k, lam in known.items()) if data else ()
+    blanket = domain_size * blanket_item_variance(n, m, domain_size, mode) if m > 0 else 0.0
+    return (blanket + set_size * math.fsum(terms)) / weight**2

@@ -67,7 +67,7 @@ from .blanket import (
     require_blanket_rate,
 )
 from .correlation import CorrelationGuard, relative_bias_bound
-from .estimator import mse_bound, variance_given_data
+from .estimator import mse_bound, mse_bound_floor, variance_floor, variance_given_data
 from .hockey_stick import _largest_feasible, _smallest_feasible
 from .privacy_loss import DEFAULT_STEP
 from .rules import MAX_MESSAGES_PER_USER, accounting_users, honest_users
@@ -167,6 +167,15 @@ LOWEST_REACH = 0.03
 LOWEST_PROBE = 0.01
 LOWEST_BISECTIONS = 2
 
+#: Certified lambdas grow with the level, each found to its root search's precision: a
+#: stricter level's lambda is taken to be at most this much (relative) above a less
+#: strict one's when the finalists' ranking bounds the levels it has not certified.
+LEVEL_ORDER_SLACK = 1e-3
+
+#: A finalist is dropped from the ranking when its score's floor exceeds the best score
+#: by more than this (relative): far above the rounding of either.
+FLOOR_MARGIN = 1e-9
+
 #: Levels for which the lower-bound epsilons are reported by default.
 LOWER_BOUND_LEVELS = 64
 
@@ -247,6 +256,9 @@ class _LambdaSolver:
         self._steering: dict[float, list[float]] = {}
         self._cells: dict[float, int] = {}  # per level: its root's grid cell at the last m
         self._exact: dict[tuple[float, float], list[float]] = {}
+        # Per (m, xtol): the certified lambdas found so far, by level index (the ranking
+        # of the finalists asks for them one level at a time and may stop early).
+        self._levels: dict[tuple[float, float], dict[int, float]] = {}
 
     def solve(self, level: float, m: float, xtol: float,
               bracket: tuple[float, float] = (0.0, 1.0)) -> float:
@@ -267,12 +279,31 @@ class _LambdaSolver:
             self._exact[key] = self._solve_all(m, xtol)
         return self._exact[key]
 
+    def level(self, m: float, xtol: float, index: int) -> float:
+        """The certified lambda of level ``index`` at m (kept; at most ANCHOR_LEVELS levels).
+
+        Each level's root search is on its own, from its own hint, so the levels may be
+        asked for in any order and any subset; once every level is known the list is
+        kept as :meth:`all_exact`'s.
+        """
+        key = (m, xtol)
+        known = self._levels.setdefault(key, {})
+        if index not in known:
+            known[index] = self.solve(self.levels[index], m, xtol,
+                                      self._brackets(m, xtol)[index])
+            if len(known) == len(self.levels):
+                self._exact[key] = [known[i] for i in range(len(self.levels))]
+        return known[index]
+
+    def known(self, m: float, xtol: float) -> dict[int, float]:
+        """The certified lambdas at m found so far, by level index."""
+        return self._levels.get((m, xtol), {})
+
     def _solve_all(self, m: float, xtol: float) -> list[float]:
         count = len(self.levels)
-        brackets = self._brackets(m, xtol)
         if count <= ANCHOR_LEVELS:
-            return [self.solve(level, m, xtol, bracket)
-                    for level, bracket in zip(self.levels, brackets, strict=True)]
+            return [self.level(m, xtol, index) for index in range(count)]
+        brackets = self._brackets(m, xtol)
         anchors = _anchor_indices(count, ANCHOR_LEVELS)
         values: dict[int, float] = {
             i: self.solve(self.levels[i], m, xtol, brackets[i]) for i in anchors}
@@ -283,16 +314,21 @@ class _LambdaSolver:
         return [values[i] for i in range(count)]
 
     def _brackets(self, m: float, xtol: float) -> list[tuple[float, float]]:
-        """Hints for the certified searches at m: a coarser certified solution when one is
-        kept (it is feasible, and within its tolerance of the root: a bracket that
-        narrow leaves the root search a few steps), else the steering solution."""
-        coarser = [key for key in self._exact if key[0] == m and key[1] > xtol]
-        if coarser:
-            finest = min(coarser, key=lambda key: key[1])
-            width = 2.0 * finest[1]
-            return [(lam, min(1.0, lam * (1.0 + width) + 1e-12))
-                    for lam in self._exact[finest]]
-        return [_hint_bracket(guess) for guess in self.approximate(m)]
+        """Hints for the certified searches at m: for each level, its finest coarser
+        certified solution when one is kept (it is feasible, and within its tolerance of
+        the root: a bracket that narrow leaves the root search a few steps), else the
+        steering solution."""
+        coarser = sorted((key for key in self._levels if key[0] == m and key[1] > xtol),
+                         key=lambda key: key[1], reverse=True)
+        hints: dict[int, tuple[float, float]] = {}
+        for key in coarser:  # the finest last: it overrides
+            width = 2.0 * key[1]
+            for index, lam in self._levels[key].items():
+                hints[index] = (lam, min(1.0, lam * (1.0 + width) + 1e-12))
+        if len(hints) == len(self.levels):
+            return [hints[index] for index in range(len(self.levels))]
+        steering = self.approximate(m)
+        return [hints.get(index, _hint_bracket(guess)) for index, guess in enumerate(steering)]
 
     def _largest_feasible_on(self, grid: np.ndarray, level: float, m: float) -> float:
         """The largest rate of ``grid`` (increasing; its first point feasible) meeting level.
@@ -536,16 +572,31 @@ def optimize(
                     counts, lambdas)[0]
             return variance_given_data(users, rate, s, counts, lambdas, d, mode)
 
+        def score_floor(rate: float, known: dict[int, float]) -> float:
+            # The smallest score over every lambdas agreeing with ``known``, the other
+            # levels at most the ceiling of :func:`_largest_lambdas`.
+            if known and min(known.values()) < floor * (1.0 - SEARCH_XTOL):
+                return math.inf  # the score's own floor test already fails
+            largest = _largest_lambdas(known, len(levels))
+            if goal is Objective.PAPER_BOUND:
+                return mse_bound_floor(users, rate, s, counts, largest)
+            return variance_floor(users, rate, s, counts, known, largest, d, mode,
+                                  data=not guard.active)
+
         finalists = _search_blanket(solver, score, low, high, level_blankets or (), mode,
                                     small=users < SMALL_POPULATION)
         if len(levels) <= ANCHOR_LEVELS:
             finalists += _full_signal_neighbours(solver, finalists, ceiling)
-        # With many levels most lambdas come from grids between anchor solutions, which
-        # a refinement would rebuild: those finalists are ranked with the final precision.
-        ranking = RANKING_XTOL if len(levels) <= ANCHOR_LEVELS else LAMBDA_XTOL
-        ranked = [(score(rate, solver.all_exact(rate, ranking)), i, rate)
-                  for i, rate in enumerate(finalists)] if len(finalists) > 1 else []
-        m = min(ranked)[2] if ranked else finalists[0]
+        if len(finalists) == 1:
+            m = finalists[0]
+        elif len(levels) <= ANCHOR_LEVELS:
+            m = _ranked_best(solver, finalists, score, score_floor)
+        else:
+            # With many levels most lambdas come from grids between anchor solutions,
+            # which a refinement would rebuild: the finalists are ranked with the final
+            # precision, every level of each.
+            m = min((score(rate, solver.all_exact(rate, LAMBDA_XTOL)), i, rate)
+                    for i, rate in enumerate(finalists))[2]
 
     lambdas = solver.all_exact(m, LAMBDA_XTOL)
     if floor > 0.0 and min(lambdas) < floor:
@@ -674,12 +725,9 @@ def _full_signal_neighbours(solver: _LambdaSolver, finalists: Sequence[float],
     for rate in sorted(finalists):
         if rate <= 0.0:
             continue
-        lambdas = solver.all_exact(rate, RANKING_XTOL)
-        short = [level for level, lam in zip(solver.levels, lambdas, strict=True)
-                 if NEAR_FULL_SIGNAL <= lam < 1.0]
-        if not short:
+        level = _least_strict_short(solver, rate)
+        if level is None:
             continue
-        level = short[-1]
         excess = excesses.setdefault(level, _full_signal_excess(solver, level))
         top = min(rate * (1.0 + FULL_SIGNAL_REACH), ceiling)
         if solver.mode is BlanketMode.SLOTS:
@@ -695,6 +743,75 @@ def _full_signal_neighbours(solver: _LambdaSolver, finalists: Sequence[float],
         last_found[level] = _smallest_feasible(excess, rate, top, rtol=FULL_SIGNAL_RTOL)
         found.append(last_found[level])
     return [m for m in dict.fromkeys(found) if m not in finalists]
+
+
+def _least_strict_short(solver: _LambdaSolver, rate: float) -> float | None:
+    """The least strict level whose certified lambda at ``rate`` is in [NEAR_FULL_SIGNAL, 1).
+
+    The levels are certified from the least strict down, and the search stops at the
+    first such level or once a lambda shows that every stricter level falls short of
+    NEAR_FULL_SIGNAL (:func:`_largest_lambdas`): the ranking then need not have
+    certified the stricter levels' smaller lambdas, which cost the most evaluations.
+    """
+    for index in reversed(range(len(solver.levels))):
+        lam = solver.level(rate, RANKING_XTOL, index)
+        if NEAR_FULL_SIGNAL <= lam < 1.0:
+            return solver.levels[index]
+        if lam * (1.0 + LEVEL_ORDER_SLACK) < NEAR_FULL_SIGNAL:
+            return None
+    return None
+
+
+def _largest_lambdas(known: dict[int, float], count: int) -> list[float]:
+    """The largest each level's certified lambda can be, given those found (by index).
+
+    lambda_k grows with the level E_k (delta_user falls as E grows), so an unknown
+    level's lambda is at most that of the next known less strict level, widened by
+    LEVEL_ORDER_SLACK (each is found only to its root search's precision), and at most 1
+    above every known level.
+    """
+    largest = [1.0] * count
+    ceiling = 1.0
+    for index in reversed(range(count)):
+        if index in known:
+            largest[index] = known[index]
+            ceiling = min(1.0, known[index] * (1.0 + LEVEL_ORDER_SLACK))
+        else:
+            largest[index] = ceiling
+    return largest
+
+
+def _ranked_best(solver: _LambdaSolver, candidates: Sequence[float],
+                 score: Callable[[float, Sequence[float]], float],
+                 score_floor: Callable[[float, dict[int, float]], float]) -> float:
+    """The candidate rate with the smallest ``score`` at certified lambdas (RANKING_XTOL;
+    ties: the earlier candidate), by branch and bound over the levels.
+
+    A candidate's levels are certified one at a time, from the least strict down (the
+    strictest, with the smallest lambdas, take the most evaluations).  ``score_floor(rate,
+    known)`` is a value its score cannot be below whatever the levels not yet certified
+    hold; the candidate with the smallest floor is advanced a level at a time, and one
+    whose floor exceeds the best complete score (by more than FLOOR_MARGIN, against
+    rounding) is dropped: it cannot win.  The answer is the one ranking every level of
+    every candidate gives; at small populations, whose finalists' strictest levels
+    barely send, most of them are dropped before those.
+    """
+    count = len(solver.levels)
+    scored: dict[int, float] = {}
+    while True:
+        for index, rate in enumerate(candidates):
+            if index not in scored and len(solver.known(rate, RANKING_XTOL)) == count:
+                scored[index] = score(rate, solver.all_exact(rate, RANKING_XTOL))
+        best = min(scored.values(), default=math.inf)
+        open_ = [(score_floor(rate, solver.known(rate, RANKING_XTOL)), index, rate)
+                 for index, rate in enumerate(candidates) if index not in scored]
+        open_ = [entry for entry in open_ if not entry[0] * (1.0 - FLOOR_MARGIN) > best]
+        if not open_:
+            break
+        _, index, rate = min(open_)
+        known = solver.known(rate, RANKING_XTOL)
+        solver.level(rate, RANKING_XTOL, max(i for i in range(count) if i not in known))
+    return candidates[min(scored, key=lambda index: (scored[index], index))]
 
 
 def _lowest_full_signal_blanket(solver: _LambdaSolver, strictest: float, m: float) -> float:
