@@ -79,3 +79,65 @@ def test_the_steering_comparison_lands_next_to_the_certified_one(trials: int, q:
     # Within a small share of the gap below the mean (the search only steers with it).
     assert abs(nu - certified) <= 0.05 * (mean - certified) + 1e-9 * mean
     assert 0.0 <= eta <= slack * (1.0 + 1e-6)
+
+
+def _steering_every_candidate(trials: int, q: float, slack: float) -> tuple[float, float]:
+    """The steering comparison evaluating all 48 candidates of each scan at once (its
+    form before the scans stopped at their first answering block)."""
+    import numpy as np
+    from scipy import special
+
+    from segshuffle.core import poisson_comparison
+
+    mean = trials * q
+    lo, hi = poisson_comparison._window_bounds(trials, q)
+    totals = np.unique(np.linspace(lo, hi, 48).round())
+    cdf, sf = special.bdtr(totals, trials, min(q, 1.0)), special.bdtrc(totals, trials, min(q, 1.0))
+
+    def excess(nus):
+        p_cdf = special.pdtr(totals[None, :], nus[:, None])
+        p_sf = special.pdtrc(totals[None, :], nus[:, None])
+        gap = np.minimum(cdf[None, :] - p_cdf, p_sf - sf[None, :])
+        return np.maximum(gap.max(axis=1), p_sf[:, -1])
+
+    unit = max(q * math.sqrt(mean), 1e-9 * mean)
+    gaps = np.concatenate(([0.0], unit * np.geomspace(1e-2, max(mean / unit, 2e-2), 47)))
+    nus = np.maximum(mean - gaps, 0.0)
+    admissible = np.flatnonzero(excess(nus) <= slack)
+    if admissible.size == 0:
+        return 0.0, 0.0
+    first = int(admissible[0])
+    if first == 0:
+        return mean, float(excess(nus[:1])[0])
+    finer = np.linspace(nus[first], nus[first - 1], 48)
+    values = excess(finer)
+    best = int(np.flatnonzero(values <= slack).max())
+    return float(finer[best]), float(values[best])
+
+
+def test_the_steering_scans_stop_early_with_the_same_answer(monkeypatch) -> None:
+    """Before, both scans evaluated all 48 candidates (the Poisson tails, 80% of a
+    steering evaluation at an integer m); now they stop at the first block that answers."""
+    import random
+
+    from scipy import special
+
+    from segshuffle.core import poisson_comparison
+
+    rng = random.Random(3)
+    cases = [(rng.randint(1, 10**7), 10 ** rng.uniform(-5, -0.5), 10 ** rng.uniform(-14, -4))
+             for _ in range(300)]
+    cases += [(198_000, 2 * i / 128, 1e-11) for i in range(2, 9)]  # n = 1e4, m = 22
+    rows: list[int] = []
+    pdtr = special.pdtr
+
+    def counted(k, nu):
+        rows.append(nu.shape[0])
+        return pdtr(k, nu)
+
+    for trials, q, slack in cases:
+        expected = _steering_every_candidate(trials, q, slack)
+        monkeypatch.setattr(special, "pdtr", counted)
+        assert poisson_comparison.steering_poisson_mean(trials, q, slack) == expected
+        monkeypatch.setattr(special, "pdtr", pdtr)
+    assert sum(rows) < 0.75 * 96 * len(cases)
