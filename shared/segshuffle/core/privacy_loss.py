@@ -324,6 +324,43 @@ def sparse_is_cheaper(atoms_x: int, atoms_y: int, dense_size: int) -> bool:
     return pairs <= _DIRECT_PAIRS and pairs <= 8 * dense_size
 
 
+@dataclass(frozen=True)
+class _LawTerms:
+    """What a pair's loss distribution needs of its bins' law, at every rate: the window
+    lo..hi, the masses f(lo - 1) .. f(hi), the ratios f(a - 1) / f(a) for a = lo..hi, and
+    the bounds on the mass outside lo..hi and outside lo - 1..hi - 1."""
+
+    lo: int
+    hi: int
+    masses: Vector
+    ratio: Vector
+    outside: float
+    outside_shifted: float
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held (for :mod:`segshuffle.core.memo`): an array's bytes, or about 32
+        bytes an entry for a list of floats."""
+        return sum(int(getattr(v, "nbytes", 32 * len(v))) for v in (self.masses, self.ratio))
+
+
+#: Memory that kept laws' terms may hold (a window of a few thousand counts each).
+LAW_CACHE_BYTES = 16 << 20
+
+
+@memory_bounded_cache(LAW_CACHE_BYTES, max_entries=1024)
+def _law_terms(backend: str, law: BinLaw) -> _LawTerms:
+    """The rate-independent terms of :func:`pair_loss` for ``law`` on ``backend`` (kept:
+    a root search over lambda asks for the pairs of one law at a dozen rates, and the
+    masses, with their Stirling series, and the tails' bounds cost as much as the rest)."""
+    with arrays.use(backend):
+        xp = arrays.namespace()
+        lo, hi = law.window()
+        return _LawTerms(lo, hi, law.pmf(xp.arange(lo - 1, hi + 1)),
+                         law.previous_ratio(xp.arange(lo, hi + 1)),
+                         law.outside_bound(lo, hi), law.outside_bound(lo - 1, hi - 1))
+
+
 def pair_loss(law: BinLaw, lam: float, *, upper: bool, step: float = DEFAULT_STEP
               ) -> LossDistribution:
     """The PLD of one item pair with independent bins of law ``law`` at rate ``lam``
@@ -335,12 +372,11 @@ def pair_loss(law: BinLaw, lam: float, *, upper: bool, step: float = DEFAULT_STE
     if not (lam > 0.0 and lam <= 1.0):
         raise AccountantError(f"lambda must be in (0, 1], got {lam}")
     xp = arrays.namespace()
-    lo, hi = law.window()
-    masses = law.pmf(xp.arange(lo - 1, hi + 1))  # f(lo - 1) .. f(hi)
-    f, f_prev = masses[1:], masses[:-1]
+    terms = _law_terms(arrays.name(), law)
+    f, f_prev = terms.masses[1:], terms.masses[:-1]
     f_lam = (1.0 - lam) * f + lam * f_prev
     with xp.quiet():
-        loss = xp.log1p(lam * (law.previous_ratio(xp.arange(lo, hi + 1)) - 1.0))
+        loss = xp.log1p(lam * (terms.ratio - 1.0))
     loss = xp.where(f > 0.0, loss, math.inf)
     loss = xp.where(f_lam > 0.0, loss, -math.inf)
     # A ~ f_lam contributes l(A); B ~ f contributes -l(B).  +inf only where f_lam > 0 = f,
@@ -351,9 +387,8 @@ def pair_loss(law: BinLaw, lam: float, *, upper: bool, step: float = DEFAULT_STE
         # A = (blanket) + (victim's message with probability lam) lies outside lo..hi when
         # the blanket lies outside lo..hi, or outside lo-1..hi-1 and the message was sent.
         # (Each tail's mass is bounded, :meth:`BinLaw.outside_bound`.)
-        a_inf += ((1.0 - lam) * law.outside_bound(lo, hi)
-                  + lam * law.outside_bound(lo - 1, hi - 1))
-        b_inf += law.outside_bound(lo, hi)
+        a_inf += (1.0 - lam) * terms.outside + lam * terms.outside_shifted
+        b_inf += terms.outside
     finite = xp.isfinite(loss)
     a_kept = finite & (f_lam > 0.0)
     b_kept = finite & (f > 0.0)
@@ -509,6 +544,7 @@ def clear_caches() -> None:
     """Forget the kept compositions and pair losses (benchmarks measure cold costs)."""
     _composed_pair.cache_clear()
     _kept_pair_loss.cache_clear()
+    _law_terms.cache_clear()
 
 
 on_clear_all(clear_caches)
