@@ -573,7 +573,7 @@ def optimize(
             return variance_given_data(users, rate, s, counts, lambdas, d, mode)
 
         def score_floor(rate: float, known: dict[int, float]) -> float:
-            # The smallest score over every lambdas agreeing with ``known``, the other
+            # The smallest score over all lambdas agreeing with ``known``, the other
             # levels at most the ceiling of :func:`_largest_lambdas`.
             if known and min(known.values()) < floor * (1.0 - SEARCH_XTOL):
                 return math.inf  # the score's own floor test already fails
