@@ -432,3 +432,24 @@ def test_the_full_signal_neighbour_is_sought_to_the_ranking_precision(monkeypatc
     assert result.lambdas[2] == 1.0
     assert len(set(evaluated)) <= 4  # 8 before
     assert user_delta(2.0, 1.0, 8, result.honest_users, result.m, 128, delta=1e-8) <= 1e-8
+
+
+def test_the_independent_sweep_fills_in_around_its_best_point_only(monkeypatch) -> None:
+    """Its objective has no buckets; the fill-in around two runners-up (as the slot mode
+    needs) cost a fifth of its rates and changed no answer on 48 campaigns."""
+    from segshuffle.core import optimizer
+
+    swept: list[float] = []
+    approximate = optimizer._LambdaSolver.approximate
+
+    def recorded(self, m: float) -> list[float]:
+        if m not in self._steering:
+            swept.append(m)
+        return approximate(self, m)
+
+    monkeypatch.setattr(optimizer._LambdaSolver, "approximate", recorded)
+    accounting.clear_caches()
+    result = optimize([300, 400, 300], [0.5, 1.0, 2.0], 128, 8, 1e-8, dropout_tolerance=0.1,
+                      lower_bounds=False, blanket_mode="independent")
+    assert len(swept) <= 22  # 26 before
+    assert result.m == pytest.approx(18.996, rel=1e-4)
