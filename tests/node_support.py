@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,14 +31,24 @@ import(process.argv[1]).then(({ userDelta }) => {
 """
 
 
+ACCOUNTANT_DIR = Path(__file__).resolve().parents[1] / "clients" / "web" / "src" / "accountant"
+
+
+def run_accountant_script(script: str, module: str, payload: object, *,
+                          timeout: float = 120.0) -> Any:
+    """Run ``script`` in one Node process with the URL of the web accountant's ``module``
+    (a file name, e.g. ``slot_groups.js``) as ``process.argv[1]`` and ``payload`` as JSON on
+    its standard input; what it prints, parsed as JSON.  A failing script fails the test
+    with the end of its stderr."""
+    path = ACCOUNTANT_DIR / module
+    done = subprocess.run([node(), "-e", script, path.as_uri()], input=json.dumps(payload),
+                          capture_output=True, text=True, timeout=timeout, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
 def javascript_user_deltas(calls: list[tuple[list[float], dict]], *, timeout: float = 600.0
                            ) -> list[float]:
     """The web client's ``userDelta(level, lam, s, h, m, d, options)`` for each
     (arguments, options) of ``calls``, in one Node process."""
-    accountant = (Path(__file__).resolve().parents[1] / "clients" / "web" / "src"
-                  / "accountant" / "index.js")
-    done = subprocess.run([node(), "-e", _USER_DELTA_SCRIPT, accountant.as_uri()],
-                          input=json.dumps(calls), capture_output=True, text=True,
-                          timeout=timeout, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout)
+    return run_accountant_script(_USER_DELTA_SCRIPT, "index.js", calls, timeout=timeout)

@@ -8,17 +8,13 @@ atom_count`) is the number of atoms the pair would hold, in every accountant.
 
 from __future__ import annotations
 
-import json
-import subprocess
-from pathlib import Path
-
 import pytest
 
 from segshuffle.core import accounting, arrays, multinomial_pair, pair_windows, slot_groups
 from segshuffle.core import bounded_cache as portable_cache
 from segshuffle.core.portable import accounting as portable_accounting
 
-from .node_support import node
+from .node_support import run_accountant_script
 from .test_check_stops_early import DELTA, FULL_GROUPS, FULL_GROUPS_LEVELS
 
 PAIRS = [(0, 0.25), (1, 0.1), (40, 0.3), (1_000, 0.01), (12_345, 0.2), (80_000, 0.486)]
@@ -102,10 +98,4 @@ def test_the_javascript_count_agrees() -> None:
     pairs = [*PAIRS, *((slots, r) for slots in range(fits - 2, too_many + 3))]
     expected = [pair_windows.enumerable(n, rate) for n, rate in pairs]
     assert expected[len(PAIRS):].count(True) >= 3 and expected[len(PAIRS):].count(False) >= 3
-    module = (Path(__file__).resolve().parents[1] / "clients" / "web" / "src" / "accountant"
-              / "multinomial_pair.js")
-    done = subprocess.run([node(), "-e", _ENUMERABLE_SCRIPT, module.as_uri()],
-                          input=json.dumps(pairs), capture_output=True, text=True, timeout=120,
-                          check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout) == expected
+    assert run_accountant_script(_ENUMERABLE_SCRIPT, "multinomial_pair.js", pairs) == expected

@@ -8,18 +8,15 @@ plan, or a view that fits would be refused.
 
 from __future__ import annotations
 
-import json
 import math
 import random
-import subprocess
-from pathlib import Path
 
 import pytest
 
 from segshuffle.core import arrays, slot_joint
 from segshuffle.core.joint_budget import values_floor
 
-from .node_support import node
+from .node_support import run_accountant_script
 
 
 def _geometry(gamma: float, d: int, k: int) -> tuple[float, float]:
@@ -103,15 +100,9 @@ import(process.argv[1]).then(({ JointView }) => {
 
 
 def test_the_javascript_view_is_not_planned_either() -> None:
-    module = (Path(__file__).resolve().parents[1] / "clients" / "web" / "src" / "accountant"
-              / "slot_joint.js")
     views = [list(LARGE), [30, 0.9, 8, 2]]
-    done = subprocess.run([node(), "-e", _JOINT_SCRIPT, module.as_uri()],
-                          input=json.dumps(views), capture_output=True, text=True,
-                          timeout=120, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
     (large_usable, large_plan, large_values), (small_usable, small_plan, small_values) = (
-        json.loads(done.stdout))
+        run_accountant_script(_JOINT_SCRIPT, "slot_joint.js", views))
     assert not large_usable and large_plan == 0 and large_values > slot_joint.MAX_VALUES
     assert small_usable and small_plan > 1
     assert small_values == slot_joint.JointView(30, 0.9, 8, 2).values

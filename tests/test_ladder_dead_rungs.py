@@ -9,10 +9,7 @@ full one up to rounding, never larger.
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,7 +18,7 @@ from segshuffle.core import arrays, level_privacy, slot_groups
 from segshuffle.core.blanket import BlanketMode
 from segshuffle.core.privacy_loss import DEFAULT_STEP
 
-from .node_support import node
+from .node_support import run_accountant_script
 
 # (N slots, gamma, d, S, slack): the optimizer's choices at n = 1e4, 1e3 (d = 128, s = 8),
 # a million users (three live rungs) and s = 3 on a small domain.
@@ -109,13 +106,9 @@ import(process.argv[1]).then(({ GroupsBound }) => {
 
 
 def test_the_javascript_ladder_is_cut_alike() -> None:
-    module = (Path(__file__).resolve().parents[1] / "clients" / "web" / "src" / "accountant"
-              / "slot_groups.js")
-    done = subprocess.run([node(), "-e", _LADDER_SCRIPT, module.as_uri()],
-                          input=json.dumps([[*g, DEFAULT_STEP] for g in GEOMETRIES]),
-                          capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    for geometry, (ladder, charged) in zip(GEOMETRIES, json.loads(done.stdout), strict=True):
+    cut = run_accountant_script(_LADDER_SCRIPT, "slot_groups.js",
+                                [[*g, DEFAULT_STEP] for g in GEOMETRIES])
+    for geometry, (ladder, charged) in zip(GEOMETRIES, cut, strict=True):
         bound = slot_groups.GroupsBound(*geometry)
         assert ladder == bound.ladder
         assert charged == pytest.approx(bound.ladder_cdf, rel=1e-9, abs=1e-300)

@@ -10,16 +10,12 @@ margin of it.
 
 from __future__ import annotations
 
-import json
-import subprocess
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from segshuffle.core import arrays, multinomial_pair
 
-from .node_support import node
+from .node_support import run_accountant_script
 
 STEP = 2e-3
 
@@ -114,14 +110,9 @@ import(process.argv[1]).then(({ pairAtoms, multinomialPairLoss }) => {
 
 
 def test_the_javascript_pair_agrees() -> None:
-    module = (Path(__file__).resolve().parents[1] / "clients" / "web" / "src" / "accountant"
-              / "multinomial_pair.js")
-    done = subprocess.run([node(), "-e", _PAIR_SCRIPT, module.as_uri()],
-                          input=json.dumps([[*pair, STEP] for pair in PAIRS]),
-                          capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    for (slots, r, lam), (step, offset, pmf, infinity) in zip(PAIRS, json.loads(done.stdout),
-                                                            strict=True):
+    pairs = run_accountant_script(_PAIR_SCRIPT, "multinomial_pair.js",
+                                  [[*pair, STEP] for pair in PAIRS], timeout=300)
+    for (slots, r, lam), (step, offset, pmf, infinity) in zip(PAIRS, pairs, strict=True):
         ours = multinomial_pair.pair_loss(multinomial_pair.pair_atoms(slots, r), lam,
                                           upper=True, step=STEP)
         assert step == ours.step and offset == ours.offset

@@ -3,11 +3,8 @@ bound: ``refuting_delta`` in the three accountants, and the check that asks it f
 
 from __future__ import annotations
 
-import json
 import math
 import random
-import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -15,7 +12,7 @@ from segshuffle.core import accounting, slot_groups
 from segshuffle.core.accounting import blanket_geometry, refuting_delta, user_delta
 from segshuffle.core.portable import accounting as portable_accounting
 
-from .node_support import node
+from .node_support import run_accountant_script
 
 
 def _points(count: int, seed: int) -> list[tuple[float, float, int, int, float, int]]:
@@ -90,10 +87,7 @@ import(process.argv[1]).then(({ refutingDelta }) => {
   console.log(JSON.stringify(points.map((p) => refutingDelta(...p, { delta: 1e-8 }))));
 });
 """
-    index = Path(__file__).resolve().parents[1] / "clients/web/src/accountant/index.js"
-    done = subprocess.run([node(), "-e", script, index.as_uri()], input=json.dumps(points),
-                          capture_output=True, text=True, timeout=300, check=True)
-    javascript_values = json.loads(done.stdout)
+    javascript_values = run_accountant_script(script, "index.js", points, timeout=300)
     assert sum(v is not None for v in numpy_values) >= 10
     for a, b, c in zip(numpy_values, portable_values, javascript_values, strict=True):
         assert (a is None) == (b is None) == (c is None)
