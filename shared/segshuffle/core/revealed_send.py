@@ -148,14 +148,9 @@ class RevealedSendBound:
         return list(self._taus[eps])
 
     def user_delta(self, eps: float, lam: float) -> float:
-        """sum_j Binom(s, lambda)(j) tau_j(E)."""
-        if lam == 0.0:
-            return 0.0
-        total = 0.0
-        for weight, tau in zip(binomial_weights(self.set_size, lam)[1:], self.taus(eps),
-                               strict=True):
-            total += weight * tau
-        return min(1.0, total)
+        """sum_j Binom(s, lambda)(j) tau_j(E) (at most 1): :meth:`user_delta_below` with no
+        ceiling, which never stops early."""
+        return self.user_delta_below(eps, lam, math.inf)
 
     def user_delta_below(self, eps: float, lam: float, ceiling: float) -> float:
         """min(``ceiling``, :meth:`user_delta`), computing the taus only as far as needed.
@@ -169,7 +164,7 @@ class RevealedSendBound:
         than the rounding of a sum of s terms and of the weights' suffix sums), reaches
         ``ceiling``, the sum cannot be below it and ``ceiling`` is returned with no
         further composition.  Otherwise every tau is computed and the value is
-        min(``ceiling``, :meth:`user_delta`), summed in the same order: the same number.
+        min(``ceiling``, sum, 1).
         At i = 1 the floor is :meth:`user_delta_floor`'s.  The other slot bounds are
         usually the smaller below lambda = 1, where this stops after a few taus instead
         of every Poisson comparison and composition.

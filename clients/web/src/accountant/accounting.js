@@ -162,29 +162,11 @@ class RevealedSendBound {
     return kept[j - 1];
   }
 
-  /** (tau_1, ..., tau_s) at E = `eps`: non-decreasing in j, each at most 1.
-   * @param {number} eps @returns {number[]} */
-  taus(eps) {
-    if (this.setSize === 0) return [];
-    this.tau(eps, this.setSize);
-    return [.../** @type {number[]} */ (this.kept.get(eps))];
-  }
-
-  /** sum_j Binom(s, lambda)(j) tau_j(E). @param {number} eps @param {number} lam */
-  userDelta(eps, lam) {
-    if (lam === 0.0) return 0.0;
-    const weights = binomialWeights(this.setSize, lam);
-    const taus = this.taus(eps);
-    let sum = 0.0;
-    for (let j = 0; j < weights.length; j += 1) sum += weights[j] * taus[j];
-    return Math.min(1.0, sum);
-  }
-
   /**
-   * min(`ceiling`, userDelta), the taus computed only as far as needed: after tau_1 ..
-   * tau_i the sum is at least sum_{j <= i} w_j tau_j + (sum_{j > i} w_j) tau_i (the taus
-   * do not decrease); once that floor, lowered by a relative 1e-12, reaches `ceiling`,
-   * `ceiling` is returned.  Otherwise the same sum in the same order as userDelta.
+   * min(`ceiling`, sum_j w_j tau_j(E), 1), w_j = Binom(s, lambda)(j), the taus computed
+   * only as far as needed: after tau_1 .. tau_i the sum is at least sum_{j <= i} w_j tau_j
+   * + (sum_{j > i} w_j) tau_i (the taus do not decrease); once that floor, lowered by a
+   * relative 1e-12, reaches `ceiling`, `ceiling` is returned.
    * @param {number} eps @param {number} lam @param {number} ceiling @returns {number}
    */
   userDeltaBelow(eps, lam, ceiling) {
