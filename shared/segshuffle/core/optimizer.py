@@ -285,16 +285,12 @@ class _LambdaSolver:
         """The certified lambda of level ``index`` at m (kept; at most ANCHOR_LEVELS levels).
 
         Each level's root search is on its own, from its own hint, so the levels may be
-        asked for in any order and any subset; once every level is known the list is
-        kept as :meth:`all_exact`'s.
+        asked for in any order and any subset (:meth:`all_exact` reads them from here).
         """
-        key = (m, xtol)
-        known = self._levels.setdefault(key, {})
+        known = self._levels.setdefault((m, xtol), {})
         if index not in known:
             known[index] = self.solve(self.levels[index], m, xtol,
                                       self._brackets(m, xtol)[index])
-            if len(known) == len(self.levels):
-                self._exact[key] = [known[i] for i in range(len(self.levels))]
         return known[index]
 
     def known(self, m: float, xtol: float) -> dict[int, float]:
