@@ -50,8 +50,28 @@ def test_a_poisson_comparison_costs_one_mass_array_per_evaluation(monkeypatch) -
     monkeypatch.setattr(distributions, "poisson_tails", tails)
     nu, eta = poisson_comparison.dominated_poisson_mean(2_000_000, 3e-3, 1e-12)
     assert 0.0 < nu < 6_000.0 and 0.0 <= eta <= 1e-12
-    # One mass array per cluster of counts asked, and the counts asked form one cluster.
-    assert pmf.calls <= 2 * tails.calls
+    # One mass array per evaluation: the counts asked straddle the mean, and both sides'
+    # windows come from one array (two before, one per side, and their clusters each time).
+    assert pmf.calls == tails.calls
+
+
+@pytest.mark.parametrize("mean", [0.3, 7.5, 140.0, 5_000.0, 2.5e6])
+def test_poisson_tails_on_a_run_of_counts_are_the_general_paths_bit_for_bit(mean) -> None:
+    # Increasing counts (a comparison's window or its subsample) take one mass array for
+    # both sides of the mode; the same counts in another order take the general path, one
+    # window per cluster and side.  Same values and the same error bound, exactly.
+    sigma = max(1.0, mean**0.5)
+    lo, hi = max(0, int(mean - 14 * sigma - 50)), int(mean + 14 * sigma + 50)
+    rng = np.random.default_rng(7)
+    for stride in (1, 3, max(1, (hi - lo) // 256)):
+        run = np.arange(lo, hi + 1, stride, dtype=float)
+        run = np.sort(np.concatenate((run, [float(hi)], rng.choice(run, 3))))  # repeats too
+        order = rng.permutation(run.size)
+        fast = distributions.poisson_tails(run, mean)
+        general = distributions.poisson_tails(run[order], mean)
+        assert np.array_equal(fast.lower[order], general.lower)
+        assert np.array_equal(fast.upper[order], general.upper)
+        assert fast.rtol == general.rtol
 
 
 def _groups_accountant() -> accounting.SlotAccountant:
