@@ -33,8 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from package_bytecode import compile_package
-
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 RECORD = ROOT / "docs" / "timings.json"
@@ -228,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     record = (json.loads(RECORD.read_text(encoding="utf-8")) if RECORD.exists()
               else {"entries": {}})
     record["machine"] = machine()
+    from package_bytecode import compile_package  # beside this script
+
     compile_package()  # as installed: no process recompiles the package (package_bytecode)
     failed = []
     for index, name in enumerate(names, 1):
