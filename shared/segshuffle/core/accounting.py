@@ -65,7 +65,8 @@ from .user_bound import clear_caches as clear_slot_bounds
 EPSILON_RTOL = 1e-8
 
 #: Relative precision of the certified lambda searches (the root search is run to a
-#: quarter of it, then verified feasible), so that a published level sits on its
+#: quarter of it, then verified feasible, or stops at a feasible rate whose divergence is
+#: within this much of delta: :func:`max_lambda`), so that a published level sits on its
 #: constraint and its achieved epsilon is the level itself to about 1e-9.
 LAMBDA_XTOL = 1e-7
 
@@ -256,8 +257,22 @@ def max_lambda(level: float, set_size: int, delta: float, users: int, m: float,
     larger rate is a stochastically larger Binomial(s, lambda); in the
     independent mode a larger rate is a larger shift), so the feasible set is
     an interval [0, lambda_k].  ``bracket`` is a hint, verified before use.  The
-    result is verified feasible and below the threshold by at most ``xtol``
-    (``step``: the loss grid, see :func:`user_delta`).
+    result is verified feasible and below the threshold by at most ``xtol`` (relative),
+    or its divergence is within a factor exp(-xtol) of delta (``step``: the loss grid,
+    see :func:`user_delta`).
+
+    The search: the hint's ends, a bracket widened along the secant in (ln lambda, log
+    excess) where they miss (:func:`_verified_bracket`), then Brent's method on ln lambda
+    (:func:`segshuffle.core.hockey_stick._largest_feasible`, ``logarithmic``), where the
+    log excess is close to linear: delta_user is a mixture of terms growing like powers
+    lambda^j (j >= 1: the weights Binom(s, lambda)(j) of the revealed-send form, and
+    alike for the other bounds).  It stops at the first feasible point whose divergence
+    is within exp(-xtol) of delta (``close``): a larger rate could gain at most that
+    much divergence, and the certified bound is not smooth at that scale anyway (its loss
+    grid moves its value by about 1e-6 relative between rates 1e-7 apart, not
+    monotonically: a bisection to xtol chased that staircase for a dozen evaluations);
+    where delta_user grows at least like lambda (log-log slope >= 1), that point is
+    also within xtol of the threshold.
     """
     mode = parse_mode(mode)
     level = validation.require_level("privacy level", level)
@@ -282,7 +297,7 @@ def max_lambda(level: float, set_size: int, delta: float, users: int, m: float,
     if not (top < 1.0 and excess(top) > 0.0) and excess(1.0) <= 0.0:
         return 1.0
     lo, hi = _verified_bracket(excess, *bracket)
-    return _largest_feasible(excess, lo, hi, rtol=xtol)
+    return _largest_feasible(excess, lo, hi, rtol=xtol, logarithmic=True, close=xtol)
 
 
 def log_excess(value: Callable[[float], float], delta: float) -> Callable[[float], float]:
@@ -308,18 +323,36 @@ def log_excess(value: Callable[[float], float], delta: float) -> Callable[[float
 #: Steps of the bracket search around a hint: each widening multiplies the gap by this.
 _BRACKET_GROWTH = 1.6
 
+#: A downward bracket step predicted by the secant (below) goes this much farther than the
+#: predicted crossing, so that it lands past it (the log-log slope flattens as lambda falls:
+#: the secant of two points above the crossing stops short of it).
+_SECANT_OVERSHOOT = 1.25
+
+#: The smallest first step of a secant (in ln lambda: 2%), growing by _BRACKET_GROWTH at
+#: each step, so that a secant that keeps predicting a crossing just below cannot creep.
+_LEAST_DROP = math.log(1.02)
+
+#: Evaluations the bracket search may spend before it takes lambda = 0 (the least step
+#: grows geometrically: from 1, 1e-12 is passed within 15 steps whatever the secant says).
+_BRACKET_STEPS = 64
+
 
 def _verified_bracket(excess, lo: float, hi: float) -> tuple[float, float]:
-    """(lo, hi) with excess(lo) <= 0 < excess(hi), found by widening a hint geometrically.
+    """(lo, hi) with excess(lo) <= 0 < excess(hi), found by widening a hint.
 
-    excess(1) > 0 is known.  A hint that misses the root moves towards it in steps that
-    grow by _BRACKET_GROWTH each time: upwards the steps add, downwards they divide,
-    by a factor that itself grows by _BRACKET_GROWTH (1.6, 2.56, 4.1, ...: after k
-    steps the rate has fallen by 1.6^(k (k + 1) / 2)).  So a close hint costs few
-    evaluations and a bad one few more: a root 500 times below the hint is bracketed in
-    five, and lambda = 1e-12, below which 0 is taken (excess(0) <= 0 always), is
-    reached in at most eleven.  The bracket found is then at most one factor wide,
-    which the root search's interpolation closes quickly on the logarithmic excess.
+    excess(1) > 0 is known.  Upwards (the hint's top is feasible) the steps add, each
+    _BRACKET_GROWTH times the last, from the hint's width.  Downwards (its bottom is not
+    feasible either) the next point comes from the secant through the last two in
+    (ln lambda, excess): the excess is a log divergence, close to linear in ln lambda (the
+    divergence behaves like a power of lambda), so the secant predicts the crossing, and
+    the step goes _SECANT_OVERSHOOT times as far, to land past it.  A step is at least
+    _LEAST_DROP, which grows by _BRACKET_GROWTH at each step, so the search cannot creep;
+    where the secant does not fall (flat or rising), the step is the geometric schedule's,
+    whose factor grows alike (1.6, 2.56, 4.1, ...).  At most _BRACKET_STEPS evaluations,
+    and lambda = 1e-12, below which 0 is taken (excess(0) <= 0 always), ends it sooner.  A
+    root five times below a hint is typically bracketed in one or two evaluations (three
+    or four geometric steps before), by a point close to it, where the root search's
+    interpolation closes in within a few more.
     """
     hi = min(hi, 1.0)
     if hi < 1.0 and excess(hi) <= 0.0:  # the root lies above the hint
@@ -331,14 +364,26 @@ def _verified_bracket(excess, lo: float, hi: float) -> tuple[float, float]:
             lo, step = candidate, step * _BRACKET_GROWTH
     if lo <= 0.0 or excess(lo) <= 0.0:
         return max(lo, 0.0), hi
-    hi, factor = lo, _BRACKET_GROWTH  # the root lies below the hint
-    while True:
-        candidate = hi / factor
+    # The root lies below the hint: excess(lo) > 0 and excess(hi) > 0.
+    upper, upper_excess = hi, excess(hi)
+    point, point_excess = lo, excess(lo)
+    factor, least = _BRACKET_GROWTH, _LEAST_DROP
+    for _ in range(_BRACKET_STEPS):
+        drop = math.log(factor)  # the geometric schedule's step in ln lambda
+        if upper > point and upper_excess > point_excess:  # the secant falls towards 0
+            slope = (upper_excess - point_excess) / math.log(upper / point)
+            drop = max(least, _SECANT_OVERSHOOT * point_excess / slope)
+        candidate = point * math.exp(-drop)
         if candidate < 1e-12:
-            return 0.0, hi
-        if excess(candidate) <= 0.0:
-            return candidate, hi
-        hi, factor = candidate, factor * _BRACKET_GROWTH
+            return 0.0, point
+        candidate_excess = excess(candidate)
+        if candidate_excess <= 0.0:
+            return candidate, point
+        upper, upper_excess = point, point_excess
+        point, point_excess = candidate, candidate_excess
+        factor *= _BRACKET_GROWTH
+        least *= _BRACKET_GROWTH
+    return 0.0, point
 
 
 def user_epsilon(lam: float, set_size: int, delta: float, users: int, m: float,

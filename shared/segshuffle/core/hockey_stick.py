@@ -313,12 +313,19 @@ def _smallest_feasible(excess, lo: float, hi: float, rtol: float) -> float:
     return _verified_root(excess, lo, hi, rtol, upwards=True)
 
 
-def _largest_feasible(excess, lo: float, hi: float, rtol: float) -> float:
-    """Largest x in [lo, hi) with excess(x) <= 0, given excess(lo) <= 0 < excess(hi)."""
-    return _verified_root(excess, lo, hi, rtol, upwards=False)
+def _largest_feasible(excess, lo: float, hi: float, rtol: float, *,
+                      logarithmic: bool = False, close: float = 0.0) -> float:
+    """Largest x in [lo, hi) with excess(x) <= 0, given excess(lo) <= 0 < excess(hi).
+
+    ``logarithmic``: the root search runs on ln x (where lo > 0), for an excess close to
+    linear in ln x; ``close``: a feasible point with excess >= -close is the answer
+    (:func:`_verified_root`)."""
+    return _verified_root(excess, lo, hi, rtol, upwards=False, logarithmic=logarithmic,
+                          close=close)
 
 
-def _verified_root(excess, lo: float, hi: float, rtol: float, *, upwards: bool) -> float:
+def _verified_root(excess, lo: float, hi: float, rtol: float, *, upwards: bool,
+                   logarithmic: bool = False, close: float = 0.0) -> float:
     """A point within about rtol (relative) of where ``excess`` crosses 0, verified <= 0.
 
     :func:`bracketed_root` ends with a bracket at most rtol / 4 wide (relative) whose
@@ -326,6 +333,16 @@ def _verified_root(excess, lo: float, hi: float, rtol: float, *, upwards: bool) 
     closest to its answer, when within rtol / 2 of it, is returned with no further
     evaluation.  Otherwise the answer is nudged towards the feasible side (``upwards``:
     the feasible side is above) in doubling steps until it is verified feasible.
+
+    ``logarithmic`` (used where lo > 0): Brent's method runs on u = ln x, to rtol / 4 in u
+    (a relative rtol / 4 in x, to first order).  An excess that is a log divergence
+    falling like a power of x is close to linear in u, where the interpolating steps land
+    within one or two evaluations of the crossing; in x it is concave and the steps fall
+    short.  The bracket's ends are evaluated at lo and hi themselves (not at exp(ln lo),
+    which may differ in the last bit), so a caller's remembered values are used again.
+
+    ``close`` > 0: the first evaluated point with -close <= excess <= 0 is the answer (for
+    a log excess: feasible, with a divergence within exp(-close) of the target).
     """
     seen: dict[float, float] = {}
 
@@ -333,7 +350,23 @@ def _verified_root(excess, lo: float, hi: float, rtol: float, *, upwards: bool) 
         value = seen[x] = excess(x)
         return value
 
-    root = bracketed_root(recorded, lo, hi, xtol=1e-14, rtol=rtol / 4.0)
+    def close_enough(value: float) -> bool:
+        return -close <= value <= 0.0
+
+    accept = close_enough if close > 0.0 else None
+    if logarithmic and lo > 0.0:
+        ends = {math.log(lo): lo, math.log(hi): hi}
+
+        def at(u: float) -> float:
+            return ends[u] if u in ends else math.exp(u)
+
+        found = bracketed_root(lambda u: recorded(at(u)), math.log(lo), math.log(hi),
+                               xtol=rtol / 4.0, rtol=0.0, accept=accept)
+        root = min(max(at(found), lo), hi)
+    else:
+        root = bracketed_root(recorded, lo, hi, xtol=1e-14, rtol=rtol / 4.0, accept=accept)
+    if accept is not None and root in seen and close_enough(seen[root]):
+        return root
     reach = abs(root) * rtol / 2.0 + 1e-14
     near = [x for x, value in seen.items() if value <= 0.0 and abs(x - root) <= reach]
     if near:

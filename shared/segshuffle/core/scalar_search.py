@@ -60,15 +60,18 @@ class NoConvergenceError(RuntimeError):
 
 
 def bracketed_root(f: Callable[[float], float], a: float, b: float, *, xtol: float,
-                   rtol: float, maxiter: int = 200) -> float:
+                   rtol: float, maxiter: int = 200,
+                   accept: Callable[[float], bool] | None = None) -> float:
     """A crossing of ``f`` in [a, b], where f(a) and f(b) have opposite signs (or one is 0).
 
-    The answer is within xtol + rtol |x| of a point where f changes sign.
+    The answer is within xtol + rtol |x| of a point where f changes sign; or, with
+    ``accept``, the first point evaluated whose value it accepts (the ends first).
     """
-    fa, fb = f(a), f(b)
-    if fa == 0.0:
+    fa = f(a)
+    if fa == 0.0 or (accept is not None and accept(fa)):
         return a
-    if fb == 0.0:
+    fb = f(b)
+    if fb == 0.0 or (accept is not None and accept(fb)):
         return b
     if (fa > 0.0) == (fb > 0.0):
         raise ValueError(f"f({a!r}) and f({b!r}) have the same sign")
@@ -106,6 +109,8 @@ def bracketed_root(f: Callable[[float], float], a: float, b: float, *, xtol: flo
         a, fa = b, fb
         b += d if abs(d) > tol else math.copysign(tol, half)
         fb = f(b)
+        if accept is not None and accept(fb):
+            return b
     raise NoConvergenceError(f"no crossing found to tolerance in {maxiter} evaluations")
 
 
