@@ -453,3 +453,30 @@ def test_the_independent_sweep_fills_in_around_its_best_point_only(monkeypatch) 
                       lower_bounds=False, blanket_mode="independent")
     assert len(swept) <= 22  # 26 before
     assert result.m == pytest.approx(18.996, rel=1e-4)
+
+
+@pytest.mark.parametrize(("mode", "before", "most"), [("independent", 20, 16),
+                                                       ("slots", 40, 34)])
+def test_the_refinement_starts_from_the_grids_best_point(monkeypatch, mode, before,
+                                                         most) -> None:
+    """The m search's refinement inside the best grid point's cell began from scratch
+    (a golden-section point) and spent up to 16 steering evaluations there; seeded with the
+    grid's best point and its neighbours, it stops once the parabola through them predicts
+    less than REFINE_FTOL to gain (n = 1e3, d = 128, s = 8)."""
+    from segshuffle.core import optimizer
+
+    swept: list[float] = []
+    approximate = optimizer._LambdaSolver.approximate
+
+    def recorded(self, m: float) -> list[float]:
+        if m not in self._steering:
+            swept.append(m)
+        return approximate(self, m)
+
+    monkeypatch.setattr(optimizer._LambdaSolver, "approximate", recorded)
+    accounting.clear_caches()
+    result = optimize([300, 400, 300], [0.5, 1.0, 2.0], 128, 8, 1e-8, dropout_tolerance=0.1,
+                      lower_bounds=False, blanket_mode=mode, compare_modes=False)
+    assert len(swept) <= most, (len(swept), before)
+    assert result.variance == pytest.approx(
+        {"independent": 0.0501084, "slots": 0.0538447}[mode], rel=1e-4)

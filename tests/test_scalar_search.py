@@ -6,7 +6,12 @@ import math
 
 import pytest
 
-from segshuffle.core.scalar_search import NoConvergenceError, bounded_minimum, bracketed_root
+from segshuffle.core.scalar_search import (
+    NoConvergenceError,
+    bounded_minimum,
+    bracketed_root,
+    refined_minimum,
+)
 
 
 @pytest.mark.parametrize(("function", "a", "b", "root"), [
@@ -60,3 +65,51 @@ def test_the_minimum_search_keeps_to_its_evaluations() -> None:
 
     bounded_minimum(counted, 0.0, 10.0, xatol=1e-15, maxiter=16)
     assert calls == 16
+
+
+class _Counted:
+    def __init__(self, function) -> None:
+        self.function, self.points = function, []
+
+    def __call__(self, x: float) -> float:
+        self.points.append(x)
+        return self.function(x)
+
+
+def test_a_good_grid_point_is_refined_in_one_or_two_evaluations() -> None:
+    # Regression: the m search's refinement started from scratch inside the best grid
+    # point's cell (1.33 .. 1.60 around 1.4813 at n = 1e4, independent blanket) and took
+    # ten evaluations to conclude that the grid's point was the best.  From the point and
+    # its neighbours' values, the parabola's vertex is evaluated and then predicts nothing
+    # worth another evaluation.
+    function = _Counted(lambda m: 0.05 * (1.0 + 3.0 * (m - 1.479) ** 2))
+    known = {m: function.function(m) for m in (1.3322, 1.4813, 1.5995)}
+    x, value = refined_minimum(function, 1.3322, 1.5995, 1.4813, known=known,
+                               xatol=3e-3 * 1.4813, ftol=1e-4, maxiter=16)
+    assert len(function.points) <= 1
+    assert abs(x - 1.479) < 3e-3 and value == function.function(x)
+    counted = _Counted(function.function)
+    bounded_minimum(counted, 1.3322, 1.5995, xatol=3e-3 * 1.4813, maxiter=16)
+    assert len(counted.points) >= 5  # what it replaces, for the record
+
+
+@pytest.mark.parametrize(("function", "a", "b", "start", "minimum"), [
+    (lambda x: (x - 0.3) ** 2 + 1.0, 0.0, 1.0, 0.5, 0.3),
+    (lambda x: abs(x - 2.5) + 1.0, 1.0, 4.0, 3.0, 2.5),  # a kink: parabolas overshoot
+    (lambda x: math.inf if x < 0.4 else (x - 0.45) ** 2 + 1.0, 0.0, 1.0, 0.6, 0.45),
+    (lambda x: x + 1.0, 0.2, 0.9, 0.5, 0.2),  # at the edge: golden steps towards it
+    (lambda x: -((x - 0.5) ** 2) + 2.0, 0.0, 1.0, 0.1, 0.0),  # opens downwards
+])
+def test_the_refined_minimum_improves_on_its_start(function, a, b, start, minimum) -> None:
+    known = {start: function(start), a: function(a)} if math.isfinite(function(a)) else {}
+    x, value = refined_minimum(function, a, b, start, known=known, xatol=1e-6, ftol=1e-9,
+                               maxiter=60)
+    assert value == function(x) <= function(start)
+    assert abs(x - minimum) < 1e-3
+
+
+def test_the_refinement_keeps_to_its_evaluations_and_ignores_points_outside() -> None:
+    counted = _Counted(lambda x: abs(x - 0.123456789) ** 0.5)
+    x, _ = refined_minimum(counted, 0.0, 10.0, 5.0, known={-1.0: -100.0, 11.0: -100.0},
+                           xatol=1e-15, ftol=0.0, maxiter=16)
+    assert len(counted.points) <= 17 and 0.0 <= x <= 10.0  # the start, then 16 at most

@@ -71,7 +71,7 @@ from .estimator import mse_bound, mse_bound_floor, variance_floor, variance_give
 from .hockey_stick import _largest_feasible, _smallest_feasible
 from .privacy_loss import DEFAULT_STEP
 from .rules import MAX_MESSAGES_PER_USER, accounting_users, honest_users
-from .scalar_search import bounded_minimum, remembered
+from .scalar_search import refined_minimum, remembered
 
 
 class Objective(StrEnum):
@@ -121,6 +121,13 @@ SEARCH_RTOL = 1e-2
 #: Relative precision of the m search's refinement inside its best grid cell; a grid rate
 #: this close to a finalist (in its bucket) is not a further finalist.
 REFINE_XTOL = 3e-3
+
+#: The refinement stops where the parabola through its best point and their neighbours
+#: predicts at most this relative gain of the objective (:func:`refined_minimum`): the
+#: finalists are ranked at certified lambdas known to RANKING_XTOL, which cannot tell
+#: smaller differences apart.  (From scratch to REFINE_XTOL, the refinement took ten
+#: steering evaluations at n = 1e4 to conclude that the grid's best point was the best.)
+REFINE_FTOL = 1e-4
 
 #: The m search's finalists (its best rate and the grid rates whose steering objective is
 #: within FINALIST_MARGIN of it), ranked by the objective at certified lambdas.
@@ -989,8 +996,11 @@ def _search_blanket(solver: _LambdaSolver,
         right = min(right, float(bucket))
     resolution = max(REFINE_XTOL * m_best, 1e-9)
     if right - left > 1e-9:
-        found, value = bounded_minimum(objective, math.nextafter(left, math.inf), right,
-                                       xatol=resolution, maxiter=16)
+        # From the grid's best point and its neighbours' known values (a bucket's far end,
+        # where m - 1 is an integer of the bucket below, lies outside).
+        found, value = refined_minimum(objective, math.nextafter(left, math.inf), right,
+                                       m_best, known=cache, xatol=resolution,
+                                       ftol=REFINE_FTOL, maxiter=16)
         if value < objective(m_best):
             m_best = found
     best_value = objective(m_best)

@@ -21,6 +21,9 @@ Both are R. P. Brent's algorithms ("Algorithms for Minimization without Derivati
   through the three best points, and stops when the interval around the best point is
   within ``xatol`` (or after ``maxiter`` evaluations).  Infinite values (a constraint
   that fails) are handled by golden-section steps only.
+- :func:`refined_minimum` starts from a point already known to be good (a grid's best,
+  with its neighbours' values) and stops as soon as the parabola through the best point
+  and its nearest neighbours predicts less than a relative ``ftol`` to gain.
 
 Every loop is bounded by its ``maxiter``.
 """
@@ -164,3 +167,66 @@ def bounded_minimum(f: Callable[[float], float], a: float, b: float, *, xatol: f
             elif fu <= fv or v in (x, w):
                 v, fv = u, fu
     return x, fx
+
+
+def _parabola_vertex(a: float, fa: float, b: float, fb: float, c: float, fc: float
+                     ) -> tuple[float, float] | None:
+    """(v, p(v)): the vertex of the parabola through three points with a < b < c, when it
+    opens upwards (a minimum); None otherwise."""
+    ab, cb = b - a, b - c
+    fab, fcb = fb - fa, fb - fc
+    denominator = ab * fcb - cb * fab
+    if not denominator < 0.0:  # p'' = 2 (ab fcb - cb fab) / (ab cb (a - c)), and ab cb < 0
+        return None
+    vertex = b - 0.5 * (ab * ab * fcb - cb * cb * fab) / denominator
+    # The parabola's value at its vertex, by Lagrange's form.
+    value = (fa * (vertex - b) * (vertex - c) / ((a - b) * (a - c))
+             + fb * (vertex - a) * (vertex - c) / ((b - a) * (b - c))
+             + fc * (vertex - a) * (vertex - b) / ((c - a) * (c - b)))
+    return vertex, value
+
+
+def refined_minimum(f: Callable[[float], float], a: float, b: float, x: float, *,
+                    known: dict[float, float], xatol: float, ftol: float,
+                    maxiter: int) -> tuple[float, float]:
+    """(x, f(x)): the best point found by refining a good point ``x`` of [a, b].
+
+    ``known`` holds values of f already evaluated (x's among them; points outside [a, b]
+    are ignored).  Each step interpolates a parabola through the best point and its
+    nearest evaluated neighbours on either side: its vertex is evaluated when it lies
+    between them, unless the parabola predicts it to be lower than the best value by at
+    most ``ftol`` times that value's magnitude (then the best point is returned: on a
+    smooth function nothing worth an evaluation is left), or it lies within ``xatol``
+    of an evaluated point.  Without two such neighbours, or where the parabola opens
+    downwards or a value is infinite, a golden-section step into the wider side is
+    taken instead.  At most ``maxiter`` evaluations.
+    """
+    values = {point: value for point, value in known.items() if a <= point <= b}
+    if x not in values:
+        values[x] = f(x)
+    best = min(values, key=lambda point: (values[point], point))
+    for _ in range(maxiter):
+        below = [point for point in values if point < best]
+        above = [point for point in values if point > best]
+        candidate = None
+        if below and above:
+            left, right = max(below), min(above)
+            fitted = (_parabola_vertex(left, values[left], best, values[best], right,
+                                       values[right])
+                      if math.isfinite(values[left] + values[right] + values[best]) else None)
+            if fitted is not None and left < fitted[0] < right:
+                if values[best] - fitted[1] <= ftol * abs(values[best]):
+                    break
+                candidate = fitted[0]
+        if candidate is None:
+            left = max(below, default=a)
+            right = min(above, default=b)
+            wider_right = right - best >= best - left
+            candidate = (best + _GOLDEN * (right - best) if wider_right
+                         else best - _GOLDEN * (best - left))
+        if min(abs(candidate - point) for point in values) <= xatol:
+            break
+        values[candidate] = f(candidate)
+        if values[candidate] < values[best]:
+            best = candidate
+    return best, values[best]
