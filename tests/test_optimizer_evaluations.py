@@ -480,3 +480,85 @@ def test_the_refinement_starts_from_the_grids_best_point(monkeypatch, mode, befo
     assert len(swept) <= most, (len(swept), before)
     assert result.variance == pytest.approx(
         {"independent": 0.0501084, "slots": 0.0538447}[mode], rel=1e-4)
+
+
+def _bisected(holds, floor: int, last: int) -> int:
+    lo, hi = floor, last
+    if holds(last):
+        return last
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if holds(mid) else (lo, mid)
+    return lo
+
+
+def test_the_steering_grid_search_finds_what_bisection_finds() -> None:
+    """An interpolation search on the grid's indices (the log excess is close to linear in
+    them) returns the largest holding index whatever its start and slope hint, and probes
+    the top, lambda = 1, only once everything below it held."""
+    import random
+
+    from segshuffle.core.optimizer import _largest_holding_index
+
+    rng = random.Random(11)
+    for _ in range(3000):
+        last = 42
+        crossing = rng.uniform(-1.0, last + 2.0)
+        rise = rng.choice([0.05, 0.4, 3.0, 25.0])
+        bend = rng.choice([0.0, 0.02, 0.3])
+
+        def excess(j: int, crossing=crossing, rise=rise, bend=bend) -> float:
+            if j == 0:
+                return -700.0  # lambda = 0
+            x = j - crossing
+            return rise * x + bend * x * abs(x)  # increasing in j
+
+        floor = rng.randrange(0, max(1, min(last, int(crossing)) + 1))
+        if excess(floor) > 0.0:
+            floor = 0
+        start = rng.choice([None, rng.randrange(floor, last)]) if floor < last else None
+        slope = rng.choice([None, rise, rise * rng.uniform(0.2, 5.0)])
+        asked: list[int] = []
+        found, _ = _largest_holding_index(lambda j, asked=asked, excess=excess:
+                                          asked.append(j) or excess(j),
+                                          floor, last, start, slope)
+        assert found == _bisected(lambda j: excess(j) <= 0.0, floor, last)
+        assert len(asked) == len(set(asked)) <= 16
+        if last in asked:
+            assert all(excess(j) <= 0.0 for j in asked if j != last)
+
+
+def test_the_steering_grid_search_predicts_the_cell_from_the_last_slope() -> None:
+    # Regression: from the last rate's cell the search galloped (start, start + 1, start + 3,
+    # start + 2 for a root 2.5 cells up); with that cell's slope it probes the start and the
+    # predicted cell's two ends.
+    from segshuffle.core.optimizer import _largest_holding_index
+
+    asked: list[int] = []
+
+    def excess(j: int) -> float:
+        asked.append(j)
+        return 4.7 * (j - 12.45)
+
+    found, slope = _largest_holding_index(excess, 0, 42, 10, 4.7)
+    assert found == 12 and asked == [10, 12, 13]
+    assert slope == pytest.approx(4.7)
+
+
+def test_small_populations_steer_with_fewer_evaluations(monkeypatch) -> None:
+    from segshuffle.core import optimizer
+
+    calls = 0
+    original = optimizer.user_delta
+
+    def counted(*args, **kwargs):
+        nonlocal calls
+        calls += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(optimizer, "user_delta", counted)
+    accounting.clear_caches()
+    result = optimize([12, 16, 12], [0.5, 1.0, 2.0], 8, 2, 1e-8, lower_bounds=False,
+                      compare_modes=False)
+    assert calls <= 700  # 850 before (n = 40, d = 8, s = 2)
+    assert result.m == pytest.approx(8.0)

@@ -264,6 +264,8 @@ class _LambdaSolver:
         self.mode = mode
         self._steering: dict[float, list[float]] = {}
         self._cells: dict[float, int] = {}  # per level: its root's grid cell at the last m
+        # Per level: the log excess's rise over that cell (:func:`_largest_holding_index`).
+        self._slopes: dict[float, float] = {}
         self._exact: dict[tuple[float, float], list[float]] = {}
         # Per (m, xtol): the certified lambdas found so far, by level index (the ranking
         # of the finalists asks for them one level at a time and may stop early).
@@ -413,43 +415,94 @@ class _LambdaSolver:
         # One memory for the grid's bisection and the root search inside the cell it
         # finds: the cell's ends (and lambda = 1) are evaluated once.
         excess = remembered(log_excess(value, self.delta))
-
-        def holds(j: int) -> bool:
-            return excess(float(grid[j])) <= 0.0
-
         last = grid.size - 1
-        lo, hi = floor, last  # holds(lo); hi holds not, once it is below last
         previous = self._cells.get(level)
-        if previous is not None and floor <= previous < last:
-            # The m search moves in small steps: start from the cell found at the last m
-            # and gallop outwards (two evaluations when the root stayed in its cell).
-            # A gallop that stops below the top has shown that lambda = 1 fails
-            # (the excess grows with lambda) without evaluating it: at a new m that
-            # rate costs the revealed-send bound's every composition.
-            step = 1
-            if holds(previous):
-                lo = previous
-                while lo + step < hi and holds(lo + step):
-                    lo, step = lo + step, 2 * step
-                hi = min(hi, lo + step)
-            else:
-                hi = previous
-                while hi - step > lo and not holds(hi - step):
-                    hi, step = hi - step, 2 * step
-                lo = max(lo, hi - step)
-        if hi == last and holds(last):
+        start = previous if previous is not None and floor <= previous < last else None
+        lo, slope = _largest_holding_index(lambda j: excess(float(grid[j])), floor, last,
+                                           start, self._slopes.get(level))
+        if lo == last:
             return last, 1.0
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if holds(mid):
-                lo = mid
-            else:
-                hi = mid
+        hi = lo + 1
         self._cells[level] = lo
+        if slope is not None:
+            self._slopes[level] = slope
         if lo == 0:
             return lo, 0.0
-        return lo, _largest_feasible(excess, float(grid[lo]), float(grid[hi]),
-                                     rtol=SEARCH_XTOL, logarithmic=True, close=SEARCH_XTOL)
+        # A feasible rate whose log excess is within SEARCH_XTOL times the cell's slope (per
+        # unit of ln lambda) of 0 is within about SEARCH_XTOL of the crossing.
+        low, high = float(grid[lo]), float(grid[hi])
+        rise = (excess(high) - excess(low)) / math.log(high / low)
+        return lo, _largest_feasible(excess, low, high, rtol=SEARCH_XTOL, logarithmic=True,
+                                     close=SEARCH_XTOL * max(1.0, rise))
+
+
+def _largest_holding_index(excess_at: Callable[[int], float], floor: int, last: int,
+                           start: int | None, slope: float | None = None
+                           ) -> tuple[int, float | None]:
+    """The largest j in [floor, last] with excess_at(j) <= 0, given that ``floor`` holds
+    and that the excess grows with j (the steering grid's rates): an interpolation search.
+
+    The log excess of the steering grid (geometric rates) is close to linear in j, so
+    after two evaluations the secant predicts the crossing, and the cell around the
+    prediction is probed; a probe that leaves the bracket more than half as wide as it
+    was two probes before is followed by a bisection step, so the search takes at most
+    about twice bisection's log2(last - floor) evaluations, and typically two or three.
+    ``start`` (the cell found at the m search's last rate) is probed first; with
+    ``slope``, the log excess's rise per index there at that rate, the crossing is
+    predicted from that one value, else the neighbour on the side the probe points to is
+    probed for a second.  The top, lambda = 1, is evaluated only once every probe below
+    it has held (at a new m it costs every composition of the revealed-send bound).  The
+    answer is the one a bisection gives: the excess is monotone, so the largest holding
+    index is one index whatever the path.  Returned with the rise over the answer's
+    cell (None where an end has no finite log excess), for the next search's ``slope``.
+    """
+    lo, hi, failed = floor, last, False  # hi fails once ``failed``; lo holds
+    seen: dict[int, float] = {}
+
+    def probe(j: int) -> None:
+        nonlocal lo, hi, failed
+        value = seen[j] = excess_at(j)
+        if value <= 0.0:
+            lo = max(lo, j)
+        elif j <= hi:
+            hi, failed = j, True
+
+    if start is not None:
+        probe(start)
+        if slope is not None and slope > 0.0 and start > 0 and math.isfinite(seen[start]):
+            guess = math.floor(start - seen[start] / slope)
+            for j in (guess, guess + 1):  # the predicted cell's two ends
+                if lo < j < hi or (j == hi and not failed and j < last):
+                    probe(j)
+        else:
+            neighbour = start + 1 if lo == start else start - 1
+            if lo < neighbour < hi or (neighbour == hi and not failed and neighbour < last):
+                probe(neighbour)
+    widths = [hi - lo]
+    while lo < last and not (failed and hi - lo == 1):
+        top = hi - 1 if failed else last - 1  # the top is probed last of all
+        candidate = (lo + hi + (0 if failed else 1)) // 2
+        # The secant through the two evaluated points nearest the bracket (its ends, once
+        # both are known; index 0, lambda = 0, has no finite log excess).
+        near = sorted((max(lo - j, j - hi, 0), j) for j, value in seen.items()
+                      if j > 0 and math.isfinite(value))[:2]
+        halving = len(widths) < 3 or widths[-1] <= widths[-3] / 2
+        if len(near) == 2 and halving:
+            (j1, j2) = sorted(j for _, j in near)
+            e1, e2 = seen[j1], seen[j2]
+            if e2 > e1:
+                candidate = math.floor(j1 - e1 * (j2 - j1) / (e2 - e1))
+                if candidate in seen:  # the cell's lower end is known: its upper end
+                    candidate += 1
+        if candidate > top:
+            candidate = top if top > lo else last
+        candidate = max(candidate, lo + 1)
+        probe(candidate)
+        widths.append(hi - lo)
+    ends = (seen.get(lo), seen.get(lo + 1)) if lo > 0 else (None, None)
+    if None in ends or not all(math.isfinite(value) for value in ends):
+        return lo, None
+    return lo, ends[1] - ends[0]
 
 
 def _hint_bracket(guess: float) -> tuple[float, float]:
