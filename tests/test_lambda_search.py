@@ -122,3 +122,35 @@ def test_a_learnt_bracket_is_not_used_at_the_steering_ends() -> None:
     assert optimizer._learnt_bracket(0.5, None) == optimizer._hint_bracket(0.5)
     low, high = optimizer._learnt_bracket(0.5, 0.9)
     assert low == pytest.approx(0.45 * 0.98) and high == pytest.approx(0.45 * 1.02)
+
+
+def test_the_integer_full_signal_search_follows_the_secant(monkeypatch) -> None:
+    # Regression: the smallest integer m at which a level keeps its full signal was found
+    # by doubling from m = 1 (1, 2, 4, 8, 16, 32 for m = 23 at h = 9000, E = 0.5), every
+    # rate a new blanket for the accountant; along the secant of the log excess, which is
+    # close to linear in m there, the search lands next to it.
+    asked: list[float] = []
+    original = accounting.user_delta
+
+    def recorded(level, lam, s, users, m, d, **kwargs):
+        asked.append(m)
+        return original(level, lam, s, users, m, d, **kwargs)
+
+    monkeypatch.setattr(accounting, "user_delta", recorded)
+    accounting.clear_caches()
+    m_k = accounting.full_signal_blanket(0.5, 8, 1e-8, 9_000, 128, rtol=1e-2,
+                                         step=accounting.COARSE_STEP)
+    assert 22.0 < m_k < 23.0
+    integers = sorted({m for m in asked if m == int(m) and m > 1.0})
+    assert len(integers) <= 6  # 2, 8, 21, 24, 22, 23; doubling: 2, 4, 8, 16, 32, 22, 23
+    assert max(integers) <= 24.0
+
+
+def test_the_integer_step_is_bounded_either_way() -> None:
+    from segshuffle.core.accounting import _next_integer_rate
+
+    falling = {1.0: 10.0, 2.0: 9.0}
+    assert _next_integer_rate(falling.__getitem__, 1, 2) == 8  # the secant says 11: x4 at most
+    assert _next_integer_rate({1.0: 10.0, 2.0: 0.01}.__getitem__, 1, 2) == 3  # at least +1
+    assert _next_integer_rate({1.0: 5.0, 2.0: 6.0}.__getitem__, 1, 2) == 4  # rising: doubles
+    assert _next_integer_rate(falling.__getitem__, 0, 1) == 2  # one point: doubles
