@@ -154,3 +154,27 @@ def test_the_integer_step_is_bounded_either_way() -> None:
     assert _next_integer_rate({1.0: 10.0, 2.0: 0.01}.__getitem__, 1, 2) == 3  # at least +1
     assert _next_integer_rate({1.0: 5.0, 2.0: 6.0}.__getitem__, 1, 2) == 4  # rising: doubles
     assert _next_integer_rate(falling.__getitem__, 0, 1) == 2  # one point: doubles
+
+
+def test_a_root_far_above_its_hint_is_bracketed_along_the_lines() -> None:
+    # Regression: a learnt bracket 4% wide whose top held, the root three times above it
+    # (n = 30, where certified / steering ratios move from rate to rate), was widened by
+    # additive steps growing by 1.6: nine evaluations before the root search began.
+    root = 0.2286
+    asked: list[float] = []
+
+    def excess(lam: float) -> float:
+        asked.append(lam)
+        x = math.log(lam / root)
+        return 4.0 * x - 0.8 * x * abs(x)  # concave in ln lambda, as the bound's
+
+    lo, hi = accounting._verified_bracket(remembered(excess), 0.0742, 0.0772)
+    assert excess(lo) <= 0.0 < excess(hi)
+    assert len(set(asked)) <= 2 + 3  # lambda = 1 and the hint's top, then three steps
+
+
+def test_the_upward_bracket_at_a_real_point(counting) -> None:
+    lam = accounting.max_lambda(1.0, 8, 1e-8, 30, 547.0, 128, xtol=1e-4,
+                                bracket=(0.020, 0.0208))
+    assert 0.06 < lam < 0.09
+    assert counting.calls <= 8
