@@ -178,3 +178,16 @@ def test_the_upward_bracket_at_a_real_point(counting) -> None:
                                 bracket=(0.020, 0.0208))
     assert 0.06 < lam < 0.09
     assert counting.calls <= 8
+
+
+@pytest.mark.parametrize(("hint", "root"), [((0.0, 0.0), 0.01), ((0.0, 0.0), 1e-5),
+                                            ((0.5, math.nextafter(1.0, 0.0)), 1.0 - 1e-17),
+                                            ((0.2, 0.3), 0.999)])
+def test_upward_brackets_from_the_ends_of_the_range(hint, root) -> None:
+    # A hint at 0 (a level whose steering rate is 0) and a top next to 1: still a verified
+    # bracket, with no division by an empty span.
+    def excess(lam: float) -> float:
+        return 3.0 * math.log(max(lam, 1e-300) / root) if lam < 1.0 else 1.0
+
+    lo, hi = accounting._verified_bracket(remembered(excess), *hint)
+    assert excess(lo) <= 0.0 < excess(hi) and lo < hi <= 1.0

@@ -381,6 +381,10 @@ def _verified_bracket(excess, lo: float, hi: float) -> tuple[float, float]:
     return 0.0, point
 
 
+#: The first rate an upward bracket search from a hint at 0 tries.
+_FIRST_UPWARD = 1e-3
+
+
 def _upward_bracket(excess, point: float) -> tuple[float, float]:
     """(lo, hi) with excess(lo) <= 0 < excess(hi), for a root above ``point`` (feasible, the
     hint's top) and excess(1) > 0 (evaluated).
@@ -394,16 +398,23 @@ def _upward_bracket(excess, point: float) -> tuple[float, float]:
     nine additive steps growing by 1.6; along the lines, two or three.
     """
     top, top_excess = 1.0, excess(1.0)
+    if not point > 0.0:  # a hint at 0 (which always holds): first a small rate
+        if excess(_FIRST_UPWARD) > 0.0:
+            return 0.0, _FIRST_UPWARD
+        point = _FIRST_UPWARD
     previous: tuple[float, float] | None = None
     point_excess = excess(point)
     least = _LEAST_DROP
     for _ in range(_BRACKET_STEPS):
+        span = math.log(top / point)
+        if not span > 0.0:  # no rate between them: the bracket is as narrow as it gets
+            return point, top
         if previous is not None and point_excess > previous[1]:
             slope = (point_excess - previous[1]) / math.log(point / previous[0])
         else:
-            slope = (top_excess - point_excess) / math.log(top / point)
+            slope = (top_excess - point_excess) / span
         rise = max(least, _SECANT_OVERSHOOT * -point_excess / slope)
-        candidate = point * math.exp(min(rise, 0.5 * math.log(top / point)))
+        candidate = point * math.exp(min(rise, 0.5 * span))
         if not point < candidate < top:
             return point, top
         candidate_excess = excess(candidate)
