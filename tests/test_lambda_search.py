@@ -191,3 +191,14 @@ def test_upward_brackets_from_the_ends_of_the_range(hint, root) -> None:
 
     lo, hi = accounting._verified_bracket(remembered(excess), *hint)
     assert excess(lo) <= 0.0 < excess(hi) and lo < hi <= 1.0
+
+
+def test_the_close_enough_band_follows_the_slope(counting) -> None:
+    # The search stops at a feasible rate whose log excess is within xtol times the
+    # bracket's rise per unit of ln lambda: within about xtol of the crossing along it.
+    # At n = 1e4 (m = 1.64, E = 1) that rise is about 30: a band of 3e-3 instead of 1e-4.
+    lam = accounting.max_lambda(1.0, 8, 1e-8, 10_000, 1.64, 128, xtol=1e-4,
+                                bracket=(0.459, 0.567))
+    assert counting.calls <= 4  # 6 with a band of xtol itself
+    delta = accounting.user_delta(1.0, lam, 8, 10_000, 1.64, 128, delta=1e-8)
+    assert 1e-8 * math.exp(-0.1) < delta <= 1e-8

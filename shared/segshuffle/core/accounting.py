@@ -65,9 +65,9 @@ from .user_bound import clear_caches as clear_slot_bounds
 EPSILON_RTOL = 1e-8
 
 #: Relative precision of the certified lambda searches (the root search is run to a
-#: quarter of it, then verified feasible, or stops at a feasible rate whose divergence is
-#: within this much of delta: :func:`max_lambda`), so that a published level sits on its
-#: constraint and its achieved epsilon is the level itself to about 1e-9.
+#: quarter of it, then verified feasible, or stops at a feasible rate this close to the
+#: crossing along the log excess's slope: :func:`max_lambda`), so that a published level
+#: sits on its constraint and its achieved epsilon is the level itself to about 1e-9.
 LAMBDA_XTOL = 1e-7
 
 #: Grid step of the loss in searches that only steer (the optimizer's m search):
@@ -266,13 +266,13 @@ def max_lambda(level: float, set_size: int, delta: float, users: int, m: float,
     (:func:`segshuffle.core.hockey_stick._largest_feasible`, ``logarithmic``), where the
     log excess is close to linear: delta_user is a mixture of terms growing like powers
     lambda^j (j >= 1: the weights Binom(s, lambda)(j) of the revealed-send form, and
-    alike for the other bounds).  It stops at the first feasible point whose divergence
-    is within exp(-xtol) of delta (``close``): a larger rate could gain at most that
-    much divergence, and the certified bound is not smooth at that scale anyway (its loss
-    grid moves its value by about 1e-6 relative between rates 1e-7 apart, not
-    monotonically: a bisection to xtol chased that staircase for a dozen evaluations);
-    where delta_user grows at least like lambda (log-log slope >= 1), that point is
-    also within xtol of the threshold.
+    alike for the other bounds).  It stops at the first feasible point whose log excess
+    is within xtol times the bracket's slope r (the log excess's rise per unit of ln
+    lambda between its ends, at least 1) of 0 (``close``): its divergence is within
+    exp(-xtol r) of delta, and along that slope it is within about xtol of the crossing.
+    The certified bound is not smooth at finer scales anyway (its loss grid moves its
+    value by about 1e-6 relative between rates 1e-7 apart, not monotonically: a
+    bisection to xtol chased that staircase for a dozen evaluations).
     """
     mode = parse_mode(mode)
     level = validation.require_level("privacy level", level)
@@ -297,7 +297,11 @@ def max_lambda(level: float, set_size: int, delta: float, users: int, m: float,
     if not (top < 1.0 and excess(top) > 0.0) and excess(1.0) <= 0.0:
         return 1.0
     lo, hi = _verified_bracket(excess, *bracket)
-    return _largest_feasible(excess, lo, hi, rtol=xtol, logarithmic=True, close=xtol)
+    # The log excess's rise per unit of ln lambda across the bracket: a feasible rate
+    # within xtol of delta's crossing along it has a log excess within xtol times it.
+    rise = (excess(hi) - excess(lo)) / math.log(hi / lo) if lo > 0.0 else 1.0
+    return _largest_feasible(excess, lo, hi, rtol=xtol, logarithmic=True,
+                             close=xtol * max(1.0, rise))
 
 
 def log_excess(value: Callable[[float], float], delta: float) -> Callable[[float], float]:
