@@ -434,9 +434,9 @@ def test_the_full_signal_neighbour_is_sought_to_the_ranking_precision(monkeypatc
     assert user_delta(2.0, 1.0, 8, result.honest_users, result.m, 128, delta=1e-8) <= 1e-8
 
 
-def test_the_independent_sweep_fills_in_around_its_best_point_only(monkeypatch) -> None:
-    """Its objective has no buckets; the fill-in around two runners-up (as the slot mode
-    needs) cost a fifth of its rates and changed no answer on 48 campaigns."""
+def _recorded_sweep(monkeypatch) -> list[float]:
+    """The rates at which the m search computes steering lambdas, recorded as it goes (the
+    accountant's caches cleared first)."""
     from segshuffle.core import optimizer
 
     swept: list[float] = []
@@ -449,6 +449,13 @@ def test_the_independent_sweep_fills_in_around_its_best_point_only(monkeypatch) 
 
     monkeypatch.setattr(optimizer._LambdaSolver, "approximate", recorded)
     accounting.clear_caches()
+    return swept
+
+
+def test_the_independent_sweep_fills_in_around_its_best_point_only(monkeypatch) -> None:
+    """Its objective has no buckets; the fill-in around two runners-up (as the slot mode
+    needs) cost a fifth of its rates and changed no answer on 48 campaigns."""
+    swept = _recorded_sweep(monkeypatch)
     result = optimize([300, 400, 300], [0.5, 1.0, 2.0], 128, 8, 1e-8, dropout_tolerance=0.1,
                       lower_bounds=False, blanket_mode="independent")
     assert len(swept) <= 22  # 26 before
@@ -463,18 +470,7 @@ def test_the_refinement_starts_from_the_grids_best_point(monkeypatch, mode, befo
     (a golden-section point) and spent up to 16 steering evaluations there; seeded with the
     grid's best point and its neighbours, it stops once the parabola through them predicts
     less than REFINE_FTOL to gain (n = 1e3, d = 128, s = 8)."""
-    from segshuffle.core import optimizer
-
-    swept: list[float] = []
-    approximate = optimizer._LambdaSolver.approximate
-
-    def recorded(self, m: float) -> list[float]:
-        if m not in self._steering:
-            swept.append(m)
-        return approximate(self, m)
-
-    monkeypatch.setattr(optimizer._LambdaSolver, "approximate", recorded)
-    accounting.clear_caches()
+    swept = _recorded_sweep(monkeypatch)
     result = optimize([300, 400, 300], [0.5, 1.0, 2.0], 128, 8, 1e-8, dropout_tolerance=0.1,
                       lower_bounds=False, blanket_mode=mode, compare_modes=False)
     assert len(swept) <= most, (len(swept), before)

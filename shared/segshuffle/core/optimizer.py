@@ -122,8 +122,8 @@ SEARCH_RTOL = 1e-2
 #: this close to a finalist (in its bucket) is not a further finalist.
 REFINE_XTOL = 3e-3
 
-#: The refinement stops where the parabola through its best point and their neighbours
-#: predicts at most this relative gain of the objective (:func:`refined_minimum`): the
+#: The refinement stops where the parabola through its best point and that point's
+#: neighbours predicts at most this relative gain of the objective (:func:`refined_minimum`): the
 #: finalists are ranked at certified lambdas known to RANKING_XTOL, which cannot tell
 #: smaller differences apart.  (From scratch to REFINE_XTOL, the refinement took ten
 #: steering evaluations at n = 1e4 to conclude that the grid's best point was the best.)
@@ -412,8 +412,8 @@ class _LambdaSolver:
             return user_delta(level, lam, self.set_size, self.users, m, self.domain_size,
                               mode=self.mode, delta=self.delta, step=COARSE_STEP)
 
-        # One memory for the grid's bisection and the root search inside the cell it
-        # finds: the cell's ends (and lambda = 1) are evaluated once.
+        # One memory for the grid search and the root search inside the cell it finds:
+        # the cell's ends (and lambda = 1) are evaluated once.
         excess = remembered(log_excess(value, self.delta))
         last = grid.size - 1
         previous = self._cells.get(level)
