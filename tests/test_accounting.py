@@ -179,6 +179,7 @@ def test_more_users_never_raise_the_slot_bound_past_the_joint_views_limit() -> N
     delta_exp=st.floats(-9.0, -3.0),
     mode=st.sampled_from(["slots", "independent"]),
 )
+@pytest.mark.slow  # 2-4 s on a 2-core machine: the fast tier stays within 3 minutes
 def test_lower_bound_never_exceeds_upper_bound(users: int, domain: int, set_size: int,
                                                m: float, lam: float, delta_exp: float,
                                                mode: str) -> None:

@@ -331,6 +331,7 @@ def test_the_labelled_groups_have_one_implementation() -> None:
                                                              rel=1e-9, abs=1e-13)
 
 
+@pytest.mark.slow  # 2-4 s on a 2-core machine: the fast tier stays within 3 minutes
 def test_the_joint_view_has_one_plan() -> None:
     """The numpy-free accountant's joint view is segshuffle.core.slot_joint's: one plan of
     buckets and charges on both backends (numpy stores a view per orbit, lists every view),

@@ -52,6 +52,7 @@ def _in_round2(shuffler: FakeShuffler, client: Client, **release: float) -> None
 
 # -- the race, with real time ---------------------------------------------------------------
 
+@pytest.mark.slow  # 2-3 s on a 2-core machine: the fast tier stays within 3 minutes
 def test_the_round1_status_lagging_the_view_by_3_s_is_waited_for() -> None:
     shuffler = FakeShuffler()
     with Client(URL, CID, server_key=shuffler.server_key, retry=FAST,
@@ -68,6 +69,7 @@ def test_the_round1_status_lagging_the_view_by_3_s_is_waited_for() -> None:
     assert sent.items == (0, 7) and len(shuffler.submissions[2]) == 1
 
 
+@pytest.mark.slow  # 2-3 s on a 2-core machine: the fast tier stays within 3 minutes
 def test_the_async_client_waits_for_the_lagging_status_too() -> None:
     shuffler = FakeShuffler()
 

@@ -246,6 +246,7 @@ def test_loadtest_profile_runs_the_copied_script_against_the_services(
 # --- the serve subcommand the containers run --------------------------------------------
 
 
+@pytest.mark.slow  # 2-3 s on a 2-core machine: the fast tier stays within 3 minutes
 def test_serve_subcommand_offers_both_services() -> None:
     from segshuffle.cli.main import SUBCOMMANDS
 

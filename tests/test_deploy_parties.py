@@ -125,6 +125,7 @@ def test_the_shuffler_party_reaches_the_server_party_only_by_its_https_url() -> 
 
 
 
+@pytest.mark.slow  # 2-3 s on a 2-core machine: the fast tier stays within 3 minutes
 def test_docker_compose_accepts_both_party_files(tmp_path: Path) -> None:
     command = compose_command()
     env_file = tmp_path / "party.env"

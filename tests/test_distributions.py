@@ -181,6 +181,7 @@ def _assert_binomial_tails_within_their_bound(
     assert worst < distributions.BINOMIAL_TAIL_RTOL / 2, worst
 
 
+@pytest.mark.slow  # 2-4 s on a 2-core machine: the fast tier stays within 3 minutes
 def test_binomial_tails_hold_their_bound_up_to_a_million_trials() -> None:
     # scipy's Cephes bdtr, which the accountant used before, is 2.8e-3 off near the mean
     # of Binomial(1e7, 0.3) and 5.7e-9 at 1e6, beyond the certified 1e-9 margin.

@@ -67,6 +67,7 @@ CASES = [  # (slots, gamma, d, k): windows narrow enough that every b is its own
 
 
 @pytest.mark.parametrize("grow", ["small first", "large first"])
+@pytest.mark.slow  # 2-3 s on a 2-core machine: the fast tier stays within 3 minutes
 def test_sliced_symmetric_enumeration_matches_the_definition(grow: str) -> None:
     slot_joint.clear_caches()
     cases = CASES if grow == "small first" else CASES[::-1]

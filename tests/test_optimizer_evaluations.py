@@ -387,6 +387,7 @@ N_1E4 = ([3000, 4000, 3000], [0.5, 1.0, 2.0], 128, 8, 1e-8)
 N_1E4_OPTIONS = {"dropout_tolerance": 0.1, "lower_bounds": False}  # the command's defaults
 
 
+@pytest.mark.slow  # 2-4 s on a 2-core machine: the fast tier stays within 3 minutes
 def test_no_two_finalists_are_one_rate_to_the_search(monkeypatch) -> None:
     """At n = 1e4 the refined best rate (1.62892) and the grid's full-signal point
     (1.62906), 1e-4 apart, were both ranked: every level certified twice (0.2 CPU-s)."""
@@ -409,6 +410,7 @@ def test_no_two_finalists_are_one_rate_to_the_search(monkeypatch) -> None:
         assert not (same_bucket and abs(a - b) <= 3e-3 * min(a, b)), (a, b)  # REFINE_XTOL
 
 
+@pytest.mark.slow  # 2-4 s on a 2-core machine: the fast tier stays within 3 minutes
 def test_the_full_signal_neighbour_is_sought_to_the_ranking_precision(monkeypatch) -> None:
     """Its certified excess at lambda = 1 is a staircase below 1e-5: to 1e-6 the search
     took six evaluations of every revealed-send term (40 ms each at n = 1e4) besides the

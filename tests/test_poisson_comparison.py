@@ -115,6 +115,7 @@ def _steering_every_candidate(trials: int, q: float, slack: float) -> tuple[floa
     return float(finer[best]), float(values[best])
 
 
+@pytest.mark.slow  # 2-4 s on a 2-core machine: the fast tier stays within 3 minutes
 def test_the_steering_scans_stop_early_with_the_same_answer(monkeypatch) -> None:
     """Before, both scans evaluated all 48 candidates (the Poisson tails, 80% of a
     steering evaluation at an integer m); now they stop at the first block that answers."""

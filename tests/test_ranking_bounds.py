@@ -67,6 +67,7 @@ def _certified_levels(monkeypatch) -> list[tuple[float, float]]:
 SMALL = ([9, 12, 9], [0.5, 1.0, 2.0], 128, 8, 1e-8)
 
 
+@pytest.mark.slow  # 2-4 s on a 2-core machine: the fast tier stays within 3 minutes
 def test_a_small_population_certifies_few_of_its_finalists_levels(monkeypatch) -> None:
     accounting.clear_caches()
     solved = _certified_levels(monkeypatch)
@@ -93,6 +94,7 @@ def _exhaustive(solver: optimizer._LambdaSolver, candidates, score) -> float:
     ([12, 16, 12], [0.5, 1.0, 2.0], 8, 2, 36),
     ([6, 8, 6], [0.5, 1.0, 2.0], 8, 3, 18),
 ])
+@pytest.mark.slow  # 2-4 s on a 2-core machine: the fast tier stays within 3 minutes
 def test_branch_and_bound_picks_what_the_exhaustive_ranking_picks(counts, levels, d, s,
                                                                   users_h) -> None:
     from segshuffle.core.estimator import variance_given_data as variance

@@ -136,6 +136,7 @@ def test_discard_during_a_fetch_keeps_the_outdated_value_out() -> None:
     asyncio.run(main())
 
 
+@pytest.mark.slow  # 2-4 s on a 2-core machine: the fast tier stays within 3 minutes
 def test_link_fetches_a_view_once_for_a_burst() -> None:
     view, _ = _view()
     body = view.model_dump_json().encode()
