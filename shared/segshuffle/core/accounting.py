@@ -35,6 +35,7 @@ from .hockey_stick import (
     EPSILON_CAP,
     CountPair,
     _largest_feasible,
+    _slope_band,
     _smallest_feasible,
     delta_for,
     epsilon_for,
@@ -297,11 +298,8 @@ def max_lambda(level: float, set_size: int, delta: float, users: int, m: float,
     if not (top < 1.0 and excess(top) > 0.0) and excess(1.0) <= 0.0:
         return 1.0
     lo, hi = _verified_bracket(excess, *bracket)
-    # The log excess's rise per unit of ln lambda across the bracket: a feasible rate
-    # within xtol of delta's crossing along it has a log excess within xtol times it.
-    rise = (excess(hi) - excess(lo)) / math.log(hi / lo) if lo > 0.0 else 1.0
     return _largest_feasible(excess, lo, hi, rtol=xtol, logarithmic=True,
-                             close=xtol * max(1.0, rise))
+                             close=_slope_band(excess, lo, hi, xtol))
 
 
 def log_excess(value: Callable[[float], float], delta: float) -> Callable[[float], float]:

@@ -324,6 +324,17 @@ def _largest_feasible(excess, lo: float, hi: float, rtol: float, *,
                           close=close)
 
 
+def _slope_band(excess, lo: float, hi: float, rtol: float) -> float:
+    """A ``close`` for :func:`_largest_feasible` on a log excess over [lo, hi]: rtol times
+    the excess's rise per unit of ln x between the two ends (at least 1; 1 where lo = 0).
+    A feasible point whose excess is within it of 0 lies within about rtol (relative) of
+    the crossing along that slope."""
+    if not lo > 0.0:
+        return rtol
+    rise = (excess(hi) - excess(lo)) / math.log(hi / lo)
+    return rtol * max(1.0, rise)
+
+
 def _verified_root(excess, lo: float, hi: float, rtol: float, *, upwards: bool,
                    logarithmic: bool = False, close: float = 0.0) -> float:
     """A point within about rtol (relative) of where ``excess`` crosses 0, verified <= 0.

@@ -68,7 +68,7 @@ from .blanket import (
 )
 from .correlation import CorrelationGuard, relative_bias_bound
 from .estimator import mse_bound, mse_bound_floor, variance_floor, variance_given_data
-from .hockey_stick import _largest_feasible, _smallest_feasible
+from .hockey_stick import _largest_feasible, _slope_band, _smallest_feasible
 from .privacy_loss import DEFAULT_STEP
 from .rules import MAX_MESSAGES_PER_USER, accounting_users, honest_users
 from .scalar_search import refined_minimum, remembered
@@ -428,12 +428,9 @@ class _LambdaSolver:
             self._slopes[level] = slope
         if lo == 0:
             return lo, 0.0
-        # A feasible rate whose log excess is within SEARCH_XTOL times the cell's slope (per
-        # unit of ln lambda) of 0 is within about SEARCH_XTOL of the crossing.
         low, high = float(grid[lo]), float(grid[hi])
-        rise = (excess(high) - excess(low)) / math.log(high / low)
         return lo, _largest_feasible(excess, low, high, rtol=SEARCH_XTOL, logarithmic=True,
-                                     close=SEARCH_XTOL * max(1.0, rise))
+                                     close=_slope_band(excess, low, high, SEARCH_XTOL))
 
 
 def _largest_holding_index(excess_at: Callable[[int], float], floor: int, last: int,
