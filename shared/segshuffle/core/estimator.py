@@ -128,6 +128,11 @@ def mse_bound(n: float, m: float, set_size: int, level_counts: Sequence[float],
     return (n * m + set_size * weight) / weight**2
 
 
+def _blanket_term(n: float, m: float, domain_size: int, mode: str | BlanketMode) -> float:
+    """d V_blanket, the blanket's share of the variance summed over items (0 without one)."""
+    return domain_size * blanket_item_variance(n, m, domain_size, mode) if m > 0 else 0.0
+
+
 def variance_given_data(n: float, m: float, set_size: int, level_counts: Sequence[float],
                         lambdas: Sequence[float], domain_size: int,
                         mode: str | BlanketMode = BlanketMode.SLOTS) -> float:
@@ -149,7 +154,7 @@ def variance_given_data(n: float, m: float, set_size: int, level_counts: Sequenc
         return math.inf
     data = set_size * math.fsum(float(c) * float(lam) * (1.0 - float(lam))
                                 for c, lam in zip(level_counts, lambdas, strict=True))
-    blanket = domain_size * blanket_item_variance(n, m, domain_size, mode) if m > 0 else 0.0
+    blanket = _blanket_term(n, m, domain_size, mode)
     return (blanket + data) / weight**2
 
 
@@ -158,12 +163,10 @@ def mse_bound_floor(n: float, m: float, set_size: int, level_counts: Sequence[fl
     """The smallest :func:`mse_bound` over lambdas with lambda_k <= ``largest[k]``.
 
     With W = sum_k n_k lambda_k the bound is (n m + s W) / W^2, which falls as W grows
-    (its derivative is -(s W + 2 n m) / W^3), so its smallest value is at the largest W.
+    (its derivative is -(s W + 2 n m) / W^3), so its smallest value is the bound itself at
+    the largest lambdas.
     """
-    weight = signal_weight(level_counts, largest)
-    if weight <= 0.0:
-        return math.inf
-    return (n * m + set_size * weight) / weight**2
+    return mse_bound(n, m, set_size, level_counts, largest)
 
 
 def variance_floor(n: float, m: float, set_size: int, level_counts: Sequence[float],
@@ -186,5 +189,5 @@ def variance_floor(n: float, m: float, set_size: int, level_counts: Sequence[flo
         return math.inf
     terms = (float(level_counts[k]) * float(lam) * (1.0 - float(lam))
              for k, lam in known.items()) if data else ()
-    blanket = domain_size * blanket_item_variance(n, m, domain_size, mode) if m > 0 else 0.0
+    blanket = _blanket_term(n, m, domain_size, mode)
     return (blanket + set_size * math.fsum(terms)) / weight**2
