@@ -233,22 +233,33 @@ def steering_poisson_mean(trials: int, q: float, slack: float) -> tuple[float, f
     gaps = np.concatenate(([0.0], unit * np.geomspace(1e-2, max(mean / unit, 2e-2),
                                                        _STEERING_GRID - 1)))
     nus = np.maximum(mean - gaps, 0.0)
-    for start in range(0, _STEERING_GRID, _STEERING_BLOCK):
-        values = excess(nus[start:start + _STEERING_BLOCK])
-        admissible = np.flatnonzero(values <= slack)
-        if admissible.size:
-            break
-    else:
+    found = _first_admissible(excess, nus, slack, from_top=False)
+    if found is None:
         return 0.0, 0.0
-    first = start + int(admissible[0])
+    first, first_excess = found
     if first == 0:
-        return mean, float(values[0])
+        return mean, first_excess
     finer = np.linspace(nus[first], nus[first - 1], _STEERING_GRID)
-    for stop in range(_STEERING_GRID, 0, -_STEERING_BLOCK):  # finer[0] is admissible
-        start = max(0, stop - _STEERING_BLOCK)
-        values = excess(finer[start:stop])
+    # finer[0] is nus[first], admissible: the scan from the top finds it at the latest.
+    best, best_excess = (_first_admissible(excess, finer, slack, from_top=True)
+                         or (0, first_excess))
+    return float(finer[best]), best_excess
+
+
+def _first_admissible(excess, candidates, slack: float, *, from_top: bool
+                      ) -> tuple[int, float] | None:
+    """(i, excess) of the first candidate with excess <= ``slack`` in reading order (from
+    the last candidate when ``from_top``), evaluating blocks of _STEERING_BLOCK in that
+    order and stopping at the first block holding one; None when none does."""
+    import numpy as np  # the steering's own: this module is numpy-free otherwise
+
+    size = len(candidates)
+    starts = range(0, size, _STEERING_BLOCK)
+    for start in (reversed(starts) if from_top else starts):
+        stop = min(size, start + _STEERING_BLOCK)
+        values = excess(candidates[start:stop])
         admissible = np.flatnonzero(values <= slack)
         if admissible.size:
-            best = int(admissible[-1])
-            return float(finer[start + best]), float(values[best])
-    raise AssertionError("the first admissible candidate was not admissible again")
+            index = int(admissible[-1] if from_top else admissible[0])
+            return start + index, float(values[index])
+    return None
