@@ -13,8 +13,8 @@ import itertools
 import pytest
 
 from segshuffle.core import arrays, revealed_send, user_bound
-from segshuffle.core.accounting import POISSON_SLACK_SHARE
-from segshuffle.core.privacy_loss import DEFAULT_STEP
+from segshuffle.core.accounting import COARSE_STEP, POISSON_SLACK_SHARE
+from segshuffle.core.privacy_loss import DEFAULT_STEP, BinLaw
 
 DELTA = 1e-8
 
@@ -75,3 +75,50 @@ def test_tau_one_and_the_taus_share_their_first_term(monkeypatch) -> None:
     bound.user_delta_floor(1.0, 0.5)
     bound.taus(1.0)
     assert calls == [1.0]  # before: once for the floor and again for the taus
+
+
+def _steering_bound(law: object = None) -> revealed_send.RevealedSendBound:
+    """A coarse-grid revealed-send bound at n = 1e4, m = 2, d = 128, s = 8 (gamma = 1: the
+    labelled groups degenerate there, so the accountant has no steering estimate)."""
+    n_slots, r = user_bound.blanket_geometry(10_000, 2.0, 128)
+    return revealed_send.RevealedSendBound(n_slots, r, 8, 128, POISSON_SLACK_SHARE * DELTA,
+                                           COARSE_STEP, steering_law=law)
+
+
+def test_a_steering_bound_compares_once_and_composes_only_tau_s_at_full_signal(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The full-signal searches evaluate lambda = 1 at every new m, where only tau_s has
+    weight.  A coarse-grid bound computed every tau_j with its own Poisson comparison (7
+    comparisons and 7 compositions at s = 8, most of a steering rate's cost); with one
+    law for every number of pairs D_i <= D_s, so tau_s alone is one comparison and one
+    composition."""
+    compared: list[float] = []
+    steering_mean = revealed_send.steering_poisson_mean
+
+    def counted(trials: int, q: float, slack: float) -> tuple[float, float]:
+        compared.append(q)
+        return steering_mean(trials, q, slack)
+
+    monkeypatch.setattr(revealed_send, "steering_poisson_mean", counted)
+    built = _terms_built(monkeypatch)
+    bound = _steering_bound()
+    value = bound.user_delta(1.0, 1.0)
+    assert built == [8] and len(compared) == 1
+    # tau_s of a steering bound: D_s + eta with the law of the comparison at s pairs, and
+    # no smaller than tau_1.
+    composed, eta = bound._composed_term(8)
+    assert value == pytest.approx(max(composed.delta(1.0) + eta, bound.tau_one(1.0)),
+                                  rel=1e-12)
+
+
+def test_steering_taus_track_the_running_maximum_they_replace() -> None:
+    """With one law for every number of pairs the running maximum is redundant (D_i <= D_j
+    for i <= j): the taus computed one by one rise with j, and the sum over j at lambda < 1
+    is the one the running maximum gives, within the grid's rounding."""
+    for law in (None, BinLaw(10_000 * 2 * 1.0 / 128)):
+        bound = _steering_bound(law)
+        for eps in (0.5, 1.0, 2.0):
+            taus = bound.taus(eps)
+            running = list(itertools.accumulate(taus, max))
+            assert taus == pytest.approx(running, rel=1e-9, abs=1e-300)
+            assert all(b >= a * (1 - 1e-9) for a, b in itertools.pairwise(taus))

@@ -24,7 +24,17 @@ Hence tau_j = max_{i <= min(j, d // 2)} (D_i + eta_i) with
   depend on lambda, so every lambda_k is the root of a polynomial inequality.
 
 Sound at every gamma, and the smallest of the slot bounds near lambda = 1, where revealing
-who sent costs nothing.  Written once against :mod:`segshuffle.core.arrays`: a bound keeps
+who sent costs nothing.
+
+**Steering** (a loss grid coarser than the default: searches that only steer, never a
+published value).  Every D_i takes one Poisson law: the mean of the steering estimate when
+the accountant has one, else one cheap comparison at i = S, the most pairs (its mean is
+the smallest of the i's).  With one law for every i, the i-pair view is a marginal of the
+j-pair view for i <= j (drop the other pairs: a post-processing), so D_i <= D_j and the
+running maximum is redundant: tau_j = max(tau_1, D_j + eta), each j on its own.  At
+lambda = 1, where Binom(s, lambda) puts all its weight on j = s, that is one composition
+instead of s - 1 compositions and comparisons (the full-signal searches evaluate nothing
+else, at every new m).  Written once against :mod:`segshuffle.core.arrays`: a bound keeps
 the backend it was built on for its comparisons and compositions.
 """
 
@@ -76,6 +86,7 @@ class RevealedSendBound:
         self._pair = poisson_pair(1.0, n_slots, r)
         self._poisson: dict[int, tuple[BinLaw, float]] = {}
         self._taus: dict[float, list[float]] = {}  # per E: tau_1 .. tau_i so far
+        self._steering_taus: dict[float, dict[int, float]] = {}  # per E: tau_j by j
 
     def _composed_term(self, i: int) -> tuple[ComposedLoss, float]:
         """(D_i's composed loss, eta_i) for i >= 2 differing pairs.
@@ -90,17 +101,24 @@ class RevealedSendBound:
             # share one pair loss and no comparison is computed.
             composed = composed_pair(self.steering_law, 1.0, i, upper=True, step=self.step)
             return composed, self.slack
-        term = self._poisson.get(i)
+        # Steering on the coarse grid: one comparison, at the most pairs, for every i
+        # (module docstring); it need not be certified.
+        compared = self.active if self.steering else i
+        term = self._poisson.get(compared)
         if term is None:
-            # The coarse grid only steers searches: its comparison need not be certified.
-            q = min(2.0 * i * self.r, 1.0)
-            if self.step <= DEFAULT_STEP:
-                nu, eta = dominated_poisson_mean(self.n_slots, q, self.slack)
-            else:
+            q = min(2.0 * compared * self.r, 1.0)
+            if self.steering:
                 nu, eta = steering_poisson_mean(self.n_slots, q, self.slack)
-            term = self._poisson[i] = (BinLaw(nu / (2.0 * i)), eta)
+            else:
+                nu, eta = dominated_poisson_mean(self.n_slots, q, self.slack)
+            term = self._poisson[compared] = (BinLaw(nu / (2.0 * compared)), eta)
         law, eta = term
         return composed_pair(law, 1.0, i, upper=True, step=self.step), eta
+
+    @property
+    def steering(self) -> bool:
+        """Whether this bound only steers searches (a loss grid coarser than the default)."""
+        return self.step > DEFAULT_STEP
 
     def tau_one(self, eps: float) -> float:
         """tau_1(E): the exact lambda = 1 pair, at most 1 (the smallest tau_j)."""
@@ -114,7 +132,10 @@ class RevealedSendBound:
         The taus do not depend on lambda, and a root search over lambda asks for them at
         one E many times: those computed at the last TAUS_KEPT levels are kept, each
         level's as far as some caller needed them (tau_j for j >= 2 costs a Poisson
-        comparison and a j-fold composition, so a caller that can stop early should)."""
+        comparison and a j-fold composition, so a caller that can stop early should).
+        A steering bound computes each tau_j (j >= 2) on its own (:meth:`_steering_tau`)."""
+        if self.steering and j >= 2:
+            return self._steering_tau(eps, j)
         kept = self._taus.get(eps)
         if kept is None:
             if len(self._taus) >= TAUS_KEPT:
@@ -124,6 +145,25 @@ class RevealedSendBound:
             with arrays.use(self.backend):
                 self._extend(kept, eps, j)
         return kept[j - 1]
+
+    def _steering_tau(self, eps: float, j: int) -> float:
+        """tau_j(E) = max(tau_1, D_j + eta) of a steering bound (module docstring), kept for
+        the last TAUS_KEPT levels."""
+        kept = self._steering_taus.get(eps)
+        if kept is None:
+            if len(self._steering_taus) >= TAUS_KEPT:
+                self._steering_taus.pop(next(iter(self._steering_taus)))
+            kept = self._steering_taus[eps] = {}
+        if j not in kept:
+            value = 0.0
+            if j <= self.active:
+                with arrays.use(self.backend):
+                    composed, eta = self._composed_term(j)
+                    value = composed.delta(eps) + eta
+            elif self.active >= 2:  # past the active pairs tau_j stays at tau_S
+                value = self._steering_tau(eps, self.active)
+            kept[j] = min(max(self._tau(eps, 1), value), 1.0)
+        return kept[j]
 
     def _extend(self, kept: list[float], eps: float, j: int) -> None:
         """Append tau_{len(kept) + 1} .. tau_j to ``kept`` (a running maximum: D_i + eta_i
@@ -144,8 +184,8 @@ class RevealedSendBound:
         """(tau_1, ..., tau_s) at E = ``eps``: non-decreasing in j, each at most 1."""
         if self.set_size == 0:
             return []
-        self._tau(eps, self.set_size)
-        return list(self._taus[eps])
+        self._tau(eps, self.set_size)  # a certified bound extends them all at once
+        return [self._tau(eps, j) for j in range(1, self.set_size + 1)]
 
     def user_delta(self, eps: float, lam: float) -> float:
         """sum_j Binom(s, lambda)(j) tau_j(E) (at most 1): :meth:`user_delta_below` with no
@@ -177,6 +217,8 @@ class RevealedSendBound:
             rest[i] = rest[i + 1] + weights[i + 1]
         total = 0.0
         for i, weight in enumerate(weights):
+            if weight == 0.0 and i > 0 and self.steering:
+                continue  # lambda = 1: a steering bound computes tau_s alone
             tau = self._tau(eps, i + 1)
             total += weight * tau
             if (total + rest[i] * tau) * (1.0 - 1e-12) >= ceiling:
