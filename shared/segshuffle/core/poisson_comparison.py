@@ -14,6 +14,13 @@ in its mean), so the largest admissible nu is found by bisection.
 A binomial has lighter tails than the Poisson law of the same mean, so nu must
 sit somewhat below N q; the gap is a few standard deviations times q / 2.
 
+**The search.**  The answer is defined by a bisection (:func:`_bisection`), but its
+questions are answered from what the evaluations so far imply (the excess grows with nu),
+and the points evaluated are chosen where the crossing is predicted: from the last
+comparison's crossing and slope (a campaign's comparisons are alike), by regula falsi on
+ln eta, and at the ends of the bisection's predicted final cell.  The same answer, bit for
+bit, in about 5 evaluations instead of 13 (:func:`_largest_admissible`).
+
 **Rounding.**  eta is charged at an absolute precision far below the accountant's
 relative margin (the slack is 1e-3 delta, 1e-11 at a million users), and at totals
 above the means both CDFs are within 1e-9 of 1, so F_B(t) - F_P(t) is never formed
@@ -123,16 +130,18 @@ def cdf_excess(trials: int, q: float, nu: float) -> float:
     return _excess_on(_full_window(trials, q), nu)
 
 
-def _largest_admissible(admissible: Callable[[float], bool], mean: float, q: float,
-                        precision: float) -> float:
-    """Largest nu in [0, mean] (to ``precision`` times the gap) that is ``admissible``.
+def _bisection(admissible: Callable[[float], bool], mean: float, q: float,
+               precision: float) -> tuple[float, float]:
+    """(lo, hi): lo the largest nu in [0, mean] (to ``precision`` times the gap) that is
+    ``admissible``, hi the smallest nu it found not to be (inf when ``mean`` is).
 
-    The gap mean - nu is a few times q sqrt(mean); it is bracketed by doubling
-    from that unit, then bisected.
+    The gap mean - nu is a few times q sqrt(mean); it is bracketed by doubling from that
+    unit, then bisected.  This defines the comparison's answer; :func:`_largest_admissible`
+    reaches the same one with fewer evaluations.
     """
     if admissible(mean):
-        return mean
-    unit = max(q * math.sqrt(mean), 1e-9 * mean)
+        return mean, math.inf
+    unit = _unit(mean, q)
     gap = unit
     while gap < mean and not admissible(mean - gap):
         gap *= 2.0
@@ -146,7 +155,137 @@ def _largest_admissible(admissible: Callable[[float], bool], mean: float, q: flo
             lo = mid
         else:
             hi = mid
-    return lo
+    return lo, hi
+
+
+def _unit(mean: float, q: float) -> float:
+    """The scale of the gap mean - nu: q sqrt(mean) (at least 1e-9 mean)."""
+    return max(q * math.sqrt(mean), 1e-9 * mean)
+
+
+#: Guided evaluations of :func:`_largest_admissible` before it lets the bisection ask.
+_GUIDED_EVALUATIONS = 10
+
+#: The crossing's gap in units and the log excess's slope per unit of nu there, as
+#: the last search found them (the next one starts from them: a campaign's comparisons
+#: are alike).  Only the cost depends on them, never the answer.
+_last_shape = [3.1, 5.0]
+
+
+class _Knowledge:
+    """Evaluations of f(nu) = ln eta(nu) - ln slack so far, and the answers they imply:
+    eta grows with nu, so every nu at or below the largest admissible nu seen is
+    admissible (f <= 0) and every nu at or above the smallest inadmissible one is not."""
+
+    def __init__(self, excess: Callable[[float], float], slack: float) -> None:
+        self._excess = excess
+        self._log_slack = math.log(slack)
+        self.evaluations = 0
+        self.ok, self.ok_f = -math.inf, math.nan  # the largest admissible nu seen
+        self.bad, self.bad_f = math.inf, math.nan  # the smallest inadmissible nu seen
+
+    @property
+    def bracketed(self) -> bool:
+        return self.ok > -math.inf and self.bad < math.inf
+
+    def evaluate(self, nu: float) -> float:
+        """f(nu), remembered (an excess of 0 counts as e^-745, below any slack's log)."""
+        self.evaluations += 1
+        excess = self._excess(nu)
+        f = (math.log(excess) if excess > 0.0 else -745.0) - self._log_slack
+        if f <= 0.0:
+            if nu > self.ok:
+                self.ok, self.ok_f = nu, f
+        elif nu < self.bad:
+            self.bad, self.bad_f = nu, f
+        return f
+
+    def decided(self, nu: float) -> bool | None:
+        """Whether nu is admissible, where the evaluations so far decide it."""
+        if nu <= self.ok:
+            return True
+        if nu >= self.bad:
+            return False
+        return None
+
+    def admissible(self, nu: float) -> bool:
+        """Whether nu is admissible, evaluating only what is not yet decided."""
+        answer = self.decided(nu)
+        if answer is None:
+            self.evaluate(nu)
+            answer = self.decided(nu)
+        return bool(answer)
+
+    def cell(self, crossing: float, mean: float, q: float, precision: float
+             ) -> tuple[float, float]:
+        """The bisection's final (lo, hi) if the crossing were at ``crossing`` (where the
+        evaluations do not decide), evaluating nothing."""
+        def supposed(nu: float) -> bool:
+            answer = self.decided(nu)
+            return nu <= crossing if answer is None else answer
+
+        return _bisection(supposed, mean, q, precision)
+
+
+def _largest_admissible(excess: Callable[[float], float], slack: float, mean: float,
+                        q: float, precision: float) -> float:
+    """:func:`_bisection`'s answer for the predicate excess(nu) <= ``slack``, in about 5
+    evaluations of the excess instead of 13.
+
+    The bisection's questions are answered from what earlier evaluations imply (the
+    excess grows with nu: :class:`_Knowledge`), so its answer is the same whichever
+    points were evaluated first; the search only chooses those points well.  f = ln eta
+    - ln slack is smooth in nu: from the last search's crossing (in units q sqrt(mean))
+    and slope, a step along the slope half past the predicted crossing brackets it,
+    regula falsi with the Illinois weights narrows the bracket to a few of the
+    bisection's cells, and the two ends of the cell the bracket predicts are evaluated,
+    which then decide every question the bisection asks.  Where that fails within
+    _GUIDED_EVALUATIONS, the bisection evaluates what remains undecided (the worst case
+    is both counts).
+    """
+    if not slack > 0.0:
+        return _bisection(lambda nu: excess(nu) <= slack, mean, q, precision)[0]
+    known = _Knowledge(excess, slack)
+    unit = _unit(mean, q)
+    gap_units, slope = _last_shape
+    x = min(max(mean - gap_units * unit, 0.0), mean)
+    f = known.evaluate(x)
+    # One side known: step along the slope, half again past the predicted crossing.
+    while not known.bracketed and known.evaluations < _GUIDED_EVALUATIONS:
+        following = min(max(x - 1.5 * f / slope * unit, 0.0), mean)
+        if following == x:
+            break
+        f_following = known.evaluate(following)
+        if f_following != f:
+            slope = max((f_following - f) / ((following - x) / unit), 1e-3)
+        x, f = following, f_following
+    # Bracketed: regula falsi on its ends (a stale end's f halved, Illinois), then the
+    # predicted cell's ends once the bracket spans at most four cells.
+    stale_side, weight_ok, weight_bad = 0, 1.0, 1.0
+    while known.bracketed and known.evaluations < _GUIDED_EVALUATIONS:
+        f_ok, f_bad = known.ok_f * weight_ok, known.bad_f * weight_bad
+        crossing = known.ok + (known.bad - known.ok) * -f_ok / (f_bad - f_ok)
+        lo, hi = known.cell(crossing, mean, q, precision)
+        undecided = [nu for nu in (lo, hi) if math.isfinite(nu) and known.decided(nu) is None]
+        if not undecided:
+            break
+        if 4.0 * (hi - lo) >= known.bad - known.ok:
+            for nu in undecided:
+                known.evaluate(nu)
+            continue
+        half = 0.5 * (hi - lo)
+        if known.evaluate(min(max(crossing, known.ok + half), known.bad - half)) <= 0.0:
+            weight_ok, weight_bad = 1.0, weight_bad * 0.5 if stale_side < 0 else 1.0
+            stale_side = -1
+        else:
+            weight_ok, weight_bad = weight_ok * 0.5 if stale_side > 0 else 1.0, 1.0
+            stale_side = 1
+    answer = _bisection(known.admissible, mean, q, precision)[0]
+    if known.bracketed and known.bad > known.ok:
+        _last_shape[:] = [(mean - answer) / unit,
+                          max((known.bad_f - known.ok_f) / ((known.bad - known.ok) / unit),
+                              1e-3)]
+    return answer
 
 
 _dominated = registered_cache(4096)
@@ -180,7 +319,7 @@ def _dominated_mean(trials: int, q: float, slack: float) -> tuple[float, float]:
     stride = max(1, size // _COARSE_POINTS)
     # Subsample the full window rather than evaluate twice.
     coarse = full.subsampled([*range(0, size, stride), size - 1])
-    nu = _largest_admissible(lambda value: _excess_on(coarse, value) <= slack, trials * q, q,
+    nu = _largest_admissible(lambda value: _excess_on(coarse, value), slack, trials * q, q,
                              1e-3)
     step = max(q * math.sqrt(trials * q), 1e-9 * trials * q) / 64.0
     while (eta := _excess_on(full, nu)) > slack:
