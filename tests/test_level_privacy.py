@@ -188,3 +188,27 @@ def test_optimize_prints_round_2s_level_guarantee(capsys: pytest.CaptureFixture[
         assert pair["epsilon_upper"] == level_epsilon(*sorted(lambdas), setting, 1e-4)
     assert main(argv) == 0
     assert "level privacy       round" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("lower", [False, True])
+def test_the_level_epsilon_search_runs_on_the_log_of_delta(lower, monkeypatch) -> None:
+    """delta_level(E) falls over decades between 0 and the cap: Brent's method on
+    delta_level - delta took 20 evaluations for the upper bound's crossing (to 1e-6) and
+    18 for the lower bound's (to 1e-4) at n = 9000, d = 128, s = 8, m = 1.64 between the
+    optimizer's rates 0.26 and 0.50; on its logarithm 15 and 10."""
+    from segshuffle.core import level_privacy
+
+    calls: list[float] = []
+    name = "level_delta_lower" if lower else "level_delta"
+    original = getattr(level_privacy, name)
+
+    def counted(eps, *args, **kwargs):
+        calls.append(eps)
+        return original(eps, *args, **kwargs)
+
+    monkeypatch.setattr(level_privacy, name, counted)
+    setting = LevelSetting(9000, 8, 128, 1.6401425081165253)
+    epsilon = level_epsilon(0.26037553134775276, 0.5039649114704509, setting, 1e-8,
+                            lower=lower)
+    assert epsilon == pytest.approx(0.3567 if lower else 0.37608, rel=1e-3)
+    assert len(calls) <= (11 if lower else 16), len(calls)

@@ -375,14 +375,22 @@ def _outside_buckets(n: int, p: float) -> tuple[tuple[int, float], ...]:
 
 
 # -- epsilons -------------------------------------------------------------------------------
-def _level_crossing(excess, rtol: float, *, met: bool) -> float | None:
-    """Where excess(E) (falling with E) crosses 0 on [0, cap], to ``rtol`` relative.
+def _level_crossing(delta_at, target: float, rtol: float, *, met: bool) -> float | None:
+    """Where delta_at(E) (falling with E) crosses ``target`` on [0, cap], to ``rtol`` relative.
 
-    ``met``: the answer has excess <= 0 (an upper bound's epsilon, never below the
-    crossing); else it keeps excess > 0 (a lower bound's, never above it).  0 when
-    excess(0) <= 0; None when even the cap is not met.
+    ``met``: the answer has delta_at <= target (an upper bound's epsilon, never below the
+    crossing); else it keeps delta_at > target (a lower bound's, never above it).  0 when
+    delta_at(0) <= target; None when even the cap is not met.  The root search runs on
+    ln delta_at(E) - ln target, close to linear in E where delta_at spans decades (on the
+    difference itself Brent's method took 18 to 20 evaluations a crossing, 10 to 15 on this).
     """
-    excess = remembered(excess)
+    log_target = math.log(target)
+
+    def log_excess(eps: float) -> float:
+        value = delta_at(eps)
+        return (math.log(value) if value > 0.0 else _LOG_TINY) - log_target
+
+    excess = remembered(log_excess)
     if excess(0.0) <= 0.0:
         return 0.0
     if excess(EPSILON_CAP) > 0.0:
@@ -400,6 +408,10 @@ def _level_crossing(excess, rtol: float, *, met: bool) -> float | None:
     return x
 
 
+#: ln of a delta of 0 in the crossing search (below the log of the smallest subnormal).
+_LOG_TINY = -746.0
+
+
 def level_epsilon(lam: float, other: float, setting: LevelSetting, delta: float, *,
                   lower: bool = False) -> float | None:
     """The smallest E with delta_level(E) <= delta (None: above the cap, no guarantee).
@@ -409,9 +421,9 @@ def level_epsilon(lam: float, other: float, setting: LevelSetting, delta: float,
     """
     delta = validation.require_delta(delta)
     if lower:
-        return _level_crossing(lambda e: level_delta_lower(e, lam, other, setting) - delta,
+        return _level_crossing(lambda e: level_delta_lower(e, lam, other, setting), delta,
                                LOWER_RTOL, met=False)
-    return _level_crossing(lambda e: level_delta(e, lam, other, setting, delta=delta) - delta,
+    return _level_crossing(lambda e: level_delta(e, lam, other, setting, delta=delta), delta,
                            EPSILON_RTOL, met=True)
 
 
