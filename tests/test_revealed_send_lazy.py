@@ -122,3 +122,36 @@ def test_steering_taus_track_the_running_maximum_they_replace() -> None:
             running = list(itertools.accumulate(taus, max))
             assert taus == pytest.approx(running, rel=1e-9, abs=1e-300)
             assert all(b >= a * (1 - 1e-9) for a, b in itertools.pairwise(taus))
+
+
+def test_near_full_signal_the_groups_floor_spares_their_other_rungs(monkeypatch) -> None:
+    """A root search near lambda = 1 evaluates lambda = 1 first (every tau kept), then
+    rates just below, where the revealed-send bound is the smaller: the labelled groups
+    composed every rung of their ladder at each of those rates (six pair compositions at
+    n = 9000, m = 1.629, s = 8, about 25 ms), though their last rung alone already shows
+    they cannot be the smaller.  The value is the minimum of the two bounds as before."""
+    from segshuffle.core import slot_groups
+
+    user_bound.clear_caches()
+    slot_groups.clear_caches()
+    bound = user_bound.slot_bound(9000, 1.629058, 128, 8, POISSON_SLACK_SHARE * DELTA)
+    assert bound.groups is not None
+    bound.user_delta(2.0, 1.0)
+    composed: list[int] = []
+    original = slot_groups._composed_groups
+
+    def counted(slots, r, lam, pairs, step):
+        composed.append(slots)
+        return original(slots, r, lam, pairs, step)
+
+    monkeypatch.setattr(slot_groups, "_composed_groups", counted)
+    for lam in (0.996, 0.9855, 0.9853):
+        value = bound.user_delta(2.0, lam)
+        assert value == pytest.approx(min(bound.groups.delta(2.0, lam),
+                                          bound.revealed.user_delta(2.0, lam)), rel=1e-12)
+    composed.clear()
+    for lam in (0.9961, 0.98551, 0.98531):
+        bound.user_delta(2.0, lam)
+    assert len(composed) == 3  # the last rung at each rate (six rungs each before)
+    user_bound.clear_caches()
+    slot_groups.clear_caches()

@@ -180,6 +180,14 @@ class RevealedSendBound:
                 running = max(running, composed.delta(eps) + eta)
             kept.append(min(running, 1.0))
 
+    def has_taus(self, eps: float) -> bool:
+        """Whether every tau_j at E = ``eps`` is kept (then :meth:`user_delta` costs a sum of
+        s terms)."""
+        if self.steering:
+            return False
+        kept = self._taus.get(eps)
+        return kept is not None and len(kept) >= self.set_size
+
     def taus(self, eps: float) -> list[float]:
         """(tau_1, ..., tau_s) at E = ``eps``: non-decreasing in j, each at most 1."""
         if self.set_size == 0:

@@ -266,6 +266,16 @@ class GroupsBound:
         first = self._f(self.ladder[0] + 1, eps, lam)
         return min(first + self.ladder_cdf[0] * (1.0 - first), 1.0)
 
+    def floor_delta(self, eps: float, lam: float) -> float | None:
+        """A value :meth:`delta` is never below, from the last rung alone (one pair
+        composition): the ladder bound is F(k_L + 1) plus non-negative terms (its v_i do
+        not increase and every charged probability is >= 0).  None where the exact
+        two-group expectation may be the smaller (S = 2, small groups, default grid)."""
+        n, p = self.n_slots, self.p_group
+        if self.pairs == 2 and n * p <= EXACT_PAIR_GROUPS and self.step <= DEFAULT_STEP:
+            return None
+        return min(self._f(self.ladder[-1] + 1, eps, lam), 1.0)
+
     def ladder_delta(self, eps: float, lam: float) -> float:
         """The Abel-summed ladder bound with the union bound on the minimum."""
         values = [1.0, *(self._f(k + 1, eps, lam) for k in self.ladder)]

@@ -218,11 +218,25 @@ class SlotAccountant:
         if self.groups is not None and lam < 1.0:
             if enough > 0.0:  # a check: the first rung alone may already certify it
                 value = min(value, self.groups.first_rung_delta(eps, lam))
-            if certified(value) > enough:
+            if certified(value) > enough and not self._revealed_is_smaller(eps, lam):
                 value = min(value, self.groups.delta(eps, lam))
         if certified(value) <= enough:
             return float(value)
         return float(self.revealed.user_delta_below(eps, lam, value))
+
+
+    def _revealed_is_smaller(self, eps: float, lam: float) -> bool:
+        """Whether the revealed-send bound, its taus at E already kept, is at most the
+        labelled groups' floor (:meth:`GroupsBound.floor_delta`, one composition instead
+        of one per rung): then the groups cannot be the smaller, and the minimum is the
+        revealed-send sum that :meth:`_user_delta` takes next.  Near lambda = 1, where
+        revealing who sent costs little, that spares the groups' other rungs at every
+        step of a root search once lambda = 1 has been evaluated."""
+        revealed = self.revealed
+        if self.groups is None or not revealed.has_taus(eps):
+            return False
+        floor = self.groups.floor_delta(eps, lam)
+        return floor is not None and revealed.user_delta(eps, lam) <= floor
 
 
 _slot_bounds = registered_cache(256)
