@@ -27,3 +27,20 @@ def environment(monkeypatch: pytest.MonkeyPatch) -> Callable[[Mapping[str, str]]
             monkeypatch.setenv(name, value)
 
     return use
+
+
+@pytest.fixture
+def composed_group_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The group sizes (slots) of every pair composition the labelled-groups bound asks
+    for from now on (:func:`segshuffle.core.slot_groups._composed_groups`), in order."""
+    from segshuffle.core import slot_groups
+
+    sizes: list[int] = []
+    compose = slot_groups._composed_groups
+
+    def recorded(slots, r, lam, pairs, step):
+        sizes.append(slots)
+        return compose(slots, r, lam, pairs, step)
+
+    monkeypatch.setattr(slot_groups, "_composed_groups", recorded)
+    return sizes

@@ -62,18 +62,12 @@ def test_no_rung_is_charged_one(geometry) -> None:
 
 
 @pytest.mark.parametrize("geometry", GEOMETRIES[:2])
-def test_the_cut_ladder_builds_no_dead_rung_and_keeps_the_value(geometry, monkeypatch) -> None:
+def test_the_cut_ladder_builds_no_dead_rung_and_keeps_the_value(geometry,
+                                                               composed_group_sizes) -> None:
     slot_groups.clear_caches()
     bound = slot_groups.GroupsBound(*geometry)
     full, charged = _full_ladder(bound)
-    built: list[int] = []
-    compose = slot_groups._composed_groups
-
-    def recorded(slots, r, lam, pairs, step):
-        built.append(slots)
-        return compose(slots, r, lam, pairs, step)
-
-    monkeypatch.setattr(slot_groups, "_composed_groups", recorded)
+    built = composed_group_sizes
     eps, lam = 1.0, 0.5
     value = bound.ladder_delta(eps, lam)
     assert sorted(set(built)) == [k + 1 for k in bound.ladder]

@@ -124,7 +124,8 @@ def test_steering_taus_track_the_running_maximum_they_replace() -> None:
             assert all(b >= a * (1 - 1e-9) for a, b in itertools.pairwise(taus))
 
 
-def test_near_full_signal_the_groups_floor_spares_their_other_rungs(monkeypatch) -> None:
+def test_near_full_signal_the_groups_floor_spares_their_other_rungs(
+        composed_group_sizes) -> None:
     """A root search near lambda = 1 evaluates lambda = 1 first (every tau kept), then
     rates just below, where the revealed-send bound is the smaller: the labelled groups
     composed every rung of their ladder at each of those rates (six pair compositions at
@@ -137,14 +138,7 @@ def test_near_full_signal_the_groups_floor_spares_their_other_rungs(monkeypatch)
     bound = user_bound.slot_bound(9000, 1.629058, 128, 8, POISSON_SLACK_SHARE * DELTA)
     assert bound.groups is not None
     bound.user_delta(2.0, 1.0)
-    composed: list[int] = []
-    original = slot_groups._composed_groups
-
-    def counted(slots, r, lam, pairs, step):
-        composed.append(slots)
-        return original(slots, r, lam, pairs, step)
-
-    monkeypatch.setattr(slot_groups, "_composed_groups", counted)
+    composed = composed_group_sizes
     for lam in (0.996, 0.9855, 0.9853):
         value = bound.user_delta(2.0, lam)
         assert value == pytest.approx(min(bound.groups.delta(2.0, lam),
