@@ -28,14 +28,16 @@ who sent costs nothing.
 
 **Steering** (a loss grid coarser than the default: searches that only steer, never a
 published value).  Every D_i takes one Poisson law: the mean of the steering estimate when
-the accountant has one, else one cheap comparison at i = S, the most pairs (its mean is
-the smallest of the i's).  With one law for every i, the i-pair view is a marginal of the
-j-pair view for i <= j (drop the other pairs: a post-processing), so D_i <= D_j and the
-running maximum is redundant: tau_j = max(tau_1, D_j + eta), each j on its own.  At
-lambda = 1, where Binom(s, lambda) puts all its weight on j = s, that is one composition
-instead of s - 1 compositions and comparisons (the full-signal searches evaluate nothing
-else, at every new m).  Written once against :mod:`segshuffle.core.arrays`: a bound keeps
-the backend it was built on for its comparisons and compositions.
+the accountant has one, else one cheap comparison at i = S, the most pairs (its mean per
+pair comes out the smallest of the i's).  With one law for every i, the i-pair view is a
+marginal of the j-pair view for i <= j (drop the other pairs: a post-processing), so
+D_i <= D_j and the running maximum is redundant: tau_j = max(tau_1, D_j + eta), each j on
+its own.  At lambda = 1, where Binom(s, lambda) puts all its weight on j = s, that is one
+composition instead of s - 1 compositions and comparisons (the full-signal searches
+evaluate nothing else, at every new m).
+
+Written once against :mod:`segshuffle.core.arrays`: a bound keeps the backend it was built
+on for its comparisons and compositions.
 """
 
 from __future__ import annotations

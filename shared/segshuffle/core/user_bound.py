@@ -224,7 +224,6 @@ class SlotAccountant:
             return float(value)
         return float(self.revealed.user_delta_below(eps, lam, value))
 
-
     def _revealed_is_smaller(self, eps: float, lam: float) -> bool:
         """Whether the revealed-send bound, its taus at E already kept, is at most the
         labelled groups' floor (:meth:`GroupsBound.floor_delta`, one composition instead
@@ -232,8 +231,8 @@ class SlotAccountant:
         revealed-send sum that :meth:`_user_delta` takes next.  Near lambda = 1, where
         revealing who sent costs little, that spares the groups' other rungs at every
         step of a root search once lambda = 1 has been evaluated."""
-        revealed = self.revealed
-        if self.groups is None or not revealed.has_taus(eps):
+        revealed = self._revealed
+        if self.groups is None or revealed is None or not revealed.has_taus(eps):
             return False
         floor = self.groups.floor_delta(eps, lam)
         return floor is not None and revealed.user_delta(eps, lam) <= floor
