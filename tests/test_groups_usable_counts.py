@@ -99,3 +99,19 @@ def test_the_javascript_count_agrees() -> None:
     expected = [pair_windows.enumerable(n, rate) for n, rate in pairs]
     assert expected[len(PAIRS):].count(True) >= 3 and expected[len(PAIRS):].count(False) >= 3
     assert run_accountant_script(_ENUMERABLE_SCRIPT, "multinomial_pair.js", pairs) == expected
+
+
+def test_forgetting_every_cache_forgets_the_groups_compositions(monkeypatch) -> None:
+    """The labelled groups keep their compositions in a memory-bounded table, which
+    ``clear_all_caches`` (what the light client's cold checks and their tests call) did not
+    reach: a check after it reused a composition an earlier one had built, so the pure-
+    Python check's test saw no pair built when another test of its worker had run the
+    same campaign first (a slow-tier failure that depended on test order)."""
+    h, s, d, m = FULL_GROUPS
+    level, lam = FULL_GROUPS_LEVELS[0]
+    portable_cache.clear_all_caches()
+    accounting.user_delta(level, lam, s, h, m, d, delta=DELTA, enough=DELTA)
+    portable_cache.clear_all_caches()
+    built = _built_sizes(monkeypatch, slot_groups)
+    accounting.user_delta(level, lam, s, h, m, d, delta=DELTA, enough=DELTA)
+    assert built, "the check after clear_all_caches reused a kept composition"

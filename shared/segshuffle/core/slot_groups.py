@@ -95,7 +95,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from . import arrays
-from .bounded_cache import key_of, registered_cache
+from .bounded_cache import key_of, on_clear_all, registered_cache
 from .memo import memory_bounded_cache
 from .multinomial_pair import PairAtoms, pair_atoms, pair_loss, pair_losses
 from .multinomial_pair import clear_caches as clear_pair_atoms
@@ -214,6 +214,11 @@ def clear_caches() -> None:
     _kept_composition.cache_clear()
     _sorted_cache.clear()
     clear_pair_atoms()
+
+
+# The compositions are kept by a memory-bounded table, not a registered cache: forgetting
+# every cached computation of the accountant must forget them too.
+on_clear_all(clear_caches)
 
 
 class GroupsBound:

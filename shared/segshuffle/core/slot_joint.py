@@ -75,7 +75,7 @@ from typing import Any
 
 from . import arrays
 from .arrays.python_distributions import ln_factorial
-from .bounded_cache import key_of, registered_cache
+from .bounded_cache import key_of, on_clear_all, registered_cache
 from .errors import AccountantError
 from .joint_budget import JOINT_VIEWS_KEPT, values_floor, view_count
 
@@ -403,3 +403,6 @@ def clear_caches() -> None:
         from . import slot_joint_lattice
 
         slot_joint_lattice.clear_caches()
+
+
+on_clear_all(clear_caches)  # numpy's lattice keeps its masses outside the registered caches
