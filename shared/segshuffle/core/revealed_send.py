@@ -43,6 +43,8 @@ on for its comparisons and compositions.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 from . import arrays
 from .hockey_stick import delta_for, poisson_pair
@@ -62,6 +64,17 @@ def binomial_weights(set_size: int, lam: float) -> list[float]:
 #: Privacy levels whose tau_j one :class:`RevealedSendBound` keeps (the levels of a
 #: campaign, at one m, are asked for over and over by the lambda searches).
 TAUS_KEPT = 8
+
+
+def _level_memory(table: dict[float, Any], eps: float, empty: Callable[[], Any]) -> Any:
+    """The entry of ``table`` for the level E = ``eps``, a new ``empty()`` one where there is
+    none, the oldest level forgotten once TAUS_KEPT are kept."""
+    kept = table.get(eps)
+    if kept is None:
+        if len(table) >= TAUS_KEPT:
+            table.pop(next(iter(table)))
+        kept = table[eps] = empty()
+    return kept
 
 
 class RevealedSendBound:
@@ -138,11 +151,7 @@ class RevealedSendBound:
         A steering bound computes each tau_j (j >= 2) on its own (:meth:`_steering_tau`)."""
         if self.steering and j >= 2:
             return self._steering_tau(eps, j)
-        kept = self._taus.get(eps)
-        if kept is None:
-            if len(self._taus) >= TAUS_KEPT:
-                self._taus.pop(next(iter(self._taus)))
-            kept = self._taus[eps] = []
+        kept = _level_memory(self._taus, eps, list)
         if len(kept) < j:
             with arrays.use(self.backend):
                 self._extend(kept, eps, j)
@@ -151,11 +160,7 @@ class RevealedSendBound:
     def _steering_tau(self, eps: float, j: int) -> float:
         """tau_j(E) = max(tau_1, D_j + eta) of a steering bound (module docstring), kept for
         the last TAUS_KEPT levels."""
-        kept = self._steering_taus.get(eps)
-        if kept is None:
-            if len(self._steering_taus) >= TAUS_KEPT:
-                self._steering_taus.pop(next(iter(self._steering_taus)))
-            kept = self._steering_taus[eps] = {}
+        kept = _level_memory(self._steering_taus, eps, dict)
         if j not in kept:
             value = 0.0
             if j <= self.active:
@@ -194,7 +199,6 @@ class RevealedSendBound:
         """(tau_1, ..., tau_s) at E = ``eps``: non-decreasing in j, each at most 1."""
         if self.set_size == 0:
             return []
-        self._tau(eps, self.set_size)  # a certified bound extends them all at once
         return [self._tau(eps, j) for j in range(1, self.set_size + 1)]
 
     def user_delta(self, eps: float, lam: float) -> float:

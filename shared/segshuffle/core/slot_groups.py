@@ -276,8 +276,7 @@ class GroupsBound:
         composition): the ladder bound is F(k_L + 1) plus non-negative terms (its v_i do
         not increase and every charged probability is >= 0).  None where the exact
         two-group expectation may be the smaller (S = 2, small groups, default grid)."""
-        n, p = self.n_slots, self.p_group
-        if self.pairs == 2 and n * p <= EXACT_PAIR_GROUPS and self.step <= DEFAULT_STEP:
+        if self._exact_pair_applies:
             return None
         return min(self._f(self.ladder[-1] + 1, eps, lam), 1.0)
 
@@ -299,11 +298,16 @@ class GroupsBound:
         None where it does not apply: more pairs, larger groups, or a coarse grid
         (a steering search).
         """
-        n, p = self.n_slots, self.p_group
-        if self.pairs != 2 or n * p > EXACT_PAIR_GROUPS or self.step > DEFAULT_STEP:
+        if not self._exact_pair_applies:
             return None
         with arrays.use(self.backend):
             return self._exact_pair_delta(eps, lam)
+
+    @property
+    def _exact_pair_applies(self) -> bool:
+        """S = 2, groups of at most EXACT_PAIR_GROUPS slots on average, the default grid."""
+        return (self.pairs == 2 and self.n_slots * self.p_group <= EXACT_PAIR_GROUPS
+                and self.step <= DEFAULT_STEP)
 
     def _exact_pair_delta(self, eps: float, lam: float) -> float | None:
         n, p = self.n_slots, self.p_group
