@@ -98,6 +98,7 @@ from functools import lru_cache
 import numpy as np
 
 from . import distributions, validation
+from .accounting import log_excess
 from .blanket import BlanketMode, parse_mode, require_blanket_rate
 from .hockey_stick import EPSILON_CAP
 from .memo import memory_bounded_cache
@@ -382,15 +383,10 @@ def _level_crossing(delta_at, target: float, rtol: float, *, met: bool) -> float
     crossing); else it keeps delta_at > target (a lower bound's, never above it).  0 when
     delta_at(0) <= target; None when even the cap is not met.  The root search runs on
     ln delta_at(E) - ln target, close to linear in E where delta_at spans decades (on the
-    difference itself Brent's method took 18 to 20 evaluations a crossing, 10 to 15 on this).
+    difference itself Brent's method took 18 to 20 evaluations a crossing, 10 to 15 on this;
+    :func:`segshuffle.core.accounting.log_excess`, as the accountant's own searches).
     """
-    log_target = math.log(target)
-
-    def log_excess(eps: float) -> float:
-        value = delta_at(eps)
-        return (math.log(value) if value > 0.0 else _LOG_TINY) - log_target
-
-    excess = remembered(log_excess)
+    excess = remembered(log_excess(delta_at, target))
     if excess(0.0) <= 0.0:
         return 0.0
     if excess(EPSILON_CAP) > 0.0:
@@ -406,10 +402,6 @@ def _level_crossing(delta_at, target: float, rtol: float, *, met: bool) -> float
         while x > 0.0 and excess(x) <= 0.0:
             x, step = max(x - step, 0.0), 2.0 * step
     return x
-
-
-#: ln of a delta of 0 in the crossing search (below the log of the smallest subnormal).
-_LOG_TINY = -746.0
 
 
 def level_epsilon(lam: float, other: float, setting: LevelSetting, delta: float, *,
