@@ -206,7 +206,8 @@ function largestAdmissible(excess, slack, mean, q, precision) {
   if (!(slack > 0.0)) return bisection((nu) => excess(nu) <= slack, mean, q, precision)[0];
   const known = new Knowledge(excess, slack);
   const unit = gapUnit(mean, q);
-  let [gapUnits, slope] = lastShape;
+  const gapUnits = lastShape[0];
+  let slope = lastShape[1];
   let x = Math.min(Math.max(mean - gapUnits * unit, 0.0), mean);
   let f = known.evaluate(x);
   while (!known.bracketed && known.evaluations < GUIDED_EVALUATIONS) {
@@ -244,8 +245,7 @@ function largestAdmissible(excess, slack, mean, q, precision) {
   }
   const answer = bisection((nu) => known.admissible(nu), mean, q, precision)[0];
   if (known.bracketed && known.bad > known.ok) {
-    gapUnits = (mean - answer) / unit;
-    lastShape[0] = gapUnits;
+    lastShape[0] = (mean - answer) / unit;
     lastShape[1] = Math.max((known.badF - known.okF) / ((known.bad - known.ok) / unit), 1e-3);
   }
   return answer;
